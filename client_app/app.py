@@ -1,0 +1,127 @@
+"""The ClientApp: discovery, local training (learning and unlearning), evaluation.
+
+Message types it answers:
+
+- ``query.discover``: reply with this node's ``partition-id`` / ``num-partitions``.
+- ``train``: learning; train ``local-epochs`` from the received model.
+- ``train.unlearn``: calibrated retraining (SE, FedEraser); the same local SGD for
+  the epochs the server asks (L / r), seeded apart from learning.
+- ``evaluate``: loss and accuracy of the received model on this client's data.
+
+The data settings (dataset, partition, number of clients, seed, data folder) come
+from the run config; the per-round settings (epochs, lr, batch size) from the
+message's ``config`` record, as stock Flower strategies send them.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import torch
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp import ClientApp
+
+from client_app.data import client_data, load_task_data
+from client_app.model import build_model
+from client_app.train import local_train, predict_proba, score_proba
+
+app = ClientApp()
+
+# Ray workers start many handlers per process; one thread each keeps two workers
+# on two cores from fighting (FLOWER_NOTES.md: 13x slower without it).
+_THREADS = int(os.environ.get("SE_TORCH_THREADS", "1"))
+
+
+def partition_id(context: Context) -> int:
+    """The partition id of this node, from its node config (``partition-id``)."""
+    try:
+        return int(context.node_config["partition-id"])
+    except KeyError as err:
+        raise ValueError(
+            "node config has no 'partition-id': start the SuperNode with "
+            "--node-config \"partition-id=<i> num-partitions=<C>\"") from err
+
+
+def _client_data(context: Context, config: ConfigRecord):
+    run = context.run_config
+    data_dir = str(config.get("data-dir", "") or run.get("data-dir", ""))
+    if data_dir and not os.path.isdir(data_dir):
+        data_dir = str(run.get("data-dir", ""))  # server's path is not on this node
+    dataset = str(run.get("dataset", "mnist"))
+    task = load_task_data(dataset, data_dir or None, int(run.get("block-size", 64)))
+    x, y = client_data(task, partition_id(context), int(run.get("num-clients", 100)),
+                       str(run.get("partition", "iid")), int(run.get("seed", 0)))
+    limit = int(run.get("client-samples", 0)) or None  # 0: all of the partition
+    return x[:limit], y[:limit], task.num_classes, dataset
+
+
+def _train(message: Message, context: Context, phase: str) -> Message:
+    torch.set_num_threads(_THREADS)
+    config = message.content["config"]
+    x, y, num_classes, dataset = _client_data(context, config)
+    model = build_model(dataset, num_classes)
+    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    pid = partition_id(context)
+    rnd = int(config.get("server-round", 0))
+    seed = zlib.crc32(f"{config.get('seed', 0)}:{phase}:{rnd}:{pid}".encode())
+    result = local_train(
+        model, x, y,
+        epochs=float(config["local-epochs"]),
+        batch_size=int(config["batch-size"]),
+        lr=float(config["lr"]),
+        momentum=float(config.get("momentum", 0.0)),
+        seed=seed,
+        proximal_mu=float(config.get("proximal-mu", 0.0)),
+    )
+    metrics = MetricRecord({
+        "num-examples": len(x),
+        "train-loss": result.loss,
+        "train-seconds": result.seconds,
+        "local-epochs": result.epochs,
+    })
+    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                          "metrics": metrics})
+    return Message(content=content, reply_to=message)
+
+
+@app.query("discover")
+def discover(message: Message, context: Context) -> Message:
+    """Reply with this node's partition id and the number of partitions."""
+    info = ConfigRecord({
+        "partition-id": partition_id(context),
+        "num-partitions": int(context.node_config.get("num-partitions", -1)),
+    })
+    return Message(content=RecordDict({"info": info}), reply_to=message)
+
+
+@app.train()
+def train(message: Message, context: Context) -> Message:
+    """Learning: local SGD from the received model (``train`` messages)."""
+    return _train(message, context, "learn")
+
+
+@app.train("unlearn")
+def unlearn(message: Message, context: Context) -> Message:
+    """Unlearning: calibrated retraining steps (``train.unlearn`` messages)."""
+    return _train(message, context, "unlearn")
+
+
+@app.evaluate()
+def evaluate(message: Message, context: Context) -> Message:
+    """Loss and accuracy of the received model on this client's data."""
+    torch.set_num_threads(_THREADS)
+    x, y, num_classes, dataset = _client_data(context, message.content["config"])
+    model = build_model(dataset, num_classes)
+    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    loss, accuracy = score_proba(predict_proba(model, x), y.numpy())
+    metrics = MetricRecord({"num-examples": len(x), "loss": loss,
+                            "accuracy": accuracy})
+    return Message(content=RecordDict({"metrics": metrics}), reply_to=message)

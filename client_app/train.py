@@ -1,0 +1,159 @@
+"""Local training and evaluation loops (plain PyTorch, no Flower).
+
+One loop serves image classifiers (logits (B, classes)) and the character model
+(logits (B, T, vocab)): cross-entropy over the last dimension.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one client's local training did.
+
+    Attributes
+    ----------
+    seconds : float
+        Wall seconds spent in the training loop (compute, seconds).
+    loss : float
+        Mean training cross-entropy over the steps (nats).
+    steps : int
+        SGD steps taken.
+    epochs : float
+        Local epochs performed (passes over the client's data).
+    """
+
+    seconds: float
+    loss: float
+    steps: int
+    epochs: float
+
+
+def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def local_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: float,
+    batch_size: int,
+    lr: float,
+    momentum: float = 0.0,
+    seed: int = 0,
+    proximal_mu: float = 0.0,
+    grad_transform: Callable[[list[torch.Tensor]], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` in place with mini-batch SGD for ``epochs`` local epochs.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Starts from the received model; updated in place.
+    x, y : torch.Tensor
+        The client's samples (N, ...) and targets (N,) or (N, T).
+    epochs : float
+        Local epochs L (may be fractional, e.g. L/r when unlearning): the loop
+        takes ceil(epochs * N / batch_size) steps over seeded shuffles.
+    batch_size : int
+        Samples per step.
+    lr, momentum : float
+        SGD learning rate and momentum.
+    seed : int
+        Seeds the shuffling, so a (client, round) pair trains reproducibly.
+    proximal_mu : float
+        FedProx's proximal term (mu / 2) ||w - w_start||^2 (Li et al., MLSys 2020).
+    grad_transform : callable, optional
+        Called with the parameter gradients after backward and before the step
+        (e.g. RapidRetrain's Fisher preconditioning); may modify them in place.
+
+    Returns
+    -------
+    TrainResult
+
+    Raises
+    ------
+    ValueError
+        Empty data or non-positive epochs / batch size.
+    """
+    n = len(x)
+    if n == 0 or epochs <= 0 or batch_size < 1:
+        raise ValueError(f"cannot train on {n} samples for {epochs} epochs with "
+                         f"batch size {batch_size}: all must be positive")
+    steps = math.ceil(epochs * n / batch_size)
+    generator = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    start = [p.detach().clone() for p in params] if proximal_mu > 0 else None
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    model.train()
+    t0 = time.perf_counter()
+    total, order, pos = 0.0, torch.randperm(n, generator=generator), 0
+    for _ in range(steps):
+        if pos >= n:
+            order, pos = torch.randperm(n, generator=generator), 0
+        idx = order[pos:pos + batch_size]
+        pos += batch_size
+        optimizer.zero_grad(set_to_none=True)
+        loss = _loss(model(x[idx]), y[idx])
+        if start is not None:
+            prox = sum(((p - s) ** 2).sum() for p, s in zip(params, start, strict=True))
+            loss = loss + 0.5 * proximal_mu * prox
+        loss.backward()
+        if grad_transform is not None:
+            grad_transform([p.grad for p in params])
+        optimizer.step()
+        total += float(loss.detach())
+    seconds = time.perf_counter() - t0
+    return TrainResult(seconds=seconds, loss=total / steps, steps=steps,
+                       epochs=steps * batch_size / n)
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 1000
+                  ) -> np.ndarray:
+    """Softmax outputs of ``model`` on ``x``.
+
+    Returns
+    -------
+    np.ndarray
+        float32, (N, classes) for classifiers or (N, T, vocab) for the char model.
+    """
+    model.eval()
+    out = [F.softmax(model(x[i:i + batch_size]).float(), dim=-1)
+           for i in range(0, len(x), batch_size)]
+    return torch.cat(out).numpy()
+
+
+def score_proba(proba: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Mean cross-entropy (nats) and accuracy of predicted probabilities.
+
+    Parameters
+    ----------
+    proba : np.ndarray
+        (N, C) or (N, T, C) probabilities (rows sum to 1).
+    y : np.ndarray
+        int targets (N,) or (N, T).
+
+    Returns
+    -------
+    (loss, accuracy) : tuple[float, float]
+        Loss in nats per prediction; accuracy as a fraction in [0, 1].
+    """
+    flat = proba.reshape(-1, proba.shape[-1])
+    target = np.asarray(y).reshape(-1)
+    picked = flat[np.arange(len(target)), target]
+    loss = float(-np.log(np.clip(picked, 1e-12, None)).mean())
+    accuracy = float((flat.argmax(axis=1) == target).mean())
+    return loss, accuracy

@@ -1,0 +1,1 @@
+"""Server side of Sharding Eraser: the ServerApp, history store and evaluation."""

@@ -1,0 +1,96 @@
+"""The ServerApp: discovery, sharded learning with a stored history, results.
+
+Flow: parse and validate the run config -> find the data -> discover nodes ->
+split clients into shards -> G rounds of one stock strategy per shard (isolated)
+-> central evaluation of each shard model and of their ensemble -> summary.json.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
+
+from client_app.data import load_task_data, resolve_data_dir
+from client_app.model import build_model
+from server_app.config import RunConfig
+from server_app.evaluation import CentralEvaluator
+from server_app.federation import Federation, assign_shards, discover
+from server_app.history import HistoryStore
+from server_app.learning import run_learning
+from server_app.results import RunFolder
+from strategies import ShardedStrategy, make_stock_strategy
+
+app = ServerApp()
+
+
+def initial_model(cfg: RunConfig, num_classes: int) -> ArrayRecord:
+    """W^0: the model initialised from ``seed`` (the same for every shard)."""
+    torch.manual_seed(cfg.seed)
+    return ArrayRecord(build_model(cfg.dataset, num_classes).state_dict())
+
+
+def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
+    """What every learning message carries besides the model."""
+    return ConfigRecord({
+        "lr": cfg.lr, "local-epochs": cfg.local_epochs, "batch-size": cfg.batch_size,
+        "momentum": cfg.momentum, "seed": cfg.seed, "data-dir": data_dir,
+    })
+
+
+def sharded_strategy(cfg: RunConfig, federation: Federation) -> ShardedStrategy:
+    """One fresh ``shard-strategy`` instance per shard of ``federation``."""
+    per_round = cfg.clients_per_round // len(federation.shards)
+    shards = [make_stock_strategy(cfg.shard_strategy, per_round, len(pids),
+                                  cfg.proximal_mu, cfg.server_lr)
+              for pids in federation.shards]
+    return ShardedStrategy(shards, federation.shard_nodes(), seed=cfg.seed)
+
+
+def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
+          name: str, evaluator: CentralEvaluator, data_dir: str):
+    """Learn ``federation`` for G rounds into the store ``folder/history/name``."""
+    store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
+                                num_shards=len(federation.shards))
+    w0 = initial_model(cfg, evaluator.num_classes)
+    result = run_learning(
+        grid, sharded_strategy(cfg, federation), federation,
+        [w0] * len(federation.shards), cfg.num_rounds, train_config(cfg, data_dir),
+        store, evaluate=evaluator.evaluate, timeout=cfg.round_timeout, label=name)
+    store.mark_complete()
+    return result, store
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run one experiment as the run config describes (see README.md)."""
+    cfg = RunConfig.from_run_config(context.run_config)
+    data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
+    load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early if unreadable
+    folder = RunFolder.start(cfg)
+    log(INFO, "results: %s", folder.path)
+    evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
+                                 cfg.test_samples or None)
+    node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
+    federation = Federation(node_of, assign_shards(cfg.num_clients, cfg.num_shards,
+                                                   cfg.seed))
+    learning, store = learn(grid, cfg, federation, folder, "sharded", evaluator,
+                            data_dir)
+    last = learning.rounds[-1]
+    summary = {
+        "config": cfg.as_dict(),
+        "data_dir": data_dir,
+        "shards": federation.shards,
+        "learning": {
+            "accuracy": last["accuracy"], "loss": last["loss"],
+            "shard_accuracy": last["shard_accuracy"], "shard_loss": last["shard_loss"],
+            "wall_time_s": learning.wall_time_s, "compute_s": learning.compute_s,
+            "client_epochs": learning.client_epochs, "rounds": learning.rounds,
+        },
+        "storage": {"server_bytes": store.total_bytes()},
+    }
+    path = folder.finish(summary)
+    log(INFO, "summary: %s", path)

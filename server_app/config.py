@@ -1,0 +1,192 @@
+"""The run configuration: parsed once from ``[tool.flwr.app.config]`` and validated.
+
+Every setting lives in ``pyproject.toml`` with a default; ``--run-config`` and the
+TOML presets in ``presets/`` override them. :func:`RunConfig.from_run_config`
+turns Flower's flat ``context.run_config`` mapping into a typed, frozen object and
+rejects bad values before any training starts, naming the key, the value and what
+is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
+PARTITIONS = ("iid", "noniid")
+# Stock Flower strategies a shard may use as its aggregator (run-config
+# ``shard-strategy``). Robust aggregators that need extra arguments are left out.
+SHARD_STRATEGIES = (
+    "FedAvg",
+    "FedProx",
+    "FedAvgM",
+    "FedAdam",
+    "FedAdagrad",
+    "FedYogi",
+    "FedMedian",
+    "FedTrimmedAvg",
+)
+
+
+class ConfigError(ValueError):
+    """A run-config value that is not allowed; the message names key and value."""
+
+
+def _bad(key: str, value: object, allowed: str) -> ConfigError:
+    return ConfigError(f"run-config '{key}' = {value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Typed, validated run settings (one field per run-config key, kebab -> snake).
+
+    Attributes mirror ``[tool.flwr.app.config]``; README.md explains each. Times are
+    seconds, learning rates are per SGD step.
+    """
+
+    dataset: str = "mnist"
+    partition: str = "iid"
+    num_clients: int = 100
+    num_shards: int = 4
+    clients_per_round: int = 20
+    local_epochs: int = 2
+    num_rounds: int = 10
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.5
+    seed: int = 0
+    data_dir: str = ""
+    results_dir: str = ""
+    run_name: str = ""
+    shard_strategy: str = "FedAvg"
+    proximal_mu: float = 0.01
+    server_lr: float = 0.01
+    block_size: int = 64
+    round_timeout: float = 600.0
+    client_samples: int = 0
+    test_samples: int = 0
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
+        """Build and validate a config from Flower's ``context.run_config``.
+
+        Parameters
+        ----------
+        run_config : Mapping[str, object]
+            Kebab-case keys as in ``pyproject.toml``; missing keys take defaults.
+
+        Returns
+        -------
+        RunConfig
+
+        Raises
+        ------
+        ConfigError
+            An unknown key, a value of the wrong type, or a value out of range.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, object] = {}
+        for key, raw in run_config.items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                continue  # keys of later features or of the user; ignored here
+            default = fields[name].default
+            values[name] = _coerce(key, raw, type(default))
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Check every setting; raise :class:`ConfigError` on the first bad one."""
+        if self.dataset not in DATASETS:
+            raise _bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+        if self.partition not in PARTITIONS:
+            raise _bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
+        for key in ("num-clients", "num-shards", "clients-per-round", "local-epochs",
+                    "num-rounds", "batch-size", "block-size"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 1:
+                raise _bad(key, value, "a positive integer")
+        for key in ("client-samples", "test-samples"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 0:
+                raise _bad(key, value, "0 (all) or a positive integer")
+        if self.num_shards > self.num_clients:
+            raise _bad("num-shards", self.num_shards,
+                       f"at most num-clients = {self.num_clients}")
+        if self.clients_per_round % self.num_shards:
+            raise _bad("clients-per-round", self.clients_per_round,
+                       f"a multiple of num-shards = {self.num_shards}, so every "
+                       "shard samples the same number of clients")
+        smallest = self.num_clients // self.num_shards
+        if self.clients_per_round // self.num_shards > smallest:
+            raise _bad("clients-per-round", self.clients_per_round,
+                       f"at most {smallest * self.num_shards}: each of the "
+                       f"{self.num_shards} shards has only {smallest} clients")
+        for key in ("lr", "round-timeout"):
+            value = getattr(self, key.replace("-", "_"))
+            if not value > 0:
+                raise _bad(key, value, "a positive number")
+        if not 0 <= self.momentum < 1:
+            raise _bad("momentum", self.momentum, "a number in [0, 1)")
+        if self.proximal_mu < 0:
+            raise _bad("proximal-mu", self.proximal_mu, "a number >= 0")
+        if not self.server_lr > 0:
+            raise _bad("server-lr", self.server_lr, "a positive number")
+        if self.shard_strategy not in SHARD_STRATEGIES:
+            raise _bad("shard-strategy", self.shard_strategy,
+                       f"one of {', '.join(SHARD_STRATEGIES)}")
+        if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
+            raise _bad("run-name", self.run_name,
+                       "a plain folder name (no path separator, no leading dot)")
+
+    @property
+    def clients_per_shard_round(self) -> int:
+        """Clients each shard samples per round (``clients-per-round / num-shards``)."""
+        return self.clients_per_round // self.num_shards
+
+    def resolved_results_dir(self) -> Path:
+        """Absolute results folder: ``results-dir``, ``$SE_RESULTS_DIR``, or a cache.
+
+        ``flwr run`` may start the ServerApp in another working directory, so a
+        relative path is made absolute against the current one and said in logs.
+        """
+        raw = self.results_dir or os.environ.get("SE_RESULTS_DIR", "")
+        if not raw:
+            raw = str(Path.home() / ".cache" / "sharding-eraser" / "results")
+        return Path(raw).expanduser().resolve()
+
+    def resolved_run_name(self) -> str:
+        """``run-name``, or ``<dataset>-<partition>-<UTC time>`` when unset."""
+        if self.run_name:
+            return self.run_name
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        return f"{self.dataset}-{self.partition}-{stamp}"
+
+    def as_dict(self) -> dict[str, object]:
+        """The settings with their kebab-case run-config keys (for summary.json)."""
+        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
+
+
+def _coerce(key: str, raw: object, kind: type) -> object:
+    """Convert a run-config value to the field's type, or raise ConfigError."""
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        raise _bad(key, raw, "true or false")
+    if kind is int:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) \
+                or int(raw) != raw:
+            raise _bad(key, raw, "an integer")
+        return int(raw)
+    if kind is float:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise _bad(key, raw, "a number")
+        return float(raw)
+    if not isinstance(raw, str):
+        raise _bad(key, raw, "a string")
+    return raw.strip()

@@ -1,0 +1,61 @@
+"""Print a summary.json as plain-text tables: ``python -m server_app.report FILE``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
+             for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 100 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render(summary: dict) -> str:
+    """The tables for one run's summary (learning, shards, storage)."""
+    cfg = summary["config"]
+    learning = summary["learning"]
+    out = [
+        f"dataset {cfg['dataset']} ({cfg['partition']}), {cfg['num-clients']} clients,"
+        f" {cfg['num-shards']} shards, {cfg['clients-per-round']} a round,"
+        f" {cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs,"
+        f" shard strategy {cfg['shard-strategy']}",
+        "",
+        _table(["model", "accuracy", "loss"],
+               [["ensemble", learning["accuracy"], learning["loss"]]]
+               + [[f"shard {s}", a, lo] for s, (a, lo) in enumerate(
+                   zip(learning["shard_accuracy"], learning["shard_loss"],
+                       strict=True))]),
+        "",
+        f"learning: {learning['wall_time_s']:.1f} s wall, "
+        f"{learning['compute_s']:.1f} s client compute, "
+        f"{learning['client_epochs']:.0f} client-epochs; "
+        f"server storage {summary['storage']['server_bytes']:,} bytes",
+    ]
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    """Print the tables of the summary.json named in ``argv[0]``."""
+    if len(argv) != 1:
+        print("usage: python -m server_app.report SUMMARY_JSON", file=sys.stderr)
+        return 2
+    print(render(json.loads(Path(argv[0]).read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""The run's results folder: ``<results-dir>/<run-name>/``.
+
+It holds ``history/<federation>/`` (the stores) and, once the run has finished,
+``summary.json``, written last and atomically: a folder without it is a run that
+did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from server_app.config import ConfigError, RunConfig
+from server_app.history import atomic_write
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The folder one run writes into (absolute path)."""
+
+    path: Path
+
+    @classmethod
+    def start(cls, cfg: RunConfig) -> RunFolder:
+        """Create the run folder.
+
+        A finished run of the same name is never overwritten; the folder of an
+        unfinished one (no summary.json) is moved aside to ``<name>.failed-<time>``.
+
+        Raises
+        ------
+        ConfigError
+            ``run-name`` names a finished run.
+        """
+        path = cfg.resolved_results_dir() / cfg.resolved_run_name()
+        if (path / "summary.json").exists():
+            raise ConfigError(
+                f"run-config 'run-name' = {path.name!r} is not allowed: {path} holds "
+                "a finished run; choose another run-name or remove that folder")
+        if path.exists():
+            path.rename(path.with_name(f"{path.name}.failed-{int(time.time())}"))
+        path.mkdir(parents=True)
+        return cls(path)
+
+    def history_dir(self, federation: str) -> Path:
+        """Folder of the history store of ``federation`` (e.g. ``sharded``)."""
+        return self.path / "history" / federation
+
+    def finish(self, summary: dict) -> Path:
+        """Write ``summary.json`` atomically; return its absolute path."""
+        target = self.path / "summary.json"
+        atomic_write(target, json.dumps(summary, indent=2).encode())
+        return target

@@ -1,0 +1,296 @@
+"""Isolated sharding: one stock Flower strategy per shard, behind one Strategy.
+
+A :class:`ShardedStrategy` holds S sub-strategies (any ``flwr.serverapp.strategy``
+class: ``FedAvg``, ``FedProx``, ``FedAdam`` ...). The S shard models travel
+packed in one ``ArrayRecord`` whose keys carry a ``shard<s>/`` prefix. Isolation
+holds by construction:
+
+- shard s's sub-strategy is given only shard s's model and a :class:`ShardGrid`,
+  a view of the grid that lists, and accepts messages for, shard s's nodes only;
+- every configured message is checked to target a node of its shard;
+- replies are routed to a sub-strategy by their source node, so shard t never
+  aggregates a reply of shard s.
+
+Source: Bourtoule et al., "Machine Unlearning" (SISA, IEEE S&P 2021) for isolated
+shards; Lin et al., "Scalable Federated Unlearning via Isolated and Coded
+Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from logging import INFO
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+from flwr.supercore import log
+
+
+class IsolationError(RuntimeError):
+    """A message or parameter of one shard was about to reach another shard."""
+
+
+def shard_prefix(shard: int) -> str:
+    """Key prefix of shard ``shard``'s arrays in a packed ArrayRecord."""
+    return f"shard{shard}/"
+
+
+def pack_shards(shard_arrays: Sequence[ArrayRecord]) -> ArrayRecord:
+    """Pack S shard models into one ArrayRecord (keys ``shard<s>/<layer>``).
+
+    Parameters
+    ----------
+    shard_arrays : Sequence[ArrayRecord]
+        One model per shard, in shard order.
+
+    Returns
+    -------
+    ArrayRecord
+        The arrays are shared, not copied.
+    """
+    packed = ArrayRecord()
+    for s, arrays in enumerate(shard_arrays):
+        for key, array in arrays.items():
+            packed[shard_prefix(s) + key] = array
+    return packed
+
+
+def unpack_shards(arrays: ArrayRecord, num_shards: int) -> list[ArrayRecord]:
+    """Split a packed ArrayRecord into its ``num_shards`` shard models.
+
+    Raises
+    ------
+    IsolationError
+        A key without a known shard prefix, or a shard with no arrays.
+    """
+    shards = [ArrayRecord() for _ in range(num_shards)]
+    for key, array in arrays.items():
+        head, sep, layer = key.partition("/")
+        if not sep or not head.startswith("shard") or not head[5:].isdigit():
+            raise IsolationError(f"array key {key!r} names no shard")
+        s = int(head[5:])
+        if s >= num_shards:
+            raise IsolationError(f"array key {key!r} names shard {s} of {num_shards}")
+        shards[s][layer] = array
+    for s, record in enumerate(shards):
+        if not record:
+            raise IsolationError(f"packed model has no arrays for shard {s}")
+    return shards
+
+
+class ShardGrid(Grid):
+    """A view of a Grid restricted to one shard's nodes.
+
+    ``get_node_ids`` lists only the shard's nodes (in the given order), and a
+    message to any other node raises :class:`IsolationError` before it is sent.
+    """
+
+    def __init__(self, grid: Grid, shard: int, node_ids: Sequence[int]) -> None:
+        self._grid = grid
+        self.shard = shard
+        self._node_ids = list(node_ids)
+        self._allowed = frozenset(self._node_ids)
+
+    def _check(self, node_id: int) -> None:
+        if node_id not in self._allowed:
+            raise IsolationError(
+                f"shard {self.shard}: message for node {node_id}, which is not "
+                "one of this shard's nodes"
+            )
+
+    def set_run(self, run):  # noqa: D102 (delegates)
+        self._grid.set_run(run)
+
+    @property
+    def run(self):  # noqa: D102 (delegates)
+        return self._grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        """Create a message for a node of this shard (see ``Grid.create_message``)."""
+        self._check(dst_node_id)
+        return self._grid.create_message(
+            content, message_type, dst_node_id, group_id, ttl
+        )
+
+    def get_node_ids(self) -> list[int]:
+        """The shard's node IDs, in shard order."""
+        return list(self._node_ids)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Push messages, all of which must target this shard's nodes."""
+        messages = list(messages)
+        for message in messages:
+            self._check(message.metadata.dst_node_id)
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Pull replies (see ``Grid.pull_messages``)."""
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        """Send to this shard's nodes only and return their replies."""
+        messages = list(messages)
+        for message in messages:
+            self._check(message.metadata.dst_node_id)
+        return self._grid.send_and_receive(messages, timeout=timeout)
+
+
+class ShardedStrategy(Strategy):
+    """S isolated sub-strategies, one per shard, driven as one Flower Strategy.
+
+    Parameters
+    ----------
+    shard_strategies : Sequence[Strategy]
+        One *distinct* strategy instance per shard (stateful strategies such as
+        FedAdam keep per-shard state in their instance).
+    shard_nodes : Sequence[Sequence[int]]
+        Node IDs of each shard; disjoint. Their order fixes sampling and the
+        order in which replies are aggregated, so runs are reproducible.
+    seed : int or None
+        Seeds Python's ``random`` (which stock strategies sample with) per
+        (round, shard); the global random state is restored afterwards.
+
+    Raises
+    ------
+    ValueError
+        Mismatched lengths, shared instances, or overlapping shards.
+    """
+
+    def __init__(
+        self,
+        shard_strategies: Sequence[Strategy],
+        shard_nodes: Sequence[Sequence[int]],
+        seed: int | None = 0,
+    ) -> None:
+        if len(shard_strategies) != len(shard_nodes) or not shard_nodes:
+            raise ValueError(
+                f"{len(shard_strategies)} strategies for {len(shard_nodes)} shards: "
+                "need one strategy per shard and at least one shard"
+            )
+        if len({id(s) for s in shard_strategies}) != len(shard_strategies):
+            raise ValueError("each shard needs its own strategy instance")
+        seen: dict[int, int] = {}
+        for s, nodes in enumerate(shard_nodes):
+            for node in nodes:
+                if node in seen:
+                    raise ValueError(f"node {node} is in shards {seen[node]} and {s}")
+                seen[node] = s
+        self.shard_strategies = list(shard_strategies)
+        self.shard_nodes = [list(n) for n in shard_nodes]
+        self.node_shard = seen
+        self.seed = seed
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shards S."""
+        return len(self.shard_nodes)
+
+    def shard_grid(self, grid: Grid, shard: int) -> ShardGrid:
+        """The view of ``grid`` that shard ``shard`` may use."""
+        return ShardGrid(grid, shard, self.shard_nodes[shard])
+
+    def _configure(self, verb, server_round, arrays, config, grid) -> list[Message]:
+        models = unpack_shards(arrays, self.num_shards)
+        messages: list[Message] = []
+        state = random.getstate()
+        try:
+            for s, strategy in enumerate(self.shard_strategies):
+                if self.seed is not None:
+                    random.seed(f"{self.seed}:{server_round}:{s}")
+                shard_config = ConfigRecord(dict(config))
+                shard_config["shard"] = s
+                out = getattr(strategy, verb)(
+                    server_round, models[s], shard_config, self.shard_grid(grid, s)
+                )
+                for message in out:
+                    if self.node_shard.get(message.metadata.dst_node_id) != s:
+                        raise IsolationError(
+                            f"shard {s}'s strategy addressed node "
+                            f"{message.metadata.dst_node_id} outside its shard"
+                        )
+                    messages.append(message)
+        finally:
+            random.setstate(state)
+        return messages
+
+    def route_replies(self, replies: Iterable[Message]) -> list[list[Message]]:
+        """Split replies by the shard of their source node, in shard node order.
+
+        Raises
+        ------
+        IsolationError
+            A reply from a node that belongs to no shard.
+        """
+        routed: list[list[Message]] = [[] for _ in range(self.num_shards)]
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if node not in self.node_shard:
+                raise IsolationError(f"reply from node {node}, which is in no shard")
+            routed[self.node_shard[node]].append(reply)
+        for s, shard_replies in enumerate(routed):
+            order = {n: i for i, n in enumerate(self.shard_nodes[s])}
+            shard_replies.sort(key=lambda m: order[m.metadata.src_node_id])
+        return routed
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Each shard samples its own nodes and sends them its own model."""
+        self._current = unpack_shards(arrays, self.num_shards)
+        return self._configure("configure_train", server_round, arrays, config, grid)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Each shard aggregates only its own replies.
+
+        A shard without replies keeps its model. Metrics come back prefixed
+        ``shard<s>/``.
+        """
+        current = getattr(self, "_current", None)
+        if current is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        models: list[ArrayRecord] = []
+        metrics = MetricRecord()
+        for s, shard_replies in enumerate(self.route_replies(replies)):
+            new, shard_metrics = (None, None)
+            if shard_replies:
+                new, shard_metrics = self.shard_strategies[s].aggregate_train(
+                    server_round, shard_replies
+                )
+            models.append(new if new is not None else current[s])
+            for key, value in (shard_metrics or {}).items():
+                metrics[shard_prefix(s) + key] = value
+        return pack_shards(models), metrics
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> list[Message]:
+        """Each shard sends its own model to its own nodes for evaluation."""
+        return self._configure("configure_evaluate", server_round, arrays, config, grid)
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        """Per-shard evaluation metrics, prefixed ``shard<s>/``."""
+        metrics = MetricRecord()
+        for s, shard_replies in enumerate(self.route_replies(replies)):
+            if not shard_replies:
+                continue
+            out = self.shard_strategies[s].aggregate_evaluate(
+                server_round, shard_replies)
+            for key, value in (out or {}).items():
+                metrics[shard_prefix(s) + key] = value
+        return metrics or None
+
+    def summary(self) -> None:
+        """Log the shards and their strategies."""
+        log(INFO, "\t├──> %d isolated shards:", self.num_shards)
+        for s, (strategy, nodes) in enumerate(
+            zip(self.shard_strategies, self.shard_nodes, strict=True)
+        ):
+            log(INFO, "\t│\t shard %d: %s over %d nodes", s,
+                type(strategy).__name__, len(nodes))
+
