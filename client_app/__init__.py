@@ -1,0 +1,1 @@
+"""Client side of Sharding Eraser: datasets, partitions and models."""
