@@ -16,6 +16,7 @@ message's ``config`` record, as stock Flower strategies send them.
 from __future__ import annotations
 
 import os
+import time
 import zlib
 
 import torch
@@ -31,7 +32,12 @@ from flwr.clientapp import ClientApp
 
 from client_app.data import client_data, load_task_data
 from client_app.model import build_model
-from client_app.train import local_train, predict_proba, score_proba
+from client_app.train import (
+    fisher_preconditioner,
+    local_train,
+    predict_proba,
+    score_proba,
+)
 
 app = ClientApp()
 
@@ -72,6 +78,12 @@ def _train(message: Message, context: Context, phase: str) -> Message:
     pid = partition_id(context)
     rnd = int(config.get("server-round", 0))
     seed = zlib.crc32(f"{config.get('seed', 0)}:{phase}:{rnd}:{pid}".encode())
+    transform, t0 = None, time.perf_counter()
+    if config.get("precondition", "") == "fisher":  # RapidRetrain
+        transform = fisher_preconditioner(
+            model, x, y, samples=int(config.get("fisher-samples", 64)),
+            damping=float(config.get("fisher-damping", 0.1)), seed=seed)
+    fisher_seconds = time.perf_counter() - t0
     result = local_train(
         model, x, y,
         epochs=float(config["local-epochs"]),
@@ -80,11 +92,13 @@ def _train(message: Message, context: Context, phase: str) -> Message:
         momentum=float(config.get("momentum", 0.0)),
         seed=seed,
         proximal_mu=float(config.get("proximal-mu", 0.0)),
+        grad_transform=transform,
     )
     metrics = MetricRecord({
         "num-examples": len(x),
         "train-loss": result.loss,
-        "train-seconds": result.seconds,
+        # the Fisher estimate is part of RapidRetrain's training cost
+        "train-seconds": result.seconds + fisher_seconds,
         "local-epochs": result.epochs,
     })
     content = RecordDict({"arrays": ArrayRecord(model.state_dict()),

@@ -21,7 +21,9 @@ from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
 from server_app.history import HistoryStore
 from server_app.learning import run_learning
+from server_app.requests import generate_requests, validate_requests
 from server_app.results import RunFolder
+from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 
 app = ServerApp()
@@ -64,33 +66,69 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
     return result, store
 
 
+def learning_summary(result) -> dict:
+    """The ``learning`` block of summary.json for one learning stage."""
+    last = result.rounds[-1]
+    return {
+        "accuracy": last["accuracy"], "loss": last["loss"],
+        "shard_accuracy": last["shard_accuracy"], "shard_loss": last["shard_loss"],
+        "wall_time_s": result.wall_time_s, "compute_s": result.compute_s,
+        "client_epochs": result.client_epochs, "rounds": result.rounds,
+    }
+
+
+def unlearning_requests(cfg: RunConfig, federation: Federation):
+    """The requests of this run, validated before any work (see requests.py)."""
+    if cfg.forget_client_list:
+        requests = [cfg.forget_client_list]
+    else:
+        requests = generate_requests(federation.shards, cfg.num_requests,
+                                     cfg.clients_per_request,
+                                     cfg.request_distribution, cfg.seed)
+    return validate_requests(requests, federation.shards)
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see README.md)."""
     cfg = RunConfig.from_run_config(context.run_config)
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early if unreadable
+    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
+    baseline_shards = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
+    frameworks = cfg.framework_list
+    requests, noops = ([], [])
+    if frameworks:  # bad requests fail here, before any training
+        requests, noops = unlearning_requests(cfg, Federation({}, shards))
     folder = RunFolder.start(cfg)
     log(INFO, "results: %s", folder.path)
     evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
                                  cfg.test_samples or None)
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
-    federation = Federation(node_of, assign_shards(cfg.num_clients, cfg.num_shards,
-                                                   cfg.seed))
+    federation = Federation(node_of, shards)
     learning, store = learn(grid, cfg, federation, folder, "sharded", evaluator,
                             data_dir)
-    last = learning.rounds[-1]
     summary = {
-        "config": cfg.as_dict(),
-        "data_dir": data_dir,
-        "shards": federation.shards,
-        "learning": {
-            "accuracy": last["accuracy"], "loss": last["loss"],
-            "shard_accuracy": last["shard_accuracy"], "shard_loss": last["shard_loss"],
-            "wall_time_s": learning.wall_time_s, "compute_s": learning.compute_s,
-            "client_epochs": learning.client_epochs, "rounds": learning.rounds,
-        },
+        "config": cfg.as_dict(), "data_dir": data_dir, "shards": federation.shards,
+        "learning": learning_summary(learning),
         "storage": {"server_bytes": store.total_bytes()},
     }
+    if frameworks:
+        baseline = Federation(node_of, baseline_shards)
+        baseline_store = None
+        if "FE" in frameworks:
+            base_learning, baseline_store = learn(grid, cfg, baseline, folder,
+                                                  "baseline", evaluator, data_dir)
+            summary["baseline_learning"] = learning_summary(base_learning)
+        stage = Stage(cfg, federation, baseline, store, baseline_store,
+                      learning.models, initial_model(cfg, evaluator.num_classes),
+                      train_config(cfg, data_dir))
+        results = run_unlearning(grid, stage, requests, evaluator.evaluate,
+                                 log_fn=lambda m: log(INFO, "%s", m))
+        summary["unlearning"] = {"requests": requests, "noops": noops,
+                                 "mode": cfg.request_mode}
+        summary["frameworks"] = {n: r["summary"] for n, r in results.items()}
+        for name, result in results.items():
+            folder.save_models(name, result["models"])
     path = folder.finish(summary)
     log(INFO, "summary: %s", path)

@@ -32,6 +32,11 @@ SHARD_STRATEGIES = (
 )
 
 
+FRAMEWORKS = ("SE", "FR", "FE", "RR")
+REQUEST_DISTRIBUTIONS = ("even", "adapt")
+REQUEST_MODES = ("sequential", "concurrent")
+
+
 class ConfigError(ValueError):
     """A run-config value that is not allowed; the message names key and value."""
 
@@ -69,6 +74,16 @@ class RunConfig:
     round_timeout: float = 600.0
     client_samples: int = 0
     test_samples: int = 0
+    frameworks: str = "SE,FR,FE,RR"
+    num_requests: int = 1
+    clients_per_request: int = 1
+    request_distribution: str = "even"
+    request_mode: str = "sequential"
+    forget_clients: str = ""
+    retrain_ratio: float = 2.0
+    calibration_interval: int = 1
+    baseline_shards: int = 1
+    link_rate_mbps: float = 100.0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -140,9 +155,55 @@ class RunConfig:
         if self.shard_strategy not in SHARD_STRATEGIES:
             raise _bad("shard-strategy", self.shard_strategy,
                        f"one of {', '.join(SHARD_STRATEGIES)}")
+        self._validate_unlearning()
         if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
             raise _bad("run-name", self.run_name,
                        "a plain folder name (no path separator, no leading dot)")
+
+    def _validate_unlearning(self) -> None:
+        unknown = [f for f in self.framework_list if f not in FRAMEWORKS]
+        if unknown or not self.frameworks.strip():
+            raise _bad("frameworks", self.frameworks,
+                       f"a comma-separated list of {', '.join(FRAMEWORKS)}, or 'none'"
+                       if unknown else "at least one framework, or 'none'")
+        for key in ("num-requests", "clients-per-request", "calibration-interval",
+                    "baseline-shards"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 1:
+                raise _bad(key, value, "a positive integer")
+        if self.request_distribution not in REQUEST_DISTRIBUTIONS:
+            raise _bad("request-distribution", self.request_distribution,
+                       f"one of {', '.join(REQUEST_DISTRIBUTIONS)}")
+        if self.request_mode not in REQUEST_MODES:
+            raise _bad("request-mode", self.request_mode,
+                       f"one of {', '.join(REQUEST_MODES)}")
+        if not self.retrain_ratio > 0:
+            raise _bad("retrain-ratio", self.retrain_ratio,
+                       "a positive number (r; retained clients train L/r epochs)")
+        if not self.link_rate_mbps > 0:
+            raise _bad("link-rate-mbps", self.link_rate_mbps, "a positive number")
+        if self.clients_per_round % self.baseline_shards or (
+                self.clients_per_round // self.baseline_shards
+                > self.num_clients // self.baseline_shards):
+            raise _bad("baseline-shards", self.baseline_shards,
+                       f"a divisor of clients-per-round = {self.clients_per_round} "
+                       "whose shards are large enough to sample from")
+        for token in filter(None, (t.strip() for t in self.forget_clients.split(","))):
+            if not token.lstrip("-").isdigit():
+                raise _bad("forget-clients", self.forget_clients,
+                           "comma-separated partition ids, e.g. '3,17'")
+
+    @property
+    def framework_list(self) -> list[str]:
+        """The frameworks to run, upper-case, in the given order ([] for 'none')."""
+        if self.frameworks.strip().lower() == "none":
+            return []
+        return [f.strip().upper() for f in self.frameworks.split(",") if f.strip()]
+
+    @property
+    def forget_client_list(self) -> list[int]:
+        """Explicit ``forget-clients`` as ints, in the given order ([] if unset)."""
+        return [int(t) for t in self.forget_clients.split(",") if t.strip()]
 
     @property
     def clients_per_shard_round(self) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server_app.config import ConfigError, RunConfig
-from server_app.history import atomic_write
+from server_app.history import atomic_write, encode_arrays
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,18 @@ class RunFolder:
     def history_dir(self, federation: str) -> Path:
         """Folder of the history store of ``federation`` (e.g. ``sharded``)."""
         return self.path / "history" / federation
+
+    def save_models(self, name: str, models: list) -> Path:
+        """Write a framework's shard models to ``models/<name>.npz`` atomically.
+
+        ``models`` is a list of ArrayRecord; keys become ``shard<s>/<layer>``.
+        """
+        arrays = {f"shard{s}/{k}": v.numpy() for s, record in enumerate(models)
+                  for k, v in record.items()}
+        target = self.path / "models" / f"{name}.npz"
+        target.parent.mkdir(exist_ok=True)
+        atomic_write(target, encode_arrays(arrays))
+        return target
 
     def finish(self, summary: dict) -> Path:
         """Write ``summary.json`` atomically; return its absolute path."""

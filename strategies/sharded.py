@@ -246,7 +246,7 @@ class ShardedStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Each shard aggregates only its own replies.
 
-        A shard without replies keeps its model. Metrics come back prefixed
+        A shard whose strategy returns no arrays keeps its model. Metrics come back prefixed
         ``shard<s>/``.
         """
         current = getattr(self, "_current", None)
@@ -255,11 +255,11 @@ class ShardedStrategy(Strategy):
         models: list[ArrayRecord] = []
         metrics = MetricRecord()
         for s, shard_replies in enumerate(self.route_replies(replies)):
-            new, shard_metrics = (None, None)
-            if shard_replies:
-                new, shard_metrics = self.shard_strategies[s].aggregate_train(
-                    server_round, shard_replies
-                )
+            # every shard is asked, even without replies: a strategy may update
+            # its model from stored state (SE's preparation round).
+            new, shard_metrics = self.shard_strategies[s].aggregate_train(
+                server_round, shard_replies
+            )
             models.append(new if new is not None else current[s])
             for key, value in (shard_metrics or {}).items():
                 metrics[shard_prefix(s) + key] = value

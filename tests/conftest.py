@@ -34,7 +34,6 @@ class InProcessGrid(Grid):
         }
         self.absent = set(absent)
         self.sent: list[tuple[int, str]] = []
-        self._seen: set[int] = set()
 
     def set_run(self, run):
         self._run = run
@@ -59,9 +58,9 @@ class InProcessGrid(Grid):
     def send_and_receive(self, messages, *, timeout=None):
         replies = []
         for message in messages:
-            if id(message) in self._seen:
+            if getattr(message, "_in_process_sent", False):
                 raise RuntimeError("a Message can be sent only once")
-            self._seen.add(id(message))
+            message._in_process_sent = True
             dst = message.metadata.dst_node_id
             self.sent.append((dst, message.metadata.message_type))
             if dst in self.absent:

@@ -1,0 +1,141 @@
+"""Unlearning requests: the paper's scenarios and their validation.
+
+A request names clients (partition ids) to forget. Scenarios (paper Sec. 5.3):
+
+- *even*: K requests spread over the shards (request k from shard k mod S);
+- *adapt*: all K requests from one shard;
+- *sequential*: each request handled alone, in order (forgetting is cumulative:
+  request k removes F_1 u ... u F_k);
+- *concurrent*: all K handled as one batch.
+
+Expected retraining cost (paper Sec. 4.2) with mean shard retraining cost c:
+sequential T = K c; concurrent T = S c (1 - (1 - 1/S)^K).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class RequestError(ValueError):
+    """An unlearning request that cannot be carried out; nothing was changed."""
+
+
+def generate_requests(shards: Sequence[Sequence[int]], num_requests: int,
+                      clients_per_request: int, distribution: str, seed: int
+                      ) -> list[list[int]]:
+    """Draw K requests of ``clients_per_request`` distinct clients each.
+
+    Parameters
+    ----------
+    shards : Sequence[Sequence[int]]
+        Partition ids of each shard.
+    num_requests : int
+        K >= 1.
+    clients_per_request : int
+        Clients named by one request (>= 1).
+    distribution : str
+        ``even`` (request k from shard k mod S) or ``adapt`` (all from one
+        seeded shard).
+    seed : int
+        Seeds the choice.
+
+    Returns
+    -------
+    list[list[int]]
+        K requests; no client appears twice over all requests.
+
+    Raises
+    ------
+    RequestError
+        Bad arguments, or a shard that would lose all its clients.
+    """
+    if num_requests < 1 or clients_per_request < 1:
+        raise RequestError(f"num-requests = {num_requests} and clients-per-request ="
+                           f" {clients_per_request} must be >= 1")
+    if distribution not in ("even", "adapt"):
+        raise RequestError(f"request-distribution = {distribution!r}: even or adapt")
+    rng = np.random.default_rng(seed)
+    pools = [list(rng.permutation(list(pids))) for pids in shards]
+    first = int(rng.integers(len(shards)))
+    requests = []
+    for k in range(num_requests):
+        s = (first + k) % len(shards) if distribution == "even" else first
+        if len(pools[s]) <= clients_per_request:
+            raise RequestError(
+                f"request {k} would forget every remaining client of shard {s} "
+                f"({len(shards[s])} clients); use fewer requests or clients")
+        requests.append(sorted(int(pools[s].pop()) for _ in range(clients_per_request)))
+    return requests
+
+
+def validate_requests(requests: Sequence[Sequence[int]],
+                      shards: Sequence[Sequence[int]],
+                      already_forgotten: Sequence[int] = ()
+                      ) -> tuple[list[list[int]], list[dict]]:
+    """Check requests before any work; drop already-forgotten clients as no-ops.
+
+    Parameters
+    ----------
+    requests : Sequence[Sequence[int]]
+        Partition ids per request.
+    shards : Sequence[Sequence[int]]
+        Partition ids of each shard.
+    already_forgotten : Sequence[int]
+        Clients forgotten earlier (their repeat is a recorded no-op).
+
+    Returns
+    -------
+    (requests, noops) : tuple[list[list[int]], list[dict]]
+        The requests without already-forgotten clients, and one record per
+        no-op (``request``, ``client``, ``reason``).
+
+    Raises
+    ------
+    RequestError
+        An unknown partition id, a client twice in one request, an empty
+        request, or forgetting (cumulatively) every client of a shard.
+    """
+    shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
+    forgotten = set(already_forgotten)
+    cleaned, noops = [], []
+    for k, request in enumerate(requests):
+        request = [int(p) for p in request]
+        if not request:
+            raise RequestError(f"request {k} names no client")
+        unknown = [p for p in request if p not in shard_of]
+        if unknown:
+            raise RequestError(f"request {k}: unknown partition id(s) {unknown}; "
+                               f"known ids are 0..{len(shard_of) - 1}")
+        if len(set(request)) != len(request):
+            twice = sorted({p for p in request if request.count(p) > 1})
+            raise RequestError(f"request {k} names client(s) {twice} twice")
+        kept = []
+        for p in request:
+            if p in forgotten:
+                noops.append({"request": k, "client": p, "reason": "already forgotten"})
+            else:
+                kept.append(p)
+                forgotten.add(p)
+        cleaned.append(kept)
+    for s, pids in enumerate(shards):
+        if set(pids) <= forgotten:
+            raise RequestError(f"the requests would forget every client of shard {s} "
+                               f"({sorted(pids)}); a shard must keep one client")
+    return cleaned, noops
+
+
+def expected_cost(mode: str, num_requests: int, num_shards: int,
+                  shard_cost: float) -> float:
+    """The paper's expected total retraining cost for K uniform requests.
+
+    sequential: K c; concurrent: S c (1 - (1 - 1/S)^K). Units follow
+    ``shard_cost`` (e.g. seconds).
+    """
+    if mode == "sequential":
+        return num_requests * shard_cost
+    if mode == "concurrent":
+        return num_shards * shard_cost * (1 - (1 - 1 / num_shards) ** num_requests)
+    raise ValueError(f"request-mode = {mode!r}: sequential or concurrent")

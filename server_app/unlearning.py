@@ -1,0 +1,244 @@
+"""The unlearning stage: run each framework on the requests and measure it.
+
+For every framework (SE, FR, FE, RR) and request batch this builds the strategy
+(:mod:`strategies.unlearning`), drives its rounds over the grid and measures:
+retraining compute seconds (clients' training seconds plus the server's
+aggregation and calibration seconds), wall seconds, client-epochs, modelled
+communication time and server storage. The stored histories are only read.
+
+Communication model (paper Sec. 5.1): every transfer of a model (server to
+client, or back) costs 0.1 s + bits / link rate; ``comm_time_s`` sums over all
+transfers, as if the server's link carried them one after another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.serverapp import Grid
+
+from server_app.config import RunConfig
+from server_app.federation import Federation
+from server_app.history import HistoryStore
+from server_app.requests import expected_cost
+from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
+from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
+
+BASE_DELAY_S = 0.1
+
+
+def transfer_seconds(nbytes: int, link_rate_mbps: float) -> float:
+    """Modelled time of one transfer: 0.1 s + bits / (rate in Mbit/s * 1e6)."""
+    return BASE_DELAY_S + 8.0 * nbytes / (link_rate_mbps * 1e6)
+
+
+@dataclass
+class RunStats:
+    """Costs of driving one strategy.
+
+    Attributes
+    ----------
+    compute_s : float
+        Clients' training seconds plus the strategy's server seconds.
+    server_s : float
+        Seconds in configure_train / aggregate_train on the server.
+    wall_s : float
+        Wall seconds of the whole drive.
+    client_epochs : float
+        Sum of local epochs over all client replies.
+    transfers : int
+        Models sent plus models received.
+    comm_time_s : float
+        Modelled communication seconds (see module docstring).
+    rounds : int
+        Rounds driven.
+    shard_compute_s : dict[int, float]
+        Clients' training seconds per shard.
+    contacted : list[int]
+        Node ids messaged, in order (for isolation checks).
+    """
+
+    compute_s: float = 0.0
+    server_s: float = 0.0
+    wall_s: float = 0.0
+    client_epochs: float = 0.0
+    transfers: int = 0
+    comm_time_s: float = 0.0
+    rounds: int = 0
+    shard_compute_s: dict[int, float] = field(default_factory=dict)
+    contacted: list[int] = field(default_factory=list)
+
+
+def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
+          num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
+          timeout: float | None = None) -> tuple[list[ArrayRecord], RunStats]:
+    """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
+
+    Failed replies are left out of aggregation (recorded by the strategy logs).
+    """
+    stats = RunStats()
+    t_start = time.perf_counter()
+    arrays = pack_shards(initial)
+    for rnd in range(1, num_rounds + 1):
+        t0 = time.perf_counter()
+        messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config)),
+                                                 grid))
+        stats.server_s += time.perf_counter() - t0
+        for message in messages:
+            stats.contacted.append(message.metadata.dst_node_id)
+            stats.transfers += 1
+            stats.comm_time_s += transfer_seconds(
+                message.content["arrays"].count_bytes(), link_rate_mbps)
+        replies = list(grid.send_and_receive(messages, timeout=timeout)) if messages else []
+        ok = [r for r in replies if not r.has_error()]
+        t0 = time.perf_counter()
+        new, _ = strategy.aggregate_train(rnd, ok)
+        stats.server_s += time.perf_counter() - t0
+        if new is not None:
+            arrays = new
+        for s, shard_replies in enumerate(strategy.route_replies(ok)):
+            for reply in shard_replies:
+                metrics = reply.content["metrics"]
+                seconds = float(metrics["train-seconds"])
+                stats.compute_s += seconds
+                stats.shard_compute_s[s] = stats.shard_compute_s.get(s, 0.0) + seconds
+                stats.client_epochs += float(metrics.get("local-epochs", 0.0))
+                stats.transfers += 1
+                stats.comm_time_s += transfer_seconds(
+                    reply.content["arrays"].count_bytes(), link_rate_mbps)
+        stats.rounds += 1
+    stats.compute_s += stats.server_s
+    stats.wall_s = time.perf_counter() - t_start
+    return unpack_shards(arrays, strategy.num_shards), stats
+
+
+@dataclass
+class Stage:
+    """What the unlearning stage needs from learning."""
+
+    cfg: RunConfig
+    sharded: Federation
+    baseline: Federation
+    sharded_store: HistoryStore
+    baseline_store: HistoryStore | None
+    sharded_models: list[ArrayRecord]
+    initial: ArrayRecord
+    train_config: ConfigRecord
+
+
+def build_framework(name: str, stage: Stage, forget: set[int]
+                    ) -> tuple[ShardedStrategy, list[ArrayRecord], int]:
+    """The strategy, its initial shard models and its rounds for ``name``.
+
+    Raises
+    ------
+    ValueError
+        Unknown framework, or FE without a baseline history.
+    """
+    cfg = stage.cfg
+    epochs = cfg.local_epochs / cfg.retrain_ratio
+    if name == "SE":
+        strategy = ShardingEraser(stage.sharded_store, forget, stage.sharded.shards,
+                                  stage.sharded.node_of, epochs,
+                                  cfg.calibration_interval)
+        initial = [ArrayRecord(_store_model(stage.sharded_store, s))
+                   if s in strategy.impacted else model
+                   for s, model in enumerate(stage.sharded_models)]
+        return strategy, initial, strategy.num_rounds
+    if name == "FE":
+        if stage.baseline_store is None:
+            raise ValueError("FE needs the baseline federation's history")
+        strategy = FedEraser(stage.baseline_store, forget, stage.baseline.shards,
+                             stage.baseline.node_of, epochs, cfg.calibration_interval)
+        initial = [ArrayRecord(_store_model(stage.baseline_store, s))
+                   for s in range(len(stage.baseline.shards))]
+        return strategy, initial, strategy.num_rounds
+    if name in ("FR", "RR"):
+        cls = FedRetrain if name == "FR" else RapidRetrain
+        strategy = cls(forget, stage.baseline.shards, stage.baseline.node_of,
+                       cfg.clients_per_round, cfg.num_rounds, cfg.shard_strategy,
+                       cfg.seed, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr)
+        return strategy, [stage.initial] * len(stage.baseline.shards), cfg.num_rounds
+    raise ValueError(f"unknown framework {name!r}: SE, FR, FE or RR")
+
+
+def _store_model(store: HistoryStore, shard: int):
+    from flwr.app import Array
+
+    return {k: Array(v) for k, v in store.shard_model(shard, 0).items()}
+
+
+def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
+                   evaluate, already_forgotten: Sequence[int] = (),
+                   log_fn=print) -> dict[str, dict]:
+    """Run every configured framework on ``requests``; return per-framework results.
+
+    Sequential mode handles request k with forget set F_1 u ... u F_k (each
+    request alone, from the stored history); concurrent mode handles the union
+    once. Returns ``{name: {"models": [...], "summary": {...}}}``.
+    """
+    cfg = stage.cfg
+    forgotten = set(already_forgotten)
+    if cfg.request_mode == "concurrent":
+        batches = [sorted({p for r in requests for p in r})]
+    else:
+        batches = [list(r) for r in requests]
+    results: dict[str, dict] = {}
+    for name in cfg.framework_list:
+        forget = set(forgotten)
+        per_request, total = [], RunStats()
+        models: list[ArrayRecord] = []
+        for k, batch in enumerate(batches):
+            forget |= set(batch)
+            strategy, initial, rounds = build_framework(name, stage, forget)
+            models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
+                                  cfg.link_rate_mbps, cfg.round_timeout)
+            impacted = getattr(strategy, "impacted", list(range(strategy.num_shards)))
+            per_request.append({
+                "request": k, "clients": sorted(batch), "impacted_shards": impacted,
+                "compute_s": stats.compute_s, "wall_s": stats.wall_s,
+                "client_epochs": stats.client_epochs, "comm_time_s": stats.comm_time_s,
+                "shard_compute_s": stats.shard_compute_s,
+            })
+            _accumulate(total, stats)
+            log_fn(f"{name} request {k} (clients {sorted(batch)}): "
+                   f"{stats.compute_s:.1f} s compute, {stats.wall_s:.1f} s wall, "
+                   f"{stats.client_epochs:.1f} client-epochs")
+        metrics = evaluate(models)
+        store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
+        summary = {
+            "accuracy": metrics["accuracy"], "loss": metrics["loss"],
+            "shard_accuracy": metrics["shard_accuracy"],
+            "retrain_compute_s": total.compute_s, "retrain_wall_s": total.wall_s,
+            "client_epochs": total.client_epochs, "comm_time_s": total.comm_time_s,
+            "server_storage_bytes": store.total_bytes() if store else 0,
+            "requests": per_request,
+        }
+        if name == "SE":
+            summary["expected"] = _expected(cfg, per_request, len(stage.sharded.shards))
+        results[name] = {"models": models, "summary": summary,
+                         "contacted": total.contacted}
+    return results
+
+
+def _accumulate(total: RunStats, stats: RunStats) -> None:
+    for key, value in asdict(stats).items():
+        if isinstance(value, float | int) and key != "rounds":
+            setattr(total, key, getattr(total, key) + value)
+    total.contacted.extend(stats.contacted)
+
+
+def _expected(cfg: RunConfig, per_request: Sequence[Mapping], num_shards: int) -> dict:
+    """Measured SE totals beside the paper's expectations (Sec. 4.2)."""
+    costs = [c for r in per_request for c in r["shard_compute_s"].values()]
+    shard_cost = sum(costs) / len(costs) if costs else 0.0
+    k = cfg.num_requests if not cfg.forget_clients else 1
+    return {
+        "mode": cfg.request_mode, "num_requests": k,
+        "mean_shard_cost_s": shard_cost,
+        "measured_total_s": sum(sum(r["shard_compute_s"].values()) for r in per_request),
+        "expected_total_s": expected_cost(cfg.request_mode, k, num_shards, shard_cost),
+    }

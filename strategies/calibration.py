@@ -1,0 +1,106 @@
+"""The arithmetic of calibrated retraining (numpy in, numpy out).
+
+Models and updates are dicts of layer name -> float32 ndarray, with the same keys.
+
+- Preparation, paper eq. 2: W'^1 = W^0 + sum_m n_m U_m^1 / sum_m n_m over the
+  retained participants of round 1 (:func:`weighted_step`).
+- Calibration, paper eq. 3 (FedEraser's rule, Liu et al., IWQoS 2021, eq. 6):
+  per layer l, U~_m[l] = ||U_m[l]|| * U^_m[l] / ||U^_m[l]||: the new direction of
+  the retained client's retrained update U^ with the magnitude of its stored
+  update U of the same round (:func:`calibrate`); then
+  W'^g = W'^(g-1) + sum_m n_m U~_m / sum_m n_m (:func:`weighted_step`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+Arrays = Mapping[str, np.ndarray]
+
+
+def _check_keys(a: Arrays, b: Arrays, what: str) -> None:
+    if list(a) != list(b):
+        raise ValueError(f"{what}: layer names differ: {list(a)} vs {list(b)}")
+    for key in a:
+        if np.shape(a[key]) != np.shape(b[key]):
+            raise ValueError(f"{what}: layer {key!r} has shape {np.shape(a[key])} "
+                             f"vs {np.shape(b[key])}")
+
+
+def calibrate(stored: Arrays, retrained: Arrays) -> dict[str, np.ndarray]:
+    """Layer-wise calibration U~ = ||U|| * U^ / ||U^|| (Frobenius norm per layer).
+
+    Parameters
+    ----------
+    stored : Mapping[str, ndarray]
+        U, the client's update of this round from the original training.
+    retrained : Mapping[str, ndarray]
+        U^, the same client's update when retraining from the unlearned model.
+
+    Returns
+    -------
+    dict[str, ndarray]
+        float32, same keys and shapes. A layer whose U^ has zero norm (no
+        direction) gives a zero layer rather than NaN.
+
+    Raises
+    ------
+    ValueError
+        Different layer names or shapes.
+    """
+    _check_keys(stored, retrained, "calibrate")
+    out = {}
+    for key, new in retrained.items():
+        new = np.asarray(new, dtype=np.float64)
+        norm_new = float(np.linalg.norm(new))
+        norm_old = float(np.linalg.norm(np.asarray(stored[key], dtype=np.float64)))
+        if norm_new == 0.0 or not np.isfinite(norm_new):
+            out[key] = np.zeros(new.shape, dtype=np.float32)
+        else:
+            out[key] = (new * (norm_old / norm_new)).astype(np.float32)
+    return out
+
+
+def weighted_step(base: Arrays, updates: Sequence[Arrays], weights: Sequence[float]
+                  ) -> dict[str, np.ndarray]:
+    """W + sum_m w_m U_m / sum_m w_m (FedAvg of updates applied to ``base``).
+
+    Parameters
+    ----------
+    base : Mapping[str, ndarray]
+        The current model W.
+    updates : Sequence[Mapping[str, ndarray]]
+        One update per client, same layers as ``base``.
+    weights : Sequence[float]
+        Example counts n_m (> 0).
+
+    Returns
+    -------
+    dict[str, ndarray]
+        float32. With no updates, a copy of ``base`` (a skipped round).
+
+    Raises
+    ------
+    ValueError
+        Length mismatch, a non-positive weight, or mismatched layers.
+    """
+    if len(updates) != len(weights):
+        raise ValueError(f"{len(updates)} updates but {len(weights)} weights")
+    if any(not w > 0 for w in weights):
+        raise ValueError(f"weights must be positive example counts, got {list(weights)}")
+    total = float(sum(weights))
+    out = {k: np.asarray(v, dtype=np.float64).copy() for k, v in base.items()}
+    for update, weight in zip(updates, weights, strict=True):
+        _check_keys(base, update, "weighted_step")
+        for key in out:
+            out[key] += (weight / total) * np.asarray(update[key], dtype=np.float64)
+    return {k: v.astype(np.float32) for k, v in out.items()}
+
+
+def difference(model: Arrays, base: Arrays) -> dict[str, np.ndarray]:
+    """The update ``model - base`` per layer (float32)."""
+    _check_keys(base, model, "difference")
+    return {k: (np.asarray(model[k], np.float32) - np.asarray(base[k], np.float32))
+            for k in base}

@@ -1,0 +1,368 @@
+"""Unlearning strategies: Sharding Eraser, FedEraser, FedRetrain, RapidRetrain.
+
+Each is a Flower ``Strategy`` with the usual verbs, so it runs under
+``Strategy.start(grid, initial_arrays, num_rounds=strategy.num_rounds)`` or any
+round loop, and swaps for another in one line. All work on packed shard models
+(see :mod:`strategies.sharded`); the baselines are the one-shard case.
+
+- :class:`CalibratedRetraining`: FedEraser's calibrated retraining of one shard
+  from its stored history (paper eq. 2-3; Liu et al., IWQoS 2021, Alg. 1).
+- :class:`ShardingEraser` (SE): calibrated retraining of the impacted shards
+  only; the other shards are frozen, bit for bit (Lin et al., IJCAI 2024).
+- :class:`FedEraser` (FE): the same on one unsharded federation.
+- :class:`FedRetrain` (FR): train from scratch on the retained clients.
+- :class:`RapidRetrain` (RR): FR with Fisher-preconditioned local steps (the
+  client applies it; see ``client_app.train.fisher_preconditioner``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from strategies.calibration import calibrate, difference, weighted_step
+from strategies.factory import make_stock_strategy
+from strategies.sharded import ShardedStrategy
+
+UNLEARN_MESSAGE = "train.unlearn"
+
+
+class HistoryReader(Protocol):
+    """What calibrated retraining reads from a stored training history."""
+
+    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
+        """(partition id, example count) of the participants of round ``rnd``."""
+
+    def update(self, shard: int, rnd: int, partition_id: int) -> dict[str, np.ndarray]:
+        """The stored update U^rnd of a client."""
+
+    def rounds(self, shard: int) -> list[int]:
+        """Stored rounds (>= 1), ascending."""
+
+
+def _numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
+    return {k: np.array(v.numpy()) for k, v in arrays.items()}
+
+
+def _from_dict(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
+    """Stored rounds used by calibrated retraining: 1, 1 + dt, 1 + 2 dt, ...
+
+    FedEraser calibrates every ``interval`` (dt) rounds; round 1 is the
+    preparation round (eq. 2). Raises ValueError for ``interval < 1``.
+    """
+    if interval < 1:
+        raise ValueError(f"calibration-interval = {interval} is not allowed: >= 1")
+    return [r for r in rounds if (r - 1) % interval == 0]
+
+
+class CalibratedRetraining(Strategy):
+    """Calibrated retraining of one shard from its stored history (FedEraser).
+
+    Server round k replays stored round ``plan[k - 1]``:
+
+    - k = 1, preparation (eq. 2): W'^1 = W^0 + sum n_m U_m^1 / sum n_m over the
+      retained participants of stored round 1; no client is contacted.
+    - k > 1, calibration (eq. 3): the retained participants of stored round
+      g = plan[k - 1] train ``retrain_epochs`` (L / r) local epochs from W'^(k-1)
+      (``train.unlearn`` messages); each new update U^ is calibrated per layer
+      with the magnitude of the same client's stored U^g; FedAvg weights n_m.
+
+    A round with no retained participant is skipped (the model is kept). The
+    forgotten clients' updates are never read and they are never messaged.
+
+    Parameters
+    ----------
+    history : HistoryReader
+        The shard's stored history.
+    shard : int
+        Which shard of ``history``.
+    forget : Iterable[int]
+        Partition ids to forget (all requests so far: forgetting is cumulative).
+    node_of : Mapping[int, int]
+        partition id -> Flower node id.
+    retrain_epochs : float
+        Local epochs of a retraining step, L / r.
+    calibration_interval : int
+        dt of FedEraser (1 = every stored round).
+
+    Raises
+    ------
+    ValueError
+        ``retrain_epochs <= 0`` or ``calibration_interval < 1``.
+    """
+
+    def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
+                 node_of: Mapping[int, int], retrain_epochs: float,
+                 calibration_interval: int = 1) -> None:
+        if not retrain_epochs > 0:
+            raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
+        self.history = history
+        self.shard = shard
+        self.forget = frozenset(forget)
+        self.node_of = dict(node_of)
+        self.retrain_epochs = float(retrain_epochs)
+        self.plan = calibration_plan(history.rounds(shard), calibration_interval)
+        self.skipped_rounds: list[int] = []
+        self.server_seconds = 0.0
+        self._base: dict[str, np.ndarray] | None = None
+        self._expected: dict[int, tuple[int, int]] = {}
+
+    @property
+    def num_rounds(self) -> int:
+        """Server rounds needed: one per planned stored round."""
+        return len(self.plan)
+
+    def retained(self, rnd: int) -> list[tuple[int, int]]:
+        """(partition id, n) of stored round ``rnd``'s participants not forgotten."""
+        return [(p, n) for p, n in self.history.participants(self.shard, rnd)
+                if p not in self.forget]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord,
+                        config: ConfigRecord, grid: Grid) -> list[Message]:
+        """Ask the retained participants of the planned round to retrain."""
+        self._base = _numpy(arrays)
+        self._expected = {}
+        if server_round == 1 or server_round > len(self.plan):
+            return []
+        rnd = self.plan[server_round - 1]
+        retained = self.retained(rnd)
+        if not retained:
+            self.skipped_rounds.append(rnd)
+            return []
+        config = ConfigRecord(dict(config))
+        config["local-epochs"] = self.retrain_epochs
+        config["server-round"] = server_round
+        config["history-round"] = rnd
+        content = RecordDict({"arrays": arrays, "config": config})
+        messages = []
+        for pid, n in retained:
+            node = self.node_of[pid]
+            self._expected[node] = (pid, n)
+            messages.append(Message(content, dst_node_id=node,
+                                    message_type=UNLEARN_MESSAGE))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Preparation (round 1) or calibration of the replies (later rounds)."""
+        if self._base is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        t0 = time.perf_counter()
+        try:
+            if server_round > len(self.plan):
+                return None, None
+            rnd = self.plan[server_round - 1]
+            if server_round == 1:
+                retained = self.retained(rnd)
+                if not retained:
+                    self.skipped_rounds.append(rnd)
+                    return None, None
+                updates = [self.history.update(self.shard, rnd, p) for p, _ in retained]
+                new = weighted_step(self._base, updates, [n for _, n in retained])
+                return _from_dict(new), MetricRecord({"clients": len(retained)})
+            calibrated, weights = [], []
+            for reply in replies:
+                if reply.has_error() or reply.metadata.src_node_id not in self._expected:
+                    continue
+                pid, n = self._expected[reply.metadata.src_node_id]
+                fresh = difference(_numpy(reply.content["arrays"]), self._base)
+                stored = self.history.update(self.shard, rnd, pid)
+                calibrated.append(calibrate(stored, fresh))
+                weights.append(n)
+            if not calibrated:
+                return None, None
+            new = weighted_step(self._base, calibrated, weights)
+            return _from_dict(new), MetricRecord({"clients": len(calibrated)})
+        finally:
+            self.server_seconds += time.perf_counter() - t0
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        """No federated evaluation while unlearning."""
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        """No federated evaluation while unlearning."""
+        return None
+
+    def summary(self) -> None:
+        """Nothing to log beyond the plan."""
+
+
+class FrozenShard(Strategy):
+    """A shard untouched by unlearning: sends nothing, keeps its model."""
+
+    num_rounds = 0
+
+    def configure_train(self, server_round, arrays, config, grid):
+        """No messages."""
+        return []
+
+    def aggregate_train(self, server_round, replies):
+        """Keep the model (``None``)."""
+        return None, None
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        """No messages."""
+        return []
+
+    def aggregate_evaluate(self, server_round, replies):
+        """Nothing."""
+        return None
+
+    def summary(self) -> None:
+        """Nothing to log."""
+
+
+class ShardingEraser(ShardedStrategy):
+    """SE: calibrated retraining of the impacted shards only.
+
+    Parameters
+    ----------
+    history : HistoryReader
+        The sharded history (shard s's rounds under shard index s).
+    forget : Iterable[int]
+        Partition ids to forget (cumulative over requests).
+    shards : Sequence[Sequence[int]]
+        Partition ids of each shard.
+    node_of : Mapping[int, int]
+        partition id -> node id.
+    retrain_epochs : float
+        L / r.
+    calibration_interval : int
+        FedEraser's dt.
+
+    Raises
+    ------
+    ValueError
+        A forgotten id in no shard, or a shard that would lose every client.
+    """
+
+    def __init__(self, history: HistoryReader, forget: Iterable[int],
+                 shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
+                 retrain_epochs: float, calibration_interval: int = 1) -> None:
+        forget = frozenset(forget)
+        shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
+        unknown = sorted(forget - set(shard_of))
+        if unknown:
+            raise ValueError(f"cannot forget partition ids {unknown}: in no shard")
+        for s, pids in enumerate(shards):
+            if set(pids) <= forget:
+                raise ValueError(f"forgetting {sorted(forget)} would empty shard {s}")
+        self.impacted = sorted({shard_of[p] for p in forget})
+        subs: list[Strategy] = [
+            CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
+                                 calibration_interval)
+            if s in self.impacted else FrozenShard()
+            for s in range(len(shards))
+        ]
+        super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],
+                         seed=None)
+
+    @property
+    def num_rounds(self) -> int:
+        """Server rounds: the longest plan of an impacted shard."""
+        return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
+                   default=0)
+
+    @property
+    def server_seconds(self) -> float:
+        """Server compute seconds spent in calibration and preparation."""
+        return sum(getattr(s, "server_seconds", 0.0) for s in self.shard_strategies)
+
+
+class FedEraser(ShardingEraser):
+    """FE: calibrated retraining of one unsharded federation (Liu et al., 2021).
+
+    Same parameters as :class:`ShardingEraser`, with ``shards`` a single list of
+    every client; ``history`` is the unsharded federation's own store.
+    """
+
+
+class FedRetrain(ShardedStrategy):
+    """FR: retrain from scratch on the retained clients, G rounds of L epochs.
+
+    One stock ``base_strategy`` per shard, over the retained clients only, so
+    the result equals a learning run whose client set excludes the forgotten
+    ones (same seed, same sampling).
+
+    Parameters
+    ----------
+    forget : Iterable[int]
+        Partition ids to forget.
+    shards : Sequence[Sequence[int]]
+        Partition ids of each shard (one list for the unsharded federation).
+    node_of : Mapping[int, int]
+        partition id -> node id.
+    clients_per_round : int
+        Clients sampled per round in all shards together.
+    num_rounds : int
+        G.
+    base_strategy : str
+        A ``flwr.serverapp.strategy`` name (default FedAvg).
+    seed : int
+        Sampling seed (as in learning).
+
+    Raises
+    ------
+    ValueError
+        A shard left with fewer retained clients than it samples per round.
+    """
+
+    def __init__(self, forget: Iterable[int], shards: Sequence[Sequence[int]],
+                 node_of: Mapping[int, int], clients_per_round: int, num_rounds: int,
+                 base_strategy: str = "FedAvg", seed: int = 0,
+                 **strategy_kwargs: float) -> None:
+        forget = frozenset(forget)
+        retained = [[p for p in pids if p not in forget] for pids in shards]
+        per_round = clients_per_round // len(shards)
+        for s, pids in enumerate(retained):
+            if len(pids) < per_round:
+                raise ValueError(
+                    f"shard {s} keeps {len(pids)} clients after forgetting, fewer "
+                    f"than the {per_round} it samples per round")
+        subs = [make_stock_strategy(base_strategy, per_round, len(pids),
+                                    **strategy_kwargs) for pids in retained]
+        super().__init__(subs, [[node_of[p] for p in pids] for pids in retained],
+                         seed=seed)
+        self.num_rounds = num_rounds
+
+
+class RapidRetrain(FedRetrain):
+    """RR: FedRetrain with Fisher-preconditioned local SGD on the clients.
+
+    Source: Liu et al., "The Right to be Forgotten in Federated Learning: An
+    Efficient Realization with Rapid Retraining", INFOCOM 2022 (diagonal
+    empirical Fisher information matrix).
+
+    Each training message carries ``precondition = "fisher"``,
+    ``fisher-samples`` and ``fisher-damping``; the client estimates
+    F = mean_i g_i * g_i over ``fisher-samples`` per-sample gradients at the
+    start of its local training and steps with
+    w <- w - lr * g / (F + lambda), lambda = damping * mean(F) per layer, the
+    preconditioner rescaled to unit mean per layer (see
+    ``client_app.train.fisher_preconditioner``).
+    """
+
+    def __init__(self, *args, fisher_samples: int = 64, fisher_damping: float = 0.1,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fisher_samples = fisher_samples
+        self.fisher_damping = fisher_damping
+
+    def configure_train(self, server_round, arrays, config, grid):
+        """FedRetrain's messages, asking for Fisher preconditioning."""
+        config = ConfigRecord(dict(config))
+        config["precondition"] = "fisher"
+        config["fisher-samples"] = self.fisher_samples
+        config["fisher-damping"] = self.fisher_damping
+        return super().configure_train(server_round, arrays, config, grid)
