@@ -417,9 +417,9 @@ def _load_cifar_jpeg(tar_path: Path) -> tuple[torch.Tensor, ...]:
 
 
 def _load_images(dataset: str, folder: Path) -> TaskData:
-    import torchvision
-
     if dataset in ("mnist", "fmnist"):
+        import torchvision
+
         cls = torchvision.datasets.MNIST if dataset == "mnist" else \
             torchvision.datasets.FashionMNIST
         train = cls(str(folder), train=True, download=False)
@@ -431,6 +431,8 @@ def _load_images(dataset: str, folder: Path) -> TaskData:
             test_y=test.targets.to(torch.int64),
             num_classes=10, source=str(Path(train.raw_folder)), kind="image")
     if (folder / _CIFAR_PICKLES / "data_batch_1").is_file():
+        import torchvision
+
         train = torchvision.datasets.CIFAR10(str(folder), train=True, download=False)
         test = torchvision.datasets.CIFAR10(str(folder), train=False, download=False)
 
