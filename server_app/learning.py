@@ -13,19 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from server_app.federation import Federation
 from server_app.history import HistoryStore
-from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
-
-
-def to_numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
-    """ArrayRecord -> dict of layer name -> ndarray (copies)."""
-    return {k: np.array(v.numpy()) for k, v in arrays.items()}
+from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
 
 
 @dataclass

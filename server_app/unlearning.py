@@ -24,7 +24,7 @@ from server_app.config import RunConfig
 from server_app.federation import Federation
 from server_app.history import HistoryStore
 from server_app.requests import expected_cost
-from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
+from strategies.sharded import ShardedStrategy, pack_shards, to_record, unpack_shards
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
 
 BASE_DELAY_S = 0.1
@@ -144,7 +144,7 @@ def build_framework(name: str, stage: Stage, forget: set[int]
         strategy = ShardingEraser(stage.sharded_store, forget, stage.sharded.shards,
                                   stage.sharded.node_of, epochs,
                                   cfg.calibration_interval)
-        initial = [ArrayRecord(_store_model(stage.sharded_store, s))
+        initial = [to_record(stage.sharded_store.shard_model(s, 0))
                    if s in strategy.impacted else model
                    for s, model in enumerate(stage.sharded_models)]
         return strategy, initial, strategy.num_rounds
@@ -153,7 +153,7 @@ def build_framework(name: str, stage: Stage, forget: set[int]
             raise ValueError("FE needs the baseline federation's history")
         strategy = FedEraser(stage.baseline_store, forget, stage.baseline.shards,
                              stage.baseline.node_of, epochs, cfg.calibration_interval)
-        initial = [ArrayRecord(_store_model(stage.baseline_store, s))
+        initial = [to_record(stage.baseline_store.shard_model(s, 0))
                    for s in range(len(stage.baseline.shards))]
         return strategy, initial, strategy.num_rounds
     if name in ("FR", "RR"):
@@ -163,12 +163,6 @@ def build_framework(name: str, stage: Stage, forget: set[int]
                        cfg.seed, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr)
         return strategy, [stage.initial] * len(stage.baseline.shards), cfg.num_rounds
     raise ValueError(f"unknown framework {name!r}: SE, FR, FE or RR")
-
-
-def _store_model(store: HistoryStore, shard: int):
-    from flwr.app import Array
-
-    return {k: Array(v) for k, v in store.shard_model(shard, 0).items()}
 
 
 def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],

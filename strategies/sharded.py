@@ -19,10 +19,11 @@ Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
@@ -35,6 +36,16 @@ class IsolationError(RuntimeError):
 def shard_prefix(shard: int) -> str:
     """Key prefix of shard ``shard``'s arrays in a packed ArrayRecord."""
     return f"shard{shard}/"
+
+
+def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """Dict of layer name -> ndarray  ->  ArrayRecord (keeps key order)."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """ArrayRecord -> dict of layer name -> ndarray (copies, key order kept)."""
+    return {k: np.array(v.numpy()) for k, v in record.items()}
 
 
 def pack_shards(shard_arrays: Sequence[ArrayRecord]) -> ArrayRecord:

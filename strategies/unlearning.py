@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from strategies.calibration import calibrate, difference, weighted_step
 from strategies.factory import make_stock_strategy
-from strategies.sharded import ShardedStrategy
+from strategies.sharded import ShardedStrategy, to_numpy, to_record
 
 UNLEARN_MESSAGE = "train.unlearn"
 
@@ -44,14 +44,6 @@ class HistoryReader(Protocol):
 
     def rounds(self, shard: int) -> list[int]:
         """Stored rounds (>= 1), ascending."""
-
-
-def _numpy(arrays: ArrayRecord) -> dict[str, np.ndarray]:
-    return {k: np.array(v.numpy()) for k, v in arrays.items()}
-
-
-def _from_dict(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
 
 
 def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
@@ -130,7 +122,7 @@ class CalibratedRetraining(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord,
                         config: ConfigRecord, grid: Grid) -> list[Message]:
         """Ask the retained participants of the planned round to retrain."""
-        self._base = _numpy(arrays)
+        self._base = to_numpy(arrays)
         self._expected = {}
         if server_round == 1 or server_round > len(self.plan):
             return []
@@ -169,20 +161,20 @@ class CalibratedRetraining(Strategy):
                     return None, None
                 updates = [self.history.update(self.shard, rnd, p) for p, _ in retained]
                 new = weighted_step(self._base, updates, [n for _, n in retained])
-                return _from_dict(new), MetricRecord({"clients": len(retained)})
+                return to_record(new), MetricRecord({"clients": len(retained)})
             calibrated, weights = [], []
             for reply in replies:
                 if reply.has_error() or reply.metadata.src_node_id not in self._expected:
                     continue
                 pid, n = self._expected[reply.metadata.src_node_id]
-                fresh = difference(_numpy(reply.content["arrays"]), self._base)
+                fresh = difference(to_numpy(reply.content["arrays"]), self._base)
                 stored = self.history.update(self.shard, rnd, pid)
                 calibrated.append(calibrate(stored, fresh))
                 weights.append(n)
             if not calibrated:
                 return None, None
             new = weighted_step(self._base, calibrated, weights)
-            return _from_dict(new), MetricRecord({"clients": len(calibrated)})
+            return to_record(new), MetricRecord({"clients": len(calibrated)})
         finally:
             self.server_seconds += time.perf_counter() - t0
 

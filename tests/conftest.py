@@ -98,3 +98,31 @@ def shared_data() -> Path:
     if not (root / "MNIST" / "raw").is_dir():
         pytest.skip(f"no offline datasets at {root}")
     return root
+
+
+TINY = {
+    "dataset": "mnist", "num-clients": 8, "num-shards": 2, "clients-per-round": 4,
+    "num-rounds": 2, "local-epochs": 1, "client-samples": 64, "test-samples": 500,
+    "batch-size": 16,
+}
+
+
+@pytest.fixture
+def run_server(tmp_path, make_grid, shared_data):
+    """Factory: run the real ServerApp in-process on an InProcessGrid.
+
+    ``run_server(overrides) -> (summary dict, grid)``; results go to tmp_path.
+    """
+    import json
+
+    from server_app.app import main
+
+    def run(overrides: dict | None = None, run_name: str = "t"):
+        config = {**TINY, "results-dir": str(tmp_path), "run-name": run_name,
+                  "data-dir": str(shared_data), **(overrides or {})}
+        grid = make_grid(int(config["num-clients"]), config)
+        main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                           run_config=config))
+        return json.loads((tmp_path / run_name / "summary.json").read_text()), grid
+
+    return run

@@ -1,0 +1,55 @@
+import pytest
+
+from server_app.config import ConfigError, RunConfig
+
+
+def test_defaults_are_valid_and_match_pyproject():
+    from pathlib import Path
+
+    import tomllib
+
+    defaults = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["flwr"]["app"][
+        "config"]
+    cfg = RunConfig.from_run_config(defaults)
+    assert cfg == RunConfig()  # the dataclass defaults are the pyproject defaults
+    assert cfg.as_dict() == defaults
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("dataset", "imagenet", "mnist, fmnist, cifar10"),
+    ("partition", "dirichlet", "iid, noniid"),
+    ("num-shards", 101, "at most num-clients"),
+    ("clients-per-round", 22, "multiple of num-shards"),
+    ("clients-per-round", 104, "at most 100"),
+    ("local-epochs", 0, "positive integer"),
+    ("num-rounds", -1, "positive integer"),
+    ("lr", 0.0, "positive number"),
+    ("lr", "fast", "a number"),
+    ("num-clients", 2.5, "an integer"),
+    ("shard-strategy", "FedFoo", "FedAvg"),
+    ("frameworks", "SE,XY", "comma-separated list"),
+    ("retrain-ratio", 0, "positive number"),
+    ("retrain-ratio", -2.0, "positive number"),
+    ("request-mode", "parallel", "sequential, concurrent"),
+    ("request-distribution", "random", "even, adapt"),
+    ("forget-clients", "3;4", "comma-separated partition ids"),
+    ("run-name", "../escape", "plain folder name"),
+])
+def test_bad_values_name_key_value_and_allowed(key, value, words):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_run_config({key: value})
+    message = str(err.value)
+    assert f"'{key}'" in message and repr(value) in message and words in message
+
+
+def test_lists_parse():
+    cfg = RunConfig.from_run_config({"frameworks": "se, fr", "forget-clients": "3,17"})
+    assert cfg.framework_list == ["SE", "FR"]
+    assert cfg.forget_client_list == [3, 17]
+    assert RunConfig.from_run_config({"frameworks": "none"}).framework_list == []
+
+
+def test_relative_results_dir_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig.from_run_config({"results-dir": "out"})
+    assert cfg.resolved_results_dir() == tmp_path / "out"

@@ -1,0 +1,131 @@
+"""SE / FE / FR / RR through the real ServerApp and ClientApp on an in-process grid."""
+
+import numpy as np
+import pytest
+
+from server_app.history import HistoryStore
+from server_app.requests import RequestError
+from strategies.sharded import to_record
+from strategies.unlearning import CalibratedRetraining, ShardingEraser
+
+
+def load_models(path):
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def test_se_isolation_and_all_frameworks(run_server, tmp_path):
+    summary, grid = run_server({"forget-clients": "3", "num-rounds": 2})
+    shards = summary["shards"]
+    impacted = next(s for s, pids in enumerate(shards) if 3 in pids)
+    assert summary["unlearning"]["requests"] == [[3]]
+    frameworks = summary["frameworks"]
+    assert set(frameworks) == {"SE", "FR", "FE", "RR"}
+    for name, result in frameworks.items():
+        for key in ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s",
+                    "client_epochs", "comm_time_s", "server_storage_bytes"):
+            assert np.isfinite(result[key]), (name, key)
+    # SE touches one shard of two: about half FE's client-epochs or less
+    assert frameworks["SE"]["client_epochs"] < frameworks["FE"]["client_epochs"]
+    assert frameworks["FE"]["client_epochs"] < frameworks["FR"]["client_epochs"]
+    # unimpacted shards are bit-identical to the learned ones
+    run = tmp_path / "t"
+    se = load_models(run / "models" / "SE.npz")
+    learned = HistoryStore.open(run / "history" / "sharded")
+    last = max(learned.rounds(0))
+    for s in range(len(shards)):
+        stored = learned.shard_model(s, last)
+        same = all(se[f"shard{s}/{k}"].tobytes() == v.tobytes() for k, v in stored.items())
+        assert same == (s != impacted)
+    # no unlearning message ever reached the forgotten client
+    node3 = 1003
+    unlearn_dsts = [dst for dst, kind in grid.sent if kind == "train.unlearn"]
+    assert unlearn_dsts and node3 not in unlearn_dsts
+
+
+class RecordingHistory:
+    """Wraps a store and records which clients' updates were read."""
+
+    def __init__(self, store):
+        self.store, self.read = store, []
+
+    def participants(self, shard, rnd):
+        return self.store.participants(shard, rnd)
+
+    def rounds(self, shard):
+        return self.store.rounds(shard)
+
+    def update(self, shard, rnd, pid):
+        self.read.append(pid)
+        return self.store.update(shard, rnd, pid)
+
+
+def test_se_never_reads_forgotten_updates(run_server, tmp_path):
+    from flwr.app import ConfigRecord
+
+    from server_app.unlearning import drive
+
+    summary, grid = run_server({"frameworks": "none", "num-rounds": 3})
+    store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
+    shards = summary["shards"]
+    # forget a client that took part in the stored rounds
+    forget = store.participants(0, 1)[0][0]
+    history = RecordingHistory(store)
+    node_of = {p: 1000 + p for p in range(8)}
+    strategy = ShardingEraser(history, {forget}, shards, node_of, retrain_epochs=0.5)
+    assert strategy.impacted == [0]
+    initial = [to_record(store.shard_model(s, 0)) for s in range(2)]
+    config = ConfigRecord({"lr": 0.05, "batch-size": 16, "momentum": 0.0, "seed": 0})
+    sent_before = len(grid.sent)
+    models, stats = drive(grid, strategy, initial, strategy.num_rounds, config, 100.0)
+    assert history.read and forget not in history.read
+    assert set(history.read) <= set(shards[0])
+    contacted = [dst for dst, _ in grid.sent[sent_before:]]
+    assert 1000 + forget not in contacted
+    assert {dst - 1000 for dst in contacted} <= set(shards[0])
+    assert all(np.isfinite(v.numpy()).all() for m in models for v in m.values())
+
+
+def test_round_without_retained_participants_is_skipped(run_server, tmp_path):
+    summary, _ = run_server({"frameworks": "none", "num-rounds": 2})
+    store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
+    everyone_in_round_2 = [p for p, _ in store.participants(0, 2)]
+    strategy = CalibratedRetraining(store, 0, everyone_in_round_2, {}, 1.0)
+    from flwr.app import ConfigRecord
+
+    w = to_record(store.shard_model(0, 0))
+    assert strategy.configure_train(2, w, ConfigRecord(), None) == []
+    assert strategy.aggregate_train(2, []) == (None, None)
+    assert strategy.skipped_rounds == [2]
+
+
+def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
+    from conftest import TINY
+
+    from server_app.app import initial_model, sharded_strategy, train_config
+    from server_app.config import RunConfig
+    from server_app.federation import Federation
+    from server_app.learning import run_learning
+
+    summary, grid = run_server({"frameworks": "FR", "forget-clients": "5"})
+    fr = load_models(tmp_path / "t" / "models" / "FR.npz")
+    # a fresh learning run whose client set excludes client 5, same seed
+    cfg = RunConfig.from_run_config(TINY)
+    retained = [p for p in range(8) if p != 5]
+    federation = Federation({p: 1000 + p for p in retained}, [retained])
+    store = HistoryStore.create(tmp_path / "fresh", federation.shard_of)
+    fresh = run_learning(grid, sharded_strategy(cfg, federation), federation,
+                         [initial_model(cfg, 10)], cfg.num_rounds,
+                         train_config(cfg, summary["data_dir"]), store)
+    for key, value in fresh.models[0].items():
+        assert fr[f"shard0/{key}"].tobytes() == value.numpy().tobytes(), key
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"forget-clients": "42"}, "unknown partition id"),
+    ({"forget-clients": "3,3"}, "twice"),
+])
+def test_bad_requests_fail_before_any_work(run_server, tmp_path, overrides, words):
+    with pytest.raises(RequestError, match=words):
+        run_server(overrides)
+    assert not (tmp_path / "t").exists()
