@@ -1,0 +1,217 @@
+"""Lagrange (Reed-Solomon) encoding of data blocks over GF(2**31 - 1).
+
+Following Lagrange Coded Computing (Yu, Li, Raviv, Kalan, Soltanolkotabi and
+Avestimehr, "Lagrange Coded Computing: Optimal Design for Resiliency,
+Security and Privacy", AISTATS 2019) as used for coded sharding by Lin et al.,
+"Scalable Federated Unlearning via Isolated and Coded Sharding" (IJCAI 2024):
+the ``k`` data blocks ``X_1..X_k`` sit at distinct points ``omega_1..omega_k``
+of the Lagrange polynomial
+
+    u(z) = sum_s X_s prod_{j != s} (z - omega_j) / (omega_s - omega_j),
+
+of degree ``k - 1``, and client ``i`` stores the coded slice ``u(alpha_i)``.
+The slices form codewords (one per column) of an MDS code of length ``n`` and
+dimension ``k``: any ``k`` of them determine the data, and ``n`` of them
+correct up to ``floor((n - k) / 2)`` wrong ones (see :mod:`coding.decode`).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+from .field import PRIME, as_field_array, gf
+
+__all__ = ["evaluation_points", "encoding_matrix", "lagrange_matrix", "encode"]
+
+
+def evaluation_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Default evaluation points: ``omegas = 1..k`` and ``alphas = k+1..k+n``.
+
+    Parameters
+    ----------
+    k : int
+        Number of data blocks (``>= 1``).
+    n : int
+        Number of coded slices (``>= 1``).
+
+    Returns
+    -------
+    omegas : numpy.ndarray of int64, shape (k,)
+        Points of the data blocks, ``[1, 2, ..., k]``.
+    alphas : numpy.ndarray of int64, shape (n,)
+        Points of the coded slices, ``[k + 1, ..., k + n]``, disjoint from
+        ``omegas``.
+
+    Raises
+    ------
+    ValueError
+        If ``k < 1``, ``n < 1`` or ``k + n >= p``.
+    """
+    k = operator.index(k)
+    n = operator.index(n)
+    if k < 1 or n < 1:
+        raise ValueError(f"need k >= 1 and n >= 1, got k={k}, n={n}")
+    if k + n >= PRIME:
+        raise ValueError(f"k + n = {k + n} points do not fit in GF({PRIME}) without 0")
+    return np.arange(1, k + 1, dtype=np.int64), np.arange(k + 1, k + n + 1, dtype=np.int64)
+
+
+def _points(a: Any, name: str) -> np.ndarray:
+    pts = as_field_array(a, name, ndim=1)
+    if pts.size == 0:
+        raise ValueError(f"{name} must hold at least one point")
+    if np.unique(pts).size != pts.size:
+        vals, counts = np.unique(pts, return_counts=True)
+        raise ValueError(
+            f"{name} must be distinct; repeated: {vals[counts > 1][:10].tolist()}"
+        )
+    return pts
+
+
+def _check_disjoint(omegas: np.ndarray, alphas: np.ndarray) -> None:
+    common = np.intersect1d(omegas, alphas)
+    if common.size:
+        raise ValueError(
+            "slice points alphas must be disjoint from block points omegas; "
+            f"shared: {common[:10].tolist()}"
+        )
+
+
+def lagrange_matrix(src: Any, dst: Any) -> np.ndarray:
+    """Lagrange matrix: values of a degree ``< len(src)`` polynomial at src -> at dst.
+
+    ``L[i, s] = prod_{j != s} (dst_i - src_j) / (src_s - src_j)`` over GF(p),
+    computed with galois (``galois.GF(2**31 - 1)``); meant for small matrices.
+    :func:`encoding_matrix` is ``lagrange_matrix(omegas, alphas)`` and erasure
+    decoding uses ``lagrange_matrix(alphas_used, omegas)``.
+
+    Parameters
+    ----------
+    src : array_like of int, shape (k,)
+        Distinct interpolation points in ``[0, p)``.
+    dst : array_like of int, shape (n,)
+        Evaluation points in ``[0, p)`` (may coincide with ``src``).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, k), elements in ``[0, p)``
+
+    Raises
+    ------
+    ValueError
+        If ``src`` has repeated points, or points lie outside ``[0, p)``.
+    """
+    src = _points(src, "src")
+    dst = as_field_array(dst, "dst", ndim=1)
+    field = gf()
+    k = src.size
+    s_f = field(src)
+    diff = field(dst)[:, None] - s_f[None, :]  # (n, k): dst_i - src_j
+    cross = s_f[:, None] - s_f[None, :]  # (k, k): src_s - src_j
+    cross[np.arange(k), np.arange(k)] = 1
+    denom = np.multiply.reduce(cross, axis=1)  # (k,)
+    out = field.Zeros((dst.size, k))
+    for s in range(k):
+        others = np.arange(k) != s
+        if k > 1:
+            num = np.multiply.reduce(diff[:, others], axis=1)
+        else:
+            num = field.Ones(dst.size)
+        out[:, s] = num / denom[s]
+    return np.asarray(out.view(np.ndarray), dtype=np.int64)
+
+
+def encoding_matrix(omegas: Any, alphas: Any) -> np.ndarray:
+    """Generator matrix ``G`` of the Lagrange code: slices = ``G @ blocks`` (mod p).
+
+    ``G[i, s] = prod_{j != s} (alpha_i - omega_j) / (omega_s - omega_j)`` over
+    GF(2**31 - 1), the Lagrange basis polynomial of ``omega_s`` evaluated at
+    ``alpha_i`` (Yu et al., AISTATS 2019).  Built with galois (small matrices).
+
+    Parameters
+    ----------
+    omegas : array_like of int, shape (k,)
+        Distinct block points in ``[0, p)``.
+    alphas : array_like of int, shape (n,)
+        Distinct slice points in ``[0, p)``, disjoint from ``omegas``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, k), elements in ``[0, p)``
+
+    Raises
+    ------
+    ValueError
+        On repeated points, points outside ``[0, p)``, or an ``alpha`` equal
+        to an ``omega``.
+    """
+    om = _points(omegas, "omegas")
+    al = _points(alphas, "alphas")
+    _check_disjoint(om, al)
+    return lagrange_matrix(om, al)
+
+
+def encode(
+    blocks: Any, omegas: Any, alphas: Any, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Encode ``k`` data blocks into ``n`` Lagrange-coded slices over GF(p).
+
+    Slice ``i`` is ``u(alpha_i) = sum_s G[i, s] * blocks[s]`` (mod p) with
+    ``G = encoding_matrix(omegas, alphas)``.  The ``O(n k d)`` product runs in
+    a parallel numba kernel with Mersenne reduction, in column chunks, so the
+    only memory of size ``d`` is the output.
+
+    Parameters
+    ----------
+    blocks : array_like of int, shape (k, d)
+        Data blocks as GF(p) elements in ``[0, p)`` (for example the output of
+        :func:`coding.quantize`), int64 preferred (other integer dtypes are
+        converted).
+    omegas : array_like of int, shape (k,)
+        Distinct block points, e.g. from :func:`evaluation_points`.
+    alphas : array_like of int, shape (n,)
+        Distinct slice points, disjoint from ``omegas``.
+    out : numpy.ndarray of int64, shape (n, d), optional
+        C-contiguous, writeable buffer to write the slices into (reusing a
+        buffer avoids first-touch page faults of a fresh ``n * d * 8`` byte
+        allocation); must not overlap ``blocks``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n, d)
+        Coded slices, elements in ``[0, p)`` (``out`` when given).
+
+    Raises
+    ------
+    ValueError
+        If shapes disagree, points are invalid (see :func:`encoding_matrix`),
+        an element lies outside ``[0, p)``, or ``out`` is unsuitable.
+    TypeError
+        If ``blocks`` is not an integer array.
+    """
+    x = as_field_array(blocks, "blocks", ndim=2)
+    gen = encoding_matrix(omegas, alphas)
+    n, k = gen.shape
+    if x.shape[0] != k:
+        raise ValueError(f"blocks has {x.shape[0]} rows but there are {k} omegas")
+    if out is None:
+        out = np.empty((n, x.shape[1]), dtype=np.int64)
+    elif not (
+        isinstance(out, np.ndarray)
+        and out.dtype == np.int64
+        and out.shape == (n, x.shape[1])
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    ):
+        raise ValueError(
+            f"out must be a writeable C-contiguous int64 array of shape {(n, x.shape[1])}"
+        )
+    elif np.may_share_memory(out, x):
+        raise ValueError("out must not overlap blocks")
+    rows = np.arange(k, dtype=np.int64)
+    _kernels.combine(gen, x, rows, out, _kernels.chunk_columns(k))
+    return out
