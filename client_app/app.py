@@ -81,8 +81,8 @@ def _train(message: Message, context: Context, phase: str) -> Message:
     transform, t0 = None, time.perf_counter()
     if config.get("precondition", "") == "fisher":  # RapidRetrain
         transform = fisher_preconditioner(
-            model, x, y, samples=int(config.get("fisher-samples", 64)),
-            damping=float(config.get("fisher-damping", 0.1)), seed=seed)
+            model, x, y, samples=int(config.get("fisher-samples", 32)),
+            damping=float(config.get("fisher-damping", 1.0)), seed=seed)
     fisher_seconds = time.perf_counter() - t0
     result = local_train(
         model, x, y,

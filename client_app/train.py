@@ -164,8 +164,8 @@ def fisher_preconditioner(
     x: torch.Tensor,
     y: torch.Tensor,
     *,
-    samples: int = 64,
-    damping: float = 0.1,
+    samples: int = 32,
+    damping: float = 1.0,
     seed: int = 0,
 ) -> Callable[[list[torch.Tensor]], None]:
     """RapidRetrain's diagonal empirical-Fisher preconditioner for local SGD.
@@ -175,8 +175,10 @@ def fisher_preconditioner(
     w <- w - lr * (F + lambda I)^-1 g with F the diagonal empirical Fisher
     information. Here F[l] = mean_i g_i[l]^2 over ``samples`` per-sample
     gradients (seeded subset) of layer l at the start of local training,
-    lambda[l] = damping * mean(F[l]), and the preconditioner 1 / (F + lambda) is
-    rescaled to mean 1 per layer so ``lr`` keeps its meaning (our choice; the
+    lambda[l] = damping * mean(F[l]), and the gradient is scaled elementwise by
+    P = (mean(F[l]) + lambda[l]) / (F + lambda[l]): 1 where the curvature is
+    average, larger along flat directions, smaller along steep ones; with
+    damping 1, P lies in (0, 2] so ``lr`` keeps its meaning (our choice; the
     paper tunes the step size instead).
 
     Parameters
@@ -219,8 +221,8 @@ def fisher_preconditioner(
     scales = []
     for f in fisher:
         f /= len(chosen)
-        inverse = 1.0 / (f + damping * f.mean() + 1e-12)
-        scales.append(inverse / inverse.mean())
+        lam = damping * f.mean() + 1e-12
+        scales.append((f.mean() + lam) / (f + lam))
 
     def transform(grads: list[torch.Tensor]) -> None:
         for g, s in zip(grads, scales, strict=True):

@@ -186,6 +186,9 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
         per_request, total = [], RunStats()
         models: list[ArrayRecord] = []
         for k, batch in enumerate(batches):
+            if not batch:  # every client already forgotten: a recorded no-op
+                per_request.append({"request": k, "clients": [], "noop": True})
+                continue
             forget |= set(batch)
             strategy, initial, rounds = build_framework(name, stage, forget)
             models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
@@ -201,6 +204,12 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
             log_fn(f"{name} request {k} (clients {sorted(batch)}): "
                    f"{stats.compute_s:.1f} s compute, {stats.wall_s:.1f} s wall, "
                    f"{stats.client_epochs:.1f} client-epochs")
+        if not models:  # only no-ops: the learned models stand
+            models = list(stage.sharded_models) if name == "SE" else []
+        if not models:
+            results[name] = {"models": [], "contacted": [], "summary": {
+                "noop": True, "requests": per_request}}
+            continue
         metrics = evaluate(models)
         store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
         summary = {
@@ -227,6 +236,7 @@ def _accumulate(total: RunStats, stats: RunStats) -> None:
 
 def _expected(cfg: RunConfig, per_request: Sequence[Mapping], num_shards: int) -> dict:
     """Measured SE totals beside the paper's expectations (Sec. 4.2)."""
+    per_request = [r for r in per_request if not r.get("noop")]
     costs = [c for r in per_request for c in r["shard_compute_s"].values()]
     shard_cost = sum(costs) / len(costs) if costs else 0.0
     k = cfg.num_requests if not cfg.forget_clients else 1

@@ -340,12 +340,11 @@ class RapidRetrain(FedRetrain):
     ``fisher-samples`` and ``fisher-damping``; the client estimates
     F = mean_i g_i * g_i over ``fisher-samples`` per-sample gradients at the
     start of its local training and steps with
-    w <- w - lr * g / (F + lambda), lambda = damping * mean(F) per layer, the
-    preconditioner rescaled to unit mean per layer (see
-    ``client_app.train.fisher_preconditioner``).
+    w <- w - lr * g * (mean(F) + lambda) / (F + lambda), lambda = damping *
+    mean(F) per layer (see ``client_app.train.fisher_preconditioner``).
     """
 
-    def __init__(self, *args, fisher_samples: int = 64, fisher_damping: float = 0.1,
+    def __init__(self, *args, fisher_samples: int = 32, fisher_damping: float = 1.0,
                  **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fisher_samples = fisher_samples
