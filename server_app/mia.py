@@ -33,6 +33,7 @@ numpy and scikit-learn only; no Flower, no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 
 import numpy as np
 from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
@@ -46,6 +47,7 @@ from sklearn.metrics import (
 )
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
 #: Floor on p[y] before the log, so a zero probability gives a finite loss
 #: (-log 1e-12 = 27.6 nats).
@@ -218,7 +220,16 @@ class MembershipAttack:
         (an overfit model's member losses are 1e-5 .. 1e-3 nats), and
         ``HistGradientBoostingClassifier`` is the fastest and steadiest of the
         three on a few hundred samples (see ``tests/test_mia.py`` for measured
-        F1 values).
+        F1 values). Its AUC on an overfit MNIST MLP was about 0.79 against
+        0.72 for the logistic regression, whose F1 looks similar only because
+        it calls most samples members; ``"gb"`` matches ``"hgb"`` but is
+        single-threaded and slows down past a few thousand samples.
+    n_threads : int or None
+        Threads (OpenMP and BLAS) used while fitting and predicting; ``None``
+        leaves the libraries' default (all cores). The default 1 is fastest
+        for the few thousand samples an attack sees, and avoids OpenMP
+        oversubscription on a busy machine (there, all-cores fits of a few
+        hundred samples took over 10 s instead of under 1 s).
 
     Attributes
     ----------
@@ -232,11 +243,19 @@ class MembershipAttack:
         The seed given to ``fit``; the default seed of ``score``.
     """
 
-    def __init__(self, classifier: str = "hgb") -> None:
+    def __init__(self, classifier: str = "hgb", n_threads: int | None = 1) -> None:
         if classifier not in CLASSIFIERS:
             raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}")
+        if n_threads is not None and n_threads < 1:
+            raise ValueError(f"n_threads must be None or >= 1, got {n_threads}")
         self.classifier = classifier
+        self.n_threads = n_threads
         self.model_ = None
+
+    def _threads(self):
+        if self.n_threads is None:
+            return nullcontext()
+        return threadpool_limits(limits=self.n_threads)
 
     def _new_model(self, seed: int):
         if self.classifier == "hgb":
@@ -314,7 +333,8 @@ class MembershipAttack:
         y = np.concatenate([np.ones(len(keep_m), np.int64),
                             np.zeros(len(keep_n), np.int64)])
         model = self._new_model(seed)
-        model.fit(x, y)
+        with self._threads():
+            model.fit(x, y)
         self.model_ = model
         self.sequence_ = len(m_shape) == 3
         self.num_classes_ = int(m_shape[-1])
@@ -339,7 +359,8 @@ class MembershipAttack:
         """
         self._require_fitted()
         features = self._checked_features(proba, labels, "proba", "labels")
-        return self.model_.predict_proba(features)[:, 1]
+        with self._threads():
+            return self.model_.predict_proba(features)[:, 1]
 
     def _require_fitted(self) -> None:
         if self.model_ is None:
@@ -392,7 +413,8 @@ class MembershipAttack:
         x = np.concatenate([target[keep_t], heldout[keep_h]])
         truth = np.concatenate([np.ones(len(keep_t), np.int64),
                                 np.zeros(len(keep_h), np.int64)])
-        member_score = self.model_.predict_proba(x)[:, 1]
+        with self._threads():
+            member_score = self.model_.predict_proba(x)[:, 1]
         metrics = attack_metrics(truth, member_score > 0.5, member_score)
         metrics["n_target"] = len(keep_t)
         metrics["n_heldout"] = len(keep_h)

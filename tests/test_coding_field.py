@@ -18,7 +18,7 @@ from coding import (
     quantize,
 )
 
-SETTINGS = settings(derandomize=True, max_examples=40, deadline=None)
+SETTINGS = settings(derandomize=True, max_examples=25, deadline=None)
 
 
 def test_constants():

@@ -18,6 +18,7 @@ def test_local_train_is_seeded_and_counts_fractional_epochs():
     b.load_state_dict(a.state_dict())
     ra = local_train(a, x, y, epochs=0.5, batch_size=16, lr=0.1, seed=3)
     rb = local_train(b, x, y, epochs=0.5, batch_size=16, lr=0.1, seed=3)
+    assert rb.steps == ra.steps
     assert ra.steps == 2 and ra.epochs == 0.5
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.equal(va, vb), k
