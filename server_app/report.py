@@ -45,6 +45,41 @@ def render(summary: dict) -> str:
         f"{learning['client_epochs']:.0f} client-epochs; "
         f"server storage {summary['storage']['server_bytes']:,} bytes",
     ]
+    if summary.get("frameworks"):
+        out += ["", frameworks_table(summary)]
+    return "\n".join(out)
+
+
+FRAMEWORK_COLUMNS = [
+    ("accuracy", "accuracy"), ("loss", "loss"), ("retrain_compute_s", "compute s"),
+    ("retrain_wall_s", "wall s"), ("client_epochs", "client-epochs"),
+    ("comm_time_s", "comm s"), ("server_storage_bytes", "server bytes"),
+    ("mia_f1", "MIA F1"),
+]
+
+
+def frameworks_table(summary: dict) -> str:
+    """The unlearning comparison: one row per framework, plus SE's expectations."""
+    unlearning = summary.get("unlearning", {})
+    frameworks = summary["frameworks"]
+    columns = [(k, h) for k, h in FRAMEWORK_COLUMNS
+               if any(k in r for r in frameworks.values())]
+    rows = [[name] + [r.get(k, "") for k, _ in columns]
+            for name, r in frameworks.items()]
+    out = [f"unlearning ({unlearning.get('mode', '')}): requests "
+           f"{unlearning.get('requests')}", "",
+           _table(["framework"] + [h for _, h in columns], rows)]
+    se = frameworks.get("SE", {})
+    if "FR" in frameworks and se.get("retrain_compute_s") and \
+            frameworks["FR"].get("retrain_compute_s"):
+        ratio = se["retrain_compute_s"] / frameworks["FR"]["retrain_compute_s"]
+        out.append(f"\nSE / FR retraining compute: {ratio:.3f}")
+    if "expected" in se:
+        e = se["expected"]
+        out.append(f"SE {e['mode']} K={e['num_requests']}: measured shard compute "
+                   f"{e['measured_total_s']:.1f} s, paper's expectation "
+                   f"{e['expected_total_s']:.1f} s (mean shard cost "
+                   f"{e['mean_shard_cost_s']:.1f} s)")
     return "\n".join(out)
 
 
