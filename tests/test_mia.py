@@ -187,6 +187,13 @@ def test_score_rejects_other_kinds_and_bad_input(separable_attack):
         mia_report(separable_attack, {}, *_good())
 
 
+def test_attack_metrics_rejects_mismatched_vectors():
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2,\)"):
+        attack_metrics([1, 0, 1], [1, 0])
+    with pytest.raises(ValueError, match="non-empty"):
+        attack_metrics([], [])
+
+
 def test_unfitted_and_unknown_classifier():
     with pytest.raises(RuntimeError, match="not fitted"):
         MembershipAttack().score(*_good(), *_good())
@@ -269,7 +276,6 @@ def test_attack_on_overfit_model(mnist_outputs):
         for name, (target, heldout) in mnist_outputs.items() if name != "labels"
     }, member_y[half:], heldout_y[half:])
     original, never = report["original"], report["never_trained"]
-    print(report)
     assert original["n_target"] == original["n_heldout"] == N_TRAIN - half
     assert original["f1"] > 0.6
     assert original["auc"] > 0.7
