@@ -16,6 +16,7 @@ from flwr.supercore import log
 
 from client_app.data import load_task_data, resolve_data_dir
 from client_app.model import build_model
+from server_app.audit import membership_audit
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
@@ -128,6 +129,17 @@ def main(grid: Grid, context: Context) -> None:
         summary["unlearning"] = {"requests": requests, "noops": noops,
                                  "mode": cfg.request_mode}
         summary["frameworks"] = {n: r["summary"] for n, r in results.items()}
+        summary["original"] = {"accuracy": summary["learning"]["accuracy"],
+                               "loss": summary["learning"]["loss"]}
+        forget = sorted({p for r in requests for p in r})
+        if cfg.mia and forget:
+            unlearned = {n: r["models"] for n, r in results.items() if r["models"]}
+            audit = membership_audit(cfg, data_dir, shards, forget, learning.models,
+                                     unlearned, cfg.mia_samples)
+            for name, scores in audit.items():
+                target = summary["original"] if name == "original" else \
+                    summary["frameworks"][name]
+                target.update({f"mia_{k}": v for k, v in scores.items()})
         for name, result in results.items():
             folder.save_models(name, result["models"])
     path = folder.finish(summary)

@@ -84,6 +84,8 @@ class RunConfig:
     calibration_interval: int = 1
     baseline_shards: int = 1
     link_rate_mbps: float = 100.0
+    mia: bool = True
+    mia_samples: int = 2000
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -167,7 +169,7 @@ class RunConfig:
                        f"a comma-separated list of {', '.join(FRAMEWORKS)}, or 'none'"
                        if unknown else "at least one framework, or 'none'")
         for key in ("num-requests", "clients-per-request", "calibration-interval",
-                    "baseline-shards"):
+                    "baseline-shards", "mia-samples"):
             value = getattr(self, key.replace("-", "_"))
             if value < 1:
                 raise _bad(key, value, "a positive integer")

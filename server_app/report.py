@@ -66,6 +66,9 @@ def frameworks_table(summary: dict) -> str:
                if any(k in r for r in frameworks.values())]
     rows = [[name] + [r.get(k, "") for k, _ in columns]
             for name, r in frameworks.items()]
+    if "original" in summary:  # the learned model, before unlearning
+        rows.insert(0, ["original"] + [summary["original"].get(k, "")
+                                       for k, _ in columns])
     out = [f"unlearning ({unlearning.get('mode', '')}): requests "
            f"{unlearning.get('requests')}", "",
            _table(["framework"] + [h for _, h in columns], rows)]
