@@ -1,0 +1,84 @@
+"""End-to-end: scripts/deploy.sh runs the app on Flower's deployment engine.
+
+One flower-superlink and four flower-supernodes on 127.0.0.1 (free ports), one
+`flwr run`, then every process the script started must be gone.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "deploy.sh"
+
+
+def _config() -> str:
+    config = ("num-clients=4 num-shards=2 clients-per-round=2 num-rounds=1 "
+              "local-epochs=1 client-samples=64 test-samples=500 run-name='deploy'")
+    keys = re.findall(r"(?m)^([\w-]+)\s*=", (ROOT / "pyproject.toml").read_text())
+    # learning plus the cheapest unlearning framework: this test is about the
+    # deployment plumbing, the frameworks have their own tests
+    if "frameworks" in keys:
+        config += " frameworks='SE'"
+    if "mia" in keys:
+        config += " mia=false"
+    return config
+
+
+def _processes_matching(pattern: re.Pattern) -> list[str]:
+    """Live processes (not zombies) whose command line matches ``pattern``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and pattern.search(cmdline):
+            found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+@pytest.mark.e2e
+def test_deploy_sh_runs_on_supernodes_and_stops_them(tmp_path, shared_data):
+    env = {**os.environ, "SE_RESULTS_DIR": str(tmp_path / "results"),
+           "FLWR_HOME": str(tmp_path / "flwr_home"), "SE_DATA_DIR": str(shared_data),
+           "SE_DEPLOY_DIR": str(tmp_path / "runs"), "SE_DEPLOY_TIMEOUT": "400"}
+    proc = subprocess.run(["bash", str(SCRIPT), "4", "--run-config", _config()],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=480)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    path = tmp_path / "results" / "deploy" / "summary.json"
+    assert proc.stdout.strip().splitlines()[-1] == f"summary: {path}"
+    assert "deploy wall time:" in proc.stdout
+    summary = json.loads(path.read_text())
+    assert summary["config"]["num-clients"] == 4
+    assert "accuracy" in summary["learning"]
+    assert len(summary["learning"]["shard_accuracy"]) == 2
+    assert summary["storage"]["server_bytes"] > 0
+
+    # every process of the run is gone: found by the run folder (SuperLink
+    # database, SuperNode node-dir) or by the run's 127.0.0.1 ports (SuperExec,
+    # flwr-serverapp and flwr-clientapp processes name the address they serve)
+    ports = re.findall(r"SuperLink pid \d+ on 127\.0\.0\.1:(\d+)", out)
+    ports += re.findall(r"ports ([\d ]+)", out)[0].split()
+    assert len(ports) == 5, out[-3000:]
+    pattern = re.compile(re.escape(str(tmp_path)) + "|"
+                         + r"127\.0\.0\.1:(" + "|".join(ports) + r")\b")
+    deadline = time.time() + 15
+    while (left := _processes_matching(pattern)) and time.time() < deadline:
+        time.sleep(1)
+    assert not left, "processes left running:\n" + "\n".join(left)
+
+    # the connection entry was removed again; the run folder was cleaned up
+    assert "se-deploy-" not in (tmp_path / "flwr_home" / "config.toml").read_text()
+    assert not list((tmp_path / "runs").glob("se-deploy.*"))
