@@ -3,6 +3,8 @@
 Flow: parse and validate the run config -> find the data -> discover nodes ->
 split clients into shards -> G rounds of one stock strategy per shard (isolated)
 -> central evaluation of each shard model and of their ensemble -> summary.json.
+With ``storage = "coded"`` the sharded history goes to the clients as coded slices
+(:mod:`server_app.coded_history`) and SE decodes it when it unlearns.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from flwr.supercore import log
 from client_app.data import load_task_data, resolve_data_dir
 from client_app.model import build_model
 from server_app.audit import membership_audit
+from server_app.coded_history import CodedHistory, CodedRecorder, storage_summary
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
@@ -24,6 +27,7 @@ from server_app.history import HistoryStore
 from server_app.learning import run_learning
 from server_app.requests import generate_requests, validate_requests
 from server_app.results import RunFolder
+from server_app.screening import FaultLog
 from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 
@@ -40,7 +44,8 @@ def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
     """What every learning message carries besides the model."""
     return ConfigRecord({
         "lr": cfg.lr, "local-epochs": cfg.local_epochs, "batch-size": cfg.batch_size,
-        "momentum": cfg.momentum, "seed": cfg.seed, "data-dir": data_dir,
+        "optimizer": cfg.optimizer, "momentum": cfg.momentum, "seed": cfg.seed,
+        "data-dir": data_dir,
     })
 
 
@@ -54,16 +59,32 @@ def sharded_strategy(cfg: RunConfig, federation: Federation) -> ShardedStrategy:
 
 
 def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
-          name: str, evaluator: CentralEvaluator, data_dir: str):
-    """Learn ``federation`` for G rounds into the store ``folder/history/name``."""
-    store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
-                                num_shards=len(federation.shards))
+          name: str, evaluator: CentralEvaluator, data_dir: str,
+          faults: FaultLog | None = None, coded: bool = False):
+    """Learn ``federation`` for G rounds into the store ``folder/history/name``.
+
+    With ``coded`` the history is coded into client slices (the returned store
+    is then the :class:`CodedHistory` that fetches and decodes them).
+    """
+    if coded:
+        store = CodedRecorder.create(
+            folder.history_dir(name), federation, cfg.blocks_per_shard,
+            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout)
+    else:
+        store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
+                                    num_shards=len(federation.shards))
     w0 = initial_model(cfg, evaluator.num_classes)
     result = run_learning(
         grid, sharded_strategy(cfg, federation), federation,
         [w0] * len(federation.shards), cfg.num_rounds, train_config(cfg, data_dir),
-        store, evaluate=evaluator.evaluate, timeout=cfg.round_timeout, label=name)
+        store, evaluate=evaluator.evaluate, timeout=cfg.round_timeout, label=name,
+        faults=faults)
     store.mark_complete()
+    if coded:
+        store.close()
+        store = CodedHistory.open(store.root, grid, federation.node_of,
+                                  timeout=cfg.round_timeout,
+                                  link_rate_mbps=cfg.link_rate_mbps)
     return result, store
 
 
@@ -107,25 +128,27 @@ def main(grid: Grid, context: Context) -> None:
                                  cfg.test_samples or None)
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
     federation = Federation(node_of, shards)
+    faults = FaultLog()
     learning, store = learn(grid, cfg, federation, folder, "sharded", evaluator,
-                            data_dir)
+                            data_dir, faults, coded=cfg.storage == "coded")
     summary = {
         "config": cfg.as_dict(), "data_dir": data_dir, "shards": federation.shards,
         "learning": learning_summary(learning),
-        "storage": {"server_bytes": store.total_bytes()},
+        "storage": {},  # filled in at the end: retrievals count too
     }
+    baseline_store = None
     if frameworks:
         baseline = Federation(node_of, baseline_shards)
-        baseline_store = None
         if "FE" in frameworks:
             base_learning, baseline_store = learn(grid, cfg, baseline, folder,
-                                                  "baseline", evaluator, data_dir)
+                                                  "baseline", evaluator, data_dir,
+                                                  faults)
             summary["baseline_learning"] = learning_summary(base_learning)
         stage = Stage(cfg, federation, baseline, store, baseline_store,
                       learning.models, initial_model(cfg, evaluator.num_classes),
                       train_config(cfg, data_dir))
         results = run_unlearning(grid, stage, requests, evaluator.evaluate,
-                                 log_fn=lambda m: log(INFO, "%s", m))
+                                 log_fn=lambda m: log(INFO, "%s", m), faults=faults)
         summary["unlearning"] = {"requests": requests, "noops": noops,
                                  "mode": cfg.request_mode}
         summary["frameworks"] = {n: r["summary"] for n, r in results.items()}
@@ -142,5 +165,7 @@ def main(grid: Grid, context: Context) -> None:
                 target.update({f"mia_{k}": v for k, v in scores.items()})
         for name, result in results.items():
             folder.save_models(name, result["models"])
+    summary["storage"] = storage_summary(cfg, store, baseline_store)
+    summary["faults"] = {"counts": faults.counts(), "entries": faults.entries}
     path = folder.finish(summary)
     log(INFO, "summary: %s", path)

@@ -3,7 +3,10 @@
 Each round the strategy configures its messages, the grid delivers them, the
 strategy aggregates the replies, and every participant's update
 U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
-(paper Sec. 3.2: the server keeps the intermediate parameters).
+(paper Sec. 3.2: the server keeps the intermediate parameters). The store is a
+recorder: :class:`server_app.history.HistoryStore` writes every blob, while
+:class:`server_app.coded_history.CodedRecorder` (``storage = "coded"``) codes each
+round into client slices at ``end_round`` and keeps only metadata.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
@@ -19,6 +23,10 @@ from flwr.supercore import log
 
 from server_app.federation import Federation
 from server_app.history import HistoryStore
+
+if TYPE_CHECKING:
+    from server_app.coded_history import CodedRecorder
+from server_app.screening import FaultLog, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
 
 
@@ -84,10 +92,11 @@ def run_learning(
     initial: list[ArrayRecord],
     num_rounds: int,
     train_config: ConfigRecord,
-    store: HistoryStore,
+    store: HistoryStore | CodedRecorder,
     evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
     timeout: float | None = None,
     label: str = "learn",
+    faults: FaultLog | None = None,
 ) -> LearningResult:
     """Run ``num_rounds`` rounds of ``strategy`` and record the history.
 
@@ -105,8 +114,9 @@ def run_learning(
         G.
     train_config : ConfigRecord
         Sent with every training message (lr, local-epochs, batch-size ...).
-    store : HistoryStore
-        Receives W^0, the updates and the shard models; not marked complete here.
+    store : HistoryStore or CodedRecorder
+        Receives W^0, the updates and the shard models, then ``end_round(rnd,
+        grid)`` after each round (round 0: W^0); not marked complete here.
     evaluate : callable, optional
         Called with the shard models after each round; its ``accuracy`` and
         ``loss`` are logged.
@@ -114,27 +124,32 @@ def run_learning(
         Seconds to wait for a round's replies.
     label : str
         Prefix of the progress lines.
+    faults : FaultLog, optional
+        Receives rejected replies and dropouts (they are left out of aggregation).
     """
+    faults = faults if faults is not None else FaultLog()
     t_start = time.perf_counter()
     models = list(initial)
     for s, arrays in enumerate(models):
         store.put_shard_model(s, 0, to_numpy(arrays))
+    store.end_round(0, grid)
     result = LearningResult(models=models)
     for rnd in range(1, num_rounds + 1):
         t0 = time.perf_counter()
         packed = pack_shards(models)
         config = ConfigRecord(dict(train_config))
         messages = strategy.configure_train(rnd, packed, config, grid)
-        replies = list(grid.send_and_receive(messages, timeout=timeout))
-        errors = [r for r in replies if r.has_error()]
-        for reply in errors:
-            log(WARNING, "%s round %d: node %d failed: %s", label, rnd,
-                        reply.metadata.src_node_id, reply.error.reason)
-        aggregated, _ = strategy.aggregate_train(
-            rnd, [r for r in replies if not r.has_error()])
+        before = len(faults.entries)
+        replies = screen(grid.send_and_receive(messages, timeout=timeout), messages,
+                         label, rnd, faults, federation.partition_of)
+        for fault in faults.entries[before:]:
+            log(WARNING, "%s round %d: partition %s (node %d) %s: %s", label, rnd,
+                fault["partition"], fault["node"], fault["kind"], fault["reason"])
+        aggregated, _ = strategy.aggregate_train(rnd, replies)
         new = unpack_shards(aggregated, strategy.num_shards)
         compute, epochs, count = record_round(store, strategy, federation, rnd,
                                               models, new, replies)
+        store.end_round(rnd, grid)
         models = new
         entry = {"round": rnd, "participants": count, "compute_s": compute,
                  "client_epochs": epochs}

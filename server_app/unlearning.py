@@ -8,7 +8,11 @@ communication time and server storage. The stored histories are only read.
 
 Communication model (paper Sec. 5.1): every transfer of a model (server to
 client, or back) costs 0.1 s + bits / link rate; ``comm_time_s`` sums over all
-transfers, as if the server's link carried them one after another.
+transfers, as if the server's link carried them one after another. With coded
+storage SE first fetches and decodes the impacted shards' history from the
+clients' slices: its modelled transfer time, decoding seconds and wall seconds
+are added to SE's ``comm_time_s``, ``compute_s`` and ``wall_s`` and reported per
+request under ``slice_retrieval``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
@@ -23,7 +28,11 @@ from flwr.serverapp import Grid
 from server_app.config import RunConfig
 from server_app.federation import Federation
 from server_app.history import HistoryStore
+
+if TYPE_CHECKING:
+    from server_app.coded_history import CodedHistory
 from server_app.requests import expected_cost
+from server_app.screening import FaultLog, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_record, unpack_shards
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
 
@@ -74,11 +83,15 @@ class RunStats:
 
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
-          timeout: float | None = None) -> tuple[list[ArrayRecord], RunStats]:
+          timeout: float | None = None, faults: FaultLog | None = None,
+          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None
+          ) -> tuple[list[ArrayRecord], RunStats]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
-    Failed replies are left out of aggregation (recorded by the strategy logs).
+    Replies are screened (:func:`server_app.screening.screen`): rejected ones and
+    missing answers go to ``faults`` and are left out of aggregation.
     """
+    faults = faults if faults is not None else FaultLog()
     stats = RunStats()
     t_start = time.perf_counter()
     arrays = pack_shards(initial)
@@ -92,8 +105,8 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
             stats.transfers += 1
             stats.comm_time_s += transfer_seconds(
                 message.content["arrays"].count_bytes(), link_rate_mbps)
-        replies = list(grid.send_and_receive(messages, timeout=timeout)) if messages else []
-        ok = [r for r in replies if not r.has_error()]
+        replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
+        ok = screen(replies, messages, stage, rnd, faults, partition_of)
         t0 = time.perf_counter()
         new, _ = strategy.aggregate_train(rnd, ok)
         stats.server_s += time.perf_counter() - t0
@@ -122,7 +135,7 @@ class Stage:
     cfg: RunConfig
     sharded: Federation
     baseline: Federation
-    sharded_store: HistoryStore
+    sharded_store: HistoryStore | CodedHistory
     baseline_store: HistoryStore | None
     sharded_models: list[ArrayRecord]
     initial: ArrayRecord
@@ -167,7 +180,7 @@ def build_framework(name: str, stage: Stage, forget: set[int]
 
 def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                    evaluate, already_forgotten: Sequence[int] = (),
-                   log_fn=print) -> dict[str, dict]:
+                   log_fn=print, faults: FaultLog | None = None) -> dict[str, dict]:
     """Run every configured framework on ``requests``; return per-framework results.
 
     Sequential mode handles request k with forget set F_1 u ... u F_k (each
@@ -192,7 +205,13 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
             forget |= set(batch)
             strategy, initial, rounds = build_framework(name, stage, forget)
             models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
-                                  cfg.link_rate_mbps, cfg.round_timeout)
+                                  cfg.link_rate_mbps, cfg.round_timeout, faults,
+                                  f"{name} request {k}", stage.sharded.partition_of)
+            retrieval = _slice_retrieval(stage) if name == "SE" else None
+            if retrieval:  # coded storage: the history was fetched and decoded first
+                stats.comm_time_s += retrieval["comm_time_s"]
+                stats.compute_s += retrieval["decode_s"]
+                stats.wall_s += retrieval["wall_s"]
             impacted = getattr(strategy, "impacted", list(range(strategy.num_shards)))
             per_request.append({
                 "request": k, "clients": sorted(batch), "impacted_shards": impacted,
@@ -200,6 +219,8 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                 "client_epochs": stats.client_epochs, "comm_time_s": stats.comm_time_s,
                 "shard_compute_s": stats.shard_compute_s,
             })
+            if retrieval:
+                per_request[-1]["slice_retrieval"] = retrieval
             _accumulate(total, stats)
             log_fn(f"{name} request {k} (clients {sorted(batch)}): "
                    f"{stats.compute_s:.1f} s compute, {stats.wall_s:.1f} s wall, "
@@ -225,6 +246,16 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
         results[name] = {"models": models, "summary": summary,
                          "contacted": total.contacted}
     return results
+
+
+def _slice_retrieval(stage: Stage) -> dict | None:
+    """Costs of fetching and decoding coded slices for the last SE request, if any.
+
+    Also makes the coded history forget what it decoded: between requests the
+    server keeps keys and metadata only.
+    """
+    take = getattr(stage.sharded_store, "take_retrieval", None)
+    return take() if take is not None else None
 
 
 def _accumulate(total: RunStats, stats: RunStats) -> None:

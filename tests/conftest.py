@@ -23,7 +23,8 @@ class InProcessGrid(Grid):
     """
 
     def __init__(self, client_app, num_nodes: int, run_config: dict,
-                 absent: Iterable[int] = ()) -> None:
+                 absent: Iterable[int] = (), silent: Iterable[int] = (),
+                 tamper=None) -> None:
         self.client_app = client_app
         self.contexts = {
             1000 + i: Context(run_id=1, node_id=1000 + i,
@@ -32,7 +33,9 @@ class InProcessGrid(Grid):
                               state=RecordDict(), run_config=dict(run_config))
             for i in range(num_nodes)
         }
-        self.absent = set(absent)
+        self.absent = set(absent)  # not connected: not listed, never answer
+        self.silent = set(silent)  # listed, answer discovery, never train (dropout)
+        self.tamper = tamper or {}  # node id -> f(reply) -> reply (hostile client)
         self.sent: list[tuple[int, str]] = []
 
     def set_run(self, run):
@@ -63,10 +66,15 @@ class InProcessGrid(Grid):
             message._in_process_sent = True
             dst = message.metadata.dst_node_id
             self.sent.append((dst, message.metadata.message_type))
-            if dst in self.absent:
+            training = message.metadata.message_type.startswith("train")
+            if dst in self.absent or (dst in self.silent and training):
                 continue
             TaskIdentity.node_id = dst
-            replies.append(self.client_app(message, self.contexts[dst]))
+            reply = self.client_app(message, self.contexts[dst])
+            if dst in self.tamper and training:
+                reply = self.tamper[dst](reply)  # None: the reply is lost
+            if reply is not None:
+                replies.append(reply)
         TaskIdentity.node_id = 0
         return replies
 
@@ -85,8 +93,8 @@ def make_grid():
     """Factory: ``make_grid(num_nodes, run_config)`` -> InProcessGrid."""
     from client_app.app import app as client_app
 
-    def make(num_nodes: int, run_config: dict, absent: Iterable[int] = ()):
-        return InProcessGrid(client_app, num_nodes, run_config, absent)
+    def make(num_nodes: int, run_config: dict, absent: Iterable[int] = (), **kw):
+        return InProcessGrid(client_app, num_nodes, run_config, absent, **kw)
 
     return make
 
@@ -117,10 +125,10 @@ def run_server(tmp_path, make_grid, shared_data):
 
     from server_app.app import main
 
-    def run(overrides: dict | None = None, run_name: str = "t"):
+    def run(overrides: dict | None = None, run_name: str = "t", **grid_kw):
         config = {**TINY, "results-dir": str(tmp_path), "run-name": run_name,
                   "data-dir": str(shared_data), **(overrides or {})}
-        grid = make_grid(int(config["num-clients"]), config)
+        grid = make_grid(int(config["num-clients"]), config, **grid_kw)
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                            run_config=config))
         return json.loads((tmp_path / run_name / "summary.json").read_text()), grid
