@@ -1,0 +1,125 @@
+"""The run's own catalog (``run.sqlite``): what is done, so a killed run resumes.
+
+It records the settings of the run, which stages finished (with their results as
+JSON), every unlearning request with its state (``received`` -> ``in_progress``
+-> ``done``) and every framework's state. Re-running the same command (same
+``run-name``) after the ServerApp was killed skips what is done and redoes what
+was in progress from the stored history; since every step is seeded, the models
+are those of an uninterrupted run, and no request is lost or applied twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stages (
+    name TEXT PRIMARY KEY, state TEXT NOT NULL, result TEXT);
+CREATE TABLE IF NOT EXISTS requests (
+    idx INTEGER PRIMARY KEY, clients TEXT NOT NULL, state TEXT NOT NULL);
+"""
+
+REQUEST_STATES = ("received", "in_progress", "done")
+
+
+class RunLogError(RuntimeError):
+    """The run folder belongs to a run with other settings."""
+
+
+class RunLog:
+    """Progress catalog of one run folder.
+
+    Parameters
+    ----------
+    path : Path
+        ``<run folder>/run.sqlite``; created if missing.
+    settings : dict
+        The run's settings; a resumed run must have equal settings.
+
+    Raises
+    ------
+    RunLogError
+        The catalog holds a run with different settings.
+    """
+
+    def __init__(self, path: Path, settings: dict) -> None:
+        self.path = Path(path)
+        self._conn = sqlite3.connect(self.path)
+        with self._conn:
+            self._conn.executescript(_SCHEMA)
+        stored = self._conn.execute(
+            "SELECT value FROM settings WHERE key='settings'").fetchone()
+        text = json.dumps(settings, sort_keys=True)
+        if stored is None:
+            with self._conn:
+                self._conn.execute("INSERT INTO settings VALUES ('settings', ?)", (text,))
+        elif stored[0] != text:
+            old, new = json.loads(stored[0]), settings
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise RunLogError(
+                f"{self.path.parent} holds a run with other settings ({diff}); "
+                "use another run-name to start a new run")
+        self.resumed = stored is not None
+
+    def close(self) -> None:
+        """Close the catalog."""
+        self._conn.close()
+
+    # ---- stages (learning, frameworks) -------------------------------------
+    def stage(self, name: str) -> tuple[str, object] | None:
+        """(state, result) of a stage, or None if never started."""
+        row = self._conn.execute("SELECT state, result FROM stages WHERE name=?",
+                                 (name,)).fetchone()
+        if row is None:
+            return None
+        return row[0], (json.loads(row[1]) if row[1] is not None else None)
+
+    def done(self, name: str) -> object | None:
+        """The stored result of a finished stage, or None if it is not done."""
+        entry = self.stage(name)
+        return entry[1] if entry and entry[0] == "done" else None
+
+    def begin(self, name: str) -> None:
+        """Mark a stage in progress."""
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO stages VALUES (?, ?, NULL)",
+                               (name, "in_progress"))
+
+    def finish(self, name: str, result: object) -> None:
+        """Mark a stage done with its JSON-serialisable result."""
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO stages VALUES (?, ?, ?)",
+                               (name, "done", json.dumps(result)))
+
+    # ---- requests ----------------------------------------------------------
+    def record_requests(self, requests: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Store the requests once (state ``received``); return the stored ones.
+
+        On a resumed run the stored requests win, so none is lost or added.
+        """
+        rows = self.requests()
+        if rows:
+            return [clients for _, clients, _ in rows]
+        with self._conn:
+            self._conn.executemany(
+                "INSERT INTO requests VALUES (?, ?, 'received')",
+                [(i, json.dumps(sorted(int(p) for p in r))) for i, r in
+                 enumerate(requests)])
+        return [sorted(int(p) for p in r) for r in requests]
+
+    def set_request_state(self, state: str) -> None:
+        """Move every request that is not done to ``state``."""
+        if state not in REQUEST_STATES:
+            raise ValueError(f"request state {state!r}: one of {REQUEST_STATES}")
+        with self._conn:
+            self._conn.execute("UPDATE requests SET state=? WHERE state != 'done'",
+                               (state,))
+
+    def requests(self) -> list[tuple[int, list[int], str]]:
+        """(index, clients, state) of every request, in order."""
+        return [(i, json.loads(c), s) for i, c, s in self._conn.execute(
+            "SELECT idx, clients, state FROM requests ORDER BY idx")]
