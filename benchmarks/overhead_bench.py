@@ -1,0 +1,125 @@
+"""Per-round overhead of Flower + Ray against the same training in plain PyTorch.
+
+Usage (from the project root, venv active or via .venv/bin/python)::
+
+    python benchmarks/overhead_bench.py [--rounds 3] [--run-config "..."]
+
+1. Plain PyTorch: the same learning (same data partitions, model, clients per
+   round, local epochs, batch size, lr; FedAvg per shard) in one process, clients
+   trained one after another with one thread each, evaluation as the ServerApp
+   does it. Prints seconds per round.
+2. Flower: ``./simulate.sh`` with the same settings (frameworks=none) through
+   the Ray simulation engine (one SuperNode per client, two Ray workers on two
+   cores); per-round wall seconds are read from summary.json.
+
+The overhead per round is Flower's wall time minus the plain loop's wall time
+divided by the number of cores Ray uses (the ideal parallel time); both numbers
+are printed so the reader can judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from client_app.data import client_data, load_task_data  # noqa: E402
+from client_app.model import build_model  # noqa: E402
+from client_app.train import local_train  # noqa: E402
+from server_app.config import RunConfig  # noqa: E402
+from server_app.evaluation import CentralEvaluator  # noqa: E402
+from server_app.federation import assign_shards  # noqa: E402
+from strategies.calibration import weighted_step  # noqa: E402
+
+
+def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:
+    """Seconds per round of the learning stage in a plain PyTorch loop."""
+    torch.set_num_threads(1)
+    task = load_task_data(cfg.dataset, cfg.data_dir or None, cfg.block_size)
+    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
+    evaluator = CentralEvaluator(cfg.dataset, cfg.data_dir or None, cfg.block_size,
+                                 cfg.test_samples or None)
+    torch.manual_seed(cfg.seed)
+    base = build_model(cfg.dataset, task.num_classes)
+    models = [{k: v.numpy().copy() for k, v in base.state_dict().items()}
+              for _ in shards]
+    per_shard = cfg.clients_per_round // cfg.num_shards
+    times = []
+    for rnd in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        for s, pids in enumerate(shards):
+            sampled = random.Random(f"{cfg.seed}:{rnd}:{s}").sample(pids, per_shard)
+            updates, weights = [], []
+            for pid in sampled:
+                x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed)
+                x, y = x[:cfg.client_samples or None], y[:cfg.client_samples or None]
+                model = build_model(cfg.dataset, task.num_classes)
+                model.load_state_dict({k: torch.from_numpy(v) for k, v in
+                                       models[s].items()})
+                local_train(model, x, y, epochs=cfg.local_epochs,
+                            batch_size=cfg.batch_size, lr=cfg.lr,
+                            momentum=cfg.momentum, seed=rnd * 1000 + pid)
+                trained = {k: v.numpy() for k, v in model.state_dict().items()}
+                updates.append({k: trained[k] - models[s][k] for k in trained})
+                weights.append(len(x))
+            models[s] = weighted_step(models[s], updates, weights)
+        from strategies.sharded import to_record
+        evaluator.evaluate([to_record(m) for m in models])
+        times.append(time.perf_counter() - t0)
+        print(f"plain PyTorch round {rnd}: {times[-1]:.1f} s", flush=True)
+    return times
+
+
+def flower_rounds(run_config: str, rounds: int) -> list[float]:
+    """Per-round wall seconds of the same learning through ./simulate.sh."""
+    name = f"overhead-{int(time.time())}"
+    config = f"{run_config} num-rounds={rounds} frameworks='none' run-name='{name}'"
+    out = subprocess.run([str(ROOT / "simulate.sh"), "--run-config", config],
+                         cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines or not lines[-1].startswith("summary: "):
+        raise SystemExit(f"simulate.sh failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    summary = json.loads(Path(lines[-1].split(" ", 1)[1]).read_text())
+    times = [r["seconds"] for r in summary["learning"]["rounds"]]
+    for i, t in enumerate(times, 1):
+        print(f"Flower + Ray round {i}: {t:.1f} s", flush=True)
+    return times
+
+
+def main() -> None:
+    """Run both and print the comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--run-config", default="", help="extra k=v settings")
+    parser.add_argument("--cores", type=int, default=2, help="Ray workers (cores)")
+    args = parser.parse_args()
+    overrides = {}
+    for item in args.run_config.split():
+        key, value = item.split("=", 1)
+        overrides[key] = json.loads(value.replace("'", '"'))
+    if not overrides.get("data-dir") and os.environ.get("SE_DATA_DIR"):
+        overrides["data-dir"] = os.environ["SE_DATA_DIR"]
+    cfg = RunConfig.from_run_config(overrides)
+    plain = plain_rounds(cfg, args.rounds)
+    flower = flower_rounds(args.run_config, args.rounds)
+    # the first Flower round includes each Ray worker's data loading: skip it
+    p = sum(plain[1:]) / max(1, len(plain) - 1)
+    f = sum(flower[1:]) / max(1, len(flower) - 1)
+    print(f"\nrounds 2..{args.rounds} mean: plain PyTorch {p:.2f} s/round (1 core, "
+          f"sequential); Flower + Ray {f:.2f} s/round ({args.cores} workers)")
+    print(f"ideal parallel plain time {p / args.cores:.2f} s/round; Flower + Ray "
+          f"overhead {f - p / args.cores:.2f} s/round")
+
+
+if __name__ == "__main__":
+    main()
