@@ -7,6 +7,9 @@ Message types it answers:
 - ``train.unlearn``: calibrated retraining (SE, FedEraser); the same local SGD for
   the epochs the server asks (L / r), seeded apart from learning.
 - ``evaluate``: loss and accuracy of the received model on this client's data.
+- ``query.store_slice`` / ``query.fetch_slices``: keep this client's coded slices
+  of the training history and hand them to a shard server that proves its key
+  (``storage = "coded"``; see :mod:`client_app.slices`).
 
 The data settings (dataset, partition, number of clients, seed, data folder) come
 from the run config; the per-round settings (epochs, lr, batch size) from the
@@ -24,12 +27,14 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
+    Error,
     Message,
     MetricRecord,
     RecordDict,
 )
 from flwr.clientapp import ClientApp
 
+from client_app import slices
 from client_app.data import client_data, load_task_data
 from client_app.model import build_model
 from client_app.train import (
@@ -114,6 +119,28 @@ def discover(message: Message, context: Context) -> Message:
         "num-partitions": int(context.node_config.get("num-partitions", -1)),
     })
     return Message(content=RecordDict({"info": info}), reply_to=message)
+
+
+@app.query("store_slice")
+def store_slice(message: Message, context: Context) -> Message:
+    """Keep a coded slice of the training history; reply with an ack."""
+    try:
+        return Message(content=slices.store(message.content, context),
+                       reply_to=message)
+    except slices.SliceFormatError as err:
+        return Message(error=Error(code=slices.REFUSED, reason=str(err)),
+                       reply_to=message)
+
+
+@app.query("fetch_slices")
+def fetch_slices(message: Message, context: Context) -> Message:
+    """Hand this client's slices to a request proving the shard's key, else refuse."""
+    try:
+        return Message(content=slices.fetch(message.content, context),
+                       reply_to=message)
+    except (slices.SliceAccessError, slices.SliceFormatError) as err:
+        return Message(error=Error(code=slices.REFUSED, reason=str(err)),
+                       reply_to=message)
 
 
 @app.train()

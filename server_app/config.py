@@ -35,6 +35,7 @@ SHARD_STRATEGIES = (
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
+STORAGE_MODES = ("uncoded", "coded")
 
 
 class ConfigError(ValueError):
@@ -86,6 +87,9 @@ class RunConfig:
     link_rate_mbps: float = 100.0
     mia: bool = True
     mia_samples: int = 2000
+    storage: str = "uncoded"
+    blocks_per_shard: int = 5
+    quant_scale_bits: int = 24
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -158,6 +162,7 @@ class RunConfig:
             raise _bad("shard-strategy", self.shard_strategy,
                        f"one of {', '.join(SHARD_STRATEGIES)}")
         self._validate_unlearning()
+        self._validate_storage()
         if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
             raise _bad("run-name", self.run_name,
                        "a plain folder name (no path separator, no leading dot)")
@@ -194,6 +199,22 @@ class RunConfig:
             if not token.lstrip("-").isdigit():
                 raise _bad("forget-clients", self.forget_clients,
                            "comma-separated partition ids, e.g. '3,17'")
+
+    def _validate_storage(self) -> None:
+        if self.storage not in STORAGE_MODES:
+            raise _bad("storage", self.storage, f"one of {', '.join(STORAGE_MODES)}")
+        if self.blocks_per_shard < 1:
+            raise _bad("blocks-per-shard", self.blocks_per_shard, "a positive integer")
+        if not 1 <= self.quant_scale_bits <= 30:
+            raise _bad("quant-scale-bits", self.quant_scale_bits,
+                       "an integer in [1, 30] (fractional bits of the fixed point)")
+        k = self.num_shards * self.blocks_per_shard
+        if self.storage == "coded" and k > self.num_clients:
+            raise _bad("blocks-per-shard", self.blocks_per_shard,
+                       f"at most num-clients / num-shards = "
+                       f"{self.num_clients // self.num_shards} with storage='coded': "
+                       f"the num-shards x blocks-per-shard = {k} data blocks of a round "
+                       f"need at least as many clients holding slices")
 
     @property
     def framework_list(self) -> list[str]:

@@ -197,6 +197,13 @@ class HistoryStore:
                 (shard, rnd, partition_id, int(num_examples), float(train_seconds),
                  name))
 
+    def end_round(self, rnd: int, grid: object = None) -> None:
+        """Nothing to do: every blob is on disk when its ``put_*`` returns.
+
+        (The learning loop calls it after each round; the coded recorder codes
+        and distributes the round there.)
+        """
+
     # ---- reading ----------------------------------------------------------
     def _get_blob(self, name: str, what: str) -> Arrays:
         row = self._conn.execute("SELECT sha256 FROM blobs WHERE name=?",
