@@ -4,8 +4,8 @@ Message types it answers:
 
 - ``query.discover``: reply with this node's ``partition-id`` / ``num-partitions``.
 - ``train``: learning; train ``local-epochs`` from the received model.
-- ``train.unlearn``: calibrated retraining (SE, FedEraser); the same local SGD for
-  the epochs the server asks (L / r), seeded apart from learning.
+- ``train.unlearn``: calibrated retraining (SE, FedEraser); the same local
+  optimizer for the epochs the server asks (L / r), seeded apart from learning.
 - ``evaluate``: loss and accuracy of the received model on this client's data.
 - ``query.store_slice`` / ``query.fetch_slices``: keep this client's coded slices
   of the training history and hand them to a shard server that proves its key
@@ -13,7 +13,9 @@ Message types it answers:
 
 The data settings (dataset, partition, number of clients, seed, data folder) come
 from the run config; the per-round settings (epochs, lr, batch size) from the
-message's ``config`` record, as stock Flower strategies send them.
+message's ``config`` record, as stock Flower strategies send them: ``lr``,
+``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or ``adam``, fresh state
+every message), ``momentum`` (SGD), and RapidRetrain's ``precondition``.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def _train(message: Message, context: Context, phase: str) -> Message:
         seed=seed,
         proximal_mu=float(config.get("proximal-mu", 0.0)),
         grad_transform=transform,
+        optimizer=str(config.get("optimizer", "sgd")),
     )
     metrics = MetricRecord({
         "num-examples": len(x),
@@ -145,7 +148,7 @@ def fetch_slices(message: Message, context: Context) -> Message:
 
 @app.train()
 def train(message: Message, context: Context) -> Message:
-    """Learning: local SGD from the received model (``train`` messages)."""
+    """Learning: local training from the received model (``train`` messages)."""
     return _train(message, context, "learn")
 
 

@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+OPTIMIZERS = ("sgd", "adam")
+"""Local optimizers of :func:`local_train` (run-config ``optimizer``)."""
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -28,7 +31,7 @@ class TrainResult:
     loss : float
         Mean training cross-entropy over the steps (nats).
     steps : int
-        SGD steps taken.
+        Optimizer steps taken.
     epochs : float
         Local epochs performed (passes over the client's data).
     """
@@ -55,8 +58,9 @@ def local_train(
     seed: int = 0,
     proximal_mu: float = 0.0,
     grad_transform: Callable[[list[torch.Tensor]], None] | None = None,
+    optimizer: str = "sgd",
 ) -> TrainResult:
-    """Train ``model`` in place with mini-batch SGD for ``epochs`` local epochs.
+    """Train ``model`` in place with mini-batches for ``epochs`` local epochs.
 
     Parameters
     ----------
@@ -70,14 +74,24 @@ def local_train(
     batch_size : int
         Samples per step.
     lr, momentum : float
-        SGD learning rate and momentum.
+        Learning rate; SGD's momentum (unused by Adam, which keeps torch's betas
+        (0.9, 0.999)).
     seed : int
         Seeds the shuffling, so a (client, round) pair trains reproducibly.
     proximal_mu : float
         FedProx's proximal term (mu / 2) ||w - w_start||^2 (Li et al., MLSys 2020).
     grad_transform : callable, optional
-        Called with the parameter gradients after backward and before the step
-        (e.g. RapidRetrain's Fisher preconditioning); may modify them in place.
+        A diagonal preconditioner that scales a list of per-parameter tensors in
+        place (RapidRetrain's Fisher preconditioning). With ``sgd`` it scales the
+        gradients after backward and before the step (the momentum buffer then
+        accumulates preconditioned gradients: w <- w - lr P g). With ``adam`` it
+        scales each *step* instead (w <- w + P * adam_step): Adam divides every
+        coordinate by its own running gradient scale, which would cancel any fixed
+        diagonal rescaling of the gradient, so the preconditioner acts on the step.
+    optimizer : {"sgd", "adam"}
+        The local optimizer; built fresh on every call, so Adam's moment estimates
+        start from zero every local round (no optimizer state crosses rounds,
+        clients or the server).
 
     Returns
     -------
@@ -86,8 +100,10 @@ def local_train(
     Raises
     ------
     ValueError
-        Empty data or non-positive epochs / batch size.
+        Empty data, non-positive epochs / batch size, or an unknown optimizer.
     """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
     n = len(x)
     if n == 0 or epochs <= 0 or batch_size < 1:
         raise ValueError(f"cannot train on {n} samples for {epochs} epochs with "
@@ -96,7 +112,11 @@ def local_train(
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     start = [p.detach().clone() for p in params] if proximal_mu > 0 else None
-    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    if optimizer == "adam":
+        opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=lr)
+    else:
+        opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
+    precondition_step = grad_transform is not None and optimizer == "adam"
     model.train()
     t0 = time.perf_counter()
     total, order, pos = 0.0, torch.randperm(n, generator=generator), 0
@@ -105,15 +125,24 @@ def local_train(
             order, pos = torch.randperm(n, generator=generator), 0
         idx = order[pos:pos + batch_size]
         pos += batch_size
-        optimizer.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=True)
         loss = _loss(model(x[idx]), y[idx])
         if start is not None:
             prox = sum(((p - s) ** 2).sum() for p, s in zip(params, start, strict=True))
             loss = loss + 0.5 * proximal_mu * prox
         loss.backward()
-        if grad_transform is not None:
-            grad_transform([p.grad for p in params])
-        optimizer.step()
+        if precondition_step:
+            before = [p.detach().clone() for p in params]
+            opt.step()
+            with torch.no_grad():
+                steps_taken = [p - b for p, b in zip(params, before, strict=True)]
+                grad_transform(steps_taken)
+                for p, b, d in zip(params, before, steps_taken, strict=True):
+                    p.copy_(b + d)
+        else:
+            if grad_transform is not None:
+                grad_transform([p.grad for p in params])
+            opt.step()
         total += float(loss.detach())
     seconds = time.perf_counter() - t0
     return TrainResult(seconds=seconds, loss=total / steps, steps=steps,
@@ -168,7 +197,7 @@ def fisher_preconditioner(
     damping: float = 1.0,
     seed: int = 0,
 ) -> Callable[[list[torch.Tensor]], None]:
-    """RapidRetrain's diagonal empirical-Fisher preconditioner for local SGD.
+    """RapidRetrain's diagonal empirical-Fisher preconditioner for local steps.
 
     Source: Liu et al., "The Right to be Forgotten in Federated Learning: An
     Efficient Realization with Rapid Retraining" (INFOCOM 2022): local steps
@@ -179,7 +208,10 @@ def fisher_preconditioner(
     P = (mean(F[l]) + lambda[l]) / (F + lambda[l]): 1 where the curvature is
     average, larger along flat directions, smaller along steep ones; with
     damping 1, P lies in (0, 2] so ``lr`` keeps its meaning (our choice; the
-    paper tunes the step size instead).
+    paper tunes the step size instead). The paper's rule is for SGD, where P
+    scales the gradient; with Adam, :func:`local_train` applies P to Adam's step
+    (w <- w + P * adam_step), since Adam's per-coordinate normalisation would
+    cancel a fixed rescaling of the gradient.
 
     Parameters
     ----------

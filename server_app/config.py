@@ -33,6 +33,7 @@ SHARD_STRATEGIES = (
 
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
+OPTIMIZERS = ("sgd", "adam")  # client_app.train.OPTIMIZERS
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
 STORAGE_MODES = ("uncoded", "coded")
@@ -51,7 +52,7 @@ class RunConfig:
     """Typed, validated run settings (one field per run-config key, kebab -> snake).
 
     Attributes mirror ``[tool.flwr.app.config]``; README.md explains each. Times are
-    seconds, learning rates are per SGD step.
+    seconds, learning rates are per local optimizer step (``optimizer``).
     """
 
     dataset: str = "mnist"
@@ -62,6 +63,7 @@ class RunConfig:
     local_epochs: int = 2
     num_rounds: int = 10
     batch_size: int = 32
+    optimizer: str = "sgd"
     lr: float = 0.05
     momentum: float = 0.5
     seed: int = 0
@@ -152,6 +154,8 @@ class RunConfig:
             value = getattr(self, key.replace("-", "_"))
             if not value > 0:
                 raise _bad(key, value, "a positive number")
+        if self.optimizer not in OPTIMIZERS:
+            raise _bad("optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
         if not 0 <= self.momentum < 1:
             raise _bad("momentum", self.momentum, "a number in [0, 1)")
         if self.proximal_mu < 0:
