@@ -44,17 +44,25 @@ import coding  # noqa: E402
 from coding import PRIME  # noqa: E402
 
 Row = tuple[str, str, float, float, float | None]
+CPU_SECONDS: list[float] = []
 
 
 def median_time(fn: Callable[[], Any], repeat: int, warm: bool = True) -> tuple[float, Any]:
-    """Median seconds of ``repeat`` calls (after one untimed call if ``warm``)."""
+    """Median wall seconds of ``repeat`` calls (after one untimed call if ``warm``).
+
+    Also records the median process CPU seconds in ``CPU_SECONDS[-1]``: with
+    2 numba threads, CPU/wall near 2 means the run had both cores to itself;
+    much lower means other processes competed for the CPUs.
+    """
     result = fn() if warm else None
-    times = []
+    times, cpus = [], []
     for _ in range(repeat):
         result = None
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    CPU_SECONDS.append(statistics.median(cpus))
     return statistics.median(times), result
 
 
@@ -121,13 +129,14 @@ def ours(args: argparse.Namespace, rows: list[Row]) -> dict[str, Any]:
 
     extra = np.setdiff1d(np.arange(n), bad)[0]
     received[extra] = (received[extra] + 1) % PRIME  # one more wrong slice
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     try:
         coding.decode_errors(received, al, om, rng_seed=args.seed)
         verdict = "NOT DETECTED"
     except coding.DecodingError:
         verdict = "DecodingError"
     sec = time.perf_counter() - t0
+    CPU_SECONDS.append(time.process_time() - c0)
     work = f"{n} slices, {t + 1} wrong"
     rows.append((f"  {t + 1} wrong -> {verdict}", work, sec, k * d / sec, None))
 
@@ -191,19 +200,23 @@ def main(argv: list[str] | None = None) -> int:
         f"work: k={k} blocks x d={d} float32 params, n={n} slices, "
         f"t={(n - k) // 2} wrong slices, GF({PRIME})"
     )
-    print(f"params/s = DATA parameters k*d / seconds; median of {args.repeat} runs")
+    print(f"params/s = DATA parameters k*d / wall seconds; median of {args.repeat} runs")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 CPUs)")
     print("after a small warm-up (JIT excluded) and one untimed full-size run.\n")
     rows: list[Row] = []
     st = ours(args, rows)
     note = reference(args, rows, st)
-    print(f"{'operation':<38} {'work':<26} {'seconds':>8} {'params/s':>10} {'target':>8}")
-    print("-" * 96)
-    for name, work, sec, rate, target in rows:
+    head = f"{'operation':<38} {'work':<24} {'wall s':>8} {'cpu s':>7}"
+    print(f"{head} {'params/s':>10} {'target':>8}")
+    print("-" * 102)
+    for (name, work, sec, rate, target), cpu in zip(rows, CPU_SECONDS, strict=True):
         tgt = "" if target is None else f">={target / 1e6:g}M"
         ok = "" if target is None else ("  ok" if rate >= target else "  BELOW")
-        print(f"{name:<38} {work:<26} {sec:>8.4f} {rate:>10.3g} {tgt:>8}{ok}")
+        line = f"{name:<38} {work:<24} {sec:>8.4f} {cpu:>7.3f}"
+        print(f"{line} {rate:>10.3g} {tgt:>8}{ok}")
     print("\n" + note)
     print("galois rows are extrapolated linearly from their column slice.")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)")
     return 0
 
 
