@@ -9,6 +9,7 @@ With ``storage = "coded"`` the sharded history goes to the clients as coded slic
 
 from __future__ import annotations
 
+import math
 from logging import INFO
 
 import torch
@@ -99,6 +100,18 @@ def learning_summary(result) -> dict:
     }
 
 
+def add_perplexity(summary: dict) -> None:
+    """Language model: ``perplexity`` = exp(test loss in nats/char) beside each loss.
+
+    Set on ``learning``, ``baseline_learning``, ``original`` and every framework.
+    """
+    blocks = [summary.get(k) for k in ("learning", "baseline_learning", "original")]
+    blocks += list(summary.get("frameworks", {}).values())
+    for block in blocks:
+        if isinstance(block, dict) and isinstance(block.get("loss"), (int, float)):
+            block["perplexity"] = math.exp(min(block["loss"], 700.0))
+
+
 def unlearning_requests(cfg: RunConfig, federation: Federation):
     """The requests of this run, validated before any work (see requests.py)."""
     if cfg.forget_client_list:
@@ -167,5 +180,7 @@ def main(grid: Grid, context: Context) -> None:
             folder.save_models(name, result["models"])
     summary["storage"] = storage_summary(cfg, store, baseline_store)
     summary["faults"] = {"counts": faults.counts(), "entries": faults.entries}
+    if cfg.dataset == "shakespeare":
+        add_perplexity(summary)
     path = folder.finish(summary)
     log(INFO, "summary: %s", path)
