@@ -45,8 +45,44 @@ def render(summary: dict) -> str:
         f"{learning['client_epochs']:.0f} client-epochs; "
         f"server storage {summary['storage']['server_bytes']:,} bytes",
     ]
+    if summary["storage"].get("SE_uncoded"):
+        out += ["", storage_table(summary["storage"])]
     if summary.get("frameworks"):
         out += ["", frameworks_table(summary)]
+    return "\n".join(out)
+
+
+def storage_table(storage: dict) -> str:
+    """Server and per-client bytes of FE, uncoded SE and coded SE; comm; gamma, lambda."""
+    rows = []
+    for name, key in (("FE", "FE"), ("SE uncoded", "SE_uncoded"), ("SE coded", "SE_coded")):
+        entry = storage.get(key)
+        if not entry or entry.get("server_bytes") is None:
+            rows.append([name, "not measured", "", ""])
+            continue
+        clients = entry.get("client_bytes") or {}
+        rows.append([name, entry["server_bytes"], clients.get("max", 0),
+                     entry.get("source", "catalog + keys; slices on clients")])
+    out = [f"storage (mode {storage['mode']}):", "",
+           _table(["history", "server bytes", "bytes per client (max)", "measured from"],
+                  rows)]
+    if storage.get("SE_coded_vs_FE") is not None:
+        out.append(f"\ncoded SE server storage: {100 * storage['SE_coded_vs_FE']:.2f}% "
+                   "below FE")
+    comm = storage.get("comm")
+    if comm:
+        out.append(f"slice distribution {comm['distribution_s']:.1f} s "
+                   f"({comm['distribution_transfers']} transfers), retrieval "
+                   f"{comm['retrieval_s']:.1f} s ({comm['retrieval_transfers']} "
+                   f"transfers) at {comm['link_rate_mbps']:g} Mbit/s; encode "
+                   f"{comm['encode_s']:.1f} s, decode {comm['decode_s']:.2f} s")
+    eff = storage.get("efficiency")
+    if eff:
+        coded = eff["coded"]
+        out.append(f"gamma / lambda ({eff['source']}): full 1 / 1, uncoded "
+                   f"{eff['uncoded']['gamma']} / {eff['uncoded']['lambda']}, coded "
+                   f"{coded['gamma']} (<= (1 - 2 mu) C = {coded['gamma_bound']:g}, "
+                   f"mu = {coded['mu']:.3f}) / {coded['lambda']}")
     return "\n".join(out)
 
 

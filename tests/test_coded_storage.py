@@ -37,7 +37,7 @@ from server_app.coded_history import (
 )
 from server_app.config import ConfigError, RunConfig
 from server_app.federation import Federation
-from server_app.history import HistoryStore
+from server_app.history import HistoryStore, StoreError
 from server_app.unlearning import Stage, run_unlearning
 from strategies.sharded import to_record
 
@@ -119,7 +119,7 @@ def test_decoded_history_is_the_uncoded_history_within_half_a_step(runs):
                     assert got[key].dtype == value.dtype
                     np.testing.assert_array_equal(
                         got[key], dequantize(quantize(value, 24), 24))
-    with pytest.raises(Exception, match="keeps only W\\^0"):
+    with pytest.raises(StoreError, match="keeps only W\\^0"):
         history.shard_model(0, 1)
 
 
