@@ -10,6 +10,7 @@ With ``storage = "coded"`` the sharded history goes to the clients as coded slic
 from __future__ import annotations
 
 import math
+import shutil
 from logging import INFO
 
 import torch
@@ -28,9 +29,11 @@ from server_app.history import HistoryStore
 from server_app.learning import run_learning
 from server_app.requests import generate_requests, validate_requests
 from server_app.results import RunFolder
+from server_app.runlog import RunLog
 from server_app.screening import FaultLog
 from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
+from strategies.sharded import to_record
 
 app = ServerApp()
 
@@ -89,6 +92,62 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
     return result, store
 
 
+def learn_once(runlog: RunLog, grid: Grid, cfg: RunConfig, federation: Federation,
+               folder: RunFolder, name: str, evaluator: CentralEvaluator,
+               data_dir: str, faults: FaultLog, coded: bool = False):
+    """:func:`learn`, or, in a resumed run whose learning finished, its results.
+
+    Returns (learning summary dict, final shard models, history store). A
+    learning stage that was interrupted is redone from scratch (its partial
+    store is incomplete, so it is removed first): seeded, it ends the same.
+    """
+    done = runlog.done(f"learn:{name}")
+    root = folder.history_dir(name)
+    if done is not None and not coded:
+        store = HistoryStore.open(root)
+        models = [to_record(store.shard_model(s, cfg.num_rounds))
+                  for s in range(len(federation.shards))]
+        log(INFO, "resumed: %s learning already done", name)
+        return done, models, store
+    if root.exists():  # interrupted (or coded: slices lived in the lost run)
+        shutil.rmtree(root)
+    runlog.begin(f"learn:{name}")
+    result, store = learn(grid, cfg, federation, folder, name, evaluator, data_dir,
+                          faults, coded=coded)
+    summary = learning_summary(result)
+    runlog.finish(f"learn:{name}", summary)
+    return summary, result.models, store
+
+
+def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
+                 requests, evaluator: CentralEvaluator, faults: FaultLog) -> dict:
+    """Run each framework not yet done in this run; load the ones that are.
+
+    Each framework's models are saved and its state set to done as soon as it
+    finishes, so a killed run loses at most the framework in progress.
+    """
+    results = {}
+    runlog.set_request_state("in_progress")
+    for name in stage.cfg.framework_list:
+        done = runlog.done(f"unlearn:{name}")
+        if done is not None:
+            log(INFO, "resumed: %s already done", name)
+            results[name] = {"models": folder.load_models(name) if not done.get("noop")
+                             else [], "summary": done}
+            continue
+        runlog.begin(f"unlearn:{name}")
+        result = run_unlearning(grid, stage, requests, evaluator.evaluate,
+                                log_fn=lambda m: log(INFO, "%s", m), faults=faults,
+                                frameworks=[name])[name]
+        if result["models"]:
+            folder.save_models(name, result["models"])
+        runlog.finish(f"unlearn:{name}", result["summary"])
+        log(INFO, "%s done: models saved", name)
+        results[name] = result
+    runlog.set_request_state("done")
+    return results
+
+
 def learning_summary(result) -> dict:
     """The ``learning`` block of summary.json for one learning stage."""
     last = result.rounds[-1]
@@ -136,32 +195,35 @@ def main(grid: Grid, context: Context) -> None:
     if frameworks:  # bad requests fail here, before any training
         requests, noops = unlearning_requests(cfg, Federation({}, shards))
     folder = RunFolder.start(cfg)
-    log(INFO, "results: %s", folder.path)
+    runlog = RunLog(folder.runlog_path, cfg.as_dict())
+    if frameworks:
+        requests = runlog.record_requests(requests)
+    log(INFO, "results: %s%s", folder.path, " (resumed)" if runlog.resumed else "")
     evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
                                  cfg.test_samples or None)
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
     federation = Federation(node_of, shards)
     faults = FaultLog()
-    learning, store = learn(grid, cfg, federation, folder, "sharded", evaluator,
-                            data_dir, faults, coded=cfg.storage == "coded")
+    learned, learned_models, store = learn_once(
+        runlog, grid, cfg, federation, folder, "sharded", evaluator, data_dir, faults,
+        coded=cfg.storage == "coded")
     summary = {
         "config": cfg.as_dict(), "data_dir": data_dir, "shards": federation.shards,
-        "learning": learning_summary(learning),
+        "learning": learned,
         "storage": {},  # filled in at the end: retrievals count too
     }
     baseline_store = None
     if frameworks:
         baseline = Federation(node_of, baseline_shards)
         if "FE" in frameworks:
-            base_learning, baseline_store = learn(grid, cfg, baseline, folder,
-                                                  "baseline", evaluator, data_dir,
-                                                  faults)
-            summary["baseline_learning"] = learning_summary(base_learning)
+            summary["baseline_learning"], _, baseline_store = learn_once(
+                runlog, grid, cfg, baseline, folder, "baseline", evaluator, data_dir,
+                faults)
         stage = Stage(cfg, federation, baseline, store, baseline_store,
-                      learning.models, initial_model(cfg, evaluator.num_classes),
+                      learned_models, initial_model(cfg, evaluator.num_classes),
                       train_config(cfg, data_dir))
-        results = run_unlearning(grid, stage, requests, evaluator.evaluate,
-                                 log_fn=lambda m: log(INFO, "%s", m), faults=faults)
+        results = unlearn_once(runlog, folder, grid, stage, requests, evaluator,
+                               faults)
         summary["unlearning"] = {"requests": requests, "noops": noops,
                                  "mode": cfg.request_mode}
         summary["frameworks"] = {n: r["summary"] for n, r in results.items()}
@@ -170,14 +232,12 @@ def main(grid: Grid, context: Context) -> None:
         forget = sorted({p for r in requests for p in r})
         if cfg.mia and forget:
             unlearned = {n: r["models"] for n, r in results.items() if r["models"]}
-            audit = membership_audit(cfg, data_dir, shards, forget, learning.models,
+            audit = membership_audit(cfg, data_dir, shards, forget, learned_models,
                                      unlearned, cfg.mia_samples)
             for name, scores in audit.items():
                 target = summary["original"] if name == "original" else \
                     summary["frameworks"][name]
                 target.update({f"mia_{k}": v for k, v in scores.items()})
-        for name, result in results.items():
-            folder.save_models(name, result["models"])
     summary["storage"] = storage_summary(cfg, store, baseline_store)
     summary["faults"] = {"counts": faults.counts(), "entries": faults.entries}
     if cfg.dataset == "shakespeare":

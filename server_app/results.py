@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server_app.config import ConfigError, RunConfig
-from server_app.history import atomic_write, encode_arrays
+from server_app.history import atomic_write, decode_arrays, encode_arrays
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,10 @@ class RunFolder:
     def start(cls, cfg: RunConfig) -> RunFolder:
         """Create the run folder.
 
-        A finished run of the same name is never overwritten; the folder of an
-        unfinished one (no summary.json) is moved aside to ``<name>.failed-<time>``.
+        A finished run of the same name is never overwritten. The folder of an
+        unfinished run that has a run catalog (``run.sqlite``) is kept, so the run
+        resumes (see :mod:`server_app.runlog`); any other unfinished folder is
+        moved aside to ``<name>.failed-<time>``.
 
         Raises
         ------
@@ -39,10 +41,25 @@ class RunFolder:
             raise ConfigError(
                 f"run-config 'run-name' = {path.name!r} is not allowed: {path} holds "
                 "a finished run; choose another run-name or remove that folder")
+        if (path / "run.sqlite").exists():
+            return cls(path)
         if path.exists():
             path.rename(path.with_name(f"{path.name}.failed-{int(time.time())}"))
         path.mkdir(parents=True)
         return cls(path)
+
+    @property
+    def runlog_path(self) -> Path:
+        """The run catalog ``run.sqlite``."""
+        return self.path / "run.sqlite"
+
+    def load_models(self, name: str) -> list:
+        """The shard models saved by :meth:`save_models`, as ArrayRecords."""
+        from strategies.sharded import to_record, unpack_shards
+
+        data = decode_arrays((self.path / "models" / f"{name}.npz").read_bytes())
+        shards = {int(k.split("/", 1)[0][5:]) for k in data}
+        return unpack_shards(to_record(data), len(shards))
 
     def history_dir(self, federation: str) -> Path:
         """Folder of the history store of ``federation`` (e.g. ``sharded``)."""

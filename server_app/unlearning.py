@@ -180,12 +180,14 @@ def build_framework(name: str, stage: Stage, forget: set[int]
 
 def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                    evaluate, already_forgotten: Sequence[int] = (),
-                   log_fn=print, faults: FaultLog | None = None) -> dict[str, dict]:
+                   log_fn=print, faults: FaultLog | None = None,
+                   frameworks: Sequence[str] | None = None) -> dict[str, dict]:
     """Run every configured framework on ``requests``; return per-framework results.
 
     Sequential mode handles request k with forget set F_1 u ... u F_k (each
     request alone, from the stored history); concurrent mode handles the union
-    once. Returns ``{name: {"models": [...], "summary": {...}}}``.
+    once. ``frameworks`` defaults to the run config's. Returns
+    ``{name: {"models": [...], "summary": {...}}}``.
     """
     cfg = stage.cfg
     forgotten = set(already_forgotten)
@@ -194,7 +196,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
     else:
         batches = [list(r) for r in requests]
     results: dict[str, dict] = {}
-    for name in cfg.framework_list:
+    for name in (cfg.framework_list if frameworks is None else frameworks):
         forget = set(forgotten)
         per_request, total = [], RunStats()
         models: list[ArrayRecord] = []
