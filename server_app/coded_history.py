@@ -223,6 +223,10 @@ class _Catalog:
         """Everything the server keeps for this store: catalog plus keys (bytes)."""
         return self.catalog_bytes() + self.key_bytes()
 
+    def close(self) -> None:
+        """Close the catalog connection."""
+        self._conn.close()
+
     def accounting(self) -> dict:
         """Bytes and modelled communication of the coded store (see storage_summary)."""
         per_client = dict(self._conn.execute(
@@ -352,29 +356,31 @@ class CodedRecorder(_Catalog):
         return cls(root, conn, keys, federation, link_rate_mbps, timeout)
 
     # ---- the recorder verbs ------------------------------------------------
-    def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+    def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Check the round; count the blob the uncoded store would write for it."""
         if self._round is None:
             self._round = rnd
         elif rnd != self._round:
-            raise CodedStorageError(f"{what}: round {rnd} recorded before round "
+            raise CodedStorageError(f"round {rnd} recorded before round "
                                     f"{self._round} was ended (end_round)")
         if self.layout is None:
             self.layout = _Layout.of(arrays)
         self._uncoded_bytes += len(encode_arrays(arrays))
-        return self.layout.flatten(arrays, what)
 
     def put_shard_model(self, shard: int, rnd: int, arrays: Mapping[str, np.ndarray]
                         ) -> None:
         """W_s^0 (rnd = 0) joins the round's record; later shard models are not kept."""
-        flat = self._begin(rnd, arrays, f"shard {shard} model, round {rnd}")
+        self._begin(rnd, arrays)
         if rnd == 0:
+            flat = self.layout.flatten(arrays, f"shard {shard} model, round 0")
             self._records.setdefault(shard, []).append((-1, flat))
 
     def put_update(self, shard: int, rnd: int, partition_id: int,
                    arrays: Mapping[str, np.ndarray], num_examples: int,
                    train_seconds: float) -> None:
         """Buffer client ``partition_id``'s update U^rnd of shard ``shard``."""
-        flat = self._begin(rnd, arrays, f"update of client {partition_id}, round {rnd}")
+        self._begin(rnd, arrays)
+        flat = self.layout.flatten(arrays, f"update of client {partition_id}, round {rnd}")
         self._records.setdefault(shard, []).append((partition_id, flat))
         self._rows.append((shard, rnd, partition_id, int(num_examples),
                            float(train_seconds)))
@@ -458,10 +464,6 @@ class CodedRecorder(_Catalog):
             raise CodedStorageError(f"round {self._round} was recorded but never ended")
         with self._conn:
             self.set_meta("state", "complete")
-
-    def close(self) -> None:
-        """Close the catalog connection."""
-        self._conn.close()
 
 
 class CodedHistory(_Catalog):
@@ -684,11 +686,14 @@ class CodedHistory(_Catalog):
                 f"slices, k = {self.k} needed ({stats['holders']} holders: "
                 f"{stats['absent']} absent, {stats['silent']} silent, "
                 f"{stats['refused']} refused, {stats['tag_failures']} failed tags, "
-                f"{stats['malformed']} malformed); nothing was changed")
+                f"{stats['malformed']} malformed, counted over all rounds); nothing "
+                "was changed")
+        if self.verify_tags:  # every slice is right: any k of them decode
+            pids = pids[:self.k]
         y = np.stack([got[p] for p in pids]).astype(np.int64)
         alphas = self.alphas[pids]
         if self.verify_tags:
-            blocks = decode_erasures(y[:self.k], alphas[:self.k], self.omegas)
+            blocks = decode_erasures(y, alphas, self.omegas)
         else:
             try:
                 blocks, bad = decode_errors(y, alphas, self.omegas, self.rng_seed)
@@ -712,10 +717,6 @@ class CodedHistory(_Catalog):
                              f"elements for {len(members)} updates of {size}")
         return {p: self.layout.split(flat[j * size:(j + 1) * size])
                 for j, p in enumerate(members)}
-
-    def close(self) -> None:
-        """Close the catalog connection."""
-        self._conn.close()
 
 
 def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int) -> dict:
