@@ -131,9 +131,7 @@ def test_encode_large_d_crosses_chunks_and_out_buffer():
     with pytest.raises(ValueError):
         encode(x, om, al, out=np.empty((n, d), np.int32))
     assert np.array_equal(decode_erasures(y[-k:], al[-k:], om), x)
-    assert np.array_equal(
-        encode(x.astype(np.uint32), om, al), y
-    )  # other integer dtypes
+    assert np.array_equal(encode(x.astype(np.uint32), om, al), y)  # other integer dtypes
 
 
 def test_quantised_float_round_trip_through_the_code():
@@ -273,3 +271,26 @@ def test_error_decoding_is_deterministic_with_a_seed_and_handles_empty_d():
     empty = np.zeros((20, 0), np.int64)
     blocks, bad = decode_errors(empty, al, om)
     assert blocks.shape == (4, 0) and bad.size == 0
+
+
+@pytest.mark.parametrize("row", [0, 9])
+def test_error_invisible_to_the_projection_is_still_caught(row):
+    """An error orthogonal to the (seeded) projection vector escapes Berlekamp-Welch.
+
+    Certification must still catch it: either the slice is among those decoded
+    from (wrong blocks, retry with a fresh projection) or it is compared later.
+    """
+    rng = np.random.default_rng(8)
+    k, m, d, seed = 3, 10, 40, 99
+    om, al = evaluation_points(k, m)
+    x = rng.integers(0, PRIME, (k, d), dtype=np.int64)
+    y = encode(x, om, al)
+    r = np.random.default_rng(seed).integers(0, PRIME, size=d, dtype=np.int64)
+    err = [int(v) for v in rng.integers(1, PRIME, d)]
+    partial = sum(e * int(rv) for e, rv in zip(err[:-1], r[:-1], strict=True))
+    err[-1] = (-partial * pow(int(r[-1]), PRIME - 2, PRIME)) % PRIME
+    assert sum(e * int(rv) for e, rv in zip(err, r, strict=True)) % PRIME == 0
+    received = y.copy()
+    received[row] = (received[row] + np.array(err, dtype=np.int64)) % PRIME
+    blocks, bad = decode_errors(received, al, om, rng_seed=seed)
+    assert np.array_equal(blocks, x) and bad.tolist() == [row]
