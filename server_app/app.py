@@ -25,7 +25,7 @@ from server_app.coded_history import CodedHistory, CodedRecorder, storage_summar
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
-from server_app.history import HistoryStore
+from server_app.history import CorruptBlobError, HistoryStore
 from server_app.learning import run_learning
 from server_app.requests import generate_requests, validate_requests
 from server_app.results import RunFolder
@@ -126,6 +126,11 @@ def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
     Each framework's models are saved and its state set to done as soon as it
     finishes, so a killed run loses at most the framework in progress.
     """
+    for store in (stage.sharded_store, stage.baseline_store):
+        problems = store.verify() if isinstance(store, HistoryStore) else []
+        if problems:  # before any work: the learned models stay as they are
+            raise CorruptBlobError(f"history {store.root} is corrupted, no unlearning "
+                                   f"started: {'; '.join(problems[:5])}")
     results = {}
     runlog.set_request_state("in_progress")
     for name in stage.cfg.framework_list:
