@@ -36,14 +36,13 @@ The client never learns a shard key; it cannot check tags, the server does.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
+from client_app.files import atomic_write_arrays, read_arrays
 from coding import verify_key_proof
 
 STORE_MESSAGE = "query.store_slice"
@@ -90,28 +89,6 @@ def _bytes_list(value: object, name: str) -> list[bytes]:
 def _node_dir(context: Context, store: str) -> Path | None:
     root = str(context.node_config.get("node-dir", "") or "")
     return Path(root) / "slices" / store if root else None
-
-
-def _atomic_npz(path: Path, **arrays: np.ndarray) -> None:
-    """Write ``arrays`` as ``path`` (.npz) via a fsync'ed temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _load_npz(path: Path) -> dict[str, np.ndarray] | None:
-    if not path.is_file():
-        return None
-    with np.load(path, allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
 
 
 def _meta(context: Context, store: str) -> ConfigRecord:
@@ -189,12 +166,13 @@ def store(content: RecordDict, context: Context) -> RecordDict:
     folder = _node_dir(context, store_id)
     if folder is not None:
         keys = np.frombuffer(b"".join(access), dtype=np.uint8).reshape(len(access), -1)
-        old = _load_npz(folder / "access.npz")
+        old = read_arrays(folder / "access.npz")
         if old is None or not np.array_equal(old["keys"], keys):
-            _atomic_npz(folder / "access.npz", keys=keys,
-                        slice_index=np.int64(index))
+            atomic_write_arrays(folder / "access.npz",
+                                {"keys": keys, "slice_index": np.int64(index)})
         tag_array = np.frombuffer(b"".join(tags), dtype=np.uint8).reshape(len(tags), -1)
-        _atomic_npz(folder / f"round-{rnd}.npz", slice=data, tags=tag_array)
+        atomic_write_arrays(folder / f"round-{rnd}.npz",
+                            {"slice": data, "tags": tag_array})
     ack = ConfigRecord({"round": rnd, "slice-index": index,
                         "slice-bytes": slice_bytes,
                         "stored-bytes": int(meta["stored-bytes"]),
@@ -207,7 +185,7 @@ def _load_access(context: Context, store_id: str) -> tuple[int, list[bytes]] | N
     if meta is not None and "access-keys" in meta:
         return int(meta["slice-index"]), list(meta["access-keys"])
     folder = _node_dir(context, store_id)
-    saved = _load_npz(folder / "access.npz") if folder else None
+    saved = read_arrays(folder / "access.npz") if folder else None
     if saved is None:
         return None
     return int(saved["slice_index"]), [bytes(row) for row in saved["keys"]]
@@ -220,7 +198,7 @@ def _load_round(context: Context, store_id: str, rnd: int
     if slices is not None and meta is not None and f"r{rnd}" in slices:
         return slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"])
     folder = _node_dir(context, store_id)
-    saved = _load_npz(folder / f"round-{rnd}.npz") if folder else None
+    saved = read_arrays(folder / f"round-{rnd}.npz") if folder else None
     if saved is None:
         return None
     return saved["slice"], [bytes(row) for row in saved["tags"]]
@@ -232,7 +210,7 @@ def _remember_nonce(context: Context, store_id: str, nonce: bytes) -> None:
     meta = _meta(context, store_id)
     seen = set(meta.get("nonces", []))
     folder = _node_dir(context, store_id)
-    saved = _load_npz(folder / "nonces.npz") if folder else None
+    saved = read_arrays(folder / "nonces.npz") if folder else None
     if saved is not None:
         seen |= {bytes(row) for row in saved["nonces"]}
     if digest in seen:
@@ -240,8 +218,8 @@ def _remember_nonce(context: Context, store_id: str, nonce: bytes) -> None:
     seen.add(digest)
     meta["nonces"] = sorted(seen)
     if folder is not None:
-        _atomic_npz(folder / "nonces.npz", nonces=np.frombuffer(
-            b"".join(sorted(seen)), dtype=np.uint8).reshape(len(seen), 32))
+        atomic_write_arrays(folder / "nonces.npz", {"nonces": np.frombuffer(
+            b"".join(sorted(seen)), dtype=np.uint8).reshape(len(seen), 32)})
 
 
 def fetch(content: RecordDict, context: Context) -> RecordDict:

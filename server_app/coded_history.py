@@ -75,7 +75,7 @@ from coding import (
     verify_slice_tag,
 )
 from server_app.federation import Federation
-from server_app.history import StoreError, atomic_write, encode_arrays
+from server_app.history import ParticipationCatalog, StoreError, atomic_write, encode_arrays
 from server_app.unlearning import transfer_seconds
 
 Arrays = dict[str, np.ndarray]
@@ -140,7 +140,7 @@ class _Layout:
         return out
 
 
-class _Catalog:
+class _Catalog(ParticipationCatalog):
     """The catalog file and the key file of a coded store (shared by both sides)."""
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes]) -> None:
@@ -176,18 +176,6 @@ class _Catalog:
     def state(self) -> str:
         """``writing`` or ``complete``."""
         return self.meta("state")
-
-    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
-        """(partition id, example count) of round ``rnd``'s participants."""
-        return [tuple(r) for r in self._conn.execute(
-            "SELECT partition_id, num_examples FROM updates WHERE shard=? AND round=?"
-            " ORDER BY partition_id", (shard, rnd))]
-
-    def rounds(self, shard: int) -> list[int]:
-        """Rounds (>= 1) with stored updates for ``shard``, ascending."""
-        return [r[0] for r in self._conn.execute(
-            "SELECT DISTINCT round FROM updates WHERE shard=? ORDER BY round",
-            (shard,))]
 
     def coded_rounds(self) -> dict[int, int]:
         """Round -> block length B^g of every coded round (0 = initial models)."""

@@ -18,14 +18,16 @@ count, and the shard model W^g of every round.
 from __future__ import annotations
 
 import hashlib
-import io
-import os
 import sqlite3
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+from client_app.files import atomic_write, decode_arrays, encode_arrays
+
+__all__ = ["HistoryStore", "StoreError", "CorruptBlobError", "atomic_write",
+           "decode_arrays", "encode_arrays"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -53,34 +55,29 @@ class CorruptBlobError(StoreError):
     """A stored blob does not match its checksum; the message names what it held."""
 
 
-def encode_arrays(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """Serialise named arrays to ``.npz`` bytes (no pickle)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
-    return buffer.getvalue()
+class ParticipationCatalog:
+    """Who took part in which round: queries on a catalog's ``updates`` table.
+
+    Shared by the uncoded store and the coded history's catalog (both keep
+    shard, round, partition id and example count per participant).
+    """
+
+    _conn: sqlite3.Connection
+
+    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
+        """(partition id, example count) of round ``rnd``'s participants."""
+        return [tuple(r) for r in self._conn.execute(
+            "SELECT partition_id, num_examples FROM updates WHERE shard=? AND round=?"
+            " ORDER BY partition_id", (shard, rnd))]
+
+    def rounds(self, shard: int) -> list[int]:
+        """Rounds (>= 1) with stored updates for ``shard``, ascending."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT DISTINCT round FROM updates WHERE shard=? ORDER BY round",
+            (shard,))]
 
 
-def decode_arrays(data: bytes) -> Arrays:
-    """Inverse of :func:`encode_arrays`; keeps the stored key order."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a fsync'ed temporary file and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-class HistoryStore:
+class HistoryStore(ParticipationCatalog):
     """On-disk, checksummed training history of one federation.
 
     Use :meth:`create` to start a new store and :meth:`open` to read a complete
@@ -235,18 +232,6 @@ class HistoryStore:
                 f"no update of client {partition_id} in shard {shard}, round {rnd}")
         return self._get_blob(
             row[0], f"update of client {partition_id}, shard {shard}, round {rnd}")
-
-    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
-        """(partition id, example count) of round ``rnd``'s participants."""
-        return [tuple(r) for r in self._conn.execute(
-            "SELECT partition_id, num_examples FROM updates WHERE shard=? AND round=?"
-            " ORDER BY partition_id", (shard, rnd))]
-
-    def rounds(self, shard: int) -> list[int]:
-        """Rounds (>= 1) with stored updates for ``shard``, ascending."""
-        return [r[0] for r in self._conn.execute(
-            "SELECT DISTINCT round FROM updates WHERE shard=? ORDER BY round",
-            (shard,))]
 
     def client_shard(self) -> dict[int, int]:
         """Partition id -> shard of every client."""
