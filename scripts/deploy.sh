@@ -6,14 +6,17 @@
 # Starts one flower-superlink and N flower-supernodes (default 8; SuperNode i gets
 # --node-config "partition-id=i num-partitions=N node-dir=<run>/nodes/i"), adds a
 # [superlink.<name>] entry for them to $FLWR_HOME/config.toml, runs
-# `flwr run . <name> --stream` and stops every process it started (also on failure
-# and Ctrl-C). Run settings: pyproject defaults < deploy defaults (num-clients=N,
-# num-shards=2, clients-per-round=4, as far as N allows) < preset < --run-config
-# (later wins); num-clients is always N. Prints the summary tables, the wall time
-# and, last, `summary: <path>`; exits non-zero when no summary.json was written.
-# Environment: SE_DEPLOY_DIR (parent of the run folder, default $TMPDIR or /tmp),
-# SE_DEPLOY_TIMEOUT (seconds for the whole run, default 0 = none), and those of
-# simulate.sh (FLWR_HOME, SE_DATA_DIR, SE_RESULTS_DIR).
+# `flwr run <app> <name> --stream` and stops every process it started (also on
+# failure and Ctrl-C). Run settings: pyproject defaults < deploy defaults
+# (num-clients=N, num-shards=2, clients-per-round=4, as far as N allows) < preset
+# < --run-config (later wins); num-clients is always N. Prints the summary tables,
+# the wall time and, last, `summary: <path>`; exits non-zero when no summary.json
+# was written. The run folder (logs, SuperLink database, node dirs) is removed
+# after a successful run unless --keep is given.
+# Environment: SE_DEPLOY_DIR (parent of the run folder; default $TMPDIR or /tmp),
+# SE_DEPLOY_TIMEOUT (seconds for the whole run; default 0 = no limit),
+# SE_DEPLOY_STAGE=0 (run `flwr run .` on the working tree instead of a copy of
+# the app's files), and those of simulate.sh (FLWR_HOME, SE_DATA_DIR, SE_RESULTS_DIR).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +24,7 @@ cd "$ROOT"
 VENV="$ROOT/.venv"
 START_NS=$(date +%s%N)
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
 # --- environment: the same defaults as simulate.sh's setup_env ----------------
 if [ ! -x "$VENV/bin/flower-superlink" ]; then
@@ -108,11 +111,9 @@ descendants() {  # PIDs of the given processes and of all their descendants
 }
 
 alive() {  # the given PIDs that still exist (zombies excluded)
-    local pid state
-    for pid in "$@"; do
-        state=$(ps -o stat= -p "$pid" 2>/dev/null || true)
-        [ -n "$state" ] && [ "${state:0:1}" != Z ] && echo "$pid"
-    done
+    [ $# -gt 0 ] || return 0
+    ps -o pid=,stat= -p "$(echo "$@" | tr -s ' ' ',')" 2>/dev/null \
+        | awk '$2 !~ /^Z/ {print $1}'
     return 0
 }
 
@@ -150,9 +151,14 @@ cleanup() {
     if [ -n "$all" ]; then
         # shellcheck disable=SC2086
         kill -TERM $all 2>/dev/null
-        for i in $(seq 1 50); do   # up to 10 s for a graceful exit
+        for i in $(seq 1 25); do   # up to 5 s for a graceful exit
             left=$(alive $all)
             [ -z "$left" ] && break
+            if [ -n "${SE_DEPLOY_DEBUG:-}" ]; then
+                # shellcheck disable=SC2086
+                ps -o pid=,stat=,etime=,args= -p "$(echo $left | tr ' ' ,)" | cut -c1-120 >&2
+                echo "--" >&2
+            fi
             sleep 0.2
         done
         # children spawned meanwhile, and processes that left the tree
@@ -171,8 +177,8 @@ cleanup() {
         kill -KILL $left 2>/dev/null
     fi
     remove_link_entry
-    if [ "$SUCCESS" = 1 ] && [ "$KEEP" = 0 ]; then
-        rm -rf "$RUN_DIR"
+    if [ ${#PIDS[@]} = 0 ] || { [ "$SUCCESS" = 1 ] && [ "$KEEP" = 0 ]; }; then
+        rm -rf "$RUN_DIR"  # nothing started (bad arguments), or a clean success
     else
         echo "deploy: run folder kept: $RUN_DIR (logs/)" >&2
     fi
@@ -208,13 +214,29 @@ if preset:
     if over.get("num-clients", nodes) != nodes:
         print(f"deploy: preset sets num-clients={over['num-clients']}; "
               f"using num-clients={nodes} (one per SuperNode)", file=sys.stderr)
+explicit = set()
 for arg in sys.argv[4:]:
     given = parse_config_args([arg])
     if given.get("num-clients", nodes) != nodes:
         sys.exit(f"deploy: --run-config sets num-clients={given['num-clients']} but "
                  f"there are {nodes} SuperNodes: pass N={given['num-clients']} instead")
     over.update(given)
+    explicit.update(given)
 over["num-clients"] = nodes
+# a preset's topology shrunk to N SuperNodes (values given with --run-config are
+# left as they are: a misfit there is an error below)
+shards = over.get("num-shards", defaults["num-shards"])
+if "num-shards" not in explicit and isinstance(shards, int) and shards > nodes:
+    print(f"deploy: num-shards {shards} -> {nodes} (N = {nodes})", file=sys.stderr)
+    over["num-shards"] = shards = nodes
+cpr = over.get("clients-per-round", defaults["clients-per-round"])
+if "clients-per-round" not in explicit and isinstance(shards, int) and shards >= 1 \
+        and isinstance(cpr, int):
+    fit = max(shards, min(cpr, shards * (nodes // shards)) // shards * shards)
+    if fit != cpr:
+        print(f"deploy: clients-per-round {cpr} -> {fit} ({shards} shards of "
+              f"{nodes // shards} clients)", file=sys.stderr)
+        over["clients-per-round"] = fit
 unknown = sorted(set(over) - set(defaults))
 if unknown:
     sys.exit(f"deploy: unknown run-config keys: {', '.join(unknown)}")
@@ -290,6 +312,8 @@ wait_for_port "$LINK_PORT" "$LINK_PID" 60 SuperLink
 NODE_PIDS=()
 for ((i = 0; i < NODES; i++)); do
     mkdir -p "$RUN_DIR/nodes/$i"
+    # one BLAS/OpenMP thread per ClientApp process: N of them share these cores
+    OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}" \
     flower-supernode --insecure --superlink "$LINK" \
         --host 127.0.0.1 --port "${PORTS[$((i + 1))]}" \
         --node-config "partition-id=$i num-partitions=$NODES node-dir=\"$RUN_DIR/nodes/$i\"" \
@@ -388,6 +412,13 @@ kill "$TAIL_PID" 2>/dev/null || true
 summary=$(grep -aoE "summary: /[^ ]+summary\.json" "$LOG" | tail -n 1 | cut -d' ' -f2 || true)
 if [ -z "$summary" ] || [ ! -f "$summary" ]; then
     echo "the run failed: no summary.json was written (see $LOG)" >&2
+    expired=$(cat "$RUN_DIR"/logs/supernode-*.log 2>/dev/null \
+        | grep -c "task-token authentication failed" || true)
+    if [ "${expired:-0}" -gt 0 ]; then
+        echo "deploy: $expired ClientApp calls were refused with an expired task token:" \
+            "ClientApp processes took longer than Flower's 30 s start window" \
+            "(an overloaded machine? try fewer SuperNodes)" >&2
+    fi
     exit 1
 fi
 SUCCESS=1
