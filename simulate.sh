@@ -5,6 +5,10 @@
 #   ./simulate.sh --preset paper           a named preset (presets/<name>.toml)
 #   ./simulate.sh --run-config "dataset='fmnist' num-rounds=5"   override keys
 #   ./simulate.sh test [pytest args]       run the test suite
+#   ./simulate.sh deploy [N] [--preset NAME] [--run-config "..."]   real SuperLink
+#                                          + N SuperNodes on 127.0.0.1
+#   ./simulate.sh experiments NAME [--preset quick|paper]   single, concurrent,
+#                                          storage or all: runs, figures, report.md
 #
 # On a fresh clone it creates .venv and installs the project. It runs `flwr run .`
 # in Flower's simulation engine with one SuperNode per client, stops the SuperLink
@@ -46,7 +50,10 @@ stop_superlink() {
     # flwr run starts a background SuperLink that keeps the environment of the
     # run that started it; ours is recognised by its log path under $FLWR_HOME.
     pkill -f "$FLWR_HOME/local-superlink" 2>/dev/null || true
-    pkill -f "flwr-simulation.*$FLWR_HOME" 2>/dev/null || true
+    if [ -n "${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-}" ]; then
+        pkill -f "flwr-simulation --runtime-api-address 127.0.0.1:$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT" \
+            2>/dev/null || true
+    fi
 }
 
 run_simulation() {
@@ -56,38 +63,51 @@ run_simulation() {
             --preset) preset="$2"; shift 2 ;;
             --supernodes) supernodes="$2"; shift 2 ;;
             --run-config|-c) args+=(--run-config "$2"); shift 2 ;;
-            -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+            -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
             *) echo "unknown argument: $1 (see ./simulate.sh --help)" >&2; exit 2 ;;
         esac
     done
-    local configs=()
-    if [ -n "$preset" ]; then
-        local file="$ROOT/presets/$preset.toml"
-        if [ ! -f "$file" ]; then
-            echo "unknown preset '$preset'; available: $(cd presets && ls *.toml | sed 's/.toml//' | xargs)" >&2
-            exit 2
-        fi
-        configs+=(--run-config "$file")
+    if [ -n "$preset" ] && [ ! -f "$ROOT/presets/$preset.toml" ]; then
+        echo "unknown preset '$preset'; available: $(cd presets && ls *.toml | sed 's/.toml//' | xargs)" >&2
+        exit 2
     fi
-    configs+=("${args[@]+"${args[@]}"}")
-    if [ -z "$supernodes" ]; then
-        # one SuperNode per client: the last num-clients given wins, else 100
-        supernodes=$(python3 - "$preset" "${args[@]+"${args[@]}"}" <<'PY'
-import re, sys, pathlib
-text = ""
-if sys.argv[1]:
-    text += pathlib.Path("presets", sys.argv[1] + ".toml").read_text()
-text += " ".join(a for a in sys.argv[2:] if a != "--run-config")
-hits = re.findall(r"num-clients\s*=\s*(\d+)", text)
-print(hits[-1] if hits else 100)
+    # flwr run takes either TOML files or k=v pairs, not both: merge the preset and
+    # the overrides (later wins) into one TOML file; print num-clients (default 100)
+    local merged="$SE_RESULTS_DIR/.run-config-$$.toml"
+    local clients
+    clients=$(python3 - "$merged" "${preset:+$ROOT/presets/$preset.toml}" "${args[@]+"${args[@]}"}" <<'PY'
+import json, re, sys, tomllib
+out, preset, items = sys.argv[1], sys.argv[2], [a for a in sys.argv[3:] if a != "--run-config"]
+values = {}
+for item in ([preset] if preset else []) + items:
+    if item.endswith(".toml"):
+        with open(item, "rb") as f:
+            values.update({k: json.dumps(v) if isinstance(v, str) else
+                           str(v).lower() if isinstance(v, bool) else str(v)
+                           for k, v in tomllib.load(f).items()})
+    else:
+        for key, value in re.findall(r"([\w-]+)\s*=\s*('[^']*'|\"[^\"]*\"|\S+)", item):
+            values[key] = value
+text = "".join(f"{k} = {v}\n" for k, v in values.items())
+tomllib.loads(text)  # a malformed value fails here, with its line
+open(out, "w").write(text)
+print(tomllib.loads(text).get("num-clients", 100))
 PY
 )
-    fi
+    supernodes="${supernodes:-$clients}"
+    # our own ports: a SuperLink started by another run (another FLWR_HOME) on the
+    # default port would otherwise be reused, with that run's environment
+    read -r FLWR_LOCAL_SUPERLINK_HTTP_API_PORT FLWR_LOCAL_CONTROL_API_PORT < <(python3 -c "
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(('127.0.0.1', 0))
+print(*[s.getsockname()[1] for s in socks])")
+    export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT FLWR_LOCAL_CONTROL_API_PORT
     stop_superlink
     trap stop_superlink EXIT
-    local log="$SE_RESULTS_DIR/.last-run.log"
+    local log="$SE_RESULTS_DIR/.run-$$.log"
     echo "flwr run . with $supernodes SuperNodes; log: $log" >&2
-    flwr run . --stream "${configs[@]+"${configs[@]}"}" \
+    flwr run . --stream --run-config "$merged" \
         --federation-config "num-supernodes=$supernodes client-resources-num-cpus=1" \
         2>&1 | tee "$log"
     local summary
@@ -100,11 +120,19 @@ PY
     echo "summary: $summary"
 }
 
+run_experiments() {
+    # the paper's experiment suite (experiments/run.py): single, concurrent,
+    # storage or all, with --preset quick|paper; figures and report.md at the end
+    exec python -m experiments.run "$@"
+}
+
 main() {
     ensure_venv
     setup_env
     case "${1:-}" in
         test) shift; exec python -m pytest "$@" ;;
+        deploy) shift; exec bash "$ROOT/scripts/deploy.sh" "$@" ;;
+        experiments) shift; run_experiments "$@" ;;
         *) run_simulation "$@" ;;
     esac
 }
