@@ -1,0 +1,328 @@
+"""Rows from the runs' summary.json files, and the derived comparisons.
+
+``results.csv`` holds one row per run and framework (``original`` is the learned
+model before unlearning). The functions below derive what report.md and the
+figures show; every number comes from those rows or from the storage blocks of
+the runs' summaries.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+FRAMEWORKS = ("SE", "FR", "FE", "RR")
+BASELINES = ("FR", "FE", "RR")
+COLUMNS = [
+    "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
+    "clients_per_round", "num_rounds", "local_epochs", "retrain_ratio",
+    "client_samples", "storage", "request_mode", "request_distribution",
+    "num_requests", "requests", "framework", "accuracy", "loss",
+    "retrain_compute_s", "retrain_wall_s", "client_epochs", "comm_time_s",
+    "server_storage_bytes", "mia_f1", "mia_precision", "mia_recall", "mia_auc",
+    "impacted_shards", "se_measured_shard_s", "se_expected_shard_s",
+    "se_mean_shard_cost_s", "learning_compute_s", "learning_wall_s", "run_wall_s",
+]
+_CONFIG_COLUMNS = {
+    "dataset": "dataset", "partition": "partition", "seed": "seed",
+    "num_clients": "num-clients", "num_shards": "num-shards",
+    "clients_per_round": "clients-per-round", "num_rounds": "num-rounds",
+    "local_epochs": "local-epochs", "retrain_ratio": "retrain-ratio",
+    "client_samples": "client-samples", "storage": "storage",
+    "request_mode": "request-mode", "request_distribution": "request-distribution",
+    "num_requests": "num-requests",
+}
+_METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "client_epochs",
+            "comm_time_s", "server_storage_bytes", "mia_f1", "mia_precision",
+            "mia_recall", "mia_auc")
+
+
+def summary_rows(experiment: str, run: str, summary: dict, wall_s: float | None
+                 ) -> list[dict]:
+    """One row per framework of one run (plus ``original``)."""
+    cfg = summary.get("config", {})
+    base = {"experiment": experiment, "run": run, "run_wall_s": wall_s,
+            "requests": json.dumps(summary.get("unlearning", {}).get("requests", [])),
+            "learning_compute_s": summary.get("learning", {}).get("compute_s"),
+            "learning_wall_s": summary.get("learning", {}).get("wall_time_s")}
+    base.update({col: cfg.get(key) for col, key in _CONFIG_COLUMNS.items()})
+    rows = []
+    if "original" in summary:
+        row = {**base, "framework": "original"}
+        row.update({k: summary["original"].get(k) for k in _METRICS
+                    if k in summary["original"]})
+        rows.append(row)
+    for name, result in summary.get("frameworks", {}).items():
+        row = {**base, "framework": name}
+        row.update({k: result.get(k) for k in _METRICS if k in result})
+        impacted = sorted({s for r in result.get("requests", [])
+                           for s in r.get("impacted_shards", [])})
+        row["impacted_shards"] = len(impacted) if name == "SE" else None
+        expected = result.get("expected")
+        if expected:
+            row["se_measured_shard_s"] = expected.get("measured_total_s")
+            row["se_expected_shard_s"] = expected.get("expected_total_s")
+            row["se_mean_shard_cost_s"] = expected.get("mean_shard_cost_s")
+        rows.append(row)
+    return rows
+
+
+def load_rows(results: dict, out: Path) -> list[dict]:
+    """Rows of every finished app run of ``results`` (see :data:`COLUMNS`)."""
+    rows = []
+    for entry in results["runs"]:
+        if entry.get("status") == "failed" or not entry.get("summary"):
+            continue
+        summary = load_summary(out, entry)
+        rows += summary_rows(entry["spec"]["experiment"], entry["spec"]["name"],
+                             summary, entry.get("wall_s"))
+    return rows
+
+
+def load_summary(out: Path, entry: dict) -> dict:
+    """The summary.json of a results.json run entry (relative to ``out``)."""
+    path = Path(entry["summary"])
+    return json.loads((path if path.is_absolute() else out / path).read_text())
+
+
+def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str] | None = None
+              ) -> None:
+    """Write ``rows`` (dicts) as CSV.
+
+    Columns: ``columns``, else :data:`COLUMNS` for run rows, else the keys of
+    the first row.
+    """
+    if columns is None:
+        columns = COLUMNS if rows and "framework" in rows[0] else \
+            list(rows[0]) if rows else COLUMNS
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv(v) for k, v in row.items()})
+
+
+def _csv(value: object) -> object:
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value)
+    return "" if value is None else value
+
+
+def reduction(se: float | None, other: float | None) -> float | None:
+    """1 - se / other (the fraction SE saves), or None without both."""
+    if se is None or not other:
+        return None
+    return 1.0 - se / other
+
+
+def single_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, dict]]:
+    """Seed-0 ``single`` rows: ``{(dataset, partition): {framework: row}}``."""
+    cells: dict[tuple[str, str], dict[str, dict]] = {}
+    for row in rows:
+        if row["experiment"] != "single" or row.get("seed") not in (0, None):
+            continue
+        cells.setdefault((row["dataset"], row["partition"]), {})[row["framework"]] = row
+    return cells
+
+
+def single_reductions(rows: Sequence[dict]) -> list[dict]:
+    """Per (dataset, partition): SE's saving vs each baseline, seconds and epochs."""
+    out = []
+    for (dataset, partition), fw in single_cells(rows).items():
+        se = fw.get("SE")
+        if se is None:
+            continue
+        entry = {"dataset": dataset, "partition": partition}
+        for name in BASELINES:
+            other = fw.get(name)
+            entry[f"time_vs_{name}"] = reduction(
+                se.get("retrain_compute_s"), other and other.get("retrain_compute_s"))
+            entry[f"epochs_vs_{name}"] = reduction(
+                se.get("client_epochs"), other and other.get("client_epochs"))
+        out.append(entry)
+    return out
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
+    """The paper's three headline claims beside the measured numbers.
+
+    Retraining time: mean over the matching (dataset, partition) cells of
+    1 - SE / baseline for each baseline, in compute seconds and client-epochs.
+    Storage: 1 - coded SE server bytes / FE server bytes.
+    """
+    reds = single_reductions(rows)
+    groups = [
+        ("Retraining time, SE vs baselines, non-IID MNIST / FMNIST / CIFAR-10", 0.66,
+         [r for r in reds if r["partition"] == "noniid"
+          and r["dataset"] in ("mnist", "fmnist", "cifar10")]),
+        ("Retraining time, SE vs baselines, Tiny Shakespeare", 0.88,
+         [r for r in reds if r["dataset"] == "shakespeare"]),
+    ]
+    out = []
+    for claim, paper, cells in groups:
+        entry = {"claim": claim, "paper": paper, "cells": [
+            f"{c['dataset']}-{c['partition']}" for c in cells]}
+        for name in BASELINES:
+            entry[f"time_vs_{name}"] = _mean(c[f"time_vs_{name}"] for c in cells)
+            entry[f"epochs_vs_{name}"] = _mean(c[f"epochs_vs_{name}"] for c in cells)
+        out.append(entry)
+    entry = {"claim": "Server storage, coded SE vs FedEraser", "paper": 0.98,
+             "cells": [], "storage_vs_FE": None}
+    if storage and storage.get("reduction_vs_FE") is not None:
+        entry["storage_vs_FE"] = storage["reduction_vs_FE"]
+        entry["cells"] = [storage.get("run", "")]
+    out.append(entry)
+    return out
+
+
+def mia_stability(rows: Sequence[dict]) -> dict | None:
+    """MIA F1 of each model over the seeds of the stability configuration.
+
+    Returns ``{"config": "dataset-partition", "seeds": [...], "models":
+    {name: {"f1": [...], "mean", "std", "range"}}}`` or None.
+    """
+    picked = [r for r in rows if r["experiment"] == "single"
+              and r.get("mia_f1") is not None]
+    by_cell: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
+    for r in picked:
+        by_cell.setdefault((r["dataset"], r["partition"]), {}).setdefault(
+            r["seed"], {})[r["framework"]] = r["mia_f1"]
+    cells = {k: v for k, v in by_cell.items() if len(v) > 1}
+    if not cells:
+        return None
+    (dataset, partition), seeds = next(iter(cells.items()))
+    names = [n for n in ("original", *FRAMEWORKS)
+             if all(n in per for per in seeds.values())]
+    models = {}
+    for name in names:
+        f1 = [seeds[s][name] for s in sorted(seeds)]
+        models[name] = {"f1": f1, "mean": statistics.fmean(f1),
+                        "std": statistics.stdev(f1) if len(f1) > 1 else 0.0,
+                        "range": max(f1) - min(f1)}
+    return {"config": f"{dataset}-{partition}", "seeds": sorted(seeds),
+            "models": models}
+
+
+def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
+    """Issue 6's MNIST check: FR's F1 below the original's, SE within 0.05 of FR."""
+    out = []
+    for (dataset, partition), fw in single_cells(rows).items():
+        if dataset != "mnist":
+            continue
+        f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *FRAMEWORKS)}
+        if f1["original"] is None or f1["FR"] is None or f1["SE"] is None:
+            continue
+        out.append({"partition": partition, **{f"f1_{k}": v for k, v in f1.items()},
+                    "fr_below_original": f1["FR"] < f1["original"],
+                    "se_within_005_of_fr": abs(f1["SE"] - f1["FR"]) <= 0.05})
+    return out
+
+
+def concurrent_points(rows: Sequence[dict], summaries: dict[str, dict]) -> list[dict]:
+    """SE's measured shard retraining seconds beside the paper's expectation.
+
+    For concurrent runs: one point per run (K, distribution). For sequential
+    runs: one point per prefix k = 1..K (requests are handled one at a time, so
+    the first k give the sequential cost of k requests); expected k c with c
+    the run's mean shard cost. ``shard_retrains`` counts shard retrainings
+    (sequential: summed over requests). The concurrent expectation is the paper's
+    S c (1 - (1 - 1/S)^K) for uniform requests, c from the same run.
+    """
+    points = []
+    for row in rows:
+        if row["experiment"] != "concurrent" or row["framework"] != "SE":
+            continue
+        s = row["num_shards"]
+        c = row.get("se_mean_shard_cost_s") or 0.0
+        base = {"dataset": row["dataset"], "distribution": row["request_distribution"],
+                "mode": row["request_mode"], "num_shards": s,
+                "mean_shard_cost_s": c, "run": row["run"]}
+        if row["request_mode"] == "concurrent":
+            k = row["num_requests"]
+            points.append({**base, "K": k, "measured_s": row["se_measured_shard_s"],
+                           "expected_s": s * c * (1 - (1 - 1 / s) ** k),
+                           "compute_s": row["retrain_compute_s"],
+                           "client_epochs": row["client_epochs"],
+                           "impacted_shards": row["impacted_shards"],
+                           "shard_retrains": row["impacted_shards"]})
+            continue
+        summary = summaries.get(row["run"], {})
+        requests = summary.get("frameworks", {}).get("SE", {}).get("requests", [])
+        total, epochs, compute, impacted, retrains = 0.0, 0.0, 0.0, set(), 0
+        for k, request in enumerate(r for r in requests if not r.get("noop")):
+            total += sum(request.get("shard_compute_s", {}).values())
+            epochs += request.get("client_epochs", 0.0)
+            compute += request.get("compute_s", 0.0)
+            impacted |= set(request.get("impacted_shards", []))
+            retrains += len(request.get("impacted_shards", []))
+            points.append({**base, "K": k + 1, "measured_s": total,
+                           "expected_s": (k + 1) * c, "compute_s": compute,
+                           "client_epochs": epochs, "impacted_shards": len(impacted),
+                           "shard_retrains": retrains})
+    return points
+
+
+def storage_block(rows: Sequence[dict], summaries: dict[str, dict]) -> dict | None:
+    """FE, uncoded SE and coded SE: server bytes and communication seconds.
+
+    From the ``storage`` experiment's runs: the coded run's summary.json
+    ``storage`` block gives the bytes of all three (uncoded SE as the records
+    its store would write); communication time is each framework's modelled
+    ``comm_time_s`` of unlearning (coded SE: including fetching the slices),
+    plus, for coded SE, distributing the slices during learning.
+    """
+    runs = {}
+    for row in rows:
+        if row["experiment"] == "storage" and row.get("storage"):
+            runs.setdefault(row["storage"], {})[row["framework"]] = row
+    coded_row = runs.get("coded", {})
+    uncoded_row = runs.get("uncoded", {})
+    coded_run = next(iter(coded_row.values()), {}).get("run")
+    uncoded_run = next(iter(uncoded_row.values()), {}).get("run")
+    block = (summaries.get(coded_run) or {}).get("storage") or \
+        (summaries.get(uncoded_run) or {}).get("storage")
+    if not block:
+        return None
+    fe = (block.get("FE") or {}).get("server_bytes")
+    uncoded = (block.get("SE_uncoded") or {}).get("server_bytes")
+    coded = (block.get("SE_coded") or {}).get("server_bytes")
+    comm = block.get("comm") or {}
+    fe_row = (uncoded_row or coded_row).get("FE", {})
+    out = {
+        "run": coded_run or uncoded_run,
+        "server_bytes": {"FE": fe, "SE uncoded": uncoded, "SE coded": coded},
+        "client_bytes": {"FE": 0, "SE uncoded": 0,
+                         "SE coded": ((block.get("SE_coded") or {}).get("client_bytes")
+                                      or {}).get("max")},
+        "comm_s": {
+            "FE": fe_row.get("comm_time_s"),
+            "SE uncoded": uncoded_row.get("SE", {}).get("comm_time_s"),
+            "SE coded": coded_row.get("SE", {}).get("comm_time_s"),
+        },
+        "distribution_s": comm.get("distribution_s"),
+        "retrieval_s": comm.get("retrieval_s"),
+        "decode_s": comm.get("decode_s"),
+        "reduction_vs_FE": reduction(coded, fe),
+        "uncoded_reduction_vs_FE": reduction(uncoded, fe),
+        "efficiency": block.get("efficiency"),
+        "gamma_measured": (block.get("SE_coded") or {}).get("gamma_measured"),
+        "coded_available": coded is not None,
+    }
+    return out
+
+
+def summaries_by_run(results: dict, out: Path) -> dict[str, dict]:
+    """``{run name: summary}`` for every finished run."""
+    found = {}
+    for entry in results["runs"]:
+        if entry.get("summary") and entry.get("status") != "failed":
+            found[entry["spec"]["name"]] = load_summary(out, entry)
+    return found

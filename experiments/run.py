@@ -1,0 +1,415 @@
+"""Run an experiment: ``python -m experiments.run NAME [--preset P] [--out DIR]``.
+
+NAME is ``single``, ``concurrent``, ``storage`` or ``all``; P is ``quick``
+(default), ``paper`` or ``tiny`` (the tests). Every configuration is one run of
+the real ServerApp and ClientApp (:mod:`experiments.suites`):
+
+- ``--engine inprocess`` (default): the app's own ``server_app.app.main`` on an
+  in-process Grid that calls ``client_app.app:app`` for every message
+  (:mod:`experiments.grid`); no Ray, no SuperLink. Same code, same messages,
+  delivered one after another in one process.
+- ``--engine flwr``: each configuration through ``./simulate.sh`` (``flwr run``
+  in Flower's Ray simulation engine, one SuperNode per client).
+
+The output folder (default ``results/experiments/<name>-<preset>-<UTC time>/``)
+gets ``runs/<run>/summary.json`` (history stores removed unless
+``--keep-history``), ``logs/<run>.log``, ``results.json``, ``results.csv`` (one
+row per run and framework), ``storage_sweep.csv``, ``figures/*.png`` and
+``report.md``. Rerunning with the same ``--out`` reuses finished runs.
+Progress goes to stderr, one line per step, with an estimate of the time left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+from experiments import suites
+from experiments.suites import RunSpec, StorageSweep
+
+ROOT = suites.ROOT
+
+
+class Progress:
+    """One line per step on stderr: experiment, step i/N, elapsed, time left.
+
+    The time left is the seconds per unit of estimated cost so far times the
+    estimated cost still to run (weights from :mod:`experiments.suites`).
+    """
+
+    def __init__(self, weights: list[float], stream=None) -> None:
+        self.weights = weights
+        self.done_weight = 0.0
+        self.spent = 0.0
+        self.t0 = time.perf_counter()
+        self.stream = stream
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.stream if self.stream is not None else sys.stderr, flush=True)
+
+    def start(self, i: int, experiment: str, label: str) -> None:
+        """Announce step ``i`` (0-based)."""
+        self._say(f"[{experiment}] run {i + 1}/{len(self.weights)} {label}: started; "
+                  f"elapsed {_clock(time.perf_counter() - self.t0)}, "
+                  f"left {self.left(i)}")
+
+    def finish(self, i: int, experiment: str, label: str, seconds: float,
+               status: str = "done") -> None:
+        """Record step ``i``'s seconds and announce it."""
+        self.done_weight += self.weights[i]
+        self.spent += seconds
+        self._say(f"[{experiment}] run {i + 1}/{len(self.weights)} {label}: {status} "
+                  f"in {_clock(seconds)}; elapsed "
+                  f"{_clock(time.perf_counter() - self.t0)}, left {self.left(i + 1)}")
+
+    def left(self, next_index: int) -> str:
+        """Estimated time for steps ``next_index`` onwards (``?`` before any)."""
+        remaining = sum(self.weights[next_index:])
+        if remaining <= 0:
+            return "0s"
+        if self.done_weight <= 0:
+            return "?"
+        return "~" + _clock(self.spent / self.done_weight * remaining)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def default_data_dir() -> str:
+    """``$SE_DATA_DIR``, else ``../shared/data`` beside the project, else ``""``."""
+    env = os.environ.get("SE_DATA_DIR", "")
+    if env:
+        return env
+    shared = ROOT.parent / "shared" / "data"
+    return str(shared) if shared.is_dir() else ""
+
+
+def dataset_available(dataset: str, data_dir: str) -> str | None:
+    """None when ``dataset`` can be loaded, else why not (one line)."""
+    from client_app.data import resolve_data_dir
+
+    try:
+        resolve_data_dir(dataset, data_dir or None)
+    except Exception as err:  # noqa: BLE001 - any failure means: skip, say why
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return None
+
+
+class _QuietFlower:
+    """Send Flower's log to a file for the duration of a run (console: errors)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self):
+        from flwr.supercore.logger import FLOWER_LOGGER
+
+        self.logger = FLOWER_LOGGER
+        self.levels = [(h, h.level) for h in self.logger.handlers]
+        for handler, _ in self.levels:
+            handler.setLevel(logging.ERROR)
+        self.file = logging.FileHandler(self.path, mode="w")
+        self.file.setLevel(logging.DEBUG)
+        self.file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.logger.addHandler(self.file)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self.file)
+        self.file.close()
+        for handler, level in self.levels:
+            handler.setLevel(level)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def run_config_toml(config: dict) -> str:
+    """``config`` as a flat TOML document for ``--run-config FILE``."""
+    return "".join(f"{k} = {_toml_value(v)}\n" for k, v in config.items())
+
+
+def run_one(spec: RunSpec, out: Path, data_dir: str, engine: str) -> Path:
+    """Run ``spec`` with ``engine``; return its summary.json.
+
+    Raises
+    ------
+    RuntimeError
+        The run wrote no summary.json.
+    """
+    config = {**spec.config, "results-dir": str((out / "runs").resolve()),
+              "run-name": spec.name}
+    if data_dir:
+        config["data-dir"] = str(Path(data_dir).resolve())
+    log_path = out / "logs" / f"{spec.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if engine == "inprocess":
+        from experiments.grid import run_in_process
+
+        with _QuietFlower(log_path):
+            return run_in_process(config)
+    if engine == "flwr":
+        toml = out / "configs" / f"{spec.name}.toml"
+        toml.parent.mkdir(parents=True, exist_ok=True)
+        toml.write_text(run_config_toml(config))
+        with open(log_path, "w") as log:
+            proc = subprocess.run(
+                [str(ROOT / "simulate.sh"), "--supernodes",
+                 str(config.get("num-clients", 100)), "--run-config", str(toml)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+        path = out / "runs" / spec.name / "summary.json"
+        if proc.returncode or not path.is_file():
+            raise RuntimeError(f"simulate.sh exited {proc.returncode} without "
+                               f"{path} (see {log_path})")
+        return path
+    raise ValueError(f"engine {engine!r}: inprocess or flwr")
+
+
+def _storage_table_module():
+    """``benchmarks/storage_table.py`` as a module, or None when it is absent."""
+    import importlib.util
+
+    path = ROOT / "benchmarks" / "storage_table.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_se_storage_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module if hasattr(module, "measure") else None
+
+
+def sweep_with_script(module, sweep: StorageSweep) -> list[dict]:
+    """Rows of ``storage_table.measure`` for every C (checkpoints at every G)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    rows = []
+    for clients in sweep.clients:
+        work = Path(tempfile.mkdtemp(prefix="se-storage-sweep-"))
+        try:
+            for row in module.measure(clients, sorted(sweep.rounds), work):
+                rows.append({**row, "source": "benchmarks/storage_table.py"})
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def sweep_row_from_summary(spec: RunSpec, summary: dict) -> dict:
+    """A storage-sweep row (storage_table's columns) from an app run's summary."""
+    st = summary.get("storage", {})
+    coded = st.get("SE_coded") or {}
+    fe = st.get("FE") or {}
+    uncoded = st.get("SE_uncoded") or {}
+    return {
+        "clients": spec.tags["clients"], "rounds": spec.tags["rounds"],
+        "fe_server": fe.get("server_bytes"),
+        "se_uncoded_server": uncoded.get("server_bytes"),
+        "se_coded_server": coded.get("server_bytes"),
+        "se_coded_client_max": (coded.get("client_bytes") or {}).get("max"),
+        "se_coded_client_mean": (coded.get("client_bytes") or {}).get("mean"),
+        "distribution_comm_s": (st.get("comm") or {}).get("distribution_s"),
+        "source": f"app run {spec.name}",
+    }
+
+
+def execute(experiment: str, preset: str, out: Path, data_dir: str = "",
+            engine: str = "inprocess", keep_history: bool = False,
+            datasets: tuple[str, ...] | None = None, stream=None) -> dict:
+    """Run ``experiment`` into ``out``; write results, figures and report.md.
+
+    Returns
+    -------
+    dict
+        What results.json holds: ``runs`` (spec, status, summary path, wall
+        seconds, error), ``storage_sweep`` rows, ``skipped`` datasets, settings.
+    """
+    stream = sys.stderr if stream is None else stream
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    specs = suites.plan(experiment, preset, datasets)
+    skipped: dict[str, str] = {}
+    for dataset in sorted({s.config["dataset"] for s in specs}):
+        why = dataset_available(dataset, data_dir)
+        if why:
+            skipped[dataset] = why
+    specs = [s for s in specs if s.config["dataset"] not in skipped]
+    sweep = suites.storage_sweep(preset) if experiment in ("storage", "all") else None
+    module = _storage_table_module() if sweep else None
+    steps: list[tuple[str, object]] = [("run", s) for s in specs]
+    if sweep is not None:
+        if module is not None:
+            steps.append(("sweep", sweep))
+        else:
+            steps += [("sweep-run", s) for s in sweep.fallback]
+    weights = []
+    for kind, item in steps:
+        if kind == "sweep":
+            weights.append(sum(c * max(item.rounds) for c in item.clients) / 200)
+        else:
+            weights.append(item.weight)
+    progress = Progress(weights, stream)
+    results = {"experiment": experiment, "preset": preset, "engine": engine,
+               "data_dir": data_dir, "settings": suites.preset_settings(preset),
+               "skipped": skipped, "runs": [], "storage_sweep": [],
+               "storage_sweep_source": None, "machine": machine()}
+    for why in skipped.values():
+        print(f"skipping a dataset: {why}", file=stream, flush=True)
+    for i, (kind, item) in enumerate(steps):
+        label = item.name if kind != "sweep" else \
+            f"storage sweep C={list(item.clients)} G={list(item.rounds)}"
+        exp = item.experiment if kind != "sweep" else "storage"
+        progress.start(i, exp, label)
+        t0 = time.perf_counter()
+        status = "done"
+        if kind == "sweep":
+            try:
+                (out / "logs").mkdir(parents=True, exist_ok=True)
+                with _QuietFlower(out / "logs" / "storage-sweep.log"):
+                    results["storage_sweep"] = sweep_with_script(module, item)
+                results["storage_sweep_source"] = "benchmarks/storage_table.py"
+            except Exception as err:  # noqa: BLE001 - record, go on
+                status = f"failed ({type(err).__name__}: {err})"
+                results["storage_sweep_error"] = traceback.format_exc()
+        else:
+            entry = {"spec": asdict(item), "status": "done", "summary": None,
+                     "error": None}
+            existing = out / "runs" / item.name / "summary.json"
+            try:
+                if existing.is_file():
+                    path, status = existing, "reused"
+                else:
+                    path = run_one(item, out, data_dir, engine)
+                entry["summary"] = str(path.relative_to(out.resolve())
+                                       if path.is_absolute() else path)
+                if not keep_history:
+                    shutil.rmtree(path.parent / "history", ignore_errors=True)
+                    shutil.rmtree(path.parent / "models", ignore_errors=True)
+                if kind == "sweep-run":
+                    results["storage_sweep"].append(
+                        sweep_row_from_summary(item, json.loads(path.read_text())))
+                    results["storage_sweep_source"] = "app runs (summary.json)"
+            except Exception as err:  # noqa: BLE001 - one failed run must not end all
+                status = f"failed ({type(err).__name__}: {err})"
+                entry.update(status="failed", error=traceback.format_exc())
+            entry["wall_s"] = time.perf_counter() - t0
+            entry["kind"] = kind
+            results["runs"].append(entry)
+        progress.finish(i, exp, label, time.perf_counter() - t0, status)
+        _write_json(out / "results.json", results)
+    results["wall_s"] = time.perf_counter() - t_start
+    write_outputs(results, out)
+    print(f"report: {(out / 'report.md').resolve()}", file=stream, flush=True)
+    return results
+
+
+def write_outputs(results: dict, out: Path) -> None:
+    """results.json, results.csv, storage_sweep.csv, figures/ and report.md."""
+    from experiments import figures, report
+    from experiments.collect import load_rows, write_csv
+
+    rows = load_rows(results, out)
+    write_csv(out / "results.csv", rows)
+    write_csv(out / "storage_sweep.csv", results["storage_sweep"])
+    results["figures"] = figures.make_all(results, rows, out / "figures")
+    _write_json(out / "results.json", results)
+    (out / "report.md").write_text(report.render(results, rows, out))
+
+
+def rebuild_report(out: Path) -> Path:
+    """Redraw the outputs of ``out`` from its results.json (no runs)."""
+    results = json.loads((out / "results.json").read_text())
+    write_outputs(results, out)
+    return out / "report.md"
+
+
+def machine() -> dict:
+    """CPU count and model, Python and torch versions (for report.md)."""
+    import platform
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:  # pragma: no cover - torch is a dependency
+        torch_version = "?"
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "torch": torch_version, "platform": platform.platform()}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the experiment."""
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.run", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all"])
+    ap.add_argument("--preset", default="quick", choices=suites.PRESETS)
+    ap.add_argument("--out", default="", help="output folder (default "
+                    "results/experiments/<name>-<preset>-<UTC time>)")
+    ap.add_argument("--engine", default="inprocess", choices=("inprocess", "flwr"))
+    ap.add_argument("--data-dir", default="", help="datasets (default $SE_DATA_DIR "
+                    "or ../shared/data)")
+    ap.add_argument("--datasets", default="", help="comma-separated subset of the "
+                    "experiment's datasets (default: all of them)")
+    ap.add_argument("--keep-history", action="store_true",
+                    help="keep each run's history stores and models")
+    ap.add_argument("--report-only", action="store_true",
+                    help="redraw the figures and report.md of --out from its "
+                    "results.json; run nothing")
+    args = ap.parse_args(argv)
+    if args.report_only:
+        if not args.out:
+            ap.error("--report-only needs --out")
+        path = rebuild_report(Path(args.out))
+        print(f"report: {path.resolve()}", file=sys.stderr)
+        return 0
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    results_root = Path(os.environ.get("SE_RESULTS_DIR", ROOT / "results"))
+    out = Path(args.out) if args.out else \
+        results_root / "experiments" / f"{args.name}-{args.preset}-{stamp}"
+    datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
+    results = execute(args.name, args.preset, out, args.data_dir or default_data_dir(),
+                      args.engine, args.keep_history, datasets)
+    failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
+    print(f"{args.name} ({args.preset}): {len(results['runs']) - len(failed)} runs "
+          f"done, {len(failed)} failed, {_clock(results['wall_s'])}; "
+          f"{out.resolve()}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,306 @@
+"""The experiments: which runs of the app each one makes, per preset.
+
+Every configuration is one run of the real ServerApp / ClientApp (a
+:class:`RunSpec`: run-config keys as ``--run-config`` takes them). The storage
+experiment also measures storage against the number of clients C and of rounds
+G with ``benchmarks/storage_table.py`` when that script is present
+(:class:`StorageSweep`).
+
+Experiments (Lin et al., IJCAI 2024, Sec. 5):
+
+- ``single`` (Fig. 3 / Table 1): one request of one client; SE, FR, FE and RR on
+  every dataset, IID and non-IID: accuracy (test loss for Shakespeare),
+  retraining compute time and client-epochs, membership-inference F1; plus the
+  MIA stability runs (one configuration over three seeds).
+- ``concurrent`` (Fig. 4): K requests handled as one batch, spread over shards
+  (``even``) or all in one shard (``adapt``), on CIFAR-10 and Shakespeare: SE's
+  measured retraining beside the paper's expectation S c (1 - (1 - 1/S)^K); and
+  the same K requests handled one after another (``sequential``, expected K c).
+- ``storage`` (Fig. 5): server storage and communication time of FedEraser,
+  uncoded SE and coded SE; storage against C and G.
+
+Presets: ``quick`` (small: minutes per run on 2 cores), ``paper`` (the paper's
+topology, presets/paper.toml: C = 100, S = 4, 20 clients a round, L = 10,
+G = 30; hours per run on 2 cores) and ``tiny`` (seconds per run; the tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ("single", "concurrent", "storage")
+PRESETS = ("quick", "paper", "tiny")
+IMAGE_DATASETS = ("mnist", "fmnist", "cifar10")
+# Local-training keys of presets/shakespeare.toml (the character model trains with
+# Adam; SGD barely moves it). Topology keys there are left to the experiment.
+TEXT_TRAINING_KEYS = ("optimizer", "lr", "batch-size", "block-size")
+TEXT_TRAINING_DEFAULT = {"optimizer": "adam", "lr": 0.01, "batch-size": 8}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the app.
+
+    Attributes
+    ----------
+    experiment : str
+        ``single``, ``concurrent`` or ``storage``.
+    name : str
+        Unique run name in the output folder (the app's ``run-name``).
+    config : dict
+        Run-config keys (kebab-case) of this run, without ``results-dir`` /
+        ``run-name`` / ``data-dir`` (the runner adds them).
+    tags : dict
+        What the run varies, for tables and figures (dataset, partition, K, ...).
+    weight : float
+        Rough relative cost, for the time-left estimate only.
+    """
+
+    experiment: str
+    name: str
+    config: dict
+    tags: dict
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class StorageSweep:
+    """Storage against clients C and rounds G (``benchmarks/storage_table.py``).
+
+    Attributes
+    ----------
+    clients : tuple[int, ...]
+        Values of C (each >= 20: k = S K = 20 data blocks a round).
+    rounds : tuple[int, ...]
+        Values of G (checkpoints of one max(G)-round run per C).
+    fallback : tuple[RunSpec, ...]
+        App runs that measure the same from summary.json when the script is
+        absent.
+    """
+
+    clients: tuple[int, ...]
+    rounds: tuple[int, ...]
+    fallback: tuple[RunSpec, ...] = field(default_factory=tuple)
+
+
+# Per preset: the topology of each experiment, and what it sweeps.
+_BASE = {
+    "quick": {
+        "num-shards": 4, "local-epochs": 2, "num-rounds": 4, "retrain-ratio": 2.0,
+        "batch-size": 16, "test-samples": 500, "mia-samples": 300,
+    },
+    "paper": {
+        "num-clients": 100, "num-shards": 4, "clients-per-round": 20,
+        "local-epochs": 10, "num-rounds": 30, "retrain-ratio": 2.0,
+    },
+    "tiny": {
+        "num-shards": 2, "local-epochs": 1, "num-rounds": 2, "retrain-ratio": 2.0,
+        "batch-size": 16, "test-samples": 200, "mia-samples": 100,
+    },
+}
+_SETTINGS = {
+    "quick": {
+        "single": {"num-clients": 20, "clients-per-round": 8,
+                   "clients-per-request": 2},
+        "concurrent": {"num-clients": 40, "clients-per-round": 8, "num-rounds": 3},
+        "storage": {"num-clients": 20, "clients-per-round": 8, "local-epochs": 1},
+        "client-samples": {"mnist": 64, "fmnist": 64, "cifar10": 64,
+                           "shakespeare": 32},
+        # the character model costs more per sample: fewer epochs, test blocks
+        "dataset": {"shakespeare": {"local-epochs": 2, "test-samples": 200}},
+        "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
+        "partitions": ("iid", "noniid"),
+        "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
+        "concurrent_datasets": ("cifar10", "shakespeare"),
+        "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
+        "storage_dataset": "mnist",
+        "sweep_clients": (20, 40, 80), "sweep_rounds": (2, 4, 8),
+    },
+    "paper": {
+        "single": {}, "concurrent": {}, "storage": {},
+        "client-samples": {},
+        "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
+        "partitions": ("iid", "noniid"),
+        "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
+        "concurrent_datasets": ("cifar10", "shakespeare"),
+        "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
+        "storage_dataset": "mnist",
+        "sweep_clients": (20, 50, 100, 200), "sweep_rounds": (10, 20, 30),
+    },
+    "tiny": {
+        # MNIST non-IID needs C >= 10 (a primary class holds 80% of N / C samples)
+        "single": {"num-clients": 10, "clients-per-round": 4},
+        "concurrent": {"num-clients": 8, "clients-per-round": 4},
+        "storage": {"num-clients": 8, "clients-per-round": 4, "blocks-per-shard": 2},
+        "client-samples": {"mnist": 32, "fmnist": 32, "cifar10": 32, "shakespeare": 8},
+        "single_datasets": ("mnist",),
+        "partitions": ("iid", "noniid"),
+        "mia_seeds": (0, 1), "mia_config": ("mnist", "iid"),
+        "concurrent_datasets": ("mnist",),
+        "ks": (1, 2), "sequential": ("even",),
+        "storage_dataset": "mnist",
+        "sweep_clients": (20,), "sweep_rounds": (1, 2),
+    },
+}
+# Relative cost of one learning round per dataset (for the time-left estimate).
+_DATASET_COST = {"mnist": 1.0, "fmnist": 1.0, "cifar10": 2.5, "shakespeare": 6.0}
+
+
+def text_training(root: Path = ROOT) -> dict:
+    """Local-training keys for Shakespeare: presets/shakespeare.toml, else defaults."""
+    path = root / "presets" / "shakespeare.toml"
+    if path.is_file():
+        preset = tomllib.loads(path.read_text())
+        keys = {k: preset[k] for k in TEXT_TRAINING_KEYS if k in preset}
+        if keys:
+            return keys
+    return dict(TEXT_TRAINING_DEFAULT)
+
+
+def dataset_config(preset: str, dataset: str) -> dict:
+    """Dataset-specific keys: the dataset, its sample cap, Shakespeare's optimizer."""
+    out: dict = {"dataset": dataset}
+    cap = _SETTINGS[preset]["client-samples"].get(dataset)
+    if cap:
+        out["client-samples"] = cap
+    if dataset == "shakespeare":
+        out.update(text_training())
+    out.update(_SETTINGS[preset].get("dataset", {}).get(dataset, {}))
+    return out
+
+
+def _weight(config: dict, frameworks: int, learnings: int) -> float:
+    cost = _DATASET_COST.get(str(config.get("dataset")), 1.0)
+    size = (int(config.get("clients-per-round", 20)) * int(config.get("num-rounds", 10))
+            * int(config.get("local-epochs", 2)) * int(config.get("client-samples", 600)
+                                                          or 600))
+    return cost * size * (learnings + 0.6 * frameworks) / 1e4
+
+
+def single_runs(preset: str, datasets: tuple[str, ...] | None = None) -> list[RunSpec]:
+    """Fig. 3 / Table 1 and the MIA stability runs.
+
+    One request of one client (the generator's ``even`` draw); frameworks SE,
+    FR, FE, RR; MIA on. The MIA-stability configuration repeats with the other
+    seeds (its seed-0 run is the grid's own).
+    """
+    st = _SETTINGS[preset]
+    runs = []
+    for dataset in datasets or st["single_datasets"]:
+        for partition in st["partitions"]:
+            seeds = st["mia_seeds"] if (dataset, partition) == st["mia_config"] else (0,)
+            for seed in seeds:
+                config = {**_BASE[preset], **st["single"],
+                          **dataset_config(preset, dataset), "partition": partition,
+                          "seed": seed,
+                          "frameworks": "SE,FR,FE,RR", "num-requests": 1,
+                          "clients-per-request": st["single"].get(
+                              "clients-per-request", 1), "mia": True}
+                name = f"single-{dataset}-{partition}-s{seed}"
+                runs.append(RunSpec("single", name, config, {
+                    "dataset": dataset, "partition": partition, "seed": seed,
+                    "mia_stability": (dataset, partition) == st["mia_config"]},
+                    _weight(config, 4, 2)))
+    return runs
+
+
+def concurrent_runs(preset: str, datasets: tuple[str, ...] | None = None
+                    ) -> list[RunSpec]:
+    """Fig. 4: K concurrent requests (even, adapt) and sequential ones; SE only.
+
+    Sequential runs use the largest K: request k of a sequential run is handled
+    alone from the stored history, so its first k requests give the sequential
+    cost of k requests.
+    """
+    st = _SETTINGS[preset]
+    runs = []
+    for dataset in datasets or st["concurrent_datasets"]:
+        for distribution in ("even", "adapt"):
+            modes = [("concurrent", k) for k in st["ks"]]
+            if distribution in st["sequential"]:
+                modes.append(("sequential", max(st["ks"])))
+            for mode, k in modes:
+                config = {**_BASE[preset], **st["concurrent"],
+                          **dataset_config(preset, dataset), "partition": "iid",
+                          "seed": 0, "frameworks": "SE", "num-requests": k,
+                          "clients-per-request": 1, "request-distribution": distribution,
+                          "request-mode": mode, "mia": False}
+                runs.append(RunSpec(
+                    "concurrent", f"concurrent-{dataset}-{distribution}-{mode}-k{k}",
+                    config, {"dataset": dataset, "distribution": distribution,
+                             "mode": mode, "K": k}, _weight(config, 0.3 * k, 1)))
+    return runs
+
+
+def storage_runs(preset: str) -> list[RunSpec]:
+    """Fig. 5 (communication, storage): FE beside uncoded and coded SE, one request."""
+    st = _SETTINGS[preset]
+    runs = []
+    for storage in ("uncoded", "coded"):
+        config = {**_BASE[preset], **st["storage"],
+                  **dataset_config(preset, st["storage_dataset"]), "partition": "iid",
+                  "seed": 0, "frameworks": "SE,FE", "num-requests": 1,
+                  "clients-per-request": 1, "storage": storage, "mia": False}
+        runs.append(RunSpec("storage", f"storage-{st['storage_dataset']}-{storage}",
+                            config, {"dataset": st["storage_dataset"],
+                                     "storage": storage}, _weight(config, 1, 2)))
+    return runs
+
+
+def _sweep_per_round(preset: str, clients: int) -> int:
+    """C / 5 clients a round, rounded down to a multiple of S (at least S)."""
+    shards = _BASE[preset]["num-shards"]
+    return max(shards, clients // 5 // shards * shards)
+
+
+def storage_sweep(preset: str) -> StorageSweep:
+    """Storage against C and G; app runs (``frameworks = FE``) as the fallback."""
+    st = _SETTINGS[preset]
+    fallback = []
+    base_rounds = max(st["sweep_rounds"])
+    points = [(c, base_rounds) for c in st["sweep_clients"]]
+    points += [(min(st["sweep_clients"]), g) for g in st["sweep_rounds"]
+               if g != base_rounds]
+    for clients, rounds in points:
+        config = {**_BASE[preset], **dataset_config(preset, st["storage_dataset"]),
+                  "num-clients": clients,
+                  "clients-per-round": _sweep_per_round(preset, clients),
+                  "num-rounds": rounds, "local-epochs": 1, "partition": "iid",
+                  "seed": 0, "frameworks": "FE", "storage": "coded", "mia": False,
+                  "client-samples": 16}
+        fallback.append(RunSpec("storage", f"storage-sweep-c{clients}-g{rounds}",
+                                config, {"sweep": True, "clients": clients,
+                                         "rounds": rounds}, _weight(config, 1, 2)))
+    return StorageSweep(tuple(st["sweep_clients"]), tuple(st["sweep_rounds"]),
+                        tuple(fallback))
+
+
+def plan(experiment: str, preset: str, datasets: tuple[str, ...] | None = None
+         ) -> list[RunSpec]:
+    """The app runs of ``experiment`` (``all``: every experiment in order).
+
+    Raises
+    ------
+    ValueError
+        Unknown experiment or preset.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset {preset!r}: one of {', '.join(PRESETS)}")
+    if experiment == "all":
+        return [r for e in EXPERIMENTS for r in plan(e, preset, datasets)]
+    if experiment == "single":
+        return single_runs(preset, datasets)
+    if experiment == "concurrent":
+        return concurrent_runs(preset, datasets)
+    if experiment == "storage":
+        return storage_runs(preset)
+    raise ValueError(f"experiment {experiment!r}: one of {', '.join(EXPERIMENTS)}, all")
+
+
+def preset_settings(preset: str) -> dict:
+    """What the preset sweeps and fixes (for report.md)."""
+    return {"base": dict(_BASE[preset]), **{k: v for k, v in _SETTINGS[preset].items()}}

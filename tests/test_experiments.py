@@ -1,0 +1,249 @@
+"""The experiment suite (experiments/): tiny end-to-end runs and the derivations."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from experiments import collect, report, suites
+from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
+from server_app.config import RunConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_all(tmp_path_factory, shared_data):
+    """``all`` on the tiny preset, once for the module: (results, out, stderr)."""
+    out = tmp_path_factory.mktemp("experiments") / "all-tiny"
+    stream = io.StringIO()
+    results = execute("all", "tiny", out, str(shared_data), stream=stream)
+    return results, out, stream.getvalue()
+
+
+def test_every_preset_config_is_valid():
+    for preset in suites.PRESETS:
+        specs = suites.plan("all", preset) + list(suites.storage_sweep(preset).fallback)
+        assert len({s.name for s in specs}) == len(specs)
+        for spec in specs:
+            RunConfig.from_run_config(spec.config)  # raises on a bad value
+
+
+def test_plans_cover_the_paper_experiments():
+    quick = suites.plan("all", "quick")
+    single = {(s.tags["dataset"], s.tags["partition"]) for s in quick
+              if s.experiment == "single"}
+    assert single == {(d, p) for d in ("mnist", "fmnist", "cifar10", "shakespeare")
+                      for p in ("iid", "noniid")}
+    seeds = [s.tags["seed"] for s in quick if s.tags.get("mia_stability")]
+    assert sorted(seeds) == [0, 1, 2]
+    conc = [s for s in quick if s.experiment == "concurrent"]
+    assert {s.tags["dataset"] for s in conc} == {"cifar10", "shakespeare"}
+    assert {s.tags["K"] for s in conc} == {1, 2, 4, 8}
+    assert {(s.tags["mode"], s.tags["distribution"]) for s in conc} == {
+        ("concurrent", "even"), ("concurrent", "adapt"), ("sequential", "even"),
+        ("sequential", "adapt")}
+    assert all(s.config["frameworks"] == "SE" for s in conc)
+    storage = {s.config["storage"] for s in quick if s.experiment == "storage"}
+    assert storage == {"uncoded", "coded"}
+    paper = suites.plan("single", "paper")[0].config
+    assert (paper["num-clients"], paper["num-shards"], paper["clients-per-round"],
+            paper["local-epochs"], paper["num-rounds"]) == (100, 4, 20, 10, 30)
+    with pytest.raises(ValueError, match="experiment"):
+        suites.plan("nope", "quick")
+
+
+def test_shakespeare_takes_the_text_presets_training_keys():
+    config = suites.dataset_config("quick", "shakespeare")
+    preset = ROOT / "presets" / "shakespeare.toml"
+    if preset.is_file():
+        text = tomllib.loads(preset.read_text())
+        assert config["optimizer"] == text.get("optimizer", config["optimizer"])
+    assert config["dataset"] == "shakespeare"
+
+
+def test_run_config_toml_round_trips():
+    config = {"dataset": "mnist", "num-rounds": 3, "lr": 0.05, "mia": False,
+              "frameworks": "SE,FR", "results-dir": "/tmp/a b"}
+    assert tomllib.loads(run_config_toml(config)) == config
+
+
+def test_progress_estimates_time_left():
+    stream = io.StringIO()
+    progress = Progress([1.0, 1.0, 2.0], stream)
+    progress.start(0, "single", "a")
+    progress.finish(0, "single", "a", 10.0)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("[single] run 1/3 a: started") and "left ?" in lines[0]
+    assert "run 1/3 a: done in 10s" in lines[1] and "left ~30s" in lines[1]
+
+
+def _row(experiment, framework, **kw):
+    base = {"experiment": experiment, "framework": framework, "seed": 0,
+            "run": f"{experiment}-{kw.get('dataset', 'mnist')}"}
+    return {**base, **kw}
+
+
+def test_headline_and_reductions_from_rows():
+    rows = []
+    for dataset in ("mnist", "shakespeare"):
+        for name, seconds, epochs in (("SE", 1.0, 2.0), ("FR", 4.0, 16.0),
+                                      ("FE", 2.0, 8.0), ("RR", 5.0, 16.0)):
+            rows.append(_row("single", name, dataset=dataset, partition="noniid",
+                             retrain_compute_s=seconds, client_epochs=epochs))
+    heads = collect.headline(rows, {"reduction_vs_FE": 0.99, "run": "s"})
+    images, text, store = heads
+    assert images["paper"] == 0.66 and images["cells"] == ["mnist-noniid"]
+    assert images["time_vs_FR"] == pytest.approx(0.75)
+    assert images["epochs_vs_FE"] == pytest.approx(0.75)
+    assert text["time_vs_RR"] == pytest.approx(0.8)
+    assert store["storage_vs_FE"] == 0.99
+    assert collect.reduction(None, 3.0) is None and collect.reduction(1.0, 0) is None
+
+
+def test_mia_stability_and_mnist_check():
+    rows = [_row("single", name, dataset="mnist", partition="iid", seed=seed,
+                 mia_f1=f1)
+            for seed, f1s in ((0, (0.7, 0.5, 0.52)), (1, (0.72, 0.48, 0.5)),
+                              (2, (0.68, 0.5, 0.49)))
+            for name, f1 in zip(("original", "FR", "SE"), f1s, strict=True)]
+    stab = collect.mia_stability(rows)
+    assert stab["config"] == "mnist-iid" and stab["seeds"] == [0, 1, 2]
+    assert stab["models"]["original"]["range"] == pytest.approx(0.04)
+    assert stab["models"]["FR"]["mean"] == pytest.approx(0.49333, abs=1e-4)
+    check = collect.mnist_mia_check(rows)
+    assert check == [{"partition": "iid", "f1_original": 0.7, "f1_SE": 0.52,
+                      "f1_FR": 0.5, "f1_FE": None, "f1_RR": None,
+                      "fr_below_original": True, "se_within_005_of_fr": True}]
+
+
+def test_concurrent_points_expectations():
+    rows = [{"experiment": "concurrent", "framework": "SE", "run": "c", "dataset": "d",
+             "num_shards": 4, "request_distribution": "even",
+             "request_mode": "concurrent", "num_requests": 2,
+             "se_mean_shard_cost_s": 2.0, "se_measured_shard_s": 4.0,
+             "retrain_compute_s": 4.5, "client_epochs": 8.0, "impacted_shards": 2},
+            {"experiment": "concurrent", "framework": "SE", "run": "s", "dataset": "d",
+             "num_shards": 4, "request_distribution": "even",
+             "request_mode": "sequential", "num_requests": 2,
+             "se_mean_shard_cost_s": 3.0}]
+    summaries = {"s": {"frameworks": {"SE": {"requests": [
+        {"shard_compute_s": {"0": 2.0}, "client_epochs": 4.0, "compute_s": 2.1,
+         "impacted_shards": [0]},
+        {"shard_compute_s": {"1": 4.0}, "client_epochs": 4.0, "compute_s": 4.2,
+         "impacted_shards": [1]}]}}}}
+    points = collect.concurrent_points(rows, summaries)
+    conc = points[0]
+    assert conc["expected_s"] == pytest.approx(4 * 2.0 * (1 - 0.75 ** 2))
+    seq = [p for p in points if p["mode"] == "sequential"]
+    assert [p["K"] for p in seq] == [1, 2]
+    assert [p["measured_s"] for p in seq] == [2.0, 6.0]
+    assert [p["expected_s"] for p in seq] == [3.0, 6.0]
+    assert seq[-1]["impacted_shards"] == 2
+
+
+def test_storage_block_degrades_without_coded_storage():
+    rows = [_row("storage", "FE", storage="uncoded", comm_time_s=3.0),
+            _row("storage", "SE", storage="uncoded", comm_time_s=1.0)]
+    summaries = {"storage-mnist": {"storage": {
+        "server_bytes": 900, "FE": {"server_bytes": 1000},
+        "SE_uncoded": {"server_bytes": 900}, "SE_coded": None}}}
+    block = collect.storage_block(rows, summaries)
+    assert block["server_bytes"] == {"FE": 1000, "SE uncoded": 900, "SE coded": None}
+    assert block["reduction_vs_FE"] is None and not block["coded_available"]
+    assert block["comm_s"]["FE"] == 3.0
+    text = "\n".join(report._storage_section(block, {}))
+    assert "Coded storage was not available" in text
+    assert collect.storage_block([], {}) is None
+
+
+def test_all_tiny_end_to_end(tiny_all):
+    results, out, progress = tiny_all
+    failed = [r["spec"]["name"] for r in results["runs"] if r["status"] != "done"]
+    assert not failed, [r["error"] for r in results["runs"] if r["error"]]
+    experiments = {r["spec"]["experiment"] for r in results["runs"]}
+    assert experiments == {"single", "concurrent", "storage"}
+    for entry in results["runs"]:
+        summary = out / entry["summary"]
+        assert summary.is_file()
+        assert not (summary.parent / "history").exists()  # stores removed
+    assert results["storage_sweep"]
+    # progress: one line per step with i/N and the time left
+    total = len(results["runs"]) + (results["storage_sweep_source"] ==
+                                    "benchmarks/storage_table.py")
+    assert f"run 1/{total}" in progress and f"run {total}/{total}" in progress
+    assert "left" in progress
+
+
+def test_csv_has_the_expected_columns(tiny_all):
+    results, out, _ = tiny_all
+    with open(out / "results.csv") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == collect.COLUMNS
+        rows = list(reader)
+    single = {r["framework"] for r in rows if r["run"] == "single-mnist-iid-s0"}
+    assert single == {"original", "SE", "FR", "FE", "RR"}
+    se = next(r for r in rows if r["run"] == "single-mnist-iid-s0"
+              and r["framework"] == "SE")
+    assert float(se["retrain_compute_s"]) > 0 and 0 <= float(se["mia_f1"]) <= 1
+    conc = [r for r in rows if r["experiment"] == "concurrent"
+            and r["framework"] != "original"]
+    assert conc and all(r["framework"] == "SE" for r in conc)
+    assert all(r["se_expected_shard_s"] != "" for r in conc)
+    assert (out / "storage_sweep.csv").stat().st_size > 0
+    stored = json.loads((out / "results.json").read_text())
+    assert stored["experiment"] == "all" and stored["wall_s"] > 0
+
+
+def test_figures_are_nonempty_pngs(tiny_all):
+    results, out, _ = tiny_all
+    expected = {"single_retraining", "single_accuracy", "single_mia", "concurrent",
+                "storage", "storage_sweep"}
+    assert {Path(f).stem for f in results["figures"]} == expected
+    for name in expected:
+        data = (out / "figures" / f"{name}.png").read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+
+
+def test_report_has_the_headline_comparison(tiny_all):
+    results, out, _ = tiny_all
+    text = (out / "report.md").read_text()
+    assert "## Headline comparison with the paper" in text
+    for paper in ("66.0%", "88.0%", "98.0%"):
+        assert paper in text
+    assert "less server storage" in text  # coded SE's measured reduction
+    assert "./simulate.sh experiments all --preset tiny" in text
+    assert "MIA stability" in text and "Concurrent and sequential" in text
+    assert "2 CPU cores" in text or "CPU cores" in text
+    for fig in results["figures"]:
+        assert f"]({fig})" in text
+    before = text
+    rebuild_report(out)  # --report-only redraws from results.json alone
+    assert (out / "report.md").read_text() == before
+
+
+def test_cli_reuses_finished_runs(tiny_all, shared_data, capsys, tmp_path):
+    _, done, _ = tiny_all
+    out = tmp_path / "again"
+    shutil.copytree(done, out)
+    code = main(["storage", "--preset", "tiny", "--out", str(out),
+                 "--data-dir", str(shared_data)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "storage-mnist-coded: reused" in err
+    assert "report:" in err
+
+
+def test_simulate_sh_has_the_experiments_command():
+    proc = subprocess.run([str(ROOT / "simulate.sh"), "experiments", "--help"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "single" in proc.stdout and "--preset" in proc.stdout
