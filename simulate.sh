@@ -47,8 +47,8 @@ setup_env() {
 }
 
 stop_superlink() {
-    # flwr run starts a background SuperLink that keeps the environment of the
-    # run that started it; ours is recognised by its log path under $FLWR_HOME.
+    # flwr run starts a background SuperLink that keeps the environment of the run
+    # that started it; each run has its own FLWR_HOME and ports, so this stops ours only
     pkill -f "$FLWR_HOME/local-superlink" 2>/dev/null || true
     if [ -n "${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-}" ]; then
         pkill -f "flwr-simulation --runtime-api-address 127.0.0.1:$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT" \
@@ -103,8 +103,9 @@ socks = [socket.socket() for _ in range(2)]
 for s in socks: s.bind(('127.0.0.1', 0))
 print(*[s.getsockname()[1] for s in socks])")
     export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT FLWR_LOCAL_CONTROL_API_PORT
-    stop_superlink
-    trap stop_superlink EXIT
+    export FLWR_HOME="$FLWR_HOME/sim-$$"  # this run's SuperLink, apps and database
+    mkdir -p "$FLWR_HOME"
+    trap 'stop_superlink; rm -rf "$FLWR_HOME"' EXIT
     local log="$SE_RESULTS_DIR/.run-$$.log"
     echo "flwr run . with $supernodes SuperNodes; log: $log" >&2
     flwr run . --stream --run-config "$merged" \
