@@ -279,7 +279,7 @@ def _storage_section(store, results) -> list[str]:
              "coded / FE", "coded SE per client (max)"],
             [[r["clients"], r["rounds"], _bytes(r.get("fe_server")),
               _bytes(r.get("se_uncoded_server")), _bytes(r.get("se_coded_server")),
-              _pct(r["se_coded_server"] / r["fe_server"])
+              f"{100 * r['se_coded_server'] / r['fe_server']:.3f}%"
               if r.get("se_coded_server") and r.get("fe_server") else "n/a",
               _bytes(r.get("se_coded_client_max"))]
              for r in sorted(sweep, key=lambda r: (r["clients"], r["rounds"]))]))

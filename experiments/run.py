@@ -173,11 +173,13 @@ def run_one(spec: RunSpec, out: Path, data_dir: str, engine: str) -> Path:
         toml = out / "configs" / f"{spec.name}.toml"
         toml.parent.mkdir(parents=True, exist_ok=True)
         toml.write_text(run_config_toml(config))
+        # a FLWR_HOME of its own: simulate.sh stops the SuperLink it finds there
+        env = {**os.environ, "FLWR_HOME": str((out / ".flwr_home").resolve())}
         with open(log_path, "w") as log:
             proc = subprocess.run(
                 [str(ROOT / "simulate.sh"), "--supernodes",
                  str(config.get("num-clients", 100)), "--run-config", str(toml)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False, env=env)
         path = out / "runs" / spec.name / "summary.json"
         if proc.returncode or not path.is_file():
             raise RuntimeError(f"simulate.sh exited {proc.returncode} without "
@@ -265,7 +267,7 @@ def execute(experiment: str, preset: str, out: Path, data_dir: str = "",
     weights = []
     for kind, item in steps:
         if kind == "sweep":
-            weights.append(sum(c * max(item.rounds) for c in item.clients) / 200)
+            weights.append(sum(c * max(item.rounds) for c in item.clients) / 750)
         else:
             weights.append(item.weight)
     progress = Progress(weights, stream)

@@ -247,3 +247,16 @@ def test_simulate_sh_has_the_experiments_command():
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "single" in proc.stdout and "--preset" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_flwr_engine_runs_a_configuration_through_simulate_sh(tmp_path, shared_data):
+    from experiments.run import run_one
+
+    spec = next(s for s in suites.plan("storage", "tiny") if s.tags["storage"] == "coded")
+    path = run_one(spec, tmp_path, str(shared_data), "flwr")
+    summary = json.loads(path.read_text())
+    assert path == tmp_path / "runs" / spec.name / "summary.json"
+    assert summary["config"]["storage"] == "coded"
+    assert set(summary["frameworks"]) == {"SE", "FE"}
+    assert summary["storage"]["SE_coded"]["server_bytes"] > 0
