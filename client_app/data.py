@@ -407,9 +407,15 @@ def _load_cifar_jpeg(tar_path: Path) -> tuple[torch.Tensor, ...]:
         with _file_lock(cache.parent / f".{cache.name}.lock"):
             if not cached():
                 _decode_cifar_jpeg(extract_cifar_jpeg(tar_path), files)
-    arrays = [torch.from_numpy(np.load(files[key]))
-              for key in ("train_x", "train_y", "test_x", "test_y")]
-    return tuple(arrays)
+    arrays = [np.load(files[key]) for key in ("train_x", "train_y", "test_x", "test_y")]
+    # ImageFolder lists the images class by class; a fixed shuffle (seed 0) puts
+    # the samples in a mixed order like the canonical files, so a cap such as
+    # test-samples or client-samples does not pick a single class.
+    out = []
+    for x, y in ((arrays[0], arrays[1]), (arrays[2], arrays[3])):
+        order = np.random.default_rng(0).permutation(len(y))
+        out += [torch.from_numpy(x[order]), torch.from_numpy(y[order])]
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------

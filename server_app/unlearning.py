@@ -142,9 +142,15 @@ class Stage:
     train_config: ConfigRecord
 
 
-def build_framework(name: str, stage: Stage, forget: set[int]
+def build_framework(name: str, stage: Stage, forget: set[int],
+                    batch: Sequence[int] | None = None,
+                    current: Sequence[ArrayRecord] | None = None
                     ) -> tuple[ShardedStrategy, list[ArrayRecord], int]:
     """The strategy, its initial shard models and its rounds for ``name``.
+
+    ``forget`` holds every client forgotten so far; for SE, ``batch`` (this
+    request's clients) picks the shards to retrain and ``current`` holds the
+    shard models after the previous request (default: the learned ones).
 
     Raises
     ------
@@ -154,12 +160,14 @@ def build_framework(name: str, stage: Stage, forget: set[int]
     cfg = stage.cfg
     epochs = cfg.local_epochs / cfg.retrain_ratio
     if name == "SE":
+        shard_of = stage.sharded.shard_of
         strategy = ShardingEraser(stage.sharded_store, forget, stage.sharded.shards,
                                   stage.sharded.node_of, epochs,
-                                  cfg.calibration_interval)
+                                  cfg.calibration_interval,
+                                  impacted={shard_of[p] for p in (batch or forget)})
         initial = [to_record(stage.sharded_store.shard_model(s, 0))
                    if s in strategy.impacted else model
-                   for s, model in enumerate(stage.sharded_models)]
+                   for s, model in enumerate(current or stage.sharded_models)]
         return strategy, initial, strategy.num_rounds
     if name == "FE":
         if stage.baseline_store is None:
@@ -205,7 +213,8 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                 per_request.append({"request": k, "clients": [], "noop": True})
                 continue
             forget |= set(batch)
-            strategy, initial, rounds = build_framework(name, stage, forget)
+            strategy, initial, rounds = build_framework(name, stage, forget, batch,
+                                                        models or None)
             models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
                                   cfg.link_rate_mbps, cfg.round_timeout, faults,
                                   f"{name} request {k}", stage.sharded.partition_of)

@@ -232,16 +232,23 @@ class ShardingEraser(ShardedStrategy):
         L / r.
     calibration_interval : int
         FedEraser's dt.
+    impacted : Iterable[int], optional
+        Shards to retrain; default every shard holding a forgotten client. In a
+        sequential series, request k retrains only the shards of its own
+        clients, with ``forget`` = all clients forgotten so far (the other
+        shards already excluded the earlier ones).
 
     Raises
     ------
     ValueError
-        A forgotten id in no shard, or a shard that would lose every client.
+        A forgotten id in no shard, a shard that would lose every client, or an
+        impacted shard that holds no forgotten client.
     """
 
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
-                 retrain_epochs: float, calibration_interval: int = 1) -> None:
+                 retrain_epochs: float, calibration_interval: int = 1,
+                 impacted: Iterable[int] | None = None) -> None:
         forget = frozenset(forget)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
         unknown = sorted(forget - set(shard_of))
@@ -250,7 +257,11 @@ class ShardingEraser(ShardedStrategy):
         for s, pids in enumerate(shards):
             if set(pids) <= forget:
                 raise ValueError(f"forgetting {sorted(forget)} would empty shard {s}")
-        self.impacted = sorted({shard_of[p] for p in forget})
+        holding = {shard_of[p] for p in forget}
+        self.impacted = sorted(holding if impacted is None else set(impacted))
+        if not set(self.impacted) <= holding:
+            raise ValueError(f"shards {sorted(set(self.impacted) - holding)} hold no "
+                             "forgotten client: nothing to retrain there")
         subs: list[Strategy] = [
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
                                  calibration_interval)

@@ -129,3 +129,15 @@ def test_bad_requests_fail_before_any_work(run_server, tmp_path, overrides, word
     with pytest.raises(RequestError, match=words):
         run_server(overrides)
     assert not (tmp_path / "t").exists()
+
+
+def test_sequential_requests_retrain_only_their_own_shard(run_server):
+    summary, _ = run_server({"frameworks": "SE", "num-requests": 2,
+                             "request-distribution": "even",
+                             "request-mode": "sequential", "mia": False})
+    requests = summary["frameworks"]["SE"]["requests"]
+    shard_of = {p: s for s, pids in enumerate(summary["shards"]) for p in pids}
+    assert len(requests) == 2
+    for request in requests:  # each request retrains the shard of its own client
+        assert request["impacted_shards"] == [shard_of[request["clients"][0]]]
+    assert requests[0]["impacted_shards"] != requests[1]["impacted_shards"]
