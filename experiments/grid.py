@@ -10,7 +10,7 @@ persists across rounds, as in Flower), and drives the same
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
@@ -31,9 +31,20 @@ class InProcessGrid(Grid):
         Nodes; node ``NODE_ID_BASE + i`` has ``partition-id`` i.
     run_config : Mapping[str, object]
         The run config every node sees (``context.run_config``).
+    absent : Iterable[int]
+        Node ids not connected: not listed, never answer.
+    silent : Iterable[int]
+        Node ids that answer discovery but never a training message (dropouts).
+    tamper : Mapping[int, callable], optional
+        Node id -> f(reply) -> reply or None, applied to training replies (a
+        hostile or lossy client, for fault injection).
+
+    Every delivered message is logged in ``sent`` as (node id, message type).
     """
 
-    def __init__(self, client_app, num_nodes: int, run_config: Mapping[str, object]):
+    def __init__(self, client_app, num_nodes: int, run_config: Mapping[str, object],
+                 absent: Iterable[int] = (), silent: Iterable[int] = (),
+                 tamper: Mapping | None = None):
         self.client_app = client_app
         self.contexts = {
             NODE_ID_BASE + i: Context(
@@ -42,7 +53,14 @@ class InProcessGrid(Grid):
                 state=RecordDict(), run_config=dict(run_config))
             for i in range(num_nodes)
         }
-        self.messages_sent = 0
+        self.absent, self.silent = set(absent), set(silent)
+        self.tamper = dict(tamper or {})
+        self.sent: list[tuple[int, str]] = []
+
+    @property
+    def messages_sent(self) -> int:
+        """Messages delivered so far."""
+        return len(self.sent)
 
     def set_run(self, run):  # noqa: D102 - Grid API
         self._run = run
@@ -57,7 +75,7 @@ class InProcessGrid(Grid):
                        group_id=group_id, ttl=ttl)
 
     def get_node_ids(self):  # noqa: D102 - Grid API
-        return list(self.contexts)
+        return [n for n in self.contexts if n not in self.absent]
 
     def push_messages(self, messages):  # noqa: D102 - Grid API
         raise NotImplementedError("InProcessGrid delivers with send_and_receive")
@@ -73,9 +91,14 @@ class InProcessGrid(Grid):
                 raise RuntimeError("a Message can be sent only once")
             message._in_process_sent = True
             dst = message.metadata.dst_node_id
-            self.messages_sent += 1
+            self.sent.append((dst, message.metadata.message_type))
+            training = message.metadata.message_type.startswith("train")
+            if dst in self.absent or (dst in self.silent and training):
+                continue
             TaskIdentity.node_id = dst
             reply = self.client_app(message, self.contexts[dst])
+            if dst in self.tamper and training:
+                reply = self.tamper[dst](reply)  # None: the reply is lost
             if reply is not None:
                 replies.append(reply)
         TaskIdentity.node_id = 0
