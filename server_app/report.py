@@ -45,6 +45,9 @@ def render(summary: dict) -> str:
         f"{learning['client_epochs']:.0f} client-epochs; "
         f"server storage {summary['storage']['server_bytes']:,} bytes",
     ]
+    if "perplexity" in learning:  # the character model: exp(test loss)
+        out.append(f"ensemble test loss {learning['loss']:.4f} nats/char, "
+                   f"perplexity {learning['perplexity']:.2f}")
     if summary["storage"].get("SE_uncoded"):
         out += ["", storage_table(summary["storage"])]
     if summary.get("frameworks"):
