@@ -99,8 +99,8 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
             if results.get("engine", "inprocess") == "inprocess" else
             "every configuration ran through `./simulate.sh` (`flwr run`, Flower's "
             "Ray simulation engine, one SuperNode per client)."),
-        "- Compute seconds are measured on a shared machine (other jobs ran beside "
-        "it): client-epochs are the load-independent measure of retraining work.",
+        "- Compute seconds depend on what else the machine runs: client-epochs are "
+        "the load-independent measure of retraining work.",
     ]
     if results.get("skipped"):
         parts += ["- Skipped datasets (not loadable here): " + "; ".join(
