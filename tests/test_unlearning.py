@@ -141,3 +141,27 @@ def test_sequential_requests_retrain_only_their_own_shard(run_server):
     for request in requests:  # each request retrains the shard of its own client
         assert request["impacted_shards"] == [shard_of[request["clients"][0]]]
     assert requests[0]["impacted_shards"] != requests[1]["impacted_shards"]
+
+
+def test_se_runs_under_flowers_own_strategy_start(run_server, tmp_path):
+    """A user can drive SE with the stock ``Strategy.start`` loop."""
+    from strategies.sharded import pack_shards, unpack_shards
+
+    summary, grid = run_server({"frameworks": "none", "num-rounds": 2})
+    store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
+    shards = summary["shards"]
+    forget = store.participants(0, 1)[0][0]
+    se = ShardingEraser(store, {forget}, shards, {p: 1000 + p for p in range(8)},
+                        retrain_epochs=0.5)
+    learned = [to_record(store.shard_model(s, 2)) for s in range(2)]
+    initial = [to_record(store.shard_model(0, 0)), learned[1]]
+    from flwr.app import ConfigRecord
+
+    config = ConfigRecord({"lr": 0.05, "batch-size": 16, "momentum": 0.0, "seed": 0})
+    result = se.start(grid, pack_shards(initial), num_rounds=se.num_rounds,
+                      train_config=config)
+    new = unpack_shards(result.arrays, 2)
+    assert all(new[1][k].numpy().tobytes() == learned[1][k].numpy().tobytes()
+               for k in learned[1])  # the other shard is untouched
+    assert any(new[0][k].numpy().tobytes() != initial[0][k].numpy().tobytes()
+               for k in initial[0])
