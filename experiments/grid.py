@@ -56,6 +56,7 @@ class InProcessGrid(Grid):
         self.absent, self.silent = set(absent), set(silent)
         self.tamper = dict(tamper or {})
         self.sent: list[tuple[int, str]] = []
+        self._pending: dict[str, list[Message]] = {}
 
     @property
     def messages_sent(self) -> int:
@@ -77,11 +78,18 @@ class InProcessGrid(Grid):
     def get_node_ids(self):  # noqa: D102 - Grid API
         return [n for n in self.contexts if n not in self.absent]
 
-    def push_messages(self, messages):  # noqa: D102 - Grid API
-        raise NotImplementedError("InProcessGrid delivers with send_and_receive")
+    def push_messages(self, messages):
+        """Deliver now; keep each reply under a fresh message id for pulling."""
+        ids = []
+        for message in messages:
+            message_id = f"in-process-{len(self.sent)}"
+            self._pending[message_id] = self.send_and_receive([message])
+            ids.append(message_id)
+        return ids
 
-    def pull_messages(self, message_ids):  # noqa: D102 - Grid API
-        raise NotImplementedError("InProcessGrid delivers with send_and_receive")
+    def pull_messages(self, message_ids):
+        """The replies to pushed messages (each returned once)."""
+        return [r for mid in message_ids for r in self._pending.pop(mid, [])]
 
     def send_and_receive(self, messages, *, timeout=None):
         """Deliver each message to its node's ClientApp; return the replies."""

@@ -105,3 +105,12 @@ def test_stock_strategies_by_name(name):
     assert strategy.min_train_nodes == 5
     with pytest.raises(ValueError, match="not a Flower strategy"):
         make_stock_strategy("Nope", 5, 25)
+
+
+def test_in_process_grid_push_and_pull(make_grid, shared_data):
+    grid = make_grid(2, {"data-dir": str(shared_data)})
+    message = Message(RecordDict(), dst_node_id=1001, message_type="query.discover")
+    ids = list(grid.push_messages([message]))
+    replies = list(grid.pull_messages(ids))
+    assert [int(r.content["info"]["partition-id"]) for r in replies] == [1]
+    assert list(grid.pull_messages(ids)) == []  # each reply is pulled once
