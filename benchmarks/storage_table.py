@@ -42,62 +42,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from client_app.app import app as client_app  # noqa: E402
 from client_app.model import build_model  # noqa: E402
+from experiments.grid import InProcessGrid  # noqa: E402
 from server_app.coded_history import CodedRecorder  # noqa: E402
 from server_app.federation import Federation, assign_shards  # noqa: E402
 from server_app.history import HistoryStore  # noqa: E402
 
 NUM_SHARDS = 4
 BLOCKS_PER_SHARD = 5
-
-
-class AckGrid(Grid):
-    """In-process nodes 1000 + i answering through the real ClientApp.
-
-    Every message gets a fresh Context (the client acknowledges what it stored,
-    then forgets it: memory stays flat for C = 200 x 30 rounds).
-    """
-
-    def __init__(self, num_nodes: int) -> None:
-        self.nodes = [1000 + i for i in range(num_nodes)]
-
-    def set_run(self, run):  # noqa: D102 - Grid API
-        self._run = run
-
-    @property
-    def run(self):  # noqa: D102 - Grid API
-        return getattr(self, "_run", None)
-
-    def create_message(self, content, message_type, dst_node_id, group_id,
-                       ttl=None):  # noqa: D102 - Grid API
-        return Message(content, dst_node_id=dst_node_id, message_type=message_type,
-                       group_id=group_id, ttl=ttl)
-
-    def get_node_ids(self):  # noqa: D102 - Grid API
-        return list(self.nodes)
-
-    def push_messages(self, messages):  # noqa: D102 - Grid API
-        raise NotImplementedError("use send_and_receive")
-
-    def pull_messages(self, message_ids):  # noqa: D102 - Grid API
-        raise NotImplementedError("use send_and_receive")
-
-    def send_and_receive(self, messages, *, timeout=None):  # noqa: D102 - Grid API
-        replies = []
-        for message in messages:
-            node = message.metadata.dst_node_id
-            TaskIdentity.node_id = node
-            context = Context(run_id=1, node_id=node,
-                              node_config={"partition-id": node - 1000},
-                              state=RecordDict(), run_config={})
-            replies.append(client_app(message, context))
-        TaskIdentity.node_id = 0
-        return replies
 
 
 def per_shard_counts(per_round: int, num_shards: int) -> list[int]:
@@ -118,7 +73,9 @@ def measure(num_clients: int, checkpoints: list[int], work: Path, seed: int = 0
     counts = per_shard_counts(per_round, NUM_SHARDS)
     fe = HistoryStore.create(work / "fe", {p: 0 for p in range(num_clients)})
     se = HistoryStore.create(work / "se", Federation(node_of, shards).shard_of)
-    grid = AckGrid(num_clients)
+    # fresh node state per message: clients acknowledge what they stored, then
+    # forget it, so memory stays flat for C = 200 x 30 rounds
+    grid = InProcessGrid(client_app, num_clients, {}, stateless=True)
     coded = CodedRecorder.create(work / "coded", Federation(node_of, shards),
                                  BLOCKS_PER_SHARD, 24)
     fe.put_shard_model(0, 0, w0)

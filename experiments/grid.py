@@ -38,13 +38,16 @@ class InProcessGrid(Grid):
     tamper : Mapping[int, callable], optional
         Node id -> f(reply) -> reply or None, applied to training replies (a
         hostile or lossy client, for fault injection).
+    stateless : bool
+        Give every message a fresh, empty node state (memory stays flat when
+        clients need not remember anything, e.g. storage measurements).
 
     Every delivered message is logged in ``sent`` as (node id, message type).
     """
 
     def __init__(self, client_app, num_nodes: int, run_config: Mapping[str, object],
                  absent: Iterable[int] = (), silent: Iterable[int] = (),
-                 tamper: Mapping | None = None):
+                 tamper: Mapping | None = None, stateless: bool = False):
         self.client_app = client_app
         self.contexts = {
             NODE_ID_BASE + i: Context(
@@ -55,6 +58,7 @@ class InProcessGrid(Grid):
         }
         self.absent, self.silent = set(absent), set(silent)
         self.tamper = dict(tamper or {})
+        self.stateless = stateless
         self.sent: list[tuple[int, str]] = []
         self._pending: dict[str, list[Message]] = {}
 
@@ -104,7 +108,11 @@ class InProcessGrid(Grid):
             if dst in self.absent or (dst in self.silent and training):
                 continue
             TaskIdentity.node_id = dst
-            reply = self.client_app(message, self.contexts[dst])
+            context = self.contexts[dst]
+            if self.stateless:
+                context = Context(run_id=1, node_id=dst, node_config=context.node_config,
+                                  state=RecordDict(), run_config=context.run_config)
+            reply = self.client_app(message, context)
             if dst in self.tamper and training:
                 reply = self.tamper[dst](reply)  # None: the reply is lost
             if reply is not None:
