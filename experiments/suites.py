@@ -102,6 +102,18 @@ _BASE = {
         "batch-size": 16, "test-samples": 200, "mia-samples": 100,
     },
 }
+# the paper's experiments (datasets, partitions, K, the Fig. 5 storage range): the
+# `quick` and `paper` suites run the same ones and differ only in their sizes; the
+# sweep does no training, about 4 minutes here
+_PAPER_SCOPE = {
+    "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
+    "partitions": ("iid", "noniid"),
+    "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
+    "concurrent_datasets": ("cifar10", "shakespeare"),
+    "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
+    "storage_dataset": "mnist",
+    "sweep_clients": (20, 50, 100, 200), "sweep_rounds": (10, 20, 30),
+}
 _SETTINGS = {
     "quick": {
         "single": {"num-clients": 20, "clients-per-round": 8,
@@ -112,25 +124,12 @@ _SETTINGS = {
                            "shakespeare": 32},
         # the character model costs more per sample: fewer epochs, test blocks
         "dataset": {"shakespeare": {"local-epochs": 2, "test-samples": 200}},
-        "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
-        "partitions": ("iid", "noniid"),
-        "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
-        "concurrent_datasets": ("cifar10", "shakespeare"),
-        "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
-        "storage_dataset": "mnist",
-        # the paper's Fig. 5 range: no training in the sweep, about 4 minutes here
-        "sweep_clients": (20, 50, 100, 200), "sweep_rounds": (10, 20, 30),
+        **_PAPER_SCOPE,
     },
     "paper": {
         "single": {}, "concurrent": {}, "storage": {},
         "client-samples": {},
-        "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
-        "partitions": ("iid", "noniid"),
-        "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
-        "concurrent_datasets": ("cifar10", "shakespeare"),
-        "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
-        "storage_dataset": "mnist",
-        "sweep_clients": (20, 50, 100, 200), "sweep_rounds": (10, 20, 30),
+        **_PAPER_SCOPE,
     },
     "tiny": {
         # MNIST non-IID needs C >= 10 (a primary class holds 80% of N / C samples)
