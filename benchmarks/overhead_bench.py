@@ -33,13 +33,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from client_app.data import client_data, load_task_data  # noqa: E402
-from client_app.model import build_model  # noqa: E402
-from client_app.train import local_train  # noqa: E402
 from server_app.config import RunConfig  # noqa: E402
 from server_app.evaluation import CentralEvaluator  # noqa: E402
 from server_app.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
+from task.data import client_data, load_task_data  # noqa: E402
+from task.model import build_model  # noqa: E402
+from task.train import local_train  # noqa: E402
 
 
 def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:

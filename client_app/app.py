@@ -9,7 +9,7 @@ Message types it answers:
 - ``evaluate``: loss and accuracy of the received model on this client's data.
 - ``query.store_slice`` / ``query.fetch_slices``: keep this client's coded slices
   of the training history and hand them to a shard server that proves its key
-  (``storage = "coded"``; see :mod:`client_app.slices`).
+  (``storage = "coded"``; see :mod:`history.slices`).
 
 The data settings (dataset, partition, number of clients, seed, data folder) come
 from the run config; the per-round settings (epochs, lr, batch size) from the
@@ -36,10 +36,10 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 
-from client_app import slices
-from client_app.data import client_data, load_task_data
-from client_app.model import build_model
-from client_app.train import (
+from history import slices
+from task.data import client_data, load_task_data
+from task.model import build_model
+from task.train import (
     fisher_preconditioner,
     local_train,
     predict_proba,

@@ -102,7 +102,7 @@ def default_data_dir() -> str:
 
 def dataset_available(dataset: str, data_dir: str) -> str | None:
     """None when ``dataset`` can be loaded, else why not (one line)."""
-    from client_app.data import resolve_data_dir
+    from task.data import resolve_data_dir
 
     try:
         resolve_data_dir(dataset, data_dir or None)

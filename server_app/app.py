@@ -4,7 +4,7 @@ Flow: parse and validate the run config -> find the data -> discover nodes ->
 split clients into shards -> G rounds of one stock strategy per shard (isolated)
 -> central evaluation of each shard model and of their ensemble -> summary.json.
 With ``storage = "coded"`` the sharded history goes to the clients as coded slices
-(:mod:`server_app.coded_history`) and SE decodes it when it unlearns.
+(:mod:`history.coded`) and SE decodes it when it unlearns.
 """
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from client_app.data import load_task_data, resolve_data_dir
-from client_app.model import build_model
+from history.coded import CodedHistory, CodedRecorder, storage_summary
+from history.store import CorruptBlobError, HistoryStore
 from server_app.audit import membership_audit
-from server_app.coded_history import CodedHistory, CodedRecorder, storage_summary
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
-from server_app.history import CorruptBlobError, HistoryStore
 from server_app.learning import run_learning
 from server_app.requests import generate_requests, validate_requests
 from server_app.results import RunFolder
@@ -34,6 +32,8 @@ from server_app.screening import FaultLog
 from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.sharded import to_record
+from task.data import load_task_data, resolve_data_dir
+from task.model import build_model
 
 app = ServerApp()
 

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord
 
-from client_app.data import client_data, load_task_data
-from client_app.model import build_model
-from client_app.train import predict_proba
 from server_app.config import RunConfig
 from server_app.mia import MembershipAttack
+from task.data import client_data, load_task_data
+from task.model import build_model
+from task.train import predict_proba
 
 MIA_KEYS = ("f1", "precision", "recall", "auc")
 

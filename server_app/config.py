@@ -33,7 +33,7 @@ SHARD_STRATEGIES = (
 
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
-OPTIMIZERS = ("sgd", "adam")  # client_app.train.OPTIMIZERS
+OPTIMIZERS = ("sgd", "adam")  # task.train.OPTIMIZERS
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
 STORAGE_MODES = ("uncoded", "coded")

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord
 
-from client_app.data import load_task_data
-from client_app.model import build_model
-from client_app.train import predict_proba, score_proba
+from task.data import load_task_data
+from task.model import build_model
+from task.train import predict_proba, score_proba
 
 
 class CentralEvaluator:
@@ -22,7 +22,7 @@ class CentralEvaluator:
     Parameters
     ----------
     dataset : str
-        A name from ``client_app.data.DATASETS``.
+        A name from ``task.data.DATASETS``.
     data_dir : str or None
         Passed to ``load_task_data``.
     block_size : int

@@ -4,8 +4,8 @@ Each round the strategy configures its messages, the grid delivers them, the
 strategy aggregates the replies, and every participant's update
 U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
 (paper Sec. 3.2: the server keeps the intermediate parameters). The store is a
-recorder: :class:`server_app.history.HistoryStore` writes every blob, while
-:class:`server_app.coded_history.CodedRecorder` (``storage = "coded"``) codes each
+recorder: :class:`history.store.HistoryStore` writes every blob, while
+:class:`history.coded.CodedRecorder` (``storage = "coded"``) codes each
 round into client slices at ``end_round`` and keeps only metadata.
 """
 
@@ -21,11 +21,11 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from history.store import HistoryStore
 from server_app.federation import Federation
-from server_app.history import HistoryStore
 
 if TYPE_CHECKING:
-    from server_app.coded_history import CodedRecorder
+    from history.coded import CodedRecorder
 from server_app.screening import FaultLog, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
 

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from history.store import atomic_write, decode_arrays, encode_arrays
 from server_app.config import ConfigError, RunConfig
-from server_app.history import atomic_write, decode_arrays, encode_arrays
 
 
 @dataclass(frozen=True)

@@ -25,23 +25,17 @@ from typing import TYPE_CHECKING
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
+from history.comm import transfer_seconds
+from history.store import HistoryStore
 from server_app.config import RunConfig
 from server_app.federation import Federation
-from server_app.history import HistoryStore
 
 if TYPE_CHECKING:
-    from server_app.coded_history import CodedHistory
+    from history.coded import CodedHistory
 from server_app.requests import expected_cost
 from server_app.screening import FaultLog, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_record, unpack_shards
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
-
-BASE_DELAY_S = 0.1
-
-
-def transfer_seconds(nbytes: int, link_rate_mbps: float) -> float:
-    """Modelled time of one transfer: 0.1 s + bits / (rate in Mbit/s * 1e6)."""
-    return BASE_DELAY_S + 8.0 * nbytes / (link_rate_mbps * 1e6)
 
 
 @dataclass

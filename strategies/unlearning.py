@@ -12,7 +12,7 @@ round loop, and swaps for another in one line. All work on packed shard models
 - :class:`FedEraser` (FE): the same on one unsharded federation.
 - :class:`FedRetrain` (FR): train from scratch on the retained clients.
 - :class:`RapidRetrain` (RR): FR with Fisher-preconditioned local steps (the
-  client applies it; see ``client_app.train.fisher_preconditioner``).
+  client applies it; see ``task.train.fisher_preconditioner``).
 """
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ class RapidRetrain(FedRetrain):
     F = mean_i g_i * g_i over ``fisher-samples`` per-sample gradients at the
     start of its local training and steps with
     w <- w - lr * g * (mean(F) + lambda) / (F + lambda), lambda = damping *
-    mean(F) per layer (see ``client_app.train.fisher_preconditioner``).
+    mean(F) per layer (see ``task.train.fisher_preconditioner``).
     """
 
     def __init__(self, *args, fisher_samples: int = 32, fisher_damping: float = 1.0,

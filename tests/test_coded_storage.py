@@ -17,7 +17,6 @@ from conftest import TINY, InProcessGrid
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from client_app import slices as client_slices
 from coding import (
     PRIME,
     access_key,
@@ -29,15 +28,16 @@ from coding import (
     quantize,
     slice_tag,
 )
-from server_app.coded_history import (
+from history import slices as client_slices
+from history.coded import (
     CodedHistory,
     CodedHistoryError,
     CodedRecorder,
     CodedStorageError,
 )
+from history.store import HistoryStore, StoreError
 from server_app.config import ConfigError, RunConfig
 from server_app.federation import Federation
-from server_app.history import HistoryStore, StoreError
 from server_app.unlearning import Stage, run_unlearning
 from strategies.sharded import to_record
 

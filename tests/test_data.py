@@ -1,4 +1,4 @@
-"""Tests of client_app.data: finding datasets, loading them, partitions."""
+"""Tests of task.data: finding datasets, loading them, partitions."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_app import data
-from client_app.data import (
+from task import data
+from task.data import (
     DATASETS,
     PARTITIONS,
     DatasetNotFoundError,

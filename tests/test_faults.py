@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from server_app.history import HistoryStore
+from history.store import HistoryStore
 
 
 def replace_arrays(reply, fn):

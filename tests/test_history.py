@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from server_app.history import CorruptBlobError, HistoryStore, StoreError
+from history.store import CorruptBlobError, HistoryStore, StoreError
 
 
 def arrays(seed):

@@ -1,4 +1,4 @@
-"""Tests of client_app.model and client_app.nanogpt."""
+"""Tests of task.model and task.nanogpt."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.nn import functional
 
-from client_app.model import CNN, NORMALISATION, build_model
-from client_app.nanogpt import CharGPT, GPTConfig
+from task.model import CNN, NORMALISATION, build_model
+from task.nanogpt import CharGPT, GPTConfig
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from client_app.model import build_model
-from client_app.train import fisher_preconditioner, local_train
 from server_app.config import ConfigError, RunConfig
+from task.model import build_model
+from task.train import fisher_preconditioner, local_train
 
 try:
     import tomllib

@@ -1,4 +1,4 @@
-"""Tests of client_app.text: Tiny Shakespeare vocabulary, blocks, partitions."""
+"""Tests of task.text: Tiny Shakespeare vocabulary, blocks, partitions."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client_app import data, text
-from client_app.data import client_data, load_task_data
+from task import data, text
+from task.data import client_data, load_task_data
 
 CORPUS = data.SHARED_DATA_DIR / "tinyshakespeare" / "input.txt"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_file(),

@@ -1,7 +1,7 @@
 import torch
 
-from client_app.model import build_model
-from client_app.train import fisher_preconditioner, local_train, score_proba
+from task.model import build_model
+from task.train import fisher_preconditioner, local_train, score_proba
 
 
 def data(n=64):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from server_app.history import HistoryStore
+from history.store import HistoryStore
 from server_app.requests import RequestError
 from strategies.sharded import to_record
 from strategies.unlearning import CalibratedRetraining, ShardingEraser

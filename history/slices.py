@@ -2,7 +2,7 @@
 
 After every learning round g (and g = 0 for the initial models W_s^0) the server
 encodes the round's history of all S shards into one Lagrange-coded slice per
-client (``server_app.coded_history``) and sends client i its slice u(alpha_i)
+client (``history.coded``) and sends client i its slice u(alpha_i)
 with S authentication tags (one per shard key) and S access keys
 ``coding.access_key(key_s, i)``. This module keeps them and hands them out again.
 
@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
-from client_app.files import atomic_write_arrays, read_arrays
 from coding import verify_key_proof
+from history.files import atomic_write_arrays, read_arrays
 
 STORE_MESSAGE = "query.store_slice"
 FETCH_MESSAGE = "query.fetch_slices"

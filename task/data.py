@@ -16,7 +16,7 @@ Partitions (paper, Section "Experiments"):
   (80%) of each client's samples come from one *primary* class
   (:func:`partition_indices`);
 - text: contiguous block ranges, two unbalanced buckets per client for
-  ``noniid`` (:func:`client_app.text.partition_text`); the text task has no
+  ``noniid`` (:func:`task.text.partition_text`); the text task has no
   labels to skew, so the same scheme names mean something different there.
 """
 
@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from client_app import text as text_task
+from task import text as text_task
 
-log = logging.getLogger("client_app.data")
+log = logging.getLogger("task.data")
 
 DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
 PARTITIONS = ("iid", "noniid")
@@ -494,7 +494,7 @@ def load_task_data(dataset: str, data_dir: str | None = None,
     ``cifar-10-batches-py/`` pickles where present, otherwise from the JPEG
     copy, extracted once into the user cache and decoded once into .npy
     arrays (see :func:`extract_cifar_jpeg`).  Tiny Shakespeare is encoded
-    and blocked by :mod:`client_app.text`.
+    and blocked by :mod:`task.text`.
 
     Parameters
     ----------
@@ -550,7 +550,7 @@ def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: i
     clients in seeded random order.  The non-primary samples are a seeded
     random draw from what is left of the other classes.
 
-    For the text task, use :func:`client_app.text.partition_text`, which
+    For the text task, use :func:`task.text.partition_text`, which
     splits training blocks (no labels) into contiguous ranges instead.
 
     Parameters
@@ -673,7 +673,7 @@ def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str
                 seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One client's training data.
 
-    Images use :func:`partition_indices`, text :func:`client_app.text.partition_text`
+    Images use :func:`partition_indices`, text :func:`task.text.partition_text`
     (contiguous block ranges).  Partitions and client shares are cached.
 
     Parameters

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from client_app.nanogpt import CharGPT, GPTConfig
+from task.nanogpt import CharGPT, GPTConfig
 
 # Per-channel mean and standard deviation of the training images in [0, 1].
 NORMALISATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -138,7 +138,7 @@ def build_model(dataset: str, num_classes: int, **kw) -> nn.Module:
         Classes (10), or the vocabulary size for ``shakespeare`` (65).
     **kw
         Overrides: :class:`CNN` arguments (``channels``, ``hidden``, ``mean``,
-        ``std``) for images, :class:`~client_app.nanogpt.GPTConfig` fields
+        ``std``) for images, :class:`~task.nanogpt.GPTConfig` fields
         (``block_size``, ``n_layer``, ``n_head``, ``n_embd``, ``dropout``,
         ``tie_weights``) for text.
 
@@ -146,7 +146,7 @@ def build_model(dataset: str, num_classes: int, **kw) -> nn.Module:
     -------
     torch.nn.Module
         :class:`CNN` taking (B, C, H, W) images for image datasets;
-        :class:`~client_app.nanogpt.CharGPT` taking int64 (B, T) for text.
+        :class:`~task.nanogpt.CharGPT` taking int64 (B, T) for text.
 
     Raises
     ------

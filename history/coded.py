@@ -35,7 +35,7 @@ are corrected (:func:`coding.decode_errors`); beyond that a
 
 Communication model: each transfer that carries slices (a ``store_slice``
 message, a ``fetch_slices`` reply) costs 0.1 s + bits / link rate
-(:func:`server_app.unlearning.transfer_seconds`); small requests and acks are
+(:func:`history.comm.transfer_seconds`); small requests and acks are
 not counted, as model-free messages are not counted elsewhere.
 """
 
@@ -50,13 +50,13 @@ import time
 from collections.abc import Mapping
 from logging import INFO
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from client_app.slices import FETCH_MESSAGE, STORE_MESSAGE
 from coding import (
     PRIME,
     DecodingError,
@@ -74,11 +74,28 @@ from coding import (
     slice_tag,
     verify_slice_tag,
 )
-from server_app.federation import Federation
-from server_app.history import ParticipationCatalog, StoreError, atomic_write, encode_arrays
-from server_app.unlearning import transfer_seconds
+from history.comm import transfer_seconds
+from history.slices import FETCH_MESSAGE, STORE_MESSAGE
+from history.store import ParticipationCatalog, StoreError, atomic_write, encode_arrays
 
 Arrays = dict[str, np.ndarray]
+
+
+class Federation(Protocol):
+    """What the coded store needs to know of the federation (no server_app import).
+
+    ``node_of`` maps partition id -> node id, ``shards`` lists each shard's
+    partition ids; ``shard_of`` and ``partition_of`` are their inverses.
+    """
+
+    node_of: dict[int, int]
+    shards: list[list[int]]
+
+    @property
+    def shard_of(self) -> dict[int, int]: ...  # noqa: D102
+
+    @property
+    def partition_of(self) -> dict[int, int]: ...  # noqa: D102
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -262,7 +279,7 @@ def _read_keys(path: Path, num_shards: int) -> list[bytes]:
 class CodedRecorder(_Catalog):
     """The learning loop's recorder for ``storage = "coded"``.
 
-    The same verbs as :class:`server_app.history.HistoryStore` (``put_shard_model``,
+    The same verbs as :class:`history.store.HistoryStore` (``put_shard_model``,
     ``put_update``, ``end_round``, ``mark_complete``, ``total_bytes``): a round is
     buffered in memory, coded and sent to the clients in :meth:`end_round`, then
     its parameters are dropped. Use :meth:`create`.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from client_app.files import atomic_write, decode_arrays, encode_arrays
+from history.files import atomic_write, decode_arrays, encode_arrays
 
 __all__ = ["HistoryStore", "StoreError", "CorruptBlobError", "atomic_write",
            "decode_arrays", "encode_arrays"]

@@ -1,0 +1,1 @@
+"""Training-history stores: uncoded blobs, coded slices (both halves), atomic files."""

@@ -1,0 +1,1 @@
+"""The ML task shared by both apps: datasets, partitions, models, local training."""
