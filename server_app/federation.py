@@ -43,10 +43,6 @@ class Federation:
         """Node ids of each shard, in partition-id order."""
         return [[self.node_of[pid] for pid in pids] for pids in self.shards]
 
-    def unsharded(self) -> Federation:
-        """The same clients as one shard (the baselines' federation)."""
-        return Federation(self.node_of, [sorted(self.node_of)])
-
 
 def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, int]:
     """Ask every node for its ``partition-id``; return partition id -> node id.

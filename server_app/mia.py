@@ -348,26 +348,6 @@ class MembershipAttack:
         self.seed_ = seed
         return self
 
-    def member_probability(self, proba, labels) -> np.ndarray:
-        """The attack's probability that each sample was a training member.
-
-        Parameters
-        ----------
-        proba : array_like, float, shape (N, C) or (N, T, V)
-            The attacked model's softmax outputs (same kind and C as in ``fit``).
-        labels : array_like, int, shape (N,) or (N, T)
-            True classes / next characters.
-
-        Returns
-        -------
-        numpy.ndarray, float64, shape (N,)
-            Values in [0, 1]; the attack calls a sample a member above 0.5.
-        """
-        self._require_fitted()
-        features = self._checked_features(proba, labels, "proba", "labels")
-        with self._threads():
-            return self.model_.predict_proba(features)[:, 1]
-
     def _require_fitted(self) -> None:
         if self.model_ is None:
             raise RuntimeError("MembershipAttack is not fitted: call fit() first")

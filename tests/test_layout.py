@@ -1,0 +1,143 @@
+"""The shape of the tree: one concern per folder, data flowing one way.
+
+These are the restructure's measurable rules: no import circle between the
+project's modules, the ServerApp never imports the ClientApp, ``history/`` and
+``task/`` never import an app, ``coding/`` knows nothing of Flower or torch, no
+module over 450 lines and no function over 60 lines of code, and the README's
+layout table names exactly the top-level folders that hold code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("server_app", "client_app", "task", "history", "strategies", "coding",
+            "experiments", "cli")
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """Project modules imported anywhere in ``path`` (also inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: {m for m in _imports(path) if m in modules and m != name}
+            for name, path in modules.items()}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_no_import_circle_between_modules():
+    graph = _graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+
+
+def test_no_import_circle_between_folders():
+    graph = _graph()
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(_top(module), set()).update(
+            _top(t) for t in targets if _top(t) != _top(module))
+    for folder, targets in folders.items():
+        for other in targets:
+            assert folder not in folders.get(other, set()), (folder, other)
+
+
+def test_dependencies_flow_one_way():
+    forbidden = {
+        "server_app": {"client_app"},
+        "client_app": {"server_app"},
+        "task": {"server_app", "client_app", "history", "strategies", "experiments"},
+        "history": {"server_app", "client_app", "experiments"},
+        "strategies": {"server_app", "client_app", "task", "experiments"},
+        "coding": set(PACKAGES) - {"coding"},
+    }
+    bad = sorted((m, t) for m, targets in _graph().items() for t in targets
+                 if _top(t) in forbidden.get(_top(m), set()))
+    assert bad == []
+
+
+def test_coding_knows_nothing_of_flower_or_torch():
+    bad = sorted((name, imported) for name, path in _modules().items()
+                 if _top(name) == "coding" for imported in _imports(path)
+                 if imported.split(".")[0] in ("flwr", "torch"))
+    assert bad == []
+
+
+def test_no_file_over_the_limit():
+    long = {str(p.relative_to(ROOT)): n for p in _modules().values()
+            if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+    assert long == {}
+
+
+def _code_lines(source: list[str], node: ast.AST) -> int:
+    body = node.body
+    first = body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(
+        getattr(first, "value", None), ast.Constant) and isinstance(first.value.value, str)
+    start = first.end_lineno if docstring else first.lineno - 1
+    lines = source[start:node.end_lineno]
+    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def test_no_function_over_the_limit():
+    long = {}
+    for path in _modules().values():
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = _code_lines(source.splitlines(), node)
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = n
+    assert long == {}
+
+
+def test_readme_layout_table_matches_the_tree():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1]
+    named = set(re.findall(r"^\| `([\w.-]+)/` \|", section, flags=re.M))
+    tracked_dirs = {p.name for p in ROOT.iterdir() if p.is_dir()
+                    and not p.name.startswith(".") and p.name not in (
+                        "results", "build", "dist", "__pycache__")
+                    and not p.name.endswith(".egg-info")}
+    assert named == tracked_dirs
