@@ -49,7 +49,7 @@ from task.train import (
 app = ClientApp()
 
 # Ray workers start many handlers per process; one thread each keeps two workers
-# on two cores from fighting (FLOWER_NOTES.md: 13x slower without it).
+# on two cores from fighting (measured: training ran 13x slower without it).
 _THREADS = int(os.environ.get("SE_TORCH_THREADS", "1"))
 
 

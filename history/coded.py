@@ -1,6 +1,6 @@
 """Coded storage of the training history: the server keeps keys and metadata only.
 
-With run-config ``storage = "coded"`` (coded sharding, DESIGN.md step 7; Lin et
+With run-config ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et
 al., IJCAI 2024, Sec. 3.3) the parameters SE needs for calibrated retraining are
 spread over the clients as Lagrange / Reed-Solomon coded slices over GF(p),
 p = 2^31 - 1, and the server forgets them.

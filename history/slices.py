@@ -1,4 +1,4 @@
-"""The client's store of coded slices (coded sharding; DESIGN.md step 7).
+"""The client's store of coded slices (coded sharding; docs/DESIGN.md).
 
 After every learning round g (and g = 0 for the initial models W_s^0) the server
 encodes the round's history of all S shards into one Lagrange-coded slice per
