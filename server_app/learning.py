@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import INFO
 from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
@@ -23,11 +23,12 @@ from flwr.supercore import log
 
 from history.store import HistoryStore
 from server_app.federation import Federation
+from server_app.rounds import RoundOutcome, run_rounds
+from server_app.screening import FaultLog
+from strategies.sharded import ShardedStrategy, to_numpy
 
 if TYPE_CHECKING:
     from history.coded import CodedRecorder
-from server_app.screening import FaultLog, screen
-from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
 
 
 @dataclass
@@ -56,33 +57,61 @@ class LearningResult:
     client_epochs: float = 0.0
 
 
-def record_round(store: HistoryStore, strategy: ShardedStrategy, federation: Federation,
-                 rnd: int, previous: list[ArrayRecord], new: list[ArrayRecord],
-                 replies) -> tuple[float, float, int]:
-    """Store round ``rnd``'s participant updates and shard models.
+class HistoryRecorder:
+    """Round observer: store each participant's update and the new shard models.
 
-    Returns
-    -------
-    (compute_s, client_epochs, participants) : tuple[float, float, int]
+    Every accepted reply's update U_m^g = w_m^g - W_s^(g-1) goes to the store with
+    its example count and training seconds, then each shard's W_s^g; the store
+    then closes the round (``end_round``: the coded recorder codes and sends it).
     """
-    partition_of = federation.partition_of
-    compute, epochs, count = 0.0, 0.0, 0
-    for s, shard_replies in enumerate(strategy.route_replies(replies)):
-        before = to_numpy(previous[s])
-        for reply in shard_replies:
-            if reply.has_error():
-                continue
-            metrics = reply.content["metrics"]
-            model = to_numpy(reply.content["arrays"])
-            update = {k: model[k] - before[k] for k in before}
-            store.put_update(s, rnd, partition_of[reply.metadata.src_node_id], update,
-                             int(metrics["num-examples"]),
-                             float(metrics["train-seconds"]))
-            compute += float(metrics["train-seconds"])
-            epochs += float(metrics.get("local-epochs", 0.0))
-            count += 1
-        store.put_shard_model(s, rnd, to_numpy(new[s]))
-    return compute, epochs, count
+
+    def __init__(self, store: HistoryStore | CodedRecorder, federation: Federation,
+                 grid: Grid) -> None:
+        self.store, self.grid = store, grid
+        self.partition_of = federation.partition_of
+
+    def on_round(self, outcome: RoundOutcome) -> None:
+        """Record round ``outcome.rnd``."""
+        for s, replies in enumerate(outcome.by_shard):
+            before = to_numpy(outcome.before[s])
+            for reply in replies:
+                metrics = reply.content["metrics"]
+                model = to_numpy(reply.content["arrays"])
+                update = {k: model[k] - before[k] for k in before}
+                self.store.put_update(s, outcome.rnd,
+                                      self.partition_of[reply.metadata.src_node_id],
+                                      update, int(metrics["num-examples"]),
+                                      float(metrics["train-seconds"]))
+            self.store.put_shard_model(s, outcome.rnd, to_numpy(outcome.after[s]))
+        self.store.end_round(outcome.rnd, self.grid)
+
+
+class LearningProgress:
+    """Round observer: evaluate, log and tabulate each learning round."""
+
+    def __init__(self, result: LearningResult, num_rounds: int,
+                 evaluate: Callable[[list[ArrayRecord]], dict] | None, label: str):
+        self.result, self.num_rounds = result, num_rounds
+        self.evaluate, self.label = evaluate, label
+
+    def on_round(self, outcome: RoundOutcome) -> None:
+        """Append the round's entry to ``result.rounds`` and log it."""
+        compute, epochs = 0.0, 0.0
+        for replies in outcome.by_shard:
+            for reply in replies:
+                compute += float(reply.content["metrics"]["train-seconds"])
+                epochs += float(reply.content["metrics"].get("local-epochs", 0.0))
+        entry = {"round": outcome.rnd, "participants": outcome.participants,
+                 "compute_s": compute, "client_epochs": epochs}
+        if self.evaluate is not None:
+            entry.update(self.evaluate(outcome.after))
+        entry["seconds"] = time.perf_counter() - outcome.started
+        self.result.rounds.append(entry)
+        self.result.compute_s += compute
+        self.result.client_epochs += epochs
+        log(INFO, "%s round %d/%d: accuracy %s, loss %s, %d clients, %.1f s", self.label,
+            outcome.rnd, self.num_rounds, _fmt(entry.get("accuracy")),
+            _fmt(entry.get("loss")), outcome.participants, entry["seconds"])
 
 
 def run_learning(
@@ -127,42 +156,17 @@ def run_learning(
     faults : FaultLog, optional
         Receives rejected replies and dropouts (they are left out of aggregation).
     """
-    faults = faults if faults is not None else FaultLog()
     t_start = time.perf_counter()
-    models = list(initial)
-    for s, arrays in enumerate(models):
+    for s, arrays in enumerate(initial):
         store.put_shard_model(s, 0, to_numpy(arrays))
     store.end_round(0, grid)
-    result = LearningResult(models=models)
-    for rnd in range(1, num_rounds + 1):
-        t0 = time.perf_counter()
-        packed = pack_shards(models)
-        config = ConfigRecord(dict(train_config))
-        messages = strategy.configure_train(rnd, packed, config, grid)
-        before = len(faults.entries)
-        replies = screen(grid.send_and_receive(messages, timeout=timeout), messages,
-                         label, rnd, faults, federation.partition_of)
-        for fault in faults.entries[before:]:
-            log(WARNING, "%s round %d: partition %s (node %d) %s: %s", label, rnd,
-                fault["partition"], fault["node"], fault["kind"], fault["reason"])
-        aggregated, _ = strategy.aggregate_train(rnd, replies)
-        new = unpack_shards(aggregated, strategy.num_shards)
-        compute, epochs, count = record_round(store, strategy, federation, rnd,
-                                              models, new, replies)
-        store.end_round(rnd, grid)
-        models = new
-        entry = {"round": rnd, "participants": count, "compute_s": compute,
-                 "client_epochs": epochs}
-        if evaluate is not None:
-            entry.update(evaluate(models))
-        entry["seconds"] = time.perf_counter() - t0
-        result.rounds.append(entry)
-        result.compute_s += compute
-        result.client_epochs += epochs
-        log(INFO, "%s round %d/%d: accuracy %s, loss %s, %d clients, %.1f s", label,
-                 rnd, num_rounds, _fmt(entry.get("accuracy")), _fmt(entry.get("loss")),
-                 count, entry["seconds"])
-    result.models = models
+    result = LearningResult(models=list(initial))
+    observers = [HistoryRecorder(store, federation, grid),
+                 LearningProgress(result, num_rounds, evaluate, label)]
+    result.models = run_rounds(grid, strategy, initial, num_rounds, train_config,
+                               timeout=timeout, faults=faults, label=label,
+                               partition_of=federation.partition_of,
+                               observers=observers)
     result.wall_time_s = time.perf_counter() - t_start
     return result
 

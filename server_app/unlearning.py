@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
-from history.comm import transfer_seconds
 from history.store import HistoryStore
 from server_app.config import RunConfig
 from server_app.federation import Federation
@@ -33,93 +32,30 @@ from server_app.federation import Federation
 if TYPE_CHECKING:
     from history.coded import CodedHistory
 from server_app.requests import expected_cost
-from server_app.screening import FaultLog, screen
-from strategies.sharded import ShardedStrategy, pack_shards, to_record, unpack_shards
+from server_app.rounds import CostMeter, run_rounds
+from server_app.screening import FaultLog
+from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
-
-
-@dataclass
-class RunStats:
-    """Costs of driving one strategy.
-
-    Attributes
-    ----------
-    compute_s : float
-        Clients' training seconds plus the strategy's server seconds.
-    server_s : float
-        Seconds in configure_train / aggregate_train on the server.
-    wall_s : float
-        Wall seconds of the whole drive.
-    client_epochs : float
-        Sum of local epochs over all client replies.
-    transfers : int
-        Models sent plus models received.
-    comm_time_s : float
-        Modelled communication seconds (see module docstring).
-    rounds : int
-        Rounds driven.
-    shard_compute_s : dict[int, float]
-        Clients' training seconds per shard.
-    contacted : list[int]
-        Node ids messaged, in order (for isolation checks).
-    """
-
-    compute_s: float = 0.0
-    server_s: float = 0.0
-    wall_s: float = 0.0
-    client_epochs: float = 0.0
-    transfers: int = 0
-    comm_time_s: float = 0.0
-    rounds: int = 0
-    shard_compute_s: dict[int, float] = field(default_factory=dict)
-    contacted: list[int] = field(default_factory=list)
 
 
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
           timeout: float | None = None, faults: FaultLog | None = None,
           stage: str = "unlearn", partition_of: Mapping[int, int] | None = None
-          ) -> tuple[list[ArrayRecord], RunStats]:
+          ) -> tuple[list[ArrayRecord], CostMeter]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
-    Replies are screened (:func:`server_app.screening.screen`): rejected ones and
-    missing answers go to ``faults`` and are left out of aggregation.
+    The rounds go through :func:`server_app.rounds.run_rounds` (replies screened,
+    rejected ones and missing answers recorded in ``faults``) with a
+    :class:`~server_app.rounds.CostMeter` as observer; its ``wall_s`` is set here.
     """
-    faults = faults if faults is not None else FaultLog()
-    stats = RunStats()
+    meter = CostMeter(link_rate_mbps)
     t_start = time.perf_counter()
-    arrays = pack_shards(initial)
-    for rnd in range(1, num_rounds + 1):
-        t0 = time.perf_counter()
-        messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config)),
-                                                 grid))
-        stats.server_s += time.perf_counter() - t0
-        for message in messages:
-            stats.contacted.append(message.metadata.dst_node_id)
-            stats.transfers += 1
-            stats.comm_time_s += transfer_seconds(
-                message.content["arrays"].count_bytes(), link_rate_mbps)
-        replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
-        ok = screen(replies, messages, stage, rnd, faults, partition_of)
-        t0 = time.perf_counter()
-        new, _ = strategy.aggregate_train(rnd, ok)
-        stats.server_s += time.perf_counter() - t0
-        if new is not None:
-            arrays = new
-        for s, shard_replies in enumerate(strategy.route_replies(ok)):
-            for reply in shard_replies:
-                metrics = reply.content["metrics"]
-                seconds = float(metrics["train-seconds"])
-                stats.compute_s += seconds
-                stats.shard_compute_s[s] = stats.shard_compute_s.get(s, 0.0) + seconds
-                stats.client_epochs += float(metrics.get("local-epochs", 0.0))
-                stats.transfers += 1
-                stats.comm_time_s += transfer_seconds(
-                    reply.content["arrays"].count_bytes(), link_rate_mbps)
-        stats.rounds += 1
-    stats.compute_s += stats.server_s
-    stats.wall_s = time.perf_counter() - t_start
-    return unpack_shards(arrays, strategy.num_shards), stats
+    models = run_rounds(grid, strategy, initial, num_rounds, config, timeout=timeout,
+                        faults=faults, label=stage, partition_of=partition_of,
+                        observers=[meter])
+    meter.wall_s = time.perf_counter() - t_start
+    return models, meter
 
 
 @dataclass
@@ -200,7 +136,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
     results: dict[str, dict] = {}
     for name in (cfg.framework_list if frameworks is None else frameworks):
         forget = set(forgotten)
-        per_request, total = [], RunStats()
+        per_request, total = [], CostMeter(cfg.link_rate_mbps)
         models: list[ArrayRecord] = []
         for k, batch in enumerate(batches):
             if not batch:  # every client already forgotten: a recorded no-op
@@ -263,10 +199,10 @@ def _slice_retrieval(stage: Stage) -> dict | None:
     return take() if take is not None else None
 
 
-def _accumulate(total: RunStats, stats: RunStats) -> None:
-    for key, value in asdict(stats).items():
-        if isinstance(value, float | int) and key != "rounds":
-            setattr(total, key, getattr(total, key) + value)
+def _accumulate(total: CostMeter, stats: CostMeter) -> None:
+    for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
+                "comm_time_s"):
+        setattr(total, key, getattr(total, key) + getattr(stats, key))
     total.contacted.extend(stats.contacted)
 
 

@@ -1,0 +1,194 @@
+"""The round loop that learning and every unlearning framework run through.
+
+One round: the strategy configures its messages, the grid delivers them, replies
+are screened (:mod:`server_app.screening`), the strategy aggregates the accepted
+ones, and the round's outcome goes to each observer once: the history recorder
+(learning), the cost meter (compute seconds, client-epochs, modelled transfer
+time) and the evaluator. The shard models stay packed in one ``ArrayRecord``
+between rounds; each round unpacks them once for the observers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import Protocol
+
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from history.comm import transfer_seconds
+from server_app.screening import FaultLog, screen
+from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
+
+
+@dataclass
+class RoundOutcome:
+    """What one round did, as its observers see it.
+
+    Attributes
+    ----------
+    rnd : int
+        Server round, from 1.
+    messages : list[Message]
+        The training messages sent.
+    by_shard : list[list[Message]]
+        The accepted replies of each shard, in shard node order.
+    before, after : list[ArrayRecord]
+        Each shard's model at the start of the round and after aggregation.
+    server_s : float
+        Seconds the server spent configuring and aggregating.
+    started : float
+        ``time.perf_counter()`` at the start of the round.
+    """
+
+    rnd: int
+    messages: list[Message]
+    by_shard: list[list[Message]]
+    before: list[ArrayRecord]
+    after: list[ArrayRecord]
+    server_s: float
+    started: float
+
+    @property
+    def participants(self) -> int:
+        """Accepted replies over all shards."""
+        return sum(len(replies) for replies in self.by_shard)
+
+
+class RoundObserver(Protocol):
+    """Anything told about each round once it is aggregated."""
+
+    def on_round(self, outcome: RoundOutcome) -> None:
+        """Take note of ``outcome`` (record, count, evaluate, log)."""
+
+
+@dataclass
+class CostMeter:
+    """Costs of a run of rounds: compute, client-epochs and modelled transfers.
+
+    Attributes
+    ----------
+    link_rate_mbps : float
+        Link rate of the communication model (:func:`history.comm.transfer_seconds`).
+    compute_s : float
+        Clients' training seconds plus the server's configure / aggregate seconds.
+    server_s : float
+        The server's part of ``compute_s``.
+    client_epochs : float
+        Local epochs reported by the accepted replies.
+    transfers : int
+        Models sent plus models received.
+    comm_time_s : float
+        Modelled seconds of those transfers, one after another on the server's link.
+    rounds : int
+        Rounds seen.
+    shard_compute_s : dict[int, float]
+        Clients' training seconds per shard.
+    contacted : list[int]
+        Node ids messaged, in order (for isolation checks).
+    wall_s : float
+        Wall seconds, set by whoever drives the rounds.
+    """
+
+    link_rate_mbps: float = 100.0
+    compute_s: float = 0.0
+    server_s: float = 0.0
+    client_epochs: float = 0.0
+    transfers: int = 0
+    comm_time_s: float = 0.0
+    rounds: int = 0
+    shard_compute_s: dict[int, float] = field(default_factory=dict)
+    contacted: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def on_round(self, outcome: RoundOutcome) -> None:
+        """Add the round's sent models, accepted replies and server seconds."""
+        for message in outcome.messages:
+            self.contacted.append(message.metadata.dst_node_id)
+            self._transfer(message.content["arrays"])
+        for s, replies in enumerate(outcome.by_shard):
+            for reply in replies:
+                metrics = reply.content["metrics"]
+                seconds = float(metrics["train-seconds"])
+                self.compute_s += seconds
+                self.shard_compute_s[s] = self.shard_compute_s.get(s, 0.0) + seconds
+                self.client_epochs += float(metrics.get("local-epochs", 0.0))
+                self._transfer(reply.content["arrays"])
+        self.server_s += outcome.server_s
+        self.compute_s += outcome.server_s
+        self.rounds += 1
+
+    def _transfer(self, arrays: ArrayRecord) -> None:
+        self.transfers += 1
+        self.comm_time_s += transfer_seconds(arrays.count_bytes(), self.link_rate_mbps)
+
+
+def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
+               num_rounds: int, config: ConfigRecord, *, timeout: float | None = None,
+               faults: FaultLog | None = None, label: str = "round",
+               partition_of: Mapping[int, int] | None = None,
+               observers: Sequence[RoundObserver] = ()) -> list[ArrayRecord]:
+    """Run ``num_rounds`` training rounds of ``strategy``; return the shard models.
+
+    Parameters
+    ----------
+    grid : Grid
+        Flower grid (or the in-process one).
+    strategy : ShardedStrategy
+        Learning (one stock strategy per shard) or an unlearning framework.
+    initial : Sequence[ArrayRecord]
+        Each shard's model before round 1.
+    num_rounds : int
+        Rounds to run.
+    config : ConfigRecord
+        Sent with every training message (a fresh copy each round).
+    timeout : float, optional
+        Seconds to wait for a round's replies.
+    faults : FaultLog, optional
+        Receives rejected replies and dropouts; they are left out of aggregation.
+    label : str
+        Stage name in the fault log and the log lines.
+    partition_of : Mapping[int, int], optional
+        Node id -> partition id, for readable fault entries.
+    observers : Sequence[RoundObserver]
+        Told about each round, in order, once it is aggregated.
+
+    Returns
+    -------
+    list[ArrayRecord]
+        Each shard's model after the last round.
+    """
+    faults = faults if faults is not None else FaultLog()
+    arrays = pack_shards(initial)
+    models = list(initial)
+    for rnd in range(1, num_rounds + 1):
+        started = time.perf_counter()
+        messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config)),
+                                                 grid))
+        server_s = time.perf_counter() - started
+        seen = len(faults.entries)
+        replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
+        accepted = screen(replies, messages, label, rnd, faults, partition_of)
+        _log_faults(faults.entries[seen:], label, rnd)
+        t0 = time.perf_counter()
+        aggregated, _ = strategy.aggregate_train(rnd, accepted)
+        server_s += time.perf_counter() - t0
+        if aggregated is not None:
+            arrays = aggregated
+        new = unpack_shards(arrays, strategy.num_shards)
+        outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted), models,
+                               new, server_s, started)
+        for observer in observers:
+            observer.on_round(outcome)
+        models = new
+    return models
+
+
+def _log_faults(entries: Sequence[dict], label: str, rnd: int) -> None:
+    for fault in entries:
+        log(WARNING, "%s round %d: partition %s (node %d) %s: %s", label, rnd,
+            fault["partition"], fault["node"], fault["kind"], fault["reason"])
