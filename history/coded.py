@@ -28,9 +28,13 @@ Decoding, when shard s must unlearn (:class:`CodedHistory`): the shard's server
 asks connected slice holders for their slices of every round, proving key_s
 (``query.fetch_slices``); a slice whose tag fails is an erasure, so any k slices
 with valid tags decode exactly (:func:`coding.decode_erasures`); holders are
-asked in waves until every round has k. With tag checking off (a test-only
-path) all holders are asked and up to floor((m - k) / 2) wrong slices among m
-are corrected (:func:`coding.decode_errors`); beyond that a
+asked in waves until every round has k. A slice a client acknowledged but no
+longer returns is an erasure too: ``damaged`` when the client reports its file
+damaged (the reply's ConfigRecord ``damaged``, see :mod:`history.slices`),
+``lost`` otherwise; each is recorded in the retrieval report (``losses``) and in
+the run's fault log, and the client's other rounds are used. With tag checking
+off (a test-only path) all holders are asked and up to floor((m - k) / 2) wrong
+slices among m are corrected (:func:`coding.decode_errors`); beyond that a
 :class:`CodedHistoryError` is raised and nothing is returned.
 
 Communication model: each transfer that carries slices (a ``store_slice``
@@ -79,6 +83,14 @@ from history.slices import FETCH_MESSAGE, STORE_MESSAGE
 from history.store import ParticipationCatalog, StoreError, atomic_write, encode_arrays
 
 Arrays = dict[str, np.ndarray]
+
+
+class FaultSink(Protocol):
+    """Where the run's faults go (``server_app.screening.FaultLog`` has this verb)."""
+
+    def add(self, stage: str, rnd: int | None, node: int, partition: int | None,
+            kind: str, reason: str) -> None:
+        """Record one fault."""
 
 
 class Federation(Protocol):
@@ -211,6 +223,13 @@ class _Catalog(ParticipationCatalog):
         """Partition ids that acknowledged at least one slice, ascending."""
         return [r[0] for r in self._conn.execute(
             "SELECT DISTINCT partition_id FROM slices ORDER BY partition_id")]
+
+    def acked_rounds(self) -> dict[int, set[int]]:
+        """Partition id -> the rounds whose slice it acknowledged."""
+        out: dict[int, set[int]] = {}
+        for rnd, pid in self._conn.execute("SELECT round, partition_id FROM slices"):
+            out.setdefault(int(pid), set()).add(int(rnd))
+        return out
 
     def client_shard(self) -> dict[int, int]:
         """Partition id -> shard of every client."""
@@ -497,12 +516,16 @@ class CodedHistory(_Catalog):
         wrong slices are corrected by :func:`coding.decode_errors`.
     rng_seed : int, optional
         Seed of ``decode_errors``' projection (None: fresh entropy).
+    faults : FaultSink, optional
+        Where damaged and lost slices and refused fetches are recorded (stage
+        ``coded-retrieval``; kinds ``damaged-slice``, ``lost-slice``,
+        ``damaged-file``, ``refused-fetch``).
     """
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
                  grid: Grid, node_of: Mapping[int, int], timeout: float | None = None,
                  link_rate_mbps: float = 100.0, verify_tags: bool = True,
-                 rng_seed: int | None = None) -> None:
+                 rng_seed: int | None = None, faults: FaultSink | None = None) -> None:
         super().__init__(root, conn, keys)
         self.grid = grid
         self.node_of = dict(node_of)
@@ -510,6 +533,8 @@ class CodedHistory(_Catalog):
         self.link_rate_mbps = link_rate_mbps
         self.verify_tags = verify_tags
         self.rng_seed = rng_seed
+        self.faults = faults
+        self._acked: dict[int, set[int]] = {}
         self._cache: dict[int, dict[int, Arrays | dict[int, Arrays]]] = {}
         self._pending: list[dict] = []
         self.retrievals: list[dict] = []
@@ -562,8 +587,13 @@ class CodedHistory(_Catalog):
         dict or None
             None if nothing was fetched; else ``shards``, ``bytes``,
             ``transfers``, ``comm_time_s``, ``decode_s``, ``wall_s``, and per
-            shard the counts of ``absent``, ``refused``, ``tag_failures``,
-            ``corrected`` slices.
+            shard the counts of ``absent``, ``refused``, ``silent``,
+            ``tag_failures``, ``malformed``, ``damaged`` (acknowledged slices
+            whose file the client reports damaged), ``lost`` (acknowledged,
+            neither returned nor reported), ``corrected`` slices, and
+            ``losses``: one dict (``partition``, ``round`` or None for a file
+            that holds no round, ``kind``, ``reason``) per damaged or lost slice,
+            damaged file or refused fetch.
         """
         self._cache.clear()
         pending, self._pending = self._pending, []
@@ -620,7 +650,9 @@ class CodedHistory(_Catalog):
         stats = {"shard": shard, "holders": len(holders),
                  "absent": len(holders) - len(reachable), "refused": 0,
                  "silent": 0, "tag_failures": 0, "malformed": 0, "corrected": 0,
+                 "damaged": 0, "lost": 0, "losses": [],
                  "bytes": 0, "transfers": 0, "comm_time_s": 0.0}
+        self._acked = self.acked_rounds()
         received: dict[int, dict[int, np.ndarray]] = {r: {} for r in rounds}
         waiting = list(reachable)
         while waiting:
@@ -640,9 +672,10 @@ class CodedHistory(_Catalog):
         self._pending.append(stats)
         self.retrievals.append(stats)
         log(INFO, "coded history of shard %d: %d rounds decoded from %d holders "
-            "(%d absent, %d refused, %d silent, %d failed tags, %d corrected), %.2f s",
-            shard, len(rounds), len(holders), stats["absent"], stats["refused"],
-            stats["silent"], stats["tag_failures"], stats["corrected"], stats["wall_s"])
+            "(%d absent, %d refused, %d silent, %d failed tags, %d damaged, %d lost, "
+            "%d corrected), %.2f s", shard, len(rounds), len(holders), stats["absent"],
+            stats["refused"], stats["silent"], stats["tag_failures"], stats["damaged"],
+            stats["lost"], stats["corrected"], stats["wall_s"])
         return decoded
 
     def _collect(self, shard: int, pids: list[int], rounds: Mapping[int, int],
@@ -657,12 +690,15 @@ class CodedHistory(_Catalog):
             answered.add(pid)
             if reply.has_error():
                 stats["refused"] += 1
+                self._note(shard, pid, None, "refused-fetch", reply.error.reason, stats)
                 continue
             slices = reply.content.array_records.get("slices")
             tags = reply.content.config_records.get("tags")
             if slices is None or tags is None:
                 stats["malformed"] += 1
                 continue
+            self._note_losses(shard, pid, rounds, slices,
+                              reply.content.config_records.get("damaged"), stats)
             nbytes = _content_bytes(reply.content)
             stats["bytes"] += nbytes
             stats["transfers"] += 1
@@ -682,6 +718,36 @@ class CodedHistory(_Catalog):
                     received[rnd][pid] = data
         stats["silent"] += len(set(pids) - answered)
 
+    def _note_losses(self, shard: int, pid: int, rounds: Mapping[int, int],
+                     slices: ArrayRecord, damaged: ConfigRecord | None,
+                     stats: dict) -> None:
+        """Record rounds ``pid`` acknowledged but did not return, and damaged files."""
+        damaged = damaged or ConfigRecord()
+        for key, reason in damaged.items():  # files that hold no round
+            if not (key.startswith("r") and key[1:].isdigit()):
+                self._note(shard, pid, None, "damaged-file", reason, stats)
+        for rnd in rounds:
+            key = f"r{rnd}"
+            if key in slices:
+                continue
+            if key in damaged:
+                stats["damaged"] += 1
+                self._note(shard, pid, rnd, "damaged-slice", damaged[key], stats)
+            elif rnd in self._acked.get(pid, ()):
+                stats["lost"] += 1
+                self._note(shard, pid, rnd, "lost-slice", "acknowledged its slice, "
+                           "returned none and reported no damage", stats)
+
+    def _note(self, shard: int, pid: int, rnd: int | None, kind: str, reason: object,
+              stats: dict) -> None:
+        """One entry of the retrieval report's ``losses`` and of the fault log."""
+        reason = str(reason)[:500]  # the client's words: bounded, never parsed
+        stats["losses"].append({"partition": pid, "round": rnd, "kind": kind,
+                                "reason": reason})
+        if self.faults is not None:
+            self.faults.add(f"coded-retrieval shard {shard}", rnd, self.node_of[pid], pid,
+                            kind, reason)
+
     def _decode(self, shard: int, rnd: int, got: dict[int, np.ndarray],
                 stats: dict) -> Arrays | dict[int, Arrays]:
         pids = sorted(got)
@@ -691,7 +757,8 @@ class CodedHistory(_Catalog):
                 f"slices, k = {self.k} needed ({stats['holders']} holders: "
                 f"{stats['absent']} absent, {stats['silent']} silent, "
                 f"{stats['refused']} refused, {stats['tag_failures']} failed tags, "
-                f"{stats['malformed']} malformed, counted over all rounds); nothing "
+                f"{stats['malformed']} malformed, {stats['damaged']} damaged, "
+                f"{stats['lost']} lost, counted over all rounds); nothing "
                 "was changed")
         if self.verify_tags:  # every slice is right: any k of them decode
             pids = pids[:self.k]

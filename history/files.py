@@ -1,6 +1,8 @@
 """Files that must never be half-written: atomic writes of named numpy arrays.
 
-Used by the client's slice store and the server's history store alike.
+Used by the client's slice store and the server's history store alike. Reading
+never trusts the bytes: anything that does not parse as an ``.npz`` archive of
+plain arrays (truncated, garbled, another format) raises :class:`DamagedFileError`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from pathlib import Path
 import numpy as np
 
 
+class DamagedFileError(ValueError):
+    """Stored bytes that cannot be read back as the named arrays they should hold."""
+
+
 def encode_arrays(arrays: Mapping[str, np.ndarray]) -> bytes:
     """Serialise named arrays to ``.npz`` bytes (no pickle)."""
     buffer = io.BytesIO()
@@ -22,9 +28,22 @@ def encode_arrays(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 
 def decode_arrays(data: bytes) -> dict[str, np.ndarray]:
-    """Inverse of :func:`encode_arrays`; keeps the stored key order."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {k: npz[k] for k in npz.files}
+    """Inverse of :func:`encode_arrays`; keeps the stored key order.
+
+    Raises
+    ------
+    DamagedFileError
+        ``data`` is not an ``.npz`` archive of plain (non-object) arrays.
+    """
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    # damaged bytes fail in many ways (BadZipFile, ValueError, EOFError,
+    # tokenize.TokenError from a garbled header, NotImplementedError for an
+    # unknown compression, AttributeError for a bare .npy): all are damage
+    except Exception as err:
+        raise DamagedFileError(f"not a readable .npz archive of {len(data)} bytes "
+                               f"({type(err).__name__}: {err})") from err
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -48,5 +67,16 @@ def atomic_write_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray] | None:
-    """The arrays of an ``.npz`` file, or None if there is no such file."""
-    return decode_arrays(path.read_bytes()) if path.is_file() else None
+    """The arrays of an ``.npz`` file, or None if there is no such file.
+
+    Raises
+    ------
+    DamagedFileError
+        The file exists but cannot be read or decoded; the message names it.
+    """
+    if not path.is_file():
+        return None
+    try:
+        return decode_arrays(path.read_bytes())
+    except (OSError, DamagedFileError) as err:
+        raise DamagedFileError(f"{path.name}: {err}") from err

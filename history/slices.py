@@ -11,24 +11,36 @@ Where the slices live, per coded store (``store``, a server-chosen id):
 - ``context.state`` within the run: ArrayRecord ``coded-slices:<store>`` (one
   uint32 array ``r<g>`` per round) and ConfigRecord ``coded-meta:<store>``
   (``slice-index``, ``access-keys``, ``r<g>.tags``, used ``nonces``);
-- if the node config has ``node-dir``, also ``<node-dir>/slices/<store>/``:
-  ``round-<g>.npz`` (``slice``, ``tags``) and ``access.npz`` (``keys``,
-  ``slice_index``), each written to a temporary file, fsync'ed and renamed, so
-  a restarted node (fresh ``context.state``) serves the same slices.
+- if the node config has ``node-dir``, also ``<node-dir>/slices/<store>/``
+  (:mod:`history.slice_files`): ``round-<g>.npz`` (``slice``, ``tags`` and a
+  copy of the access keys), ``access.npz`` and ``nonces.npz``, each written to a
+  temporary file, fsync'ed and renamed, so a restarted node (fresh
+  ``context.state``) serves the same slices.
+
+A damaged file (truncated, garbled, wrong arrays, gone) costs exactly what it
+holds: a damaged ``round-<g>.npz`` loses round g for this client (an erasure for
+the server) and is reported; the other rounds are served. A damaged
+``access.npz`` costs nothing (the keys are recovered from the round files); a
+damaged ``nonces.npz`` forgets the nonces used before it (a replay of one of them
+is then answered) and is rewritten. All of it is reported in the reply.
 
 Messages (handled in ``client_app.app``):
 
 - ``query.store_slice``: ArrayRecord ``slice`` (``slice``: uint32, shape (B,)),
   ConfigRecord ``config`` (``store``, ``round``, ``slice-index``, ``tags``: S
-  bytes, ``access-keys``: S bytes). Reply: ConfigRecord ``ack`` (``round``,
-  ``slice-index``, ``slice-bytes``, ``stored-bytes``: slice and tag bytes this
-  client holds for the store, ``disk-bytes``: its files under ``node-dir``).
+  bytes, ``access-keys``: S bytes, as many as tags). Reply: ConfigRecord
+  ``ack`` (``round``, ``slice-index``, ``slice-bytes``, ``stored-bytes``: slice
+  and tag bytes this client holds for the store, ``disk-bytes``: its files
+  under ``node-dir``).
 - ``query.fetch_slices``: ConfigRecord ``request`` (``store``, ``shard``,
   ``rounds``, ``nonce``, ``proof`` = ``coding.key_proof(access_key(key_s, i),
   nonce)``). The client answers only a valid proof with a nonce it has not seen
   before (:class:`SliceAccessError` otherwise): ArrayRecord ``slices`` (``r<g>``)
   and ConfigRecord ``tags`` (``r<g>``: shard s's tag) for every requested round
-  it holds, and ConfigRecord ``info`` (``slice-index``).
+  it holds intact, ConfigRecord ``info`` (``slice-index``, ``held``: rounds
+  returned, ``missing``: requested rounds it holds no copy of, if any) and
+  ConfigRecord ``damaged`` (``r<g>``, ``access``, ``nonces``: why that file
+  could not be used).
 
 The client never learns a shard key; it cannot check tags, the server does.
 """
@@ -43,7 +55,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from coding import verify_key_proof
-from history.files import atomic_write_arrays, read_arrays
+from history.files import DamagedFileError
+from history.slice_files import Access, SliceFolder
 
 STORE_MESSAGE = "query.store_slice"
 FETCH_MESSAGE = "query.fetch_slices"
@@ -86,9 +99,9 @@ def _bytes_list(value: object, name: str) -> list[bytes]:
     return value
 
 
-def _node_dir(context: Context, store: str) -> Path | None:
+def _node_dir(context: Context, store: str) -> SliceFolder | None:
     root = str(context.node_config.get("node-dir", "") or "")
-    return Path(root) / "slices" / store if root else None
+    return SliceFolder(Path(root) / "slices" / store) if root else None
 
 
 def _meta(context: Context, store: str) -> ConfigRecord:
@@ -103,13 +116,6 @@ def _slices(context: Context, store: str) -> ArrayRecord:
     if key not in context.state.array_records:
         context.state[key] = ArrayRecord()
     return context.state.array_records[key]
-
-
-def _disk_bytes(folder: Path | None) -> int:
-    if folder is None or not folder.is_dir():
-        return 0
-    return sum(p.stat().st_size for p in folder.iterdir()
-               if p.is_file() and not p.name.startswith("."))
 
 
 def store(content: RecordDict, context: Context) -> RecordDict:
@@ -144,10 +150,14 @@ def store(content: RecordDict, context: Context) -> RecordDict:
         access = _bytes_list(config["access-keys"], "access-keys")
     except (KeyError, TypeError) as err:
         raise SliceFormatError(f"malformed {STORE_MESSAGE} message: {err!r}") from err
-    if data.dtype != np.uint32 or data.ndim != 1 or rnd < 0 or index < 0:
-        raise SliceFormatError(f"slice must be a 1-d uint32 array with round, index >= 0; "
-                               f"got {data.dtype}{list(data.shape)}, round {rnd}, "
-                               f"index {index}")
+    if data.dtype != np.uint32 or data.ndim != 1 or data.size == 0 or rnd < 0 \
+            or index < 0:
+        raise SliceFormatError(f"slice must be a non-empty 1-d uint32 array with round, "
+                               f"index >= 0; got {data.dtype}{list(data.shape)}, round "
+                               f"{rnd}, index {index}")
+    if len(tags) != len(access):
+        raise SliceFormatError(f"{len(tags)} tags and {len(access)} access keys: one "
+                               "of each per shard is required")
     meta = _meta(context, store_id)
     if int(meta.get("slice-index", index)) != index:
         raise SliceFormatError(f"this client holds slice {meta['slice-index']} of store "
@@ -165,61 +175,105 @@ def store(content: RecordDict, context: Context) -> RecordDict:
     meta["stored-bytes"] = int(meta.get("stored-bytes", 0)) + slice_bytes - replaced
     folder = _node_dir(context, store_id)
     if folder is not None:
-        keys = np.frombuffer(b"".join(access), dtype=np.uint8).reshape(len(access), -1)
-        old = read_arrays(folder / "access.npz")
-        if old is None or not np.array_equal(old["keys"], keys):
-            atomic_write_arrays(folder / "access.npz",
-                                {"keys": keys, "slice_index": np.int64(index)})
-        tag_array = np.frombuffer(b"".join(tags), dtype=np.uint8).reshape(len(tags), -1)
-        atomic_write_arrays(folder / f"round-{rnd}.npz",
-                            {"slice": data, "tags": tag_array})
+        folder.write_access((index, list(access)))  # repairs a damaged access.npz
+        folder.write_round(rnd, data, list(tags), (index, list(access)))
     ack = ConfigRecord({"round": rnd, "slice-index": index,
                         "slice-bytes": slice_bytes,
                         "stored-bytes": int(meta["stored-bytes"]),
-                        "disk-bytes": _disk_bytes(folder)})
+                        "disk-bytes": folder.disk_bytes() if folder else 0})
     return RecordDict({"ack": ack})
 
 
-def _load_access(context: Context, store_id: str) -> tuple[int, list[bytes]] | None:
+def _access_copies(context: Context, store_id: str, damaged: ConfigRecord
+                   ) -> list[Access]:
+    """Candidate (slice index, keys) of this store: state, else access.npz, else rounds.
+
+    A damaged or missing ``access.npz`` beside round files is noted in
+    ``damaged["access"]``; the copies kept in the round files stand in for it.
+    """
     meta = context.state.config_records.get(meta_key(store_id))
     if meta is not None and "access-keys" in meta:
-        return int(meta["slice-index"]), list(meta["access-keys"])
+        return [(int(meta["slice-index"]), list(meta["access-keys"]))]
     folder = _node_dir(context, store_id)
-    saved = read_arrays(folder / "access.npz") if folder else None
-    if saved is None:
-        return None
-    return int(saved["slice_index"]), [bytes(row) for row in saved["keys"]]
+    if folder is None:
+        return []
+    try:
+        saved = folder.read_access()
+    except DamagedFileError as err:
+        saved, damaged["access"] = None, str(err)
+    if saved is not None:
+        return [saved]
+    copies = folder.access_from_rounds()
+    if copies and "access" not in damaged:
+        damaged["access"] = "access.npz: missing"
+    if "access" in damaged:
+        damaged["access"] += (f"; keys taken from the round files ({len(copies)} "
+                              "distinct copies)")
+    return copies
 
 
-def _load_round(context: Context, store_id: str, rnd: int
-                ) -> tuple[np.ndarray, list[bytes]] | None:
+def _verified_access(copies: list[Access], store_id: str, shard: int, nonce: bytes,
+                     proof: bytes, damaged: ConfigRecord) -> int:
+    """The slice index of the copy whose key for ``shard`` verifies ``proof``."""
+    if not copies:
+        why = f" ({damaged['access']})" if "access" in damaged else ""
+        raise SliceAccessError(f"refused: this client holds no slices of store "
+                               f"{store_id}{why}")
+    if not any(0 <= shard < len(keys) for _, keys in copies):
+        raise SliceAccessError(f"refused: no access key for shard {shard}")
+    for index, keys in copies:
+        if 0 <= shard < len(keys) and verify_key_proof(keys[shard], nonce, proof):
+            return index
+    raise SliceAccessError(f"refused: the proof for shard {shard} does not verify")
+
+
+def _load_round(context: Context, store_id: str, rnd: int, shard: int
+                ) -> tuple[np.ndarray, bytes] | None:
+    """Round ``rnd``'s slice and shard ``shard``'s tag; None if not held.
+
+    Raises
+    ------
+    DamagedFileError
+        The round's file is damaged (or holds no tag for ``shard``).
+    """
     slices = context.state.array_records.get(slices_key(store_id))
     meta = context.state.config_records.get(meta_key(store_id))
     if slices is not None and meta is not None and f"r{rnd}" in slices:
-        return slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"])
+        return slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"])[shard]
     folder = _node_dir(context, store_id)
-    saved = read_arrays(folder / f"round-{rnd}.npz") if folder else None
+    saved = folder.read_round(rnd) if folder else None
     if saved is None:
         return None
-    return saved["slice"], [bytes(row) for row in saved["tags"]]
+    data, tags = saved
+    if shard >= len(tags):
+        raise DamagedFileError(f"round-{rnd}.npz: {len(tags)} tags, none for shard "
+                               f"{shard}")
+    return data, tags[shard]
 
 
-def _remember_nonce(context: Context, store_id: str, nonce: bytes) -> None:
-    """Refuse a nonce seen before; remember its SHA-256 (state and node-dir)."""
+def _remember_nonce(context: Context, store_id: str, nonce: bytes,
+                    damaged: ConfigRecord) -> None:
+    """Refuse a nonce seen before; remember its SHA-256 (state and node-dir).
+
+    A damaged ``nonces.npz`` is noted in ``damaged["nonces"]`` and rewritten:
+    the nonces it held are forgotten (the state's are kept).
+    """
     digest = hashlib.sha256(nonce).digest()
     meta = _meta(context, store_id)
     seen = set(meta.get("nonces", []))
     folder = _node_dir(context, store_id)
-    saved = read_arrays(folder / "nonces.npz") if folder else None
-    if saved is not None:
-        seen |= {bytes(row) for row in saved["nonces"]}
+    if folder is not None:
+        try:
+            seen |= folder.read_nonces()
+        except DamagedFileError as err:
+            damaged["nonces"] = (f"{err}; rewritten, the nonces used before it are "
+                                 "forgotten")
     if digest in seen:
         raise SliceAccessError("refused: this nonce was used before (a replayed request)")
     seen.add(digest)
     meta["nonces"] = sorted(seen)
     if folder is not None:
-        atomic_write_arrays(folder / "nonces.npz", {"nonces": np.frombuffer(
-            b"".join(sorted(seen)), dtype=np.uint8).reshape(len(seen), 32)})
+        folder.write_nonces(seen)
 
 
 def fetch(content: RecordDict, context: Context) -> RecordDict:
@@ -238,7 +292,11 @@ def fetch(content: RecordDict, context: Context) -> RecordDict:
     RecordDict
         ArrayRecord ``slices`` (``r<g>``: uint32 slice), ConfigRecord ``tags``
         (``r<g>``: the tag for the requested shard) for every requested round
-        held, ConfigRecord ``info`` (``slice-index``, ``held``: how many rounds).
+        held intact; ConfigRecord ``info`` (``slice-index``, ``held``: how many
+        rounds, ``missing``: requested rounds with no copy here, ascending,
+        present only when there are some);
+        ConfigRecord ``damaged`` (``r<g>``: why round g's file is unusable;
+        ``access`` / ``nonces``: the same for those files; empty when all is well).
 
     Raises
     ------
@@ -258,20 +316,24 @@ def fetch(content: RecordDict, context: Context) -> RecordDict:
         raise SliceFormatError(f"malformed {FETCH_MESSAGE} message: {err!r}") from err
     if not isinstance(nonce, bytes) or len(nonce) < 16 or not isinstance(proof, bytes):
         raise SliceFormatError("nonce (>= 16 bytes) and proof must be byte strings")
-    access = _load_access(context, store_id)
-    if access is None:
-        raise SliceAccessError(f"refused: this client holds no slices of store {store_id}")
-    index, keys = access
-    if not 0 <= shard < len(keys):
-        raise SliceAccessError(f"refused: no access key for shard {shard}")
-    if not verify_key_proof(keys[shard], nonce, proof):
-        raise SliceAccessError(f"refused: the proof for shard {shard} does not verify")
-    _remember_nonce(context, store_id, nonce)
-    arrays, tags = ArrayRecord(), ConfigRecord()
-    for rnd in rounds:
-        held = _load_round(context, store_id, rnd)
-        if held is not None and shard < len(held[1]):
+    damaged = ConfigRecord()
+    copies = _access_copies(context, store_id, damaged)
+    index = _verified_access(copies, store_id, shard, nonce, proof, damaged)
+    _remember_nonce(context, store_id, nonce, damaged)
+    arrays, tags, missing = ArrayRecord(), ConfigRecord(), []
+    for rnd in sorted(set(rounds)):
+        try:
+            held = _load_round(context, store_id, rnd, shard)
+        except DamagedFileError as err:  # this round is lost, the others stand
+            damaged[f"r{rnd}"] = str(err)
+            continue
+        if held is None:
+            missing.append(rnd)
+        else:
             arrays[f"r{rnd}"] = Array(np.ascontiguousarray(held[0]))
-            tags[f"r{rnd}"] = held[1][shard]
+            tags[f"r{rnd}"] = held[1]
     info = ConfigRecord({"slice-index": index, "held": len(arrays)})
-    return RecordDict({"slices": arrays, "tags": tags, "info": info})
+    if missing:  # flwr cannot size (nor type) an empty list
+        info["missing"] = missing
+    return RecordDict({"slices": arrays, "tags": tags, "info": info,
+                       "damaged": damaged})

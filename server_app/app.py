@@ -88,7 +88,7 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
         store.close()
         store = CodedHistory.open(store.root, grid, federation.node_of,
                                   timeout=cfg.round_timeout,
-                                  link_rate_mbps=cfg.link_rate_mbps)
+                                  link_rate_mbps=cfg.link_rate_mbps, faults=faults)
     return result, store
 
 

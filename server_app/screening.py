@@ -22,15 +22,16 @@ from flwr.app import ArrayRecord, Message
 class FaultLog:
     """Faults seen in a run: one dict per rejected reply or missing answer.
 
-    Each entry has ``stage`` (e.g. ``sharded``), ``round``, ``node``,
-    ``partition`` (or None), ``kind`` (``dropout``, ``rejected``, ``error``) and
-    ``reason``.
+    Each entry has ``stage`` (e.g. ``sharded``), ``round`` (None for a fault
+    tied to no round), ``node``, ``partition`` (or None), ``kind`` (``dropout``,
+    ``rejected``, ``error``; coded retrieval: ``damaged-slice``, ``lost-slice``,
+    ``damaged-file``, ``refused-fetch``) and ``reason``.
     """
 
     entries: list[dict] = field(default_factory=list)
 
-    def add(self, stage: str, rnd: int, node: int, partition: int | None, kind: str,
-            reason: str) -> None:
+    def add(self, stage: str, rnd: int | None, node: int, partition: int | None,
+            kind: str, reason: str) -> None:
         """Record one fault."""
         self.entries.append({"stage": stage, "round": rnd, "node": node,
                              "partition": partition, "kind": kind, "reason": reason})

@@ -29,17 +29,77 @@ class TrainResult:
     seconds : float
         Wall seconds spent in the training loop (compute, seconds).
     loss : float
-        Mean training cross-entropy over the steps (nats).
+        Mean training loss per sample seen (nats; cross-entropy plus FedProx's
+        proximal term when it is on).
     steps : int
-        Optimizer steps taken.
+        Optimizer steps taken (mini-batches).
     epochs : float
-        Local epochs performed (passes over the client's data).
+        Local epochs performed: samples seen / samples held, exactly (e.g. 2.0
+        for two full passes, 0.5 for half a pass).
+    samples : int
+        Samples seen (with repetition across passes).
     """
 
     seconds: float
     loss: float
     steps: int
     epochs: float
+    samples: int
+
+
+EPOCH_TOLERANCE = 1e-9
+"""``epochs`` within this of an integer count as that integer (float round-off of L/r)."""
+
+
+def epoch_schedule(n: int, epochs: float, batch_size: int) -> list[int]:
+    """Mini-batch sizes of ``epochs`` local epochs over ``n`` samples.
+
+    Every whole epoch is one full pass over the ``n`` samples in mini-batches of
+    ``batch_size`` (the last one smaller when ``batch_size`` does not divide
+    ``n``, and a single batch of ``n`` when ``n < batch_size``). A fractional
+    rest ``f = epochs - floor(epochs)`` adds a partial pass of
+    ``max(1, round(f * n))`` samples, cut the same way.
+
+    Parameters
+    ----------
+    n : int
+        Samples the client holds (>= 1).
+    epochs : float
+        Local epochs (> 0), e.g. L, or L / r when unlearning.
+    batch_size : int
+        Largest mini-batch (samples, >= 1).
+
+    Returns
+    -------
+    list[int]
+        The size of each step's mini-batch; ``sum`` is the samples seen and
+        ``len`` the optimizer steps.
+
+    Raises
+    ------
+    ValueError
+        ``n``, ``epochs`` or ``batch_size`` not positive, or ``epochs`` not finite.
+    """
+    if n < 1 or not 0 < epochs < math.inf or batch_size < 1:
+        raise ValueError(f"cannot train on {n} samples for {epochs} epochs with "
+                         f"batch size {batch_size}: all must be positive and finite")
+    full = math.floor(epochs + EPOCH_TOLERANCE)
+    rest = epochs - full
+    passes = [n] * full
+    if rest > EPOCH_TOLERANCE:
+        passes.append(max(1, round(rest * n)))
+    return [min(batch_size, size - start) for size in passes
+            for start in range(0, size, batch_size)]
+
+
+def _batches(n: int, sizes: list[int], generator: torch.Generator):
+    """Index tensors of the mini-batches ``sizes``: a fresh permutation per pass."""
+    order, pos = None, n
+    for size in sizes:
+        if pos >= n:
+            order, pos = torch.randperm(n, generator=generator), 0
+        yield order[pos:pos + size]
+        pos += size
 
 
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -69,10 +129,13 @@ def local_train(
     x, y : torch.Tensor
         The client's samples (N, ...) and targets (N,) or (N, T).
     epochs : float
-        Local epochs L (may be fractional, e.g. L/r when unlearning): the loop
-        takes ceil(epochs * N / batch_size) steps over seeded shuffles.
+        Local epochs L (may be fractional, e.g. L/r when unlearning): each whole
+        epoch is one full pass over the N samples in a fresh seeded order, and a
+        fractional rest f adds a partial pass over max(1, round(f N)) samples
+        (:func:`epoch_schedule`). A client with fewer samples than a batch still
+        makes exactly the passes asked for (one batch of N per pass).
     batch_size : int
-        Samples per step.
+        Largest mini-batch (samples); the last batch of a pass may be smaller.
     lr, momentum : float
         Learning rate; SGD's momentum (unused by Adam, which keeps torch's betas
         (0.9, 0.999)).
@@ -96,19 +159,18 @@ def local_train(
     Returns
     -------
     TrainResult
+        ``epochs`` = samples seen / N exactly; ``loss`` is the mean per sample seen.
 
     Raises
     ------
     ValueError
-        Empty data, non-positive epochs / batch size, or an unknown optimizer.
+        Empty data, non-positive or infinite epochs, batch size < 1, or an
+        unknown optimizer.
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
     n = len(x)
-    if n == 0 or epochs <= 0 or batch_size < 1:
-        raise ValueError(f"cannot train on {n} samples for {epochs} epochs with "
-                         f"batch size {batch_size}: all must be positive")
-    steps = math.ceil(epochs * n / batch_size)
+    sizes = epoch_schedule(n, epochs, batch_size)
     generator = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     start = [p.detach().clone() for p in params] if proximal_mu > 0 else None
@@ -119,12 +181,8 @@ def local_train(
     precondition_step = grad_transform is not None and optimizer == "adam"
     model.train()
     t0 = time.perf_counter()
-    total, order, pos = 0.0, torch.randperm(n, generator=generator), 0
-    for _ in range(steps):
-        if pos >= n:
-            order, pos = torch.randperm(n, generator=generator), 0
-        idx = order[pos:pos + batch_size]
-        pos += batch_size
+    total = 0.0
+    for idx in _batches(n, sizes, generator):
         opt.zero_grad(set_to_none=True)
         loss = _loss(model(x[idx]), y[idx])
         if start is not None:
@@ -132,21 +190,28 @@ def local_train(
             loss = loss + 0.5 * proximal_mu * prox
         loss.backward()
         if precondition_step:
-            before = [p.detach().clone() for p in params]
-            opt.step()
-            with torch.no_grad():
-                steps_taken = [p - b for p, b in zip(params, before, strict=True)]
-                grad_transform(steps_taken)
-                for p, b, d in zip(params, before, steps_taken, strict=True):
-                    p.copy_(b + d)
+            _preconditioned_step(opt, params, grad_transform)
         else:
             if grad_transform is not None:
                 grad_transform([p.grad for p in params])
             opt.step()
-        total += float(loss.detach())
+        total += float(loss.detach()) * len(idx)
     seconds = time.perf_counter() - t0
-    return TrainResult(seconds=seconds, loss=total / steps, steps=steps,
-                       epochs=steps * batch_size / n)
+    seen = sum(sizes)
+    return TrainResult(seconds=seconds, loss=total / seen, steps=len(sizes),
+                       epochs=seen / n, samples=seen)
+
+
+def _preconditioned_step(opt: torch.optim.Optimizer, params: list[torch.Tensor],
+                         grad_transform: Callable[[list[torch.Tensor]], None]) -> None:
+    """One optimizer step whose step (not gradient) is scaled by ``grad_transform``."""
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    with torch.no_grad():
+        steps_taken = [p - b for p, b in zip(params, before, strict=True)]
+        grad_transform(steps_taken)
+        for p, b, d in zip(params, before, steps_taken, strict=True):
+            p.copy_(b + d)
 
 
 @torch.no_grad()

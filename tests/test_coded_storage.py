@@ -493,3 +493,120 @@ def test_coded_storage_needs_a_holder_per_data_block():
                        "num-clients / num-shards = 25"):
         RunConfig.from_run_config({"storage": "coded", "blocks-per-shard": 30})
     assert RunConfig.from_run_config({"storage": "coded"}).blocks_per_shard == 5
+
+
+# ---- damaged files on restarted SuperNodes, through the server's decoder ----------
+def _recorded_on_disk(tmp_path):
+    """9 nodes with a node-dir each, 3 shards, k = 6: rounds 0-2 coded, then every
+    node restarts (fresh state, same node-dir). Returns (grid, node_of, truth, dirs)."""
+    from client_app.app import app as client_app
+
+    _identity()
+    grid = InProcessGrid(client_app, 9, {})
+    for node, ctx in grid.contexts.items():
+        ctx.node_config["node-dir"] = str(tmp_path / f"node{node - 1000}")
+    node_of = {p: 1000 + p for p in range(9)}
+    federation = Federation(node_of, [[0, 1, 2], [3, 4, 5], [6, 7, 8]])
+    recorder = CodedRecorder.create(tmp_path / "h", federation, blocks_per_shard=2,
+                                    scale_bits=20)
+    rng = np.random.default_rng(2)
+    truth = {}
+    for s in range(3):
+        recorder.put_shard_model(s, 0, _random_arrays(rng))
+    recorder.end_round(0, grid)
+    for rnd in (1, 2):
+        for s, pids in enumerate(federation.shards):
+            for pid in pids:
+                truth[(s, rnd, pid)] = _random_arrays(rng)
+                recorder.put_update(s, rnd, pid, truth[(s, rnd, pid)], 10, 0.1)
+        recorder.end_round(rnd, grid)
+    recorder.mark_complete()
+    store_id = recorder.store_id
+    recorder.close()
+    for node, ctx in list(grid.contexts.items()):
+        grid.contexts[node] = Context(run_id=1, node_id=node, node_config=ctx.node_config,
+                                      state=RecordDict(), run_config={})
+    dirs = {p: tmp_path / f"node{p}" / "slices" / store_id for p in range(9)}
+    return grid, node_of, truth, dirs
+
+
+def test_damaged_node_files_cost_exactly_their_rounds(tmp_path):
+    from server_app.screening import FaultLog
+
+    grid, node_of, truth, dirs = _recorded_on_disk(tmp_path)
+    grid.absent = {1007, 1008}  # 7 reachable holders, k = 6: every good round counts
+    path = dirs[0] / "round-1.npz"
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    (dirs[1] / "round-0.npz").write_bytes(np.random.default_rng(0).bytes(4000))
+    (dirs[2] / "round-2.npz").unlink()  # acknowledged, now gone
+    (dirs[3] / "access.npz").write_bytes(b"garbage")  # holds no round: costs none
+    faults = FaultLog()
+    history = CodedHistory.open(tmp_path / "h", grid, node_of, faults=faults)
+    for (s, rnd, pid), arrays in truth.items():  # rounds 0-2 of every shard decode
+        got = history.update(s, rnd, pid)
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(got[key], dequantize(quantize(value, 20), 20))
+    report = history.take_retrieval()["shards"]
+    assert [(r["damaged"], r["lost"], r["refused"], r["absent"]) for r in report] == \
+        [(2, 1, 0, 2)] * 3
+    kinds = sorted((e["partition"], e["round"], e["kind"]) for e in report[0]["losses"])
+    assert kinds == [(0, 1, "damaged-slice"), (1, 0, "damaged-slice"),
+                     (2, 2, "lost-slice"), (3, None, "damaged-file")]
+    reasons = {e["partition"]: e["reason"] for e in report[0]["losses"]}
+    assert reasons[0].startswith("round-1.npz: not a readable .npz archive")
+    assert reasons[3].startswith("access.npz: ")
+    assert faults.counts() == {"damaged-slice": 6, "lost-slice": 3, "damaged-file": 3}
+    assert {e["stage"] for e in faults.entries} == \
+        {f"coded-retrieval shard {s}" for s in range(3)}
+    # one more damaged file of round 1 leaves 5 usable slices: a clear error
+    (dirs[4] / "round-1.npz").write_bytes(b"")
+    history = CodedHistory.open(tmp_path / "h", grid, node_of)
+    with pytest.raises(CodedHistoryError, match="round 1 of shard 0: 5 usable slices, "
+                       "k = 6 needed.*3 damaged, 1 lost"):
+        history.update(0, 1, 0)
+
+
+def test_summary_reports_a_damaged_slice_file(tmp_path, shared_data, runs):
+    """Through the ServerApp: node 1 (in the first wave of k holders asked) restarts
+    before unlearning with round 1's file truncated; SE still unlearns, and
+    summary.json names the damage; the models are those of the undamaged run."""
+    from client_app.app import app as client_app
+    from server_app.app import main
+
+    _identity()
+    config = {**CONFIG, "storage": "coded", "frameworks": "SE", "results-dir":
+              str(tmp_path), "run-name": "damaged", "data-dir": str(shared_data)}
+    restarted = []
+
+    def node_app(message, context):
+        if message.metadata.message_type == "query.fetch_slices" and \
+                context.node_config["partition-id"] == 1 and not restarted:
+            folder = next((tmp_path / "node1" / "slices").iterdir())
+            path = folder / "round-1.npz"
+            path.write_bytes(path.read_bytes()[:64])
+            context = Context(run_id=1, node_id=context.node_id,
+                              node_config=context.node_config, state=RecordDict(),
+                              run_config=context.run_config)
+            grid.contexts[context.node_id] = context
+            restarted.append(context.node_id)
+        return client_app(message, context)
+
+    grid = InProcessGrid(node_app, 8, config)
+    for node, ctx in grid.contexts.items():
+        ctx.node_config["node-dir"] = str(tmp_path / f"node{node - 1000}")
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=config))
+    summary = json.loads((tmp_path / "damaged" / "summary.json").read_text())
+    assert restarted == [1001]
+    entries = [e for e in summary["faults"]["entries"] if e["partition"] == 1]
+    assert [(e["round"], e["kind"]) for e in entries] == [(1, "damaged-slice")]
+    assert entries[0]["reason"].startswith("round-1.npz: not a readable .npz archive")
+    assert summary["faults"]["counts"] == {"damaged-slice": 1}
+    retrieval = summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"]
+    (shard,) = retrieval["shards"]
+    assert shard["damaged"] == 1 and shard["losses"][0]["partition"] == 1
+    # any k intact slices decode exactly: SE unlearns as in the undamaged coded run
+    got = load(tmp_path / "damaged" / "models" / "SE.npz")
+    want = load(runs["coded"]["path"] / "models" / "SE.npz")
+    assert list(got) == list(want)
+    assert all(got[k].tobytes() == want[k].tobytes() for k in want)
