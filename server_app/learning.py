@@ -7,6 +7,11 @@ U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
 recorder: :class:`server_app.history.HistoryStore` writes every blob, while
 :class:`server_app.coded_history.CodedRecorder` (``storage = "coded"``) codes each
 round into client slices at ``end_round`` and keeps only metadata.
+
+A round in which a shard asked clients but accepted no reply leaves that shard's
+model as it was: it is a warning (log, ``rounds[i]["warnings"]``,
+``LearningResult.warnings``), and a learning stage in which no shard model ever
+moved stops with :class:`LearningStalledError` instead of reporting a result.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -28,6 +34,10 @@ if TYPE_CHECKING:
     from server_app.coded_history import CodedRecorder
 from server_app.screening import FaultLog, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
+
+
+class LearningStalledError(RuntimeError):
+    """No shard model changed in a whole learning stage: nothing was learned."""
 
 
 @dataclass
@@ -47,6 +57,9 @@ class LearningResult:
         Sum of all clients' training seconds.
     client_epochs : float
         Sum over participants of local epochs performed.
+    warnings : list[str]
+        Every round's warnings (also in ``rounds[i]["warnings"]``), then one per
+        shard whose model never changed.
     """
 
     models: list[ArrayRecord]
@@ -54,6 +67,7 @@ class LearningResult:
     wall_time_s: float = 0.0
     compute_s: float = 0.0
     client_epochs: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
 
 def record_round(store: HistoryStore, strategy: ShardedStrategy, federation: Federation,
@@ -83,6 +97,60 @@ def record_round(store: HistoryStore, strategy: ShardedStrategy, federation: Fed
             count += 1
         store.put_shard_model(s, rnd, to_numpy(new[s]))
     return compute, epochs, count
+
+
+def shard_warnings(strategy: ShardedStrategy, messages, accepted, new_faults,
+                   label: str, rnd: int) -> list[str]:
+    """One warning per shard that asked clients but accepted no reply this round.
+
+    Parameters
+    ----------
+    strategy : ShardedStrategy
+        Maps nodes to shards.
+    messages, accepted : sequences of Message
+        What was sent, and the replies that passed screening.
+    new_faults : sequence of dict
+        This round's :class:`server_app.screening.FaultLog` entries (their
+        ``node`` and ``kind`` say why each reply is missing).
+    label, rnd : str, int
+        Stage and round, for the text.
+
+    Returns
+    -------
+    list[str]
+        E.g. ``"sharded round 2: shard 1 accepted no reply (2 asked: 2 rejected,
+        0 without answer); no client update of the shard was aggregated"``.
+    """
+    out = []
+    for shard, asked in strategy.unanswered_shards(messages, accepted).items():
+        kinds = [f["kind"] for f in new_faults
+                 if strategy.node_shard.get(f["node"]) == shard]
+        dropouts = kinds.count("dropout")
+        out.append(f"{label} round {rnd}: shard {shard} accepted no reply ({asked} "
+                   f"asked: {len(kinds) - dropouts} rejected, {dropouts} without "
+                   "answer); no client update of the shard was aggregated")
+    return out
+
+
+def moved(before: ArrayRecord, after: ArrayRecord) -> bool:
+    """Whether any array of ``after`` differs from ``before`` (values or keys)."""
+    if after is before:
+        return False
+    if list(after) != list(before):
+        return True
+    return any(not np.array_equal(after[k].numpy(), before[k].numpy()) for k in after)
+
+
+def stalled_message(label: str, num_rounds: int, faults: FaultLog) -> str:
+    """The one-line error of a learning stage that moved no shard model."""
+    mine = [f for f in faults.entries if f["stage"] == label]
+    dropouts = sum(f["kind"] == "dropout" for f in mine)
+    first = next((f for f in mine if f["kind"] != "dropout"), None)
+    example = (f"; first rejection: round {first['round']}, partition "
+               f"{first['partition']}: {first['reason']}" if first else "")
+    return (f"{label} learning moved no shard model in {num_rounds} round(s): no "
+            f"client reply was accepted ({len(mine) - dropouts} rejected, {dropouts} "
+            f"without answer{example}); stopped instead of reporting untrained models")
 
 
 def run_learning(
@@ -126,6 +194,12 @@ def run_learning(
         Prefix of the progress lines.
     faults : FaultLog, optional
         Receives rejected replies and dropouts (they are left out of aggregation).
+
+    Raises
+    ------
+    LearningStalledError
+        No shard model changed in any round (every reply rejected or missing);
+        the store is left incomplete.
     """
     faults = faults if faults is not None else FaultLog()
     t_start = time.perf_counter()
@@ -134,6 +208,7 @@ def run_learning(
         store.put_shard_model(s, 0, to_numpy(arrays))
     store.end_round(0, grid)
     result = LearningResult(models=models)
+    ever_moved = [False] * len(models)
     for rnd in range(1, num_rounds + 1):
         t0 = time.perf_counter()
         packed = pack_shards(models)
@@ -145,14 +220,21 @@ def run_learning(
         for fault in faults.entries[before:]:
             log(WARNING, "%s round %d: partition %s (node %d) %s: %s", label, rnd,
                 fault["partition"], fault["node"], fault["kind"], fault["reason"])
+        warnings = shard_warnings(strategy, messages, replies,
+                                  faults.entries[before:], label, rnd)
+        for warning in warnings:
+            log(WARNING, "%s", warning)
         aggregated, _ = strategy.aggregate_train(rnd, replies)
         new = unpack_shards(aggregated, strategy.num_shards)
         compute, epochs, count = record_round(store, strategy, federation, rnd,
                                               models, new, replies)
         store.end_round(rnd, grid)
+        ever_moved = [m or moved(old, n) for m, old, n in zip(ever_moved, models, new,
+                                                              strict=True)]
         models = new
+        result.warnings += warnings
         entry = {"round": rnd, "participants": count, "compute_s": compute,
-                 "client_epochs": epochs}
+                 "client_epochs": epochs, "warnings": warnings}
         if evaluate is not None:
             entry.update(evaluate(models))
         entry["seconds"] = time.perf_counter() - t0
@@ -162,6 +244,12 @@ def run_learning(
         log(INFO, "%s round %d/%d: accuracy %s, loss %s, %d clients, %.1f s", label,
                  rnd, num_rounds, _fmt(entry.get("accuracy")), _fmt(entry.get("loss")),
                  count, entry["seconds"])
+    if not any(ever_moved):
+        raise LearningStalledError(stalled_message(label, num_rounds, faults))
+    for shard in (s for s, m in enumerate(ever_moved) if not m):
+        result.warnings.append(f"{label}: shard {shard}'s model never changed in "
+                               f"{num_rounds} round(s); it is the initial model")
+        log(WARNING, "%s", result.warnings[-1])
     result.models = models
     result.wall_time_s = time.perf_counter() - t_start
     return result

@@ -20,14 +20,17 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from logging import WARNING
 from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
+from flwr.supercore import log
 
 from server_app.config import RunConfig
 from server_app.federation import Federation
 from server_app.history import HistoryStore
+from server_app.learning import shard_warnings
 
 if TYPE_CHECKING:
     from server_app.coded_history import CodedHistory
@@ -68,6 +71,9 @@ class RunStats:
         Clients' training seconds per shard.
     contacted : list[int]
         Node ids messaged, in order (for isolation checks).
+    warnings : list[str]
+        One per round and shard that asked clients but accepted no reply
+        (:func:`server_app.learning.shard_warnings`).
     """
 
     compute_s: float = 0.0
@@ -79,6 +85,7 @@ class RunStats:
     rounds: int = 0
     shard_compute_s: dict[int, float] = field(default_factory=dict)
     contacted: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
@@ -89,7 +96,9 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
     Replies are screened (:func:`server_app.screening.screen`): rejected ones and
-    missing answers go to ``faults`` and are left out of aggregation.
+    missing answers go to ``faults`` and are left out of aggregation; a shard that
+    asked clients and accepted none in a round is a warning in ``stats.warnings``
+    and the log.
     """
     faults = faults if faults is not None else FaultLog()
     stats = RunStats()
@@ -106,7 +115,12 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
             stats.comm_time_s += transfer_seconds(
                 message.content["arrays"].count_bytes(), link_rate_mbps)
         replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
+        before = len(faults.entries)
         ok = screen(replies, messages, stage, rnd, faults, partition_of)
+        for warning in shard_warnings(strategy, messages, ok, faults.entries[before:],
+                                      stage, rnd):
+            log(WARNING, "%s", warning)
+            stats.warnings.append(warning)
         t0 = time.perf_counter()
         new, _ = strategy.aggregate_train(rnd, ok)
         stats.server_s += time.perf_counter() - t0
@@ -181,7 +195,7 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         cls = FedRetrain if name == "FR" else RapidRetrain
         strategy = cls(forget, stage.baseline.shards, stage.baseline.node_of,
                        cfg.clients_per_round, cfg.num_rounds, cfg.shard_strategy,
-                       cfg.seed, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr)
+                       cfg.seed, **cfg.shard_strategy_options)
         return strategy, [stage.initial] * len(stage.baseline.shards), cfg.num_rounds
     raise ValueError(f"unknown framework {name!r}: SE, FR, FE or RR")
 
@@ -228,7 +242,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                 "request": k, "clients": sorted(batch), "impacted_shards": impacted,
                 "compute_s": stats.compute_s, "wall_s": stats.wall_s,
                 "client_epochs": stats.client_epochs, "comm_time_s": stats.comm_time_s,
-                "shard_compute_s": stats.shard_compute_s,
+                "shard_compute_s": stats.shard_compute_s, "warnings": stats.warnings,
             })
             if retrieval:
                 per_request[-1]["slice_retrieval"] = retrieval
@@ -250,7 +264,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
             "retrain_compute_s": total.compute_s, "retrain_wall_s": total.wall_s,
             "client_epochs": total.client_epochs, "comm_time_s": total.comm_time_s,
             "server_storage_bytes": store.total_bytes() if store else 0,
-            "requests": per_request,
+            "requests": per_request, "warnings": total.warnings,
         }
         if name == "SE":
             summary["expected"] = _expected(cfg, per_request, len(stage.sharded.shards))
@@ -274,6 +288,7 @@ def _accumulate(total: RunStats, stats: RunStats) -> None:
         if isinstance(value, float | int) and key != "rounds":
             setattr(total, key, getattr(total, key) + value)
     total.contacted.extend(stats.contacted)
+    total.warnings.extend(stats.warnings)
 
 
 def _expected(cfg: RunConfig, per_request: Sequence[Mapping], num_shards: int) -> dict:
