@@ -31,6 +31,7 @@ from server_app.runlog import RunLog
 from server_app.screening import FaultLog
 from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
+from strategies.factory import server_settings
 from strategies.sharded import to_record
 from task.data import load_task_data, resolve_data_dir
 from task.model import build_model
@@ -57,9 +58,21 @@ def sharded_strategy(cfg: RunConfig, federation: Federation) -> ShardedStrategy:
     """One fresh ``shard-strategy`` instance per shard of ``federation``."""
     per_round = cfg.clients_per_round // len(federation.shards)
     shards = [make_stock_strategy(cfg.shard_strategy, per_round, len(pids),
-                                  cfg.proximal_mu, cfg.server_lr)
+                                  **cfg.shard_strategy_options)
               for pids in federation.shards]
     return ShardedStrategy(shards, federation.shard_nodes(), seed=cfg.seed)
+
+
+def shard_strategy_summary(cfg: RunConfig) -> dict:
+    """``shard_strategy`` of summary.json: the name and the server settings in use.
+
+    ``server-lr`` 0 / ``server-momentum`` -1 in ``config`` mean the strategy's own
+    defaults; this block says which values those were.
+    """
+    options = cfg.shard_strategy_options
+    return {"name": cfg.shard_strategy,
+            **server_settings(cfg.shard_strategy, options["server_lr"],
+                              options["server_momentum"])}
 
 
 def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
@@ -161,7 +174,20 @@ def learning_summary(result) -> dict:
         "shard_accuracy": last["shard_accuracy"], "shard_loss": last["shard_loss"],
         "wall_time_s": result.wall_time_s, "compute_s": result.compute_s,
         "client_epochs": result.client_epochs, "rounds": result.rounds,
+        "warnings": result.warnings,
     }
+
+
+def collect_warnings(summary: dict) -> list[str]:
+    """Every stage's warnings, in run order: learning, baseline, each framework.
+
+    Each is a line naming stage, round and shard (e.g. a shard that accepted no
+    reply in a round); an empty list means no stage had one.
+    """
+    blocks = [summary.get("learning"), summary.get("baseline_learning")]
+    blocks += list(summary.get("frameworks", {}).values())
+    return [w for block in blocks if isinstance(block, dict)
+            for w in block.get("warnings", [])]
 
 
 def add_perplexity(summary: dict) -> None:
@@ -214,6 +240,7 @@ def main(grid: Grid, context: Context) -> None:
         coded=cfg.storage == "coded")
     summary = {
         "config": cfg.as_dict(), "data_dir": data_dir, "shards": federation.shards,
+        "shard_strategy": shard_strategy_summary(cfg),
         "learning": learned,
         "storage": {},  # filled in at the end: retrievals count too
     }
@@ -245,6 +272,7 @@ def main(grid: Grid, context: Context) -> None:
                 target.update({f"mia_{k}": v for k, v in scores.items()})
     summary["storage"] = storage_summary(cfg, store, baseline_store)
     summary["faults"] = {"counts": faults.counts(), "entries": faults.entries}
+    summary["warnings"] = collect_warnings(summary)
     if cfg.dataset == "shakespeare":
         add_perplexity(summary)
     path = folder.finish(summary)

@@ -10,11 +10,14 @@ is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from strategies.factory import SERVER_DEFAULTS
 
 DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
 PARTITIONS = ("iid", "noniid")
@@ -72,7 +75,8 @@ class RunConfig:
     run_name: str = ""
     shard_strategy: str = "FedAvg"
     proximal_mu: float = 0.01
-    server_lr: float = 0.01
+    server_lr: float = 0.0  # 0: the shard strategy's own (strategies.factory)
+    server_momentum: float = -1.0  # -1: the shard strategy's own
     block_size: int = 64
     round_timeout: float = 600.0
     client_samples: int = 0
@@ -160,16 +164,33 @@ class RunConfig:
             raise _bad("momentum", self.momentum, "a number in [0, 1)")
         if self.proximal_mu < 0:
             raise _bad("proximal-mu", self.proximal_mu, "a number >= 0")
-        if not self.server_lr > 0:
-            raise _bad("server-lr", self.server_lr, "a positive number")
         if self.shard_strategy not in SHARD_STRATEGIES:
             raise _bad("shard-strategy", self.shard_strategy,
                        f"one of {', '.join(SHARD_STRATEGIES)}")
+        self._validate_server()
         self._validate_unlearning()
         self._validate_storage()
         if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
             raise _bad("run-name", self.run_name,
                        "a plain folder name (no path separator, no leading dot)")
+
+    def _validate_server(self) -> None:
+        """``server-lr`` and ``server-momentum``: range, and only where they apply."""
+        if not (math.isfinite(self.server_lr) and self.server_lr >= 0):
+            raise _bad("server-lr", self.server_lr,
+                       "0 (the shard strategy's own default) or a finite number > 0")
+        if not (self.server_momentum == -1 or 0 <= self.server_momentum < 1):
+            raise _bad("server-momentum", self.server_momentum,
+                       "-1 (the shard strategy's own default) or a number in [0, 1)")
+        own = SERVER_DEFAULTS.get(self.shard_strategy, {})
+        for key, unset in (("server-lr", 0.0), ("server-momentum", -1.0)):
+            name = key.replace("-", "_")
+            value = getattr(self, name)
+            if value != unset and name not in own:
+                users = [n for n, d in SERVER_DEFAULTS.items() if name in d]
+                raise _bad(key, value, f"{unset:g} (unset) with shard-strategy "
+                           f"{self.shard_strategy}, which has no such setting; it "
+                           f"applies to {', '.join(users)}")
 
     def _validate_unlearning(self) -> None:
         unknown = [f for f in self.framework_list if f not in FRAMEWORKS]
@@ -231,6 +252,18 @@ class RunConfig:
     def forget_client_list(self) -> list[int]:
         """Explicit ``forget-clients`` as ints, in the given order ([] if unset)."""
         return [int(t) for t in self.forget_clients.split(",") if t.strip()]
+
+    @property
+    def shard_strategy_options(self) -> dict[str, float | None]:
+        """Keyword arguments of ``make_stock_strategy`` besides name and sizes.
+
+        ``server-lr`` 0 and ``server-momentum`` -1 become None: the shard
+        strategy's own default (``strategies.factory.SERVER_DEFAULTS``).
+        """
+        return {"proximal_mu": self.proximal_mu,
+                "server_lr": self.server_lr or None,
+                "server_momentum": None if self.server_momentum == -1
+                else self.server_momentum}
 
     @property
     def clients_per_shard_round(self) -> int:

@@ -7,6 +7,11 @@ U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
 recorder: :class:`history.store.HistoryStore` writes every blob, while
 :class:`history.coded.CodedRecorder` (``storage = "coded"``) codes each
 round into client slices at ``end_round`` and keeps only metadata.
+
+A round in which a shard asked clients but accepted no reply leaves that shard's
+model as it was: it is a warning (log, ``rounds[i]["warnings"]``,
+``LearningResult.warnings``), and a learning stage in which no shard model ever
+moved stops with :class:`LearningStalledError` instead of reporting a result.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -29,6 +35,10 @@ from strategies.sharded import ShardedStrategy, to_numpy
 
 if TYPE_CHECKING:
     from history.coded import CodedRecorder
+
+
+class LearningStalledError(RuntimeError):
+    """No shard model changed in a whole learning stage: nothing was learned."""
 
 
 @dataclass
@@ -48,6 +58,9 @@ class LearningResult:
         Sum of all clients' training seconds.
     client_epochs : float
         Sum over participants of local epochs performed.
+    warnings : list[str]
+        Every round's warnings (also in ``rounds[i]["warnings"]``), then one per
+        shard whose model never changed.
     """
 
     models: list[ArrayRecord]
@@ -55,6 +68,7 @@ class LearningResult:
     wall_time_s: float = 0.0
     compute_s: float = 0.0
     client_epochs: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
 
 class HistoryRecorder:
@@ -93,6 +107,7 @@ class LearningProgress:
                  evaluate: Callable[[list[ArrayRecord]], dict] | None, label: str):
         self.result, self.num_rounds = result, num_rounds
         self.evaluate, self.label = evaluate, label
+        self.moved = [False] * len(result.models)
 
     def on_round(self, outcome: RoundOutcome) -> None:
         """Append the round's entry to ``result.rounds`` and log it."""
@@ -102,13 +117,17 @@ class LearningProgress:
                 compute += float(reply.content["metrics"]["train-seconds"])
                 epochs += float(reply.content["metrics"].get("local-epochs", 0.0))
         entry = {"round": outcome.rnd, "participants": outcome.participants,
-                 "compute_s": compute, "client_epochs": epochs}
+                 "compute_s": compute, "client_epochs": epochs,
+                 "warnings": outcome.warnings}
         if self.evaluate is not None:
             entry.update(self.evaluate(outcome.after))
         entry["seconds"] = time.perf_counter() - outcome.started
         self.result.rounds.append(entry)
         self.result.compute_s += compute
         self.result.client_epochs += epochs
+        self.result.warnings += outcome.warnings
+        self.moved = [m or moved(old, new) for m, old, new in zip(
+            self.moved, outcome.before, outcome.after, strict=True)]
         log(INFO, "%s round %d/%d: accuracy %s, loss %s, %d clients, %.1f s", self.label,
             outcome.rnd, self.num_rounds, _fmt(entry.get("accuracy")),
             _fmt(entry.get("loss")), outcome.participants, entry["seconds"])
@@ -155,20 +174,54 @@ def run_learning(
         Prefix of the progress lines.
     faults : FaultLog, optional
         Receives rejected replies and dropouts (they are left out of aggregation).
+
+    Raises
+    ------
+    LearningStalledError
+        No shard model changed in any round (every reply rejected or missing);
+        the store is left incomplete.
     """
+    faults = faults if faults is not None else FaultLog()
     t_start = time.perf_counter()
     for s, arrays in enumerate(initial):
         store.put_shard_model(s, 0, to_numpy(arrays))
     store.end_round(0, grid)
     result = LearningResult(models=list(initial))
-    observers = [HistoryRecorder(store, federation, grid),
-                 LearningProgress(result, num_rounds, evaluate, label)]
+    progress = LearningProgress(result, num_rounds, evaluate, label)
+    observers = [HistoryRecorder(store, federation, grid), progress]
     result.models = run_rounds(grid, strategy, initial, num_rounds, train_config,
                                timeout=timeout, faults=faults, label=label,
                                partition_of=federation.partition_of,
                                observers=observers)
+    if not any(progress.moved):
+        raise LearningStalledError(stalled_message(label, num_rounds, faults))
+    for shard in (s for s, m in enumerate(progress.moved) if not m):
+        result.warnings.append(f"{label}: shard {shard}'s model never changed in "
+                               f"{num_rounds} round(s); it is the initial model")
+        log(WARNING, "%s", result.warnings[-1])
     result.wall_time_s = time.perf_counter() - t_start
     return result
+
+
+def moved(before: ArrayRecord, after: ArrayRecord) -> bool:
+    """Whether any array of ``after`` differs from ``before`` (values or keys)."""
+    if after is before:
+        return False
+    if list(after) != list(before):
+        return True
+    return any(not np.array_equal(after[k].numpy(), before[k].numpy()) for k in after)
+
+
+def stalled_message(label: str, num_rounds: int, faults: FaultLog) -> str:
+    """The one-line error of a learning stage that moved no shard model."""
+    mine = [f for f in faults.entries if f["stage"] == label]
+    dropouts = sum(f["kind"] == "dropout" for f in mine)
+    first = next((f for f in mine if f["kind"] != "dropout"), None)
+    example = (f"; first rejection: round {first['round']}, partition "
+               f"{first['partition']}: {first['reason']}" if first else "")
+    return (f"{label} learning moved no shard model in {num_rounds} round(s): no "
+            f"client reply was accepted ({len(mine) - dropouts} rejected, {dropouts} "
+            f"without answer{example}); stopped instead of reporting untrained models")
 
 
 def _fmt(value) -> str:

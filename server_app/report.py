@@ -25,14 +25,14 @@ def _cell(value: object) -> str:
 
 
 def render(summary: dict) -> str:
-    """The tables for one run's summary (learning, shards, storage)."""
+    """The tables for one run's summary (learning, shards, storage), then warnings."""
     cfg = summary["config"]
     learning = summary["learning"]
     out = [
         f"dataset {cfg['dataset']} ({cfg['partition']}), {cfg['num-clients']} clients,"
         f" {cfg['num-shards']} shards, {cfg['clients-per-round']} a round,"
         f" {cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs,"
-        f" shard strategy {cfg['shard-strategy']}",
+        f" shard strategy {cfg['shard-strategy']}{_server_settings(summary)}",
         "",
         _table(["model", "accuracy", "loss"],
                [["ensemble", learning["accuracy"], learning["loss"]]]
@@ -52,7 +52,24 @@ def render(summary: dict) -> str:
         out += ["", storage_table(summary["storage"])]
     if summary.get("frameworks"):
         out += ["", frameworks_table(summary)]
+    if summary.get("warnings"):
+        out += ["", warnings_list(summary["warnings"])]
     return "\n".join(out)
+
+
+def _server_settings(summary: dict) -> str:
+    """`` (server_lr 1, server_momentum 0.9)`` for a strategy with server settings."""
+    settings = {k: v for k, v in summary.get("shard_strategy", {}).items() if k != "name"}
+    return f" ({', '.join(f'{k} {v:g}' for k, v in settings.items())})" if settings else ""
+
+
+def warnings_list(warnings: list[str], limit: int = 20) -> str:
+    """The run's warnings, one a line: at most ``limit``, then how many more."""
+    lines = [f"WARNINGS ({len(warnings)}):"] + [f"  {w}" for w in warnings[:limit]]
+    if len(warnings) > limit:
+        lines.append(f"  ... and {len(warnings) - limit} more in summary.json "
+                     "(key 'warnings')")
+    return "\n".join(lines)
 
 
 def storage_table(storage: dict) -> str:

@@ -43,6 +43,9 @@ class RoundOutcome:
         Seconds the server spent configuring and aggregating.
     started : float
         ``time.perf_counter()`` at the start of the round.
+    warnings : list[str]
+        One per shard that asked clients but accepted no reply (its model is
+        unchanged), see :func:`shard_warnings`.
     """
 
     rnd: int
@@ -52,6 +55,7 @@ class RoundOutcome:
     after: list[ArrayRecord]
     server_s: float
     started: float
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def participants(self) -> int:
@@ -90,6 +94,8 @@ class CostMeter:
         Clients' training seconds per shard.
     contacted : list[int]
         Node ids messaged, in order (for isolation checks).
+    warnings : list[str]
+        Every round's warnings (:attr:`RoundOutcome.warnings`).
     wall_s : float
         Wall seconds, set by whoever drives the rounds.
     """
@@ -103,6 +109,7 @@ class CostMeter:
     rounds: int = 0
     shard_compute_s: dict[int, float] = field(default_factory=dict)
     contacted: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
     def on_round(self, outcome: RoundOutcome) -> None:
@@ -120,6 +127,7 @@ class CostMeter:
                 self._transfer(reply.content["arrays"])
         self.server_s += outcome.server_s
         self.compute_s += outcome.server_s
+        self.warnings += outcome.warnings
         self.rounds += 1
 
     def _transfer(self, arrays: ArrayRecord) -> None:
@@ -174,6 +182,10 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
         replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
         accepted = screen(replies, messages, label, rnd, faults, partition_of)
         _log_faults(faults.entries[seen:], label, rnd)
+        warnings = shard_warnings(strategy, messages, accepted, faults.entries[seen:],
+                                  label, rnd)
+        for warning in warnings:
+            log(WARNING, "%s", warning)
         t0 = time.perf_counter()
         aggregated, _ = strategy.aggregate_train(rnd, accepted)
         server_s += time.perf_counter() - t0
@@ -181,11 +193,45 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
             arrays = aggregated
         new = unpack_shards(arrays, strategy.num_shards)
         outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted), models,
-                               new, server_s, started)
+                               new, server_s, started, warnings)
         for observer in observers:
             observer.on_round(outcome)
         models = new
     return models
+
+
+def shard_warnings(strategy: ShardedStrategy, messages: Sequence[Message],
+                   accepted: Sequence[Message], new_faults: Sequence[dict], label: str,
+                   rnd: int) -> list[str]:
+    """One warning per shard that asked clients but accepted no reply this round.
+
+    Parameters
+    ----------
+    strategy : ShardedStrategy
+        Maps nodes to shards.
+    messages, accepted : Sequence[Message]
+        What was sent, and the replies that passed screening.
+    new_faults : Sequence[dict]
+        This round's :class:`server_app.screening.FaultLog` entries (their
+        ``node`` and ``kind`` say why each reply is missing).
+    label, rnd : str, int
+        Stage and round, for the text.
+
+    Returns
+    -------
+    list[str]
+        E.g. ``"sharded round 2: shard 1 accepted no reply (2 asked: 2 rejected,
+        0 without answer); no client update of the shard was aggregated"``.
+    """
+    out = []
+    for shard, asked in strategy.unanswered_shards(messages, accepted).items():
+        kinds = [f["kind"] for f in new_faults
+                 if strategy.node_shard.get(f["node"]) == shard]
+        dropouts = kinds.count("dropout")
+        out.append(f"{label} round {rnd}: shard {shard} accepted no reply ({asked} "
+                   f"asked: {len(kinds) - dropouts} rejected, {dropouts} without "
+                   "answer); no client update of the shard was aggregated")
+    return out
 
 
 def _log_faults(entries: Sequence[dict], label: str, rnd: int) -> None:

@@ -111,7 +111,7 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         cls = FedRetrain if name == "FR" else RapidRetrain
         strategy = cls(forget, stage.baseline.shards, stage.baseline.node_of,
                        cfg.clients_per_round, cfg.num_rounds, cfg.shard_strategy,
-                       cfg.seed, proximal_mu=cfg.proximal_mu, server_lr=cfg.server_lr)
+                       cfg.seed, **cfg.shard_strategy_options)
         return strategy, [stage.initial] * len(stage.baseline.shards), cfg.num_rounds
     raise ValueError(f"unknown framework {name!r}: SE, FR, FE or RR")
 
@@ -158,7 +158,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                 "request": k, "clients": sorted(batch), "impacted_shards": impacted,
                 "compute_s": stats.compute_s, "wall_s": stats.wall_s,
                 "client_epochs": stats.client_epochs, "comm_time_s": stats.comm_time_s,
-                "shard_compute_s": stats.shard_compute_s,
+                "shard_compute_s": stats.shard_compute_s, "warnings": stats.warnings,
             })
             if retrieval:
                 per_request[-1]["slice_retrieval"] = retrieval
@@ -180,7 +180,7 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
             "retrain_compute_s": total.compute_s, "retrain_wall_s": total.wall_s,
             "client_epochs": total.client_epochs, "comm_time_s": total.comm_time_s,
             "server_storage_bytes": store.total_bytes() if store else 0,
-            "requests": per_request,
+            "requests": per_request, "warnings": total.warnings,
         }
         if name == "SE":
             summary["expected"] = _expected(cfg, per_request, len(stage.sharded.shards))
@@ -204,6 +204,7 @@ def _accumulate(total: CostMeter, stats: CostMeter) -> None:
                 "comm_time_s"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
     total.contacted.extend(stats.contacted)
+    total.warnings.extend(stats.warnings)
 
 
 def _expected(cfg: RunConfig, per_request: Sequence[Mapping], num_shards: int) -> dict:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
@@ -46,6 +46,59 @@ def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
     """ArrayRecord -> dict of layer name -> ndarray (copies, key order kept)."""
     return {k: np.array(v.numpy()) for k, v in record.items()}
+
+
+def keep_dtypes(new: ArrayRecord, reference: ArrayRecord) -> ArrayRecord:
+    """``new`` with each array cast back to the dtype of the same key in ``reference``.
+
+    Stock strategies may change a model's dtypes (Flower's FedAdam returns float64
+    arrays for a float32 model); clients answer in the dtypes they were sent, and
+    replies whose dtypes differ from the model sent are rejected, so a shard model
+    must keep its dtypes from round to round.
+
+    Parameters
+    ----------
+    new : ArrayRecord
+        An aggregated model.
+    reference : ArrayRecord
+        The model the shard had; its dtypes win. Keys only in ``new`` keep theirs.
+
+    Returns
+    -------
+    ArrayRecord
+        ``new`` itself when no dtype differs; otherwise a record with the same keys
+        and order whose differing arrays are cast (to an integer or bool dtype after
+        rounding to the nearest integer; float64 -> float32 rounds to nearest).
+    """
+    changed = {key for key, array in new.items()
+               if key in reference and array.dtype != reference[key].dtype}
+    if not changed:
+        return new
+    out = ArrayRecord()
+    for key, array in new.items():
+        if key in changed:
+            want = np.dtype(reference[key].dtype)
+            values = array.numpy()
+            if not np.issubdtype(want, np.inexact) and np.issubdtype(
+                    values.dtype, np.inexact):
+                values = np.rint(values)  # e.g. an averaged integer counter
+            array = Array(np.ascontiguousarray(values.astype(want)))
+        out[key] = array
+    return out
+
+
+def shielded(reply: Message) -> Message:
+    """A copy of ``reply`` whose records a strategy may change without harm.
+
+    Flower's FedMedian and FedTrimmedAvg ``pop`` every array out of the replies
+    they aggregate; the caller still needs them (the history of client updates,
+    the size of each transfer). Records are copied, array buffers are shared.
+    """
+    if not reply.has_content():
+        return reply
+    content = RecordDict({key: type(record)(dict(record))
+                          for key, record in reply.content.items()})
+    return Message(metadata=reply.metadata, content=content)
 
 
 def pack_shards(shard_arrays: Sequence[ArrayRecord]) -> ArrayRecord:
@@ -245,6 +298,31 @@ class ShardedStrategy(Strategy):
             shard_replies.sort(key=lambda m: order[m.metadata.src_node_id])
         return routed
 
+    def unanswered_shards(self, messages: Iterable[Message],
+                          replies: Iterable[Message]) -> dict[int, int]:
+        """Shards that were sent messages but have none of ``replies``.
+
+        Parameters
+        ----------
+        messages : Iterable[Message]
+            What was sent this round.
+        replies : Iterable[Message]
+            The replies that will be aggregated (e.g. those accepted by screening).
+
+        Returns
+        -------
+        dict[int, int]
+            Shard -> number of its nodes asked, in shard order. A shard asked
+            nothing (e.g. one SE does not retrain) is not listed.
+        """
+        asked: dict[int, int] = {}
+        for message in messages:
+            shard = self.node_shard.get(message.metadata.dst_node_id)
+            if shard is not None:
+                asked[shard] = asked.get(shard, 0) + 1
+        answered = {self.node_shard.get(r.metadata.src_node_id) for r in replies}
+        return {s: n for s, n in sorted(asked.items()) if s not in answered}
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> list[Message]:
@@ -257,8 +335,11 @@ class ShardedStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Each shard aggregates only its own replies.
 
-        A shard whose strategy returns no arrays keeps its model. Metrics come back prefixed
-        ``shard<s>/``.
+        Sub-strategies see copies of the replies (:func:`shielded`), so the
+        replies stay whole for the caller. A shard whose strategy returns no arrays
+        keeps its model. A new model keeps the dtypes of the shard's model
+        (:func:`keep_dtypes`), whatever dtypes the sub-strategy returns. Metrics
+        come back prefixed ``shard<s>/``.
         """
         current = getattr(self, "_current", None)
         if current is None:
@@ -269,9 +350,9 @@ class ShardedStrategy(Strategy):
             # every shard is asked, even without replies: a strategy may update
             # its model from stored state (SE's preparation round).
             new, shard_metrics = self.shard_strategies[s].aggregate_train(
-                server_round, shard_replies
+                server_round, [shielded(r) for r in shard_replies]
             )
-            models.append(new if new is not None else current[s])
+            models.append(current[s] if new is None else keep_dtypes(new, current[s]))
             for key, value in (shard_metrics or {}).items():
                 metrics[shard_prefix(s) + key] = value
         return pack_shards(models), metrics
@@ -291,7 +372,7 @@ class ShardedStrategy(Strategy):
             if not shard_replies:
                 continue
             out = self.shard_strategies[s].aggregate_evaluate(
-                server_round, shard_replies)
+                server_round, [shielded(r) for r in shard_replies])
             for key, value in (out or {}).items():
                 metrics[shard_prefix(s) + key] = value
         return metrics or None

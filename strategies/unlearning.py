@@ -324,7 +324,7 @@ class FedRetrain(ShardedStrategy):
     def __init__(self, forget: Iterable[int], shards: Sequence[Sequence[int]],
                  node_of: Mapping[int, int], clients_per_round: int, num_rounds: int,
                  base_strategy: str = "FedAvg", seed: int = 0,
-                 **strategy_kwargs: float) -> None:
+                 **strategy_kwargs: float | None) -> None:
         forget = frozenset(forget)
         retained = [[p for p in pids if p not in forget] for pids in shards]
         per_round = clients_per_round // len(shards)
