@@ -41,6 +41,8 @@ STORAGE_MODES = ("uncoded", "coded")
 
 
 MAX_SEED = 2**32 - 1
+MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images);
+# the ServerApp refines it with the data (server_app.preflight.check_partition)
 MAX_LR = 10.0  # a local step size above this diverges for every model of this app
 TEXT_CONTEXT = 64  # client_app.nanogpt.GPTConfig.block_size: the GPT's context
 
@@ -150,6 +152,10 @@ class RunConfig:
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
                 raise _bad(key, value, "0 (all) or a positive integer")
+        if self.num_clients > MAX_CLIENTS:
+            raise _bad("num-clients", self.num_clients,
+                       f"at most {MAX_CLIENTS} (one SuperNode and at least one "
+                       "training sample each)")
         if not 0 <= self.seed <= MAX_SEED:
             raise _bad("seed", self.seed, f"an integer in [0, {MAX_SEED}]")
         if self.dataset == "shakespeare" and not 2 <= self.block_size <= TEXT_CONTEXT:

@@ -153,15 +153,25 @@ def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
     except RequestError as err:
         reason = str(err)
     if not _feasible(draw, 1, cfg.clients_per_request):
-        per = max((c for c in range(1, cfg.clients_per_request)
-                   if _feasible(draw, 1, c)), default=0)
+        per = _most(lambda c: _feasible(draw, 1, c))
         raise _bad("clients-per-request", cfg.clients_per_request,
                    f"at most {per}: {reason}")
-    most = max(k for k in range(1, cfg.num_requests) if _feasible(
-        draw, k, cfg.clients_per_request))
+    most = _most(lambda k: _feasible(draw, k, cfg.clients_per_request))
     raise _bad("num-requests", cfg.num_requests,
                f"at most {most} with clients-per-request = {cfg.clients_per_request} "
                f"and request-distribution = {cfg.request_distribution!r}: {reason}")
+
+
+def _most(ok) -> int:
+    """Largest n >= 1 with ok(n), for ok true on a prefix 1..m (0 if m = 0).
+
+    Requests are drawn in order, so fewer (or smaller) requests of a feasible
+    draw stay feasible; the search stops at the first failure (at most C steps).
+    """
+    n = 0
+    while ok(n + 1):
+        n += 1
+    return n
 
 
 def _feasible(draw, k: int, per: int) -> bool:

@@ -66,6 +66,8 @@ def test_non_finite_int_is_a_config_error_not_a_crash(key, value):
     ("seed", -1, "[0, 4294967295]"),
     ("seed", 2**32, "[0, 4294967295]"),
     ("frameworks", "SE,FR,SE", "each once"),
+    ("num-clients", 1e12, "at most 100000"),  # was: a huge allocation
+    ("num-requests", 10**18, "at most 96"),     # 4 shards of 25, each keeps one
 ])
 def test_issue_values_are_refused(key, value, words):
     _refused({key: value}, f"'{key}'", words)
