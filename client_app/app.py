@@ -37,7 +37,7 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 
 from history import slices
-from task.data import client_data, load_task_data
+from task.data import client_data, holds_dataset, load_task_data
 from task.model import build_model
 from task.train import (
     fisher_preconditioner,
@@ -63,13 +63,25 @@ def partition_id(context: Context) -> int:
             "--node-config \"partition-id=<i> num-partitions=<C>\"") from err
 
 
+def data_dir(dataset: str, run_config, config: ConfigRecord) -> str | None:
+    """The data folder of this node.
+
+    The server's folder (message ``config["data-dir"]``) where it holds the
+    dataset on this node too; else the run-config ``data-dir`` (explicit: an
+    error naming ``data-dir`` if this node does not have it there, never another
+    folder); else ``None``: the lookup order of :func:`resolve_data_dir`.
+    """
+    server = str(config.get("data-dir", "") or "")
+    if server and holds_dataset(dataset, server):
+        return server
+    return str(run_config.get("data-dir", "") or "") or None
+
+
 def _client_data(context: Context, config: ConfigRecord):
     run = context.run_config
-    data_dir = str(config.get("data-dir", "") or run.get("data-dir", ""))
-    if data_dir and not os.path.isdir(data_dir):
-        data_dir = str(run.get("data-dir", ""))  # server's path is not on this node
     dataset = str(run.get("dataset", "mnist"))
-    task = load_task_data(dataset, data_dir or None, int(run.get("block-size", 64)))
+    task = load_task_data(dataset, data_dir(dataset, run, config),
+                          int(run.get("block-size", 64)))
     x, y = client_data(task, partition_id(context), int(run.get("num-clients", 100)),
                        str(run.get("partition", "iid")), int(run.get("seed", 0)))
     limit = int(run.get("client-samples", 0)) or None  # 0: all of the partition

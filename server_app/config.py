@@ -42,6 +42,13 @@ REQUEST_MODES = ("sequential", "concurrent")
 STORAGE_MODES = ("uncoded", "coded")
 
 
+MAX_SEED = 2**32 - 1
+MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images);
+# the ServerApp refines it with the data (server_app.preflight.check_partition)
+MAX_LR = 10.0  # a local step size above this diverges for every model of this app
+TEXT_CONTEXT = 64  # task.nanogpt.GPTConfig.block_size: the GPT's context
+
+
 class ConfigError(ValueError):
     """A run-config value that is not allowed; the message names key and value."""
 
@@ -128,7 +135,13 @@ class RunConfig:
         return cfg
 
     def validate(self) -> None:
-        """Check every setting; raise :class:`ConfigError` on the first bad one."""
+        """Check every setting alone and in combination; raise on the first bad one.
+
+        Only what needs neither data nor nodes; :func:`server_app.preflight.check_run`
+        adds the requests, the baseline shards, the coded-storage range and the
+        partition. Raises :class:`ConfigError` naming the key, value and what is
+        allowed.
+        """
         if self.dataset not in DATASETS:
             raise _bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
         if self.partition not in PARTITIONS:
@@ -142,6 +155,27 @@ class RunConfig:
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
                 raise _bad(key, value, "0 (all) or a positive integer")
+        if self.num_clients > MAX_CLIENTS:
+            raise _bad("num-clients", self.num_clients,
+                       f"at most {MAX_CLIENTS} (one SuperNode and at least one "
+                       "training sample each)")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise _bad("seed", self.seed, f"an integer in [0, {MAX_SEED}]")
+        if self.dataset == "shakespeare" and not 2 <= self.block_size <= TEXT_CONTEXT:
+            raise _bad("block-size", self.block_size,
+                       f"an integer in [2, {TEXT_CONTEXT}] with dataset='shakespeare' "
+                       f"(the character GPT's context is {TEXT_CONTEXT})")
+        self._validate_topology()
+        self._validate_training()
+        self._validate_server()
+        self._validate_unlearning()
+        self._validate_forget_clients()
+        self._validate_storage()
+        if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
+            raise _bad("run-name", self.run_name,
+                       "a plain folder name (no path separator, no leading dot)")
+
+    def _validate_topology(self) -> None:
         if self.num_shards > self.num_clients:
             raise _bad("num-shards", self.num_shards,
                        f"at most num-clients = {self.num_clients}")
@@ -154,25 +188,22 @@ class RunConfig:
             raise _bad("clients-per-round", self.clients_per_round,
                        f"at most {smallest * self.num_shards}: each of the "
                        f"{self.num_shards} shards has only {smallest} clients")
-        for key in ("lr", "round-timeout"):
-            value = getattr(self, key.replace("-", "_"))
-            if not value > 0:
-                raise _bad(key, value, "a positive number")
+
+    def _validate_training(self) -> None:
+        if not 0 < self.lr <= MAX_LR:
+            raise _bad("lr", self.lr, f"a positive number, at most {MAX_LR:g} "
+                       "(larger steps diverge for every model here)")
+        if not self.round_timeout > 0:
+            raise _bad("round-timeout", self.round_timeout, "a positive number")
         if self.optimizer not in OPTIMIZERS:
             raise _bad("optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
         if not 0 <= self.momentum < 1:
             raise _bad("momentum", self.momentum, "a number in [0, 1)")
-        if self.proximal_mu < 0:
+        if not self.proximal_mu >= 0:
             raise _bad("proximal-mu", self.proximal_mu, "a number >= 0")
         if self.shard_strategy not in SHARD_STRATEGIES:
             raise _bad("shard-strategy", self.shard_strategy,
                        f"one of {', '.join(SHARD_STRATEGIES)}")
-        self._validate_server()
-        self._validate_unlearning()
-        self._validate_storage()
-        if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
-            raise _bad("run-name", self.run_name,
-                       "a plain folder name (no path separator, no leading dot)")
 
     def _validate_server(self) -> None:
         """``server-lr`` and ``server-momentum``: range, and only where they apply."""
@@ -193,11 +224,13 @@ class RunConfig:
                            f"applies to {', '.join(users)}")
 
     def _validate_unlearning(self) -> None:
-        unknown = [f for f in self.framework_list if f not in FRAMEWORKS]
-        if unknown or not self.frameworks.strip():
+        names = self.framework_list
+        unknown = [f for f in names if f not in FRAMEWORKS]
+        if unknown or not self.frameworks.strip() or len(set(names)) != len(names):
             raise _bad("frameworks", self.frameworks,
-                       f"a comma-separated list of {', '.join(FRAMEWORKS)}, or 'none'"
-                       if unknown else "at least one framework, or 'none'")
+                       f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
+                       "or 'none'" if self.frameworks.strip()
+                       else "at least one framework, or 'none'")
         for key in ("num-requests", "clients-per-request", "calibration-interval",
                     "baseline-shards", "mia-samples"):
             value = getattr(self, key.replace("-", "_"))
@@ -209,7 +242,7 @@ class RunConfig:
         if self.request_mode not in REQUEST_MODES:
             raise _bad("request-mode", self.request_mode,
                        f"one of {', '.join(REQUEST_MODES)}")
-        if not self.retrain_ratio > 0:
+        if not (self.retrain_ratio > 0 and self.local_epochs / self.retrain_ratio > 0):
             raise _bad("retrain-ratio", self.retrain_ratio,
                        "a positive number (r; retained clients train L/r epochs)")
         if not self.link_rate_mbps > 0:
@@ -220,10 +253,33 @@ class RunConfig:
             raise _bad("baseline-shards", self.baseline_shards,
                        f"a divisor of clients-per-round = {self.clients_per_round} "
                        "whose shards are large enough to sample from")
-        for token in filter(None, (t.strip() for t in self.forget_clients.split(","))):
-            if not token.lstrip("-").isdigit():
-                raise _bad("forget-clients", self.forget_clients,
-                           "comma-separated partition ids, e.g. '3,17'")
+
+    def _validate_forget_clients(self) -> None:
+        tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
+        if not tokens:
+            return
+        if not all(t.isdigit() for t in tokens):
+            raise _bad("forget-clients", self.forget_clients,
+                       f"comma-separated partition ids in 0..{self.num_clients - 1}, "
+                       "e.g. '3,17'")
+        ids = [int(t) for t in tokens]
+        if max(ids) >= self.num_clients:
+            raise _bad("forget-clients", self.forget_clients,
+                       f"partition ids in 0..{self.num_clients - 1} "
+                       f"(num-clients = {self.num_clients})")
+        if len(set(ids)) != len(ids):
+            raise _bad("forget-clients", self.forget_clients, "each id once")
+        if not self.framework_list:
+            raise _bad("forget-clients", self.forget_clients,
+                       "'' with frameworks = 'none' (nothing would forget them)")
+        generator = {"num-requests": (self.num_requests, 1),
+                     "clients-per-request": (self.clients_per_request, 1),
+                     "request-distribution": (self.request_distribution, "even")}
+        for key, (value, default) in generator.items():
+            if value != default:
+                raise _bad(key, value, f"{default!r} when forget-clients is set "
+                           "(forget-clients is the one request; this key is for "
+                           "generated requests)")
 
     def _validate_storage(self) -> None:
         if self.storage not in STORAGE_MODES:
@@ -294,11 +350,17 @@ class RunConfig:
 
 
 def _coerce(key: str, raw: object, kind: type) -> object:
-    """Convert a run-config value to the field's type, or raise ConfigError."""
+    """Convert a run-config value to the field's type, or raise ConfigError.
+
+    Numbers must be finite: NaN and infinities are refused for every numeric
+    key, naming it (NaN passes every ``<`` / ``>`` range check unnoticed).
+    """
     if kind is bool:
         if isinstance(raw, bool):
             return raw
         raise _bad(key, raw, "true or false")
+    if kind in (int, float) and isinstance(raw, float) and not math.isfinite(raw):
+        raise _bad(key, raw, "a finite number" if kind is float else "an integer")
     if kind is int:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) \
                 or int(raw) != raw:

@@ -162,6 +162,8 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
             })
             if retrieval:
                 per_request[-1]["slice_retrieval"] = retrieval
+            per_request[-1].update(_sampling(strategy, cfg, f"{name} request {k}",
+                                             log_fn))
             _accumulate(total, stats)
             log_fn(f"{name} request {k} (clients {sorted(batch)}): "
                    f"{stats.compute_s:.1f} s compute, {stats.wall_s:.1f} s wall, "
@@ -184,9 +186,27 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
         }
         if name == "SE":
             summary["expected"] = _expected(cfg, per_request, len(stage.sharded.shards))
+        sampled = [r["clients_per_round"] for r in per_request if "clients_per_round" in r]
+        if sampled:  # FR, RR: clients per round of the last request (fewest)
+            summary["clients_per_round"] = sampled[-1]
         results[name] = {"models": models, "summary": summary,
                          "contacted": total.contacted}
     return results
+
+
+def _sampling(strategy: ShardedStrategy, cfg: RunConfig, label: str, log_fn) -> dict:
+    """FR, RR: ``{"clients_per_round": n}`` (min(per round, kept) per shard); else {}.
+
+    Says so in the log when fewer clients remain than ``clients-per-round``.
+    """
+    n = getattr(strategy, "clients_per_round", None)
+    if n is None:
+        return {}
+    if n < cfg.clients_per_round:
+        log_fn(f"{label}: samples {n} clients per round (per shard "
+               f"{strategy.sampled}), not clients-per-round = {cfg.clients_per_round}:"
+               " fewer clients remain after forgetting")
+    return {"clients_per_round": n}
 
 
 def _slice_retrieval(stage: Stage) -> dict | None:

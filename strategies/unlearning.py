@@ -296,7 +296,9 @@ class FedRetrain(ShardedStrategy):
 
     One stock ``base_strategy`` per shard, over the retained clients only, so
     the result equals a learning run whose client set excludes the forgotten
-    ones (same seed, same sampling).
+    ones (same seed, same sampling). A shard that keeps fewer clients than it
+    sampled per round in learning samples all of them: ``min(per round,
+    retained)`` (:attr:`sampled`, :attr:`clients_per_round`).
 
     Parameters
     ----------
@@ -315,10 +317,18 @@ class FedRetrain(ShardedStrategy):
     seed : int
         Sampling seed (as in learning).
 
+    Attributes
+    ----------
+    sampled : list[int]
+        Clients each shard samples per round: ``min(clients_per_round / S,
+        retained clients of the shard)``.
+    clients_per_round : int
+        Their sum: clients per round over all shards.
+
     Raises
     ------
     ValueError
-        A shard left with fewer retained clients than it samples per round.
+        A shard left with no retained client.
     """
 
     def __init__(self, forget: Iterable[int], shards: Sequence[Sequence[int]],
@@ -329,12 +339,12 @@ class FedRetrain(ShardedStrategy):
         retained = [[p for p in pids if p not in forget] for pids in shards]
         per_round = clients_per_round // len(shards)
         for s, pids in enumerate(retained):
-            if len(pids) < per_round:
-                raise ValueError(
-                    f"shard {s} keeps {len(pids)} clients after forgetting, fewer "
-                    f"than the {per_round} it samples per round")
-        subs = [make_stock_strategy(base_strategy, per_round, len(pids),
-                                    **strategy_kwargs) for pids in retained]
+            if not pids:
+                raise ValueError(f"shard {s} keeps no client after forgetting")
+        self.sampled = [min(per_round, len(pids)) for pids in retained]
+        self.clients_per_round = sum(self.sampled)
+        subs = [make_stock_strategy(base_strategy, n, len(pids), **strategy_kwargs)
+                for n, pids in zip(self.sampled, retained, strict=True)]
         super().__init__(subs, [[node_of[p] for p in pids] for pids in retained],
                          seed=seed)
         self.num_rounds = num_rounds

@@ -177,6 +177,16 @@ def _holds(dataset: str, folder: Path) -> bool:
     return any((folder / marker).is_file() for marker in _MARKERS[dataset])
 
 
+def holds_dataset(dataset: str, folder: str) -> bool:
+    """Whether ``folder`` (relative: from the project root) holds ``dataset``.
+
+    Checks the marker files :func:`resolve_data_dir` looks for; reads nothing.
+    Raises ValueError naming ``dataset`` if it is unknown.
+    """
+    _check_dataset(dataset)
+    return bool(folder) and _holds(dataset, _as_dir(folder))
+
+
 def _as_dir(value: str) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else PROJECT_ROOT / path
@@ -209,13 +219,15 @@ def _download(dataset: str, root: Path) -> None:
 def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
     """Find a folder that really holds ``dataset``.
 
-    Candidates, in order (the first one holding the dataset wins):
+    An explicit ``data_dir`` (run-config key ``data-dir``; ``None`` or ``""`` =
+    unset; a relative path is taken from the project root) is the only place
+    looked: if it does not hold the dataset that is an error, never a silent
+    switch to another folder.  Unset, candidates in order (the first one
+    holding the dataset wins):
 
-    1. ``data_dir`` (run-config key ``data-dir``; ``None`` or ``""`` = unset;
-       a relative path is taken from the project root);
-    2. environment variable ``SE_DATA_DIR``;
-    3. ``<project root>/../shared/data`` (:data:`SHARED_DATA_DIR`);
-    4. the user cache ``<cache root>/data`` (:func:`cache_root`), where the
+    1. environment variable ``SE_DATA_DIR``;
+    2. ``<project root>/../shared/data`` (:data:`SHARED_DATA_DIR`);
+    3. the user cache ``<cache root>/data`` (:func:`cache_root`), where the
        canonical copy is downloaded with ``download=True`` if it is not there
        yet (needs internet).
 
@@ -241,14 +253,22 @@ def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
     ValueError
         If ``dataset`` is unknown.
     DatasetNotFoundError
-        If no candidate holds the dataset and the download failed; the message
-        lists every candidate and why it was rejected.
+        If an explicit ``data_dir`` does not hold the dataset (one line naming
+        ``data-dir``), or no candidate holds it and the download failed (the
+        message lists every candidate and why it was rejected).
     """
     _check_dataset(dataset)
     wanted = " or ".join(str(m) for m in _MARKERS[dataset])
-    looked: list[str] = []
+    if data_dir:
+        folder = _as_dir(data_dir)
+        if not _holds(dataset, folder):
+            raise DatasetNotFoundError(
+                f"run-config 'data-dir' = {data_dir!r} is not allowed: {folder} does "
+                f"not hold {dataset} (no {wanted}); give a folder that does, or '' "
+                "to look in $SE_DATA_DIR, ../shared/data and the user cache")
+        return folder
+    looked: list[str] = ["data-dir argument: (unset)"]
     candidates = [
-        ("data-dir argument", data_dir or ""),
         ("SE_DATA_DIR", os.environ.get("SE_DATA_DIR", "")),
         ("shared copy", str(SHARED_DATA_DIR)),
     ]
@@ -542,13 +562,17 @@ def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: i
     samples (the last ``N mod C`` samples of the permutation are unused).
 
     ``noniid`` (paper: "80% of each client's samples from one primary
-    class"): every client gets ``size = N // C`` samples, of which
+    class"): every client gets the same number ``size`` of samples, of which
     ``round(primary_fraction * size)`` come from its primary class and the rest
     from the other classes.  Primary classes are spread evenly: each class is
     primary for ``C // K`` or ``C // K + 1`` clients (``K`` classes; the extra
     slots go to the largest classes, ties broken by the seed), assigned to
     clients in seeded random order.  The non-primary samples are a seeded
-    random draw from what is left of the other classes.
+    random draw from what is left of the other classes.  ``size`` is
+    ``N // C`` where the classes can supply it, else the largest size they can
+    (:func:`noniid_client_size`; e.g. MNIST with 8 clients: not 7500 because class
+    8 has only 5851 samples for its primary client: 7314); so any ``C`` works, and
+    where ``N // C`` is feasible the partition is the one of earlier versions.
 
     For the text task, use :func:`task.text.partition_text`, which
     splits training blocks (no labels) into contiguous ranges instead.
@@ -575,8 +599,8 @@ def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: i
     ------
     ValueError
         If ``scheme`` is unknown, ``num_clients`` < 1 or > N, ``primary_fraction``
-        is outside [0, 1], or the ``noniid`` split is infeasible (a class has
-        too few samples for its primary clients, or too few other samples).
+        is outside [0, 1], or the ``noniid`` split is infeasible even with one
+        sample per client (a class has fewer samples than primary clients).
     """
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
@@ -594,27 +618,114 @@ def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: i
     return _noniid(labels, num_clients, size, primary_fraction, rng)
 
 
+def _noniid_sizes(counts: np.ndarray, slots: np.ndarray, num_clients: int,
+                  size: int, primary_fraction: float) -> np.ndarray:
+    """Candidate client sizes ``size, size - 1, ..., 1`` that the classes can supply.
+
+    Size ``s`` (``p = round(f s)`` primary and ``o = s - p`` other samples a
+    client) is feasible when every class c holds its primaries,
+    ``slots[c] p <= counts[c]``, and the leftovers can fill every client's
+    other samples without giving a client its own class:
+    ``sum_c min(counts[c] - slots[c] p, (C - slots[c]) o) >= C o``.
+    Returns the feasible sizes, largest first (int64, possibly empty).
+    """
+    sizes = np.arange(size, 0, -1, dtype=np.int64)
+    n_p = np.rint(primary_fraction * sizes.astype(np.float64)).astype(np.int64)
+    n_o = sizes - n_p
+    left = counts[None, :] - slots[None, :] * n_p[:, None]
+    cap = (num_clients - slots[None, :]) * n_o[:, None]
+    supply = np.minimum(left, cap).sum(axis=1)
+    ok = (left >= 0).all(axis=1) & (supply >= num_clients * n_o)
+    return sizes[ok]
+
+
+def _primary_slots(counts: np.ndarray, num_clients: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Primary clients per class: C // K each, the extra ones to the largest classes."""
+    k = len(counts)
+    slots = np.full(k, num_clients // k)
+    tiebreak = rng.permutation(k)
+    extra = np.lexsort((tiebreak, -counts))[: num_clients % k]
+    slots[extra] += 1
+    return slots
+
+
+def noniid_client_size(labels: np.ndarray, num_clients: int, seed: int,
+                       primary_fraction: float = 0.8) -> int:
+    """Samples per client of the ``noniid`` partition (see :func:`partition_indices`).
+
+    ``N // C`` where the classes can supply it, else the largest size they can.
+
+    Parameters
+    ----------
+    labels : np.ndarray
+        Integer class labels, shape (N,), at least 2 classes.
+    num_clients : int
+        ``C``, 1 <= C <= N.
+    seed : int
+        The partition seed (it breaks ties between equally large classes).
+    primary_fraction : float
+        Fraction of a client's samples from its primary class, in [0, 1].
+
+    Returns
+    -------
+    int
+        Samples per client (>= 1).
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 classes, or no size >= 1 is feasible (naming ``num-clients``).
+    """
+    labels = np.asarray(labels).reshape(-1)
+    classes, counts = np.unique(labels, return_counts=True)
+    if len(classes) < 2:
+        raise ValueError("partition='noniid' needs at least 2 classes; got "
+                         f"{len(classes)}")
+    slots = _primary_slots(counts, num_clients, np.random.default_rng(seed))
+    return _feasible_size(classes, counts, slots, num_clients, len(labels) // num_clients,
+                          primary_fraction)
+
+
+def _feasible_size(classes: np.ndarray, counts: np.ndarray, slots: np.ndarray,
+                   num_clients: int, size: int, primary_fraction: float) -> int:
+    feasible = _noniid_sizes(counts, slots, num_clients, size, primary_fraction)
+    if len(feasible) == 0:
+        c = int(np.argmax(slots - counts))
+        raise ValueError(
+            f"num-clients={num_clients} with partition='noniid' is infeasible: class "
+            f"{classes[c]} has {counts[c]} samples for {slots[c]} primary clients; "
+            "use fewer clients")
+    if feasible[0] < size:
+        log.debug("noniid: %d samples per client instead of N // C = %d (class "
+                  "supply)", feasible[0], size)
+    return int(feasible[0])
+
+
+def _capped_pool(pool_idx: np.ndarray, pool_cls: np.ndarray, cap: np.ndarray,
+                 need: int) -> np.ndarray:
+    """The first ``need`` of the shuffled pool, taking at most ``cap[c]`` of class c.
+
+    Equals ``pool_idx[:need]`` whenever no class exceeds its cap there.
+    """
+    rank = np.empty(len(pool_idx), dtype=np.int64)
+    for c in range(len(cap)):
+        where = pool_cls == c
+        rank[where] = np.arange(int(where.sum()))
+    return pool_idx[rank < cap[pool_cls]][:need]
+
+
 def _noniid(labels: np.ndarray, num_clients: int, size: int, primary_fraction: float,
             rng: np.random.Generator) -> list[np.ndarray]:
     classes, counts = np.unique(labels, return_counts=True)
     k = len(classes)
     if k < 2:
         raise ValueError(f"partition='noniid' needs at least 2 classes; got {k}")
+    # Spread primary classes evenly; extra slots go to the largest classes.
+    slots = _primary_slots(counts, num_clients, rng)
+    size = _feasible_size(classes, counts, slots, num_clients, size, primary_fraction)
     n_primary = int(round(primary_fraction * size))
     n_other = size - n_primary
-    # Spread primary classes evenly; extra slots go to the largest classes.
-    slots = np.full(k, num_clients // k)
-    tiebreak = rng.permutation(k)
-    extra = np.lexsort((tiebreak, -counts))[: num_clients % k]
-    slots[extra] += 1
-    need = slots * n_primary
-    if np.any(need > counts):
-        c = int(np.argmax(need - counts))
-        raise ValueError(
-            f"num-clients={num_clients} with primary_fraction={primary_fraction} is "
-            f"infeasible: class {classes[c]} has {counts[c]} samples but its "
-            f"{slots[c]} primary clients need {n_primary} each"
-        )
     # Class (as a position in `classes`) of each client's primary samples.
     primary = rng.permutation(np.repeat(np.arange(k), slots))
     by_class = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
@@ -628,11 +739,13 @@ def _noniid(labels: np.ndarray, num_clients: int, size: int, primary_fraction: f
     pool_idx = rng.permutation(np.concatenate(pool))
     # Others: a random draw of the pool, then swaps repair clashes with primaries.
     label_pos = np.searchsorted(classes, labels)
+    # The pool exceeds the need by N - C * size samples: keep the head of the
+    # shuffled pool, but at most (C - slots[c]) * n_other of class c (more could
+    # not all be placed outside class c's primary clients; the size was chosen
+    # so that the capped pool still fills every client).
+    pool_idx = _capped_pool(pool_idx, label_pos[pool_idx],
+                            (num_clients - slots) * n_other, num_clients * n_other)
     pool_cls = label_pos[pool_idx]
-    # The pool exceeds the need by N - C * size < C samples: drop those (the
-    # pool is already shuffled, so its tail is a random choice).
-    pool_idx = pool_idx[: num_clients * n_other]
-    pool_cls = pool_cls[: num_clients * n_other]
     other = pool_idx.reshape(num_clients, n_other)
     other_cls = pool_cls.reshape(num_clients, n_other)
     owner_cls = np.broadcast_to(primary[:, None], other.shape)
@@ -666,6 +779,40 @@ def _partition(task: TaskData, num_clients: int, scheme: str, seed: int
     else:
         parts = partition_indices(task.train_y.numpy(), num_clients, scheme, seed)
     return tuple(parts)
+
+
+def partitions(task: TaskData, num_clients: int, scheme: str, seed: int
+               ) -> tuple[np.ndarray, ...]:
+    """Every client's rows of ``task.train_x`` (cached per task and arguments).
+
+    The server calls this before the first round, so a partition that cannot be
+    built fails there, not in a client in the middle of a round.
+
+    Parameters
+    ----------
+    task : TaskData
+        From :func:`load_task_data`.
+    num_clients : int
+        Number of clients ``C``.
+    scheme : {"iid", "noniid"}
+        Partition scheme.
+    seed : int
+        Partition seed.
+
+    Returns
+    -------
+    tuple of np.ndarray
+        ``C`` sorted int64 index arrays, pairwise disjoint (images: equal
+        lengths, see :func:`partition_indices`; text: see
+        :func:`task.text.partition_text`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``partition`` or ``num-clients`` when invalid or infeasible.
+    """
+    _check_split_args(scheme, num_clients, None, None)
+    return _partition(task, num_clients, scheme, seed)
 
 
 @functools.lru_cache(maxsize=128)
@@ -703,5 +850,5 @@ def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str
         or when the partition is infeasible.
     """
     _check_split_args(scheme, num_clients, partition_id, None)
-    idx = torch.from_numpy(_partition(task, num_clients, scheme, seed)[partition_id])
+    idx = torch.from_numpy(partitions(task, num_clients, scheme, seed)[partition_id])
     return task.train_x[idx], task.train_y[idx]

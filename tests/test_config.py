@@ -33,6 +33,12 @@ def test_defaults_are_valid_and_match_pyproject():
     ("request-mode", "parallel", "sequential, concurrent"),
     ("request-distribution", "random", "even, adapt"),
     ("forget-clients", "3;4", "comma-separated partition ids"),
+    ("forget-clients", "-1", "partition ids in 0..99"),
+    ("forget-clients", "100", "partition ids in 0..99"),
+    ("forget-clients", "3,3", "each id once"),
+    ("proximal-mu", float("nan"), "a finite number"),
+    ("retrain-ratio", float("inf"), "a finite number"),
+    ("block-size", 0, "positive integer"),
     ("run-name", "../escape", "plain folder name"),
 ])
 def test_bad_values_name_key_value_and_allowed(key, value, words):

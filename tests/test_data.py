@@ -118,15 +118,20 @@ def test_noniid_other_fraction_parameter():
 def test_noniid_property(num_clients, n_classes, n, seed, fraction):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, n_classes, size=n)
-    if len(np.unique(labels)) < 2:
+    counts = np.bincount(labels, minlength=n_classes)
+    if np.count_nonzero(counts) < 2:
         return
     try:
         parts = partition_indices(labels, num_clients, "noniid", seed, fraction)
     except ValueError as error:
-        assert "infeasible" in str(error) or "num-clients" in str(error)
+        assert "infeasible" in str(error) and "num-clients" in str(error)
+        # only where even one sample a client is impossible
+        assert counts[counts > 0].min() < num_clients
         return
     _check_partition(parts, n, num_clients)
-    size = n // num_clients
+    size = len(parts[0])
+    assert 1 <= size <= n // num_clients
+    assert size == data.noniid_client_size(labels, num_clients, seed, fraction)
     n_primary = round(fraction * size)
     for part in parts:
         assert len(part) == size
@@ -145,14 +150,50 @@ def test_noniid_on_real_mnist_labels(offline):
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
 
 
+def _digest(parts) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(np.asarray(part, np.int64).tobytes() + b"|")
+    return digest.hexdigest()[:16]
+
+
 @needs_mnist
-def test_noniid_infeasible_raises(offline):
+@pytest.mark.parametrize("dataset, num_clients, digest", [
+    # partitions made before client sizes could scale: they must not change
+    ("mnist", 100, "6ec53558f83db09f"), ("mnist", 50, "7b73e8484d4f5a53"),
+    ("mnist", 20, "fe912513cd75c413"), ("mnist", 10, "48ff7d091f8cc22d"),
+    ("fmnist", 100, "48459064df311613"), ("fmnist", 10, "2512fdb373650691"),
+])
+def test_noniid_partitions_of_earlier_runs_are_unchanged(offline, dataset, num_clients,
+                                                         digest):
+    labels = load_task_data(dataset, str(SHARED)).train_y.numpy()
+    assert _digest(partition_indices(labels, num_clients, "noniid", seed=0)) == digest
+
+
+def test_noniid_synthetic_partition_is_unchanged():
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.repeat(np.arange(10), 100))
+    assert _digest(partition_indices(labels, 10, "noniid", seed=1)) == "39a491afeb54f40e"
+
+
+@needs_mnist
+@pytest.mark.parametrize("num_clients, size", [(1, 8428), (2, 7831), (8, 7314),
+                                               (15, 3718), (30, 2000)])
+def test_noniid_small_federations_scale_the_client_size(offline, num_clients, size):
+    # MNIST's scarcest primary class limits a client (80% of it from that class)
     labels = load_task_data("mnist").train_y.numpy()
-    with pytest.raises(ValueError, match="num-clients=2 .*infeasible"):
-        partition_indices(labels, 2, "noniid", seed=0)
-    # 15 clients: five classes would need 2 * 3200 samples; class 2 has 5958.
-    with pytest.raises(ValueError, match="infeasible"):
-        partition_indices(labels, 15, "noniid", seed=0)
+    parts = partition_indices(labels, num_clients, "noniid", seed=0)
+    _check_partition(parts, 60000, num_clients)
+    assert {len(p) for p in parts} == {size}
+    assert {int(np.bincount(labels[p]).max()) for p in parts} == {round(0.8 * size)}
+
+
+def test_noniid_infeasible_only_without_one_sample_per_primary():
+    labels = np.array([0] * 50 + [1])  # class 1: one sample, but 2 primary clients
+    with pytest.raises(ValueError, match="num-clients=4 .*infeasible.*class 1"):
+        partition_indices(labels, 4, "noniid", seed=0)
 
 
 @pytest.mark.parametrize("kwargs, key", [
@@ -196,15 +237,25 @@ def test_missing_data_lists_every_place(tmp_path, cache, offline, monkeypatch):
     monkeypatch.setattr(data, "SHARED_DATA_DIR", tmp_path / "shared")
     monkeypatch.setenv("SE_DATA_DIR", str(tmp_path / "env"))
     with pytest.raises(DatasetNotFoundError) as info:
-        resolve_data_dir("mnist", str(tmp_path / "arg"))
+        resolve_data_dir("mnist")
     message = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
-    for place in ("arg", "env", "shared", "cache"):
+    for place in ("env", "shared", "cache"):
         assert str(tmp_path / place) in message
     assert "data-dir" in message and "SE_DATA_DIR" in message
     assert "offline (test)" in message
     with pytest.raises(DatasetNotFoundError, match="data-dir argument: \\(unset\\)"):
         load_task_data("cifar10", "")
+
+
+def test_explicit_data_dir_is_never_replaced(tmp_path, cache, offline, monkeypatch):
+    monkeypatch.setattr(data, "SHARED_DATA_DIR", _fake_mnist(tmp_path / "shared"))
+    with pytest.raises(DatasetNotFoundError) as info:
+        resolve_data_dir("mnist", "/nonexistent")
+    message = str(info.value)
+    assert "'data-dir' = '/nonexistent'" in message and "\n" not in message
+    with pytest.raises(DatasetNotFoundError, match="'data-dir'"):
+        load_task_data("mnist", str(tmp_path / "empty"))
 
 
 def test_data_dir_precedence(tmp_path, cache, offline, monkeypatch):
@@ -215,13 +266,28 @@ def test_data_dir_precedence(tmp_path, cache, offline, monkeypatch):
     monkeypatch.setenv("SE_DATA_DIR", str(env))
     assert resolve_data_dir("mnist") == env
     assert resolve_data_dir("mnist", str(arg)) == arg
-    # A candidate that does not hold the dataset does not count.
-    assert resolve_data_dir("mnist", str(tmp_path / "empty")) == env
+    # An unset candidate that does not hold the dataset does not count.
+    monkeypatch.setenv("SE_DATA_DIR", str(tmp_path / "empty"))
+    assert resolve_data_dir("mnist") == shared
     # The user cache counts once it holds the data.
     monkeypatch.delenv("SE_DATA_DIR")
     monkeypatch.setattr(data, "SHARED_DATA_DIR", tmp_path / "nowhere")
     _fake_mnist(cache / "data")
     assert resolve_data_dir("mnist") == cache / "data"
+
+
+def test_client_uses_the_servers_folder_else_the_explicit_one(tmp_path):
+    from flwr.app import ConfigRecord
+
+    from client_app.app import data_dir
+
+    held = str(_fake_mnist(tmp_path / "held"))
+    empty = str(tmp_path / "empty")
+    assert data_dir("mnist", {"data-dir": ""}, ConfigRecord({"data-dir": held})) == held
+    # the server's folder is not on this node: the explicit setting, never another
+    assert data_dir("mnist", {"data-dir": empty},
+                    ConfigRecord({"data-dir": "/elsewhere"})) == empty
+    assert data_dir("mnist", {"data-dir": ""}, ConfigRecord({})) is None
 
 
 def test_unknown_dataset():

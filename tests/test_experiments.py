@@ -14,7 +14,7 @@ import tomllib
 
 from experiments import collect, report, suites
 from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
-from server_app.config import RunConfig
+from server_app.preflight import validate_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -34,7 +34,8 @@ def test_every_preset_config_is_valid():
         specs = suites.plan("all", preset) + list(suites.storage_sweep(preset).fallback)
         assert len({s.name for s in specs}) == len(specs)
         for spec in specs:
-            RunConfig.from_run_config(spec.config)  # raises on a bad value
+            # every check a launcher makes before any engine (requests, coded range)
+            validate_run_config(spec.config, files=False)
 
 
 def test_plans_cover_the_paper_experiments():

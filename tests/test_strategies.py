@@ -10,9 +10,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import strategy as flwr_strategies
 from flwr.serverapp.strategy import FedAvg
 
+from history.store import HistoryStore
 from server_app.config import SHARD_STRATEGIES, ConfigError, RunConfig
 from server_app.federation import assign_shards
-from history.store import HistoryStore
 from server_app.learning import LearningStalledError
 from server_app.report import render
 from strategies import ShardedStrategy, make_stock_strategy
@@ -131,14 +131,14 @@ def test_run_config_sentinels_mean_the_strategys_own_defaults():
 
 @pytest.mark.parametrize("overrides, key, words", [
     ({"server-lr": -0.1}, "server-lr", "0 (the shard strategy's own default) or a"),
-    ({"server-lr": math.nan}, "server-lr", "finite number > 0"),
-    ({"server-lr": math.inf}, "server-lr", "finite number > 0"),
+    ({"server-lr": math.nan}, "server-lr", "a finite number"),
+    ({"server-lr": math.inf}, "server-lr", "a finite number"),
     ({"server-momentum": 1.0, "shard-strategy": "FedAvgM"}, "server-momentum",
      "-1 (the shard strategy's own default) or a number in [0, 1)"),
     ({"server-momentum": -0.5, "shard-strategy": "FedAvgM"}, "server-momentum",
      "[0, 1)"),
     ({"server-momentum": math.nan, "shard-strategy": "FedAvgM"}, "server-momentum",
-     "[0, 1)"),
+     "a finite number"),
     ({"server-lr": 0.5}, "server-lr", "shard-strategy FedAvg, which has no such"),
     ({"server-momentum": 0.5, "shard-strategy": "FedAdam"}, "server-momentum",
      "applies to FedAvgM"),

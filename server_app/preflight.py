@@ -1,0 +1,293 @@
+"""Checks of a whole run before any engine starts: plain functions, no nodes.
+
+:func:`validate_run_config` is what a launcher calls on the merged run-config
+mapping before it starts Flower (simulation or deployment): it parses the
+settings (:meth:`RunConfig.from_run_config`, each key alone and the simple
+combinations) and runs :func:`check_run`, which adds what needs more than the
+settings but neither nodes nor (unless given) the dataset:
+
+- the unlearning requests: generated or ``forget-clients``, on the shards and
+  on the baselines' shards, none emptying a shard (:func:`plan_requests`);
+- ``storage = "coded"``: the initial model fits the fixed point of
+  GF(2^31-1) with :data:`QUANT_HEADROOM` x headroom (:func:`largest_scale_bits`);
+- an explicit ``data-dir`` holds the dataset, and ``run-name`` does not name a
+  finished run (``files=True``);
+- with the loaded task: the partition can be built for ``num-clients``.
+
+Every failure is a :class:`~server_app.config.ConfigError` whose one-line
+message names the key(s), the value and what is allowed. The ServerApp runs the
+same checks (with the task) before it creates the run folder or contacts a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from server_app.config import ConfigError, RunConfig, _bad
+from server_app.federation import assign_shards
+from server_app.requests import RequestError, generate_requests, validate_requests
+
+if TYPE_CHECKING:
+    from task.data import TaskData
+
+QUANT_HEADROOM = 8.0
+"""Coded storage: the fixed point must hold 8x the initial model's largest
+magnitude. Round 0 stores the initial model itself; later rounds store client
+updates, which may outgrow it, so an initial model at the edge of the range
+would fail a few rounds in. 8x (3 bits) keeps the default 24 bits (|x| <= 64)
+valid for every model here (CNN: largest initial weight < 1)."""
+
+_MAX_FIELD = 2**30 - 1  # coding.field.MAX_MAGNITUDE: (p - 1) / 2 for p = 2^31 - 1
+_CLASSES = {"shakespeare": 65}  # output size without the data (images: 10)
+BASELINES = ("FR", "FE", "RR")
+
+
+def validate_run_config(run_config: Mapping[str, object], task: TaskData | None = None,
+                        files: bool = True) -> RunConfig:
+    """Parse and check a merged run config; what a launcher calls before any engine.
+
+    Parameters
+    ----------
+    run_config : Mapping[str, object]
+        Kebab-case keys (``pyproject.toml`` defaults, preset, ``--run-config``);
+        missing keys take defaults, unknown keys are ignored.
+    task : TaskData, optional
+        The loaded dataset; with it the partition is checked too.
+    files : bool
+        Also check the file system (``data-dir``, ``run-name``); leave False
+        where the ServerApp runs on another machine.
+
+    Returns
+    -------
+    RunConfig
+        The parsed settings.
+
+    Raises
+    ------
+    ConfigError
+        The first bad setting or combination, in one line.
+    """
+    cfg = RunConfig.from_run_config(run_config)
+    check_run(cfg, task, files=files)
+    return cfg
+
+
+def check_run(cfg: RunConfig, task: TaskData | None = None,
+              files: bool = True) -> list[str]:
+    """Every check of a parsed config that needs no node (see the module docstring).
+
+    Returns
+    -------
+    list[str]
+        Notes for the log: settings that are carried out in a reduced form
+        (a baseline sampling fewer clients, a smaller non-IID client size).
+
+    Raises
+    ------
+    ConfigError
+        A request, coded-storage, file or partition setting that cannot work.
+    """
+    requests, _ = plan_requests(cfg)
+    notes = baseline_sampling_notes(cfg, requests)
+    if cfg.storage == "coded":
+        num_classes = task.num_classes if task is not None else \
+            _CLASSES.get(cfg.dataset, 10)
+        check_coded_range(cfg, initial_magnitude(cfg.dataset, num_classes, cfg.seed))
+    if files:
+        _check_files(cfg)
+    if task is not None:
+        notes += check_partition(cfg, task)
+    return notes
+
+
+def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
+    """The run's unlearning requests, checked against both federations' shards.
+
+    ``forget-clients`` as one request, or ``num-requests`` generated ones
+    (:func:`server_app.requests.generate_requests`); ``([], [])`` without
+    frameworks.
+
+    Returns
+    -------
+    (requests, noops)
+        As :func:`server_app.requests.validate_requests`.
+
+    Raises
+    ------
+    ConfigError
+        Requests that would forget every client of a shard (of SE's shards or,
+        when a baseline runs, of the ``baseline-shards`` federation).
+    """
+    if not cfg.framework_list:
+        return [], []
+    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
+    if cfg.forget_client_list:
+        requests = [cfg.forget_client_list]
+    else:
+        requests = _generate(cfg, shards)
+    try:
+        requests, noops = validate_requests(requests, shards)
+    except RequestError as err:
+        raise _bad("forget-clients", cfg.forget_clients,
+                   f"ids that leave every shard a client: {err}") from err
+    if set(cfg.framework_list) & set(BASELINES):
+        base = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
+        try:
+            validate_requests(requests, base)
+        except RequestError as err:
+            raise _bad("baseline-shards", cfg.baseline_shards,
+                       f"fewer baseline shards, so each keeps a client after "
+                       f"forgetting {sorted({p for r in requests for p in r})}: "
+                       f"{err}") from err
+    return requests, noops
+
+
+def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
+    """Generated requests, or a ConfigError naming the generator's keys."""
+    def draw(k: int, per: int) -> list[list[int]]:
+        return generate_requests(shards, k, per, cfg.request_distribution, cfg.seed)
+
+    try:
+        return draw(cfg.num_requests, cfg.clients_per_request)
+    except RequestError as err:
+        reason = str(err)
+    if not _feasible(draw, 1, cfg.clients_per_request):
+        per = _most(lambda c: _feasible(draw, 1, c))
+        raise _bad("clients-per-request", cfg.clients_per_request,
+                   f"at most {per}: {reason}")
+    most = _most(lambda k: _feasible(draw, k, cfg.clients_per_request))
+    raise _bad("num-requests", cfg.num_requests,
+               f"at most {most} with clients-per-request = {cfg.clients_per_request} "
+               f"and request-distribution = {cfg.request_distribution!r}: {reason}")
+
+
+def _most(ok) -> int:
+    """Largest n >= 1 with ok(n), for ok true on a prefix 1..m (0 if m = 0).
+
+    Requests are drawn in order, so fewer (or smaller) requests of a feasible
+    draw stay feasible; the search stops at the first failure (at most C steps).
+    """
+    n = 0
+    while ok(n + 1):
+        n += 1
+    return n
+
+
+def _feasible(draw, k: int, per: int) -> bool:
+    try:
+        draw(k, per)
+    except RequestError:
+        return False
+    return True
+
+
+def baseline_sampling_notes(cfg: RunConfig, requests: list[list[int]]) -> list[str]:
+    """FR / RR: baseline shards that keep fewer clients than they sample per round.
+
+    FedRetrain and RapidRetrain then sample every retained client of such a
+    shard (``min(per round, retained)``; see :class:`strategies.unlearning.FedRetrain`).
+    """
+    runs = [f for f in cfg.framework_list if f in ("FR", "RR")]
+    forget = {p for r in requests for p in r}
+    if not runs or not forget:
+        return []
+    per_round = cfg.clients_per_round // cfg.baseline_shards
+    notes = []
+    for s, pids in enumerate(assign_shards(cfg.num_clients, cfg.baseline_shards,
+                                           cfg.seed)):
+        kept = len([p for p in pids if p not in forget])
+        if kept < per_round:
+            notes.append(f"{'/'.join(runs)}: baseline shard {s} keeps {kept} clients "
+                         f"after forgetting, fewer than the {per_round} it sampled per "
+                         f"round in learning; it samples all {kept}")
+    return notes
+
+
+def initial_magnitude(dataset: str, num_classes: int, seed: int) -> float:
+    """Largest magnitude in the initial model W^0 (as the ServerApp builds it).
+
+    Builds the model after ``torch.manual_seed(seed)`` inside a forked RNG (the
+    caller's RNG state is left alone). Returns a float >= 0.
+    """
+    import torch
+
+    from task.model import build_model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        state = build_model(dataset, num_classes).state_dict()
+    return max((float(t.detach().abs().max()) for t in state.values() if t.numel()),
+               default=0.0)
+
+
+def largest_scale_bits(magnitude: float, headroom: float = QUANT_HEADROOM) -> int:
+    """Most fractional bits b in [1, 30] with (2^30 - 1) / 2^b >= headroom x magnitude.
+
+    Returns 0 when no b fits.
+    """
+    fits = [b for b in range(1, 31) if _MAX_FIELD / 2**b >= headroom * magnitude]
+    return max(fits, default=0)
+
+
+def check_coded_range(cfg: RunConfig, magnitude: float) -> None:
+    """Refuse a ``quant-scale-bits`` whose range is under 8x the initial model's.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``quant-scale-bits`` and the largest value allowed for the model.
+    """
+    most = largest_scale_bits(magnitude)
+    if cfg.quant_scale_bits <= most:
+        return
+    limit = _MAX_FIELD / 2**cfg.quant_scale_bits
+    allowed = (f"at most {most} for this model" if most else
+               "no value fits this model: use storage='uncoded'")
+    raise _bad("quant-scale-bits", cfg.quant_scale_bits,
+               f"{allowed} with storage='coded': its initial weights reach "
+               f"{magnitude:.4g}, and {cfg.quant_scale_bits} fractional bits hold "
+               f"|x| <= {limit:.4g} in GF(2^31-1), under the required "
+               f"{QUANT_HEADROOM:g}x headroom")
+
+
+def _check_files(cfg: RunConfig) -> None:
+    from task.data import DatasetNotFoundError, resolve_data_dir
+
+    if cfg.data_dir:
+        try:
+            resolve_data_dir(cfg.dataset, cfg.data_dir)
+        except DatasetNotFoundError as err:  # one line, naming data-dir
+            raise ConfigError(str(err)) from err
+    if cfg.run_name:
+        path = cfg.resolved_results_dir() / cfg.run_name
+        if (path / "summary.json").exists():
+            raise _bad("run-name", cfg.run_name,
+                       f"a name without a finished run: {path} holds one; choose "
+                       "another run-name or remove that folder")
+
+
+def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
+    """Build the partition the clients will use, once, before the first round.
+
+    Returns notes for the log (a non-IID client size below N // C).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``num-clients`` and ``partition`` when it cannot be built.
+    """
+    from task.data import partitions
+
+    try:
+        parts = partitions(task, cfg.num_clients, cfg.partition, cfg.seed)
+    except ValueError as err:
+        raise ConfigError(f"run-config 'num-clients' = {cfg.num_clients} with "
+                          f"partition = {cfg.partition!r} is not allowed for "
+                          f"{cfg.dataset}: {err}") from err
+    even = len(task.train_y) // cfg.num_clients
+    size = len(parts[0])
+    if task.kind == "image" and size < even:
+        return [f"partition='noniid' with {cfg.num_clients} clients: {size} samples "
+                f"per client (N // C = {even} needs more of one class than exists)"]
+    return []
