@@ -27,7 +27,7 @@ from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
 from server_app.history import CorruptBlobError, HistoryStore
 from server_app.learning import run_learning
-from server_app.requests import generate_requests, validate_requests
+from server_app.preflight import preflight, unlearning_requests
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
@@ -176,21 +176,10 @@ def add_perplexity(summary: dict) -> None:
             block["perplexity"] = math.exp(min(block["loss"], 700.0))
 
 
-def unlearning_requests(cfg: RunConfig, federation: Federation):
-    """The requests of this run, validated before any work (see requests.py)."""
-    if cfg.forget_client_list:
-        requests = [cfg.forget_client_list]
-    else:
-        requests = generate_requests(federation.shards, cfg.num_requests,
-                                     cfg.clients_per_request,
-                                     cfg.request_distribution, cfg.seed)
-    return validate_requests(requests, federation.shards)
-
-
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see README.md)."""
-    cfg = RunConfig.from_run_config(context.run_config)
+    cfg = preflight(context.run_config)  # every check that needs no data or nodes
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early if unreadable
     shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
@@ -198,7 +187,7 @@ def main(grid: Grid, context: Context) -> None:
     frameworks = cfg.framework_list
     requests, noops = ([], [])
     if frameworks:  # bad requests fail here, before any training
-        requests, noops = unlearning_requests(cfg, Federation({}, shards))
+        requests, noops = unlearning_requests(cfg, shards)
     folder = RunFolder.start(cfg)
     runlog = RunLog(folder.runlog_path, cfg.as_dict())
     if frameworks:
