@@ -145,13 +145,21 @@ def marked_processes(mark: str) -> list[int]:
 
 
 def tee(stream: BinaryIO, *sinks: BinaryIO) -> threading.Thread:
-    """Copy ``stream`` line by line to every sink (flushed) in a daemon thread."""
+    """Copy ``stream`` line by line to every sink (flushed) in a daemon thread.
+
+    A sink that fails (a closed pipe: ``| head``) is dropped; the stream is
+    still read to its end, so the writer never blocks on a full pipe.
+    """
 
     def pump() -> None:
+        live = list(sinks)
         for line in iter(stream.readline, b""):
-            for sink in sinks:
-                sink.write(line)
-                sink.flush()
+            for sink in list(live):
+                try:
+                    sink.write(line)
+                    sink.flush()
+                except (OSError, ValueError):
+                    live.remove(sink)
 
     thread = threading.Thread(target=pump, daemon=True)
     thread.start()

@@ -4,8 +4,9 @@
 runs before it starts any process: the typed config
 (:meth:`RunConfig.from_run_config`), finite numbers, and the unlearning requests
 the config describes (explicit ``forget-clients``, checked even with
-``frameworks = "none"``, or generated ones) against the shards it makes. Every failure is a :class:`ConfigError` whose one-line
-message names the key, the value and what is allowed.
+``frameworks = "none"``, or generated ones) against the shards it makes.
+Every failure is a :class:`ConfigError` whose one-line message names the key,
+the value and what is allowed.
 """
 
 from __future__ import annotations
