@@ -34,6 +34,8 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from cli import config as cli_config
+from cli.procs import Children
 from experiments import suites
 from experiments.suites import RunSpec, StorageSweep
 
@@ -137,55 +139,61 @@ class _QuietFlower:
             handler.setLevel(level)
 
 
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(str(value))
-
-
 def run_config_toml(config: dict) -> str:
     """``config`` as a flat TOML document for ``--run-config FILE``."""
-    return "".join(f"{k} = {_toml_value(v)}\n" for k, v in config.items())
+    return cli_config.to_toml(config)
 
 
 def run_one(spec: RunSpec, out: Path, data_dir: str, engine: str) -> Path:
     """Run ``spec`` with ``engine``; return its summary.json.
 
+    The run config is merged as ``./simulate.sh`` merges it
+    (:func:`cli.config.merge`: pyproject defaults < the spec's keys < the output
+    folder's paths), so an unknown key fails before the run.
+
     Raises
     ------
     RuntimeError
         The run wrote no summary.json.
+    ConfigError
+        A key that is not in pyproject.toml.
     """
-    config = {**spec.config, "results-dir": str((out / "runs").resolve()),
-              "run-name": spec.name}
+    paths = {"results-dir": str((out / "runs").resolve()), "run-name": spec.name}
     if data_dir:
-        config["data-dir"] = str(Path(data_dir).resolve())
+        paths["data-dir"] = str(Path(data_dir).resolve())
+    merged = cli_config.merge(cli_config.defaults(), [spec.config, paths])
     log_path = out / "logs" / f"{spec.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     if engine == "inprocess":
         from experiments.grid import run_in_process
 
         with _QuietFlower(log_path):
-            return run_in_process(config)
+            return run_in_process(merged.config)
     if engine == "flwr":
-        toml = out / "configs" / f"{spec.name}.toml"
-        toml.parent.mkdir(parents=True, exist_ok=True)
-        toml.write_text(run_config_toml(config))
-        # a FLWR_HOME of its own: simulate.sh stops the SuperLink it finds there
-        env = {**os.environ, "FLWR_HOME": str((out / ".flwr_home").resolve())}
-        with open(log_path, "w") as log:
-            proc = subprocess.run(
-                [str(ROOT / "simulate.sh"), "--supernodes",
-                 str(config.get("num-clients", 100)), "--run-config", str(toml)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False, env=env)
-        path = out / "runs" / spec.name / "summary.json"
-        if proc.returncode or not path.is_file():
-            raise RuntimeError(f"simulate.sh exited {proc.returncode} without "
-                               f"{path} (see {log_path})")
-        return path
+        return _run_with_flwr(spec, merged, out, log_path)
     raise ValueError(f"engine {engine!r}: inprocess or flwr")
+
+
+def _run_with_flwr(spec: RunSpec, merged: cli_config.Merged, out: Path,
+                   log_path: Path) -> Path:
+    """``./simulate.sh`` for one configuration, stopped with all it started."""
+    toml = out / "configs" / f"{spec.name}.toml"
+    toml.parent.mkdir(parents=True, exist_ok=True)
+    toml.write_text(run_config_toml(merged.overrides))
+    # a FLWR_HOME of its own: the run's SuperLink and apps live there
+    env = {**os.environ, "FLWR_HOME": str((out / ".flwr_home").resolve())}
+    with Children() as children, open(log_path, "w") as log:
+        proc = children.start(
+            [str(ROOT / "simulate.sh"), "--supernodes",
+             str(merged.config["num-clients"]), "--run-config", str(toml)],
+            env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+        status = proc.wait()
+    path = out / "runs" / spec.name / "summary.json"
+    if status or not path.is_file():
+        raise RuntimeError(f"simulate.sh exited {status} without "
+                           f"{path} (see {log_path})")
+    return path
 
 
 def _storage_table_module():

@@ -25,7 +25,7 @@ from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
 from server_app.learning import run_learning
-from server_app.preflight import check_run, plan_requests
+from server_app.preflight import check_run, plan_requests, validate_run_config
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
@@ -205,7 +205,7 @@ def add_perplexity(summary: dict) -> None:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see README.md)."""
-    cfg = RunConfig.from_run_config(context.run_config)
+    cfg = validate_run_config(context.run_config, files=False)  # no data, no nodes
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early
     # Everything that can fail without a node fails here, before any folder or node.

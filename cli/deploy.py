@@ -1,0 +1,205 @@
+"""``deploy``: the app on Flower's deployment engine, all on 127.0.0.1.
+
+Starts one ``flower-superlink`` and N ``flower-supernode``s (default 8;
+SuperNode i gets ``--node-config "partition-id=i num-partitions=N
+node-dir=<run>/nodes/i"``), adds a ``[superlink.<name>]`` entry for them to
+``$FLWR_HOME/config.toml``, runs ``flwr run <app> <name> --stream`` and stops
+every process it started (also on failure, Ctrl-C and SIGTERM). Run settings:
+pyproject defaults < deploy defaults (num-clients=N, num-shards=2,
+clients-per-round=4, as far as N allows) < preset < --run-config (later wins);
+num-clients is always N. Prints the summary tables, the wall time and, last,
+``summary: <path>``; exits non-zero when no summary.json was written. The run
+folder (logs, SuperLink database, node dirs) is removed after a successful run
+unless --keep is given. Environment: SE_DEPLOY_DIR (parent of the run folder;
+default $TMPDIR or /tmp), SE_DEPLOY_TIMEOUT (seconds for the whole run; default
+0 = no limit), SE_DEPLOY_STAGE=0 (run on the working tree instead of a copy of
+the app's files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cli import config
+from cli.deploy_parts import (
+    DeployError,
+    connection_entry,
+    follow_run,
+    stage_app,
+    start_superlink,
+    start_supernodes,
+)
+from cli.env import free_ports
+from cli.procs import Children
+from cli.simulation import summary_path
+from server_app.config import ConfigError
+from server_app.preflight import validate_run_config
+from server_app.results import RunFolder
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    """The ``deploy`` command's arguments."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("nodes", nargs="?", type=_positive, default=8, metavar="N",
+                    help="SuperNodes (= num-clients; default 8)")
+    ap.add_argument("--preset", default=None, help="presets/NAME.toml")
+    ap.add_argument("--run-config", "-c", action="append", default=[],
+                    metavar='"k=v ..."|FILE.toml', help="repeatable; later wins")
+    ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    return ap
+
+
+def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Merged:
+    """The merged run config of a deployment with ``nodes`` SuperNodes.
+
+    A preset's topology is shrunk to fit (said on stderr); values given with
+    ``--run-config`` are kept as given (a misfit is then a ConfigError).
+
+    Raises
+    ------
+    ConfigError
+        ``--run-config`` sets num-clients other than N, or a merge error.
+    """
+    shards = min(2, nodes)
+    layers: list = [{"num-clients": nodes, "num-shards": shards,
+                     "clients-per-round": min(4, shards * (nodes // shards))}]
+    if preset:
+        given = config.parse_item(str(config.preset_path(preset)))
+        if given.get("num-clients", nodes) != nodes:
+            _say(f"preset sets num-clients={given['num-clients']}; using "
+                 f"num-clients={nodes} (one per SuperNode)")
+        layers.append(given)
+    explicit: set[str] = set()
+    for item in items:
+        given = config.parse_item(item)
+        if given.get("num-clients", nodes) != nodes:
+            raise ConfigError(
+                f"run-config 'num-clients' = {given['num-clients']} is not allowed: "
+                f"there are {nodes} SuperNodes; pass N={given['num-clients']} instead")
+        layers.append(given)
+        explicit |= set(given)
+    merged = config.resolve(None, [*layers, {"num-clients": nodes}])
+    fit = _shrink(merged.config, nodes, explicit)
+    if not merged.config["run-name"]:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        fit["run-name"] = (f"{merged.config['dataset']}-{merged.config['partition']}-"
+                           f"deploy{nodes}-{stamp}-{os.getpid()}")
+    return config.Merged({**merged.config, **fit}, {**merged.overrides, **fit})
+
+
+def _shrink(cfg: dict, nodes: int, explicit: set[str]) -> dict:
+    """num-shards and clients-per-round shrunk to N SuperNodes (not explicit ones)."""
+    fit: dict = {}
+    shards, cpr = cfg["num-shards"], cfg["clients-per-round"]
+    if "num-shards" not in explicit and isinstance(shards, int) and shards > nodes:
+        _say(f"num-shards {shards} -> {nodes} (N = {nodes})")
+        fit["num-shards"] = shards = nodes
+    if "clients-per-round" not in explicit and isinstance(shards, int) and shards >= 1 \
+            and isinstance(cpr, int):
+        new = max(shards, min(cpr, shards * (nodes // shards)) // shards * shards)
+        if new != cpr:
+            _say(f"clients-per-round {cpr} -> {new} ({shards} shards of "
+                 f"{nodes // shards} clients)")
+            fit["clients-per-round"] = new
+    return fit
+
+
+def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
+    """Run the deployment; return the exit status (0 with a summary.json).
+
+    Raises
+    ------
+    ConfigError
+        A bad run config or run-name (nothing was started).
+    """
+    start = time.monotonic()
+    args = parser(prog).parse_args(argv)
+    merged = deploy_config(args.nodes, args.preset, args.run_config)
+    RunFolder.check_free(validate_run_config(merged.config))
+    if shutil.which("flower-superlink") is None:
+        raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
+                          "create .venv")
+    _say("run config: " + config.describe(merged.overrides))
+    run_dir = _run_dir()
+    ok = False
+    try:
+        (run_dir / "run-config.toml").write_text(config.to_toml(merged.overrides))
+        summary = _deploy(run_dir, args.nodes, start)
+        ok = summary is not None
+    finally:
+        if ok and not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            _say(f"run folder kept: {run_dir} (logs/)")
+    if not ok:
+        return 1
+    from server_app import report
+
+    report.main([str(summary)])
+    print(f"deploy wall time: {time.monotonic() - start:.1f} s ({args.nodes} SuperNodes, "
+          "start-up to result)")
+    print(f"summary: {summary}", flush=True)
+    return 0
+
+
+def _deploy(run_dir: Path, nodes: int, start: float) -> Path | None:
+    """SuperLink, SuperNodes, connection entry and the run; all stopped after."""
+    log = run_dir / "logs" / "flwr-run.log"
+    ports = free_ports(nodes + 1)
+    link = f"127.0.0.1:{ports[0]}"
+    timeout_s = float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0)
+    with Children() as children:
+        try:
+            procs = [start_superlink(children, run_dir, ports[0]),
+                     *start_supernodes(children, run_dir, link, ports[1:])]
+        except DeployError as err:
+            _say(str(err))
+            return None
+        with connection_entry(Path(os.environ["FLWR_HOME"]), f"se-deploy-{ports[0]}",
+                              link) as name:
+            app = stage_app(run_dir / "app") if os.environ.get(
+                "SE_DEPLOY_STAGE", "1") == "1" else config.PROJECT
+            follow_run(children, app, name, run_dir / "run-config.toml", log, procs,
+                       timeout_s, start)
+    summary = summary_path(log)
+    if summary is None:
+        _say(f"the run failed: no summary.json was written (see {log})")
+        expired = sum(p.read_text(errors="replace").count(
+            "task-token authentication failed")
+            for p in (run_dir / "logs").glob("supernode-*.log"))
+        if expired:
+            _say(f"{expired} ClientApp calls were refused with an expired task token: "
+                 "ClientApp processes took longer than Flower's 30 s start window "
+                 "(an overloaded machine? try fewer SuperNodes)")
+    return summary
+
+
+def _run_dir() -> Path:
+    """A fresh run folder under SE_DEPLOY_DIR (default $TMPDIR or /tmp)."""
+    parent = Path(os.environ.get("SE_DEPLOY_DIR") or tempfile.gettempdir()).resolve()
+    parent.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="se-deploy.", dir=parent))
+    if any(c in str(run_dir) for c in " \t\n\"'\\"):
+        run_dir.rmdir()
+        raise ConfigError(f"run folder {str(run_dir)!r} has spaces or quotes (it goes "
+                          "into --node-config): set SE_DEPLOY_DIR to a plain path")
+    for sub in ("logs", "nodes"):
+        (run_dir / sub).mkdir()
+    return run_dir
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"N must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _say(text: str) -> None:
+    print(f"deploy: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,190 @@
+"""The pieces of a local deployment: SuperLink, SuperNodes, connection, run."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from cli.procs import Children, tee
+
+RUN_STARTED = re.compile(rb"Successfully started run (\d+)")
+# files of the app bundle `flwr run` would build (it walks the whole folder first)
+APP_SUFFIXES = (".py", ".toml", ".md", ".yaml", ".yml", ".json", ".jsonl")
+APP_NAMES = {".gitignore", "LICENSE", "LICENSE.md", ".editorconfig"}
+
+
+class DeployError(RuntimeError):
+    """A process of the deployment did not start or died."""
+
+
+def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.Popen:
+    """``flower-superlink`` on 127.0.0.1:``port`` (one port serves every API).
+
+    Raises
+    ------
+    DeployError
+        It exited or did not listen within 60 s.
+    """
+    env = {k: v for k, v in os.environ.items()  # only the HTTP APIs on --port
+           if k not in ("FLWR_INTERNAL_GRPC_CONTROL_API", "FLWR_INTERNAL_GRPC_FLEET_API")}
+    with open(run_dir / "logs" / "superlink.log", "wb") as log:
+        proc = children.start(
+            ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
+             "--database", str(run_dir / "superlink.db"),
+             "--disable-runtime-dependency-installation"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _say(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; run folder {run_dir}")
+    wait_for_port(port, proc, 60.0, "SuperLink", run_dir)
+    return proc
+
+
+def start_supernodes(children: Children, run_dir: Path, link: str,
+                     ports: Sequence[int]) -> list[subprocess.Popen]:
+    """One ``flower-supernode`` per port; SuperNode i has partition-id i."""
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS", "1")}
+    procs = []
+    for i, port in enumerate(ports):
+        node_dir = run_dir / "nodes" / str(i)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        node_config = (f'partition-id={i} num-partitions={len(ports)} '
+                       f'node-dir="{node_dir}"')
+        with open(run_dir / "logs" / f"supernode-{i}.log", "wb") as log:
+            procs.append(children.start(
+                ["flower-supernode", "--insecure", "--superlink", link,
+                 "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    _say(f"{len(procs)} SuperNodes, pids {' '.join(str(p.pid) for p in procs)}, "
+         f"ports {' '.join(map(str, ports))}")
+    return procs
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, seconds: float, name: str,
+                  run_dir: Path) -> None:
+    """Wait until 127.0.0.1:``port`` accepts connections while ``proc`` lives.
+
+    Raises
+    ------
+    DeployError
+        ``proc`` exited, or ``seconds`` passed.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise DeployError(f"{name} exited during start-up (see {run_dir}/logs)")
+        with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.2)
+    raise DeployError(f"{name} not listening on 127.0.0.1:{port} after {seconds:.0f} s")
+
+
+@contextlib.contextmanager
+def connection_entry(flwr_home: Path, name: str, address: str) -> Iterator[str]:
+    """A ``[superlink.<name>]`` entry in ``flwr_home/config.toml`` while in use."""
+    path = flwr_home / "config.toml"
+    block = (f"\n# se-deploy begin {name}\n[superlink.{name}]\n"
+             f'address = "{address}"\ninsecure = true\n# se-deploy end {name}\n')
+    with _config_lock(path):
+        text = path.read_text() if path.exists() else '[superlink]\ndefault = "local"\n'
+        path.write_text(text.rstrip("\n") + "\n" + block)
+    try:
+        yield name
+    finally:
+        tag = re.escape(name)
+        pattern = re.compile(rf"\n?# se-deploy begin {tag}\n.*?# se-deploy end {tag}\n",
+                             re.S)
+        with _config_lock(path):
+            text = path.read_text() if path.exists() else ""
+            path.write_text(pattern.sub("\n", text, count=1).rstrip("\n") + "\n")
+
+
+@contextlib.contextmanager
+def _config_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(".config.toml.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def stage_app(out: Path) -> Path:
+    """Copy the app's tracked files as ``flwr run .`` would bundle them.
+
+    ``flwr run`` walks every file under the app folder before filtering (.venv
+    alone: 10-15 s). Returns ``out``, or the project itself without git.
+    """
+    from cli.config import PROJECT
+
+    try:
+        names = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"],
+                               cwd=PROJECT, check=True, capture_output=True
+                               ).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        return PROJECT
+    for name in filter(None, names):
+        src = PROJECT / name
+        if src.is_file() and not src.is_symlink() and (
+                src.suffix in APP_SUFFIXES or src.name in APP_NAMES):
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, out / name)
+    return out if (out / "pyproject.toml").is_file() else PROJECT
+
+
+def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
+               watched: Sequence[subprocess.Popen], timeout_s: float,
+               start: float) -> None:
+    """``flwr run app name --stream`` with its output on stdout and in ``log``.
+
+    Stops early when a watched process (SuperLink, SuperNode) dies or
+    ``timeout_s`` seconds after ``start`` (``time.monotonic``; 0: no limit). If
+    the log stream is killed by a signal while the run goes on, follows it again
+    with ``flwr log`` (up to 3 times).
+    """
+    argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
+    _say(f"flwr run {app} {name} --stream (log: {log})")
+    with open(log, "ab") as sink:
+        for attempt in range(4):
+            proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            pump = tee(proc.stdout, sys.stdout.buffer, sink)
+            while proc.poll() is None:
+                if _stop_reason(watched, start, timeout_s, log.parent):
+                    return
+                time.sleep(0.5)
+            pump.join(timeout=5)
+            text = log.read_bytes()
+            started = RUN_STARTED.search(text)
+            if b"summary: /" in text or proc.returncode >= 0 or not started or attempt == 3:
+                if proc.returncode:
+                    _say(f"flwr exited with status {proc.returncode}")
+                return
+            _say(f"the log stream was killed (signal {-proc.returncode}); following run "
+                 f"{started.group(1).decode()} again")
+            argv = ["flwr", "log", started.group(1).decode(), name, "--stream"]
+
+
+def _stop_reason(watched: Sequence[subprocess.Popen], start: float, timeout_s: float,
+                 logs: Path) -> str | None:
+    for proc in watched:
+        if proc.poll() is not None:
+            _say(f"process {proc.pid} (SuperLink or SuperNode) died; stopping "
+                 f"(see {logs})")
+            return "died"
+    if timeout_s > 0 and time.monotonic() - start >= timeout_s:
+        _say(f"no result after SE_DEPLOY_TIMEOUT={timeout_s:.0f} s; stopping")
+        return "timeout"
+    return None
+
+
+def _say(text: str) -> None:
+    print(f"deploy: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,56 @@
+"""The environment every command runs in (defaults only: what is set stays)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from cli.config import PROJECT
+
+
+def setup_env(environ: dict | None = None) -> dict:
+    """Set the project's environment defaults in ``environ`` (``os.environ``).
+
+    ``PATH`` gets this interpreter's ``bin`` (``flwr``, ``flower-superlink``)
+    unless it is there already; ``FLWR_HOME`` = ``.flwr_home/``;
+    ``SE_RESULTS_DIR`` = ``results/``; ``SE_DATA_DIR`` = ``../shared/data``
+    when that exists; no runtime dependency installation, telemetry or update
+    check; ``RAY_TMPDIR`` per user. Folders are created.
+
+    Returns
+    -------
+    dict
+        ``environ``.
+    """
+    env = os.environ if environ is None else environ
+    venv_bin = str(Path(sys.executable).parent)
+    if venv_bin not in env.get("PATH", "").split(os.pathsep):
+        env["PATH"] = os.pathsep.join(filter(None, [venv_bin, env.get("PATH", "")]))
+    env.setdefault("FLWR_HOME", str(PROJECT / ".flwr_home"))
+    env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    env["FLWR_TELEMETRY_ENABLED"] = "0"
+    env["FLWR_DISABLE_UPDATE_CHECK"] = "1"  # offline: no update look-up
+    env.setdefault("RAY_TMPDIR", f"/tmp/ray-se-{os.getuid()}")
+    env.setdefault("SE_RESULTS_DIR", str(PROJECT / "results"))
+    shared = PROJECT.parent / "shared" / "data"
+    if not env.get("SE_DATA_DIR") and shared.is_dir():
+        env["SE_DATA_DIR"] = str(shared.resolve())
+    for key in ("FLWR_HOME", "RAY_TMPDIR", "SE_RESULTS_DIR"):
+        Path(env[key]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (free when asked)."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()

@@ -1,0 +1,68 @@
+"""Dispatch: ``run`` (the default), ``test``, ``deploy`` and ``experiments``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cli.env import setup_env
+from cli.procs import exit_on_signals
+from server_app.config import ConfigError
+
+USAGE = """\
+usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
+       {prog} test [pytest arguments]
+       {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
+       {prog} experiments single|concurrent|storage|all [--preset quick|paper] ...
+
+run          learn and unlearn in Flower's simulation engine, one SuperNode per
+             client; prints the result tables and, last, `summary: <path>`
+test         the test suite (pytest)
+deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1
+experiments  the paper's experiments: runs, CSV, figures, report.md
+
+Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
+--run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
+stops the command before anything starts: one line on stderr, exit status 2.
+`{prog} COMMAND --help` for a command's options.
+"""
+COMMANDS = ("run", "test", "deploy", "experiments")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command; return its exit status.
+
+    Exit status: 0 done, 1 the run failed, 2 bad arguments or run config
+    (nothing was started), 128 + n terminated by signal n.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prog = os.environ.get("SE_CLI_PROG", "python -m cli")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE.format(prog=prog), end="")
+        return 0
+    command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS \
+        else ("run", argv)
+    setup_env()
+    if command == "test":
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *rest])
+    exit_on_signals(prog)
+    try:
+        return _dispatch(command, rest, f"{prog} {command}" if argv[:1] == [command]
+                         else prog)
+    except ConfigError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(command: str, rest: list[str], prog: str) -> int:
+    if command == "deploy":
+        from cli import deploy
+
+        return deploy.main(rest, prog)
+    if command == "experiments":
+        from experiments import run
+
+        return run.main(rest)
+    from cli import simulation
+
+    return simulation.main(rest, prog)

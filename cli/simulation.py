@@ -1,0 +1,106 @@
+"""``run``: the app in Flower's simulation engine, one SuperNode per client.
+
+Merges and checks the run config before anything starts (a bad value: one line
+on stderr, exit status 2), then runs ``flwr run . --stream`` with a
+``FLWR_HOME`` and ports of its own, so the background SuperLink it starts is
+this run's alone; every process of the run is stopped at the end, also when
+the command is terminated. Prints the result tables and, last,
+``summary: <path>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from cli import config
+from cli.env import free_ports
+from cli.procs import Children, tee
+from server_app.preflight import validate_run_config
+from server_app.results import RunFolder
+
+SUMMARY = re.compile(rb"summary: (/\S+summary\.json)")
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    """The ``run`` command's arguments."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default=None,
+                    help="presets/NAME.toml: run-config values over the defaults")
+    ap.add_argument("--run-config", "-c", action="append", default=[],
+                    metavar='"k=v ..."|FILE.toml',
+                    help="run-config values (repeatable; later wins over earlier "
+                    "and over the preset)")
+    ap.add_argument("--supernodes", type=int, default=None,
+                    help="SuperNodes to simulate (default: num-clients)")
+    return ap
+
+
+def main(argv: list[str], prog: str = "python -m cli run") -> int:
+    """Run the simulation; return the exit status (0 with a summary.json).
+
+    Raises
+    ------
+    ConfigError
+        A bad run config or run-name (nothing was started).
+    """
+    args = parser(prog).parse_args(argv)
+    merged = config.resolve(args.preset, args.run_config)
+    cfg = validate_run_config(merged.config)
+    RunFolder.check_free(cfg)
+    supernodes = args.supernodes or cfg.num_clients
+    results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.resolved_results_dir())
+    results.mkdir(parents=True, exist_ok=True)
+    log_path = results / f".run-{os.getpid()}.log"
+    home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
+    home.mkdir(parents=True, exist_ok=True)
+    try:
+        (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
+        print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
+        status = _flwr_run(home, supernodes, log_path)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return _finish(log_path, status)
+
+
+def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:
+    """``flwr run`` with its own FLWR_HOME and ports; output to stdout and log."""
+    link_port, control_port = free_ports(2)
+    env = {**os.environ, "FLWR_HOME": str(home), "PYTHONUNBUFFERED": "1",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(link_port),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
+    argv = ["flwr", "run", str(config.PROJECT), "--stream",
+            "--run-config", str(home / "run-config.toml"), "--federation-config",
+            f"num-supernodes={supernodes} client-resources-num-cpus=1"]
+    with Children() as children, open(log_path, "wb") as log:
+        proc = children.start(argv, env=env, cwd=config.PROJECT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        pump = tee(proc.stdout, sys.stdout.buffer, log)
+        status = proc.wait()
+        pump.join(timeout=5)
+    return status
+
+
+def summary_path(log_path: Path) -> Path | None:
+    """The last ``summary: <path>`` the log names, if that file exists."""
+    found = SUMMARY.findall(log_path.read_bytes()) if log_path.is_file() else []
+    path = Path(found[-1].decode()) if found else None
+    return path if path is not None and path.is_file() else None
+
+
+def _finish(log_path: Path, status: int) -> int:
+    from server_app import report
+
+    summary = summary_path(log_path)
+    if summary is None:
+        print(f"the run failed: no summary.json was written (flwr exit status {status}; "
+              f"see {log_path})", file=sys.stderr)
+        return 1
+    report.main([str(summary)])
+    print(f"summary: {summary}", flush=True)
+    return 0

@@ -1,0 +1,260 @@
+"""The command line (cli/): merging, checks before any engine, the run lock, stops.
+
+No Ray and no SuperLink: ``flwr`` is replaced by a fake on PATH that records
+being called, so "nothing was started" is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from cli import config
+from cli.deploy import deploy_config
+from cli.procs import Children, marked_processes
+from server_app.config import ConfigError, RunConfig
+from server_app.preflight import validate_run_config
+from server_app.results import RunFolder
+from server_app.runlog import RunLog
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_RUN = ("num-clients=8 num-shards=2 clients-per-round=4 num-rounds=1 "
+            "client-samples=64 test-samples=500 frameworks='none' mia=false")
+
+
+# ---- merging -------------------------------------------------------------------
+def test_preset_then_overrides_later_wins_with_flower_types():
+    merged = config.resolve("quick", ["num-rounds=3 lr=0.1 dataset='fmnist'",
+                                      "num-rounds=4 mia=false"])
+    preset = tomllib.loads((ROOT / "presets" / "quick.toml").read_text())
+    assert merged.config["num-rounds"] == 4  # the later --run-config wins
+    assert merged.config["client-samples"] == preset["client-samples"]  # the preset
+    assert merged.config["batch-size"] == config.defaults()["batch-size"]  # default
+    assert merged.config["lr"] == 0.1 and isinstance(merged.config["lr"], float)
+    assert merged.config["mia"] is False and merged.config["dataset"] == "fmnist"
+    assert merged.overrides["num-rounds"] == 4 and "batch-size" not in merged.overrides
+    # what `flwr run --run-config FILE` reads back is what was merged
+    assert tomllib.loads(config.to_toml(merged.overrides)) == merged.overrides
+
+
+def test_a_toml_file_is_one_layer(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('num-rounds = 7\nforget-clients = "1,2"\n')
+    merged = config.resolve(None, [str(path), "num-rounds=2"])
+    assert merged.config["num-rounds"] == 2
+    assert merged.config["forget-clients"] == "1,2"
+
+
+@pytest.mark.parametrize("item, names", [
+    ("num-round=3", ["'num-round'", "num-rounds"]),     # unknown key, closest named
+    ("dataset=fmnist", ["'dataset'", "fmnist", "quoted"]),  # a string without quotes
+    ("num-rounds 3", ["'num-rounds 3'", "key=value"]),  # no pair at all
+    ("/nonexistent/x.toml", ["/nonexistent/x.toml"]),
+])
+def test_unreadable_run_config_is_one_line_naming_it(item, names):
+    with pytest.raises(ConfigError) as err:
+        config.resolve(None, [item])
+    message = str(err.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message
+
+
+def test_unknown_preset_lists_the_presets():
+    with pytest.raises(ConfigError, match="'nope'.*paper.*quick"):
+        config.resolve("nope")
+
+
+def test_pyproject_is_the_one_source_of_defaults():
+    assert RunConfig.from_run_config(config.defaults()) == RunConfig()
+
+
+# ---- checks before any work ----------------------------------------------------
+@pytest.mark.parametrize("overrides, key", [
+    ({"forget-clients": "-1"}, "forget-clients"),
+    ({"forget-clients": "3,3"}, "forget-clients"),
+    ({"lr": float("inf")}, "lr"),
+    ({"momentum": float("nan")}, "momentum"),
+    ({"num-clients": 4, "num-shards": 2, "clients-per-round": 2, "num-requests": 3},
+     "num-requests"),
+])
+def test_preflight_names_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=f"'{key}'") as err:
+        validate_run_config({**config.defaults(), **overrides})
+    assert "\n" not in str(err.value)
+
+
+def test_serverapp_runs_the_same_check_first():
+    from flwr.app import Context, RecordDict
+
+    from server_app.app import main
+
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                      run_config={**config.defaults(), "forget-clients": "-1"})
+    with pytest.raises(ConfigError, match="'forget-clients' = '-1'"):
+        main(None, context)  # the grid is never touched
+
+
+def test_deploy_shrinks_a_preset_but_not_explicit_values():
+    merged = deploy_config(8, "paper", [])  # paper: 100 clients, 4 shards, 20 a round
+    assert merged.config["num-clients"] == 8 and merged.config["num-shards"] == 4
+    assert merged.config["clients-per-round"] == 8
+    assert merged.config["num-rounds"] == 30 and "deploy8" in merged.config["run-name"]
+    validate_run_config(merged.config)  # the shrunk topology is valid
+    assert deploy_config(3, "paper", []).config["num-shards"] == 3
+    explicit = deploy_config(3, "paper", ["num-shards=2"]).config
+    assert explicit["num-shards"] == 2 and explicit["clients-per-round"] == 2
+    with pytest.raises(ConfigError, match="'num-clients' = 5"):
+        deploy_config(3, None, ["num-clients=5"])
+
+
+def _cli(args, tmp_path, extra_env=None, timeout=60):
+    """``python -m cli ARGS`` with a fake flwr that records its calls."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir(exist_ok=True)
+    record = tmp_path / "flwr-called"
+    (fake / "flwr").write_text(f'#!/bin/sh\necho "$@" >> "{record}"\n')
+    (fake / "flwr").chmod(0o755)
+    env = {**os.environ, "PATH": os.pathsep.join(
+        [str(fake), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "SE_RESULTS_DIR": str(tmp_path / "results"),
+        "FLWR_HOME": str(tmp_path / "flwr_home"), **(extra_env or {})}
+    proc = subprocess.run([sys.executable, "-m", "cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, record
+
+
+@pytest.mark.parametrize("value, key", [("forget-clients='-1'", "forget-clients"),
+                                        ("lr=inf", "lr"),
+                                        ("num-rounds='5'", "num-rounds")])
+def test_bad_value_exits_2_with_one_line_and_starts_nothing(tmp_path, value, key):
+    proc, record = _cli(["run", "--run-config", TINY_RUN, "--run-config", value],
+                        tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{key}'" in lines[0], proc.stderr
+    assert not record.exists()  # no engine was started
+
+
+def test_good_config_reaches_flwr(tmp_path):
+    """The control for the test above: the fake flwr does record a call."""
+    proc, record = _cli(["--run-config", TINY_RUN], tmp_path)
+    assert proc.returncode == 1  # the fake wrote no summary.json
+    assert "no summary.json" in proc.stderr
+    call = record.read_text()
+    assert call.startswith("run ") and "--stream" in call and "num-supernodes=8" in call
+    assert not list((tmp_path / "flwr_home").glob("sim-*"))  # its FLWR_HOME is gone
+
+
+# ---- the run lock ----------------------------------------------------------------
+HOLDER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from server_app.config import RunConfig
+    from server_app.results import RunFolder
+    from server_app.runlog import RunLog
+    cfg = RunConfig(results_dir={results!r}, run_name="live", num_clients=8,
+                    num_shards=2, clients_per_round=4)
+    folder = RunFolder.start(cfg)
+    RunLog(folder.runlog_path, cfg.as_dict())
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_a_live_run_is_not_joined_and_a_killed_one_resumes(tmp_path):
+    results = tmp_path / "results"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(root=str(ROOT), results=str(results))],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = RunConfig(results_dir=str(results), run_name="live", num_clients=8,
+                        num_shards=2, clients_per_round=4)
+        with pytest.raises(ConfigError, match=f"still going \\(pid {holder.pid} "):
+            RunFolder.start(cfg)
+        # the command line refuses it too, before any engine starts
+        proc, record = _cli(["--run-config", TINY_RUN + " run-name='live'"], tmp_path,
+                            {"SE_RESULTS_DIR": str(results)})
+        assert proc.returncode == 2 and "still going" in proc.stderr
+        assert not record.exists()
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        folder = RunFolder.start(cfg)  # the killed run resumes in its folder
+        assert folder.path == results / "live"
+        assert RunLog(folder.runlog_path, cfg.as_dict()).resumed
+        assert not list(results.glob("live.failed-*"))
+        folder.release()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ---- stopping every process --------------------------------------------------------
+DRIVER = textwrap.dedent("""
+    import subprocess, sys, time
+    sys.path.insert(0, {root!r})
+    from cli.procs import Children, exit_on_signals
+    CHILD = '''
+    import signal, subprocess, sys, time
+    a = subprocess.Popen(["sleep", "300"])                          # same group
+    b = subprocess.Popen(["sleep", "300"], start_new_session=True)  # left the group
+    c = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                          "print(1, flush=True); time.sleep(300)"],
+                         stdout=subprocess.PIPE, text=True)          # ignores SIGTERM
+    c.stdout.readline()
+    print(a.pid, b.pid, c.pid, flush=True)
+    time.sleep(300)
+    '''
+    exit_on_signals("driver")
+    with Children(grace_s=1.0) as children:
+        child = children.start([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
+                               text=True)
+        print(children.mark, child.pid, child.stdout.readline().strip(), flush=True)
+        time.sleep(300)
+""")
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_sigterm_stops_children_and_grandchildren():
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        mark, *pids = driver.stdout.readline().split()
+        pids = [int(p) for p in pids]
+        assert len(pids) == 4 and all(_running(p) for p in pids)
+        assert set(pids[1:]) <= set(marked_processes(mark))
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.time() + 5
+        while any(_running(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not [p for p in pids if _running(p)]
+        assert "SIGTERM" in driver.stderr.read()
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_children_stop_is_idempotent_and_reports_nothing_left():
+    with Children(grace_s=1.0) as children:
+        proc = children.start(["sleep", "30"])
+    assert proc.returncode == -signal.SIGTERM
+    assert children.stop() == [] and children.alive() == []
