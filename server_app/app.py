@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from client_app.data import load_task_data, resolve_data_dir
+from client_app.data import load_task_data, partition_sizes, resolve_data_dir
 from client_app.model import build_model
 from server_app.audit import membership_audit
 from server_app.coded_history import CodedHistory, CodedRecorder, storage_summary
@@ -73,7 +73,7 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
     if coded:
         store = CodedRecorder.create(
             folder.history_dir(name), federation, cfg.blocks_per_shard,
-            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout)
+            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout, faults)
     else:
         store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
                                     num_shards=len(federation.shards))
@@ -192,7 +192,10 @@ def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see README.md)."""
     cfg = RunConfig.from_run_config(context.run_config)
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
-    load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early if unreadable
+    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early if unreadable
+    # what each client holds bounds the num-examples its replies may claim
+    samples = dict(enumerate(partition_sizes(task, cfg.num_clients, cfg.partition,
+                                             cfg.seed, cfg.client_samples)))
     shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
     baseline_shards = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
     frameworks = cfg.framework_list
@@ -207,7 +210,7 @@ def main(grid: Grid, context: Context) -> None:
     evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
                                  cfg.test_samples or None)
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
-    federation = Federation(node_of, shards)
+    federation = Federation(node_of, shards, samples)
     faults = FaultLog()
     learned, learned_models, store = learn_once(
         runlog, grid, cfg, federation, folder, "sharded", evaluator, data_dir, faults,
@@ -219,7 +222,7 @@ def main(grid: Grid, context: Context) -> None:
     }
     baseline_store = None
     if frameworks:
-        baseline = Federation(node_of, baseline_shards)
+        baseline = Federation(node_of, baseline_shards, samples)
         if "FE" in frameworks:
             summary["baseline_learning"], _, baseline_store = learn_once(
                 runlog, grid, cfg, baseline, folder, "baseline", evaluator, data_dir,

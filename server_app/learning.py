@@ -26,7 +26,7 @@ from server_app.history import HistoryStore
 
 if TYPE_CHECKING:
     from server_app.coded_history import CodedRecorder
-from server_app.screening import FaultLog, screen
+from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_numpy, unpack_shards
 
 
@@ -126,8 +126,13 @@ def run_learning(
         Prefix of the progress lines.
     faults : FaultLog, optional
         Receives rejected replies and dropouts (they are left out of aggregation).
+        Replies are screened (:func:`server_app.screening.screen`) against the
+        model and config sent, ``federation.samples``, ``timeout`` and the
+        store's ``max_update`` (coded storage's quantisation range), if any.
     """
     faults = faults if faults is not None else FaultLog()
+    limits = ReplyLimits(federation.samples, timeout or MAX_TRAIN_SECONDS,
+                         getattr(store, "max_update", None))
     t_start = time.perf_counter()
     models = list(initial)
     for s, arrays in enumerate(models):
@@ -141,7 +146,7 @@ def run_learning(
         messages = strategy.configure_train(rnd, packed, config, grid)
         before = len(faults.entries)
         replies = screen(grid.send_and_receive(messages, timeout=timeout), messages,
-                         label, rnd, faults, federation.partition_of)
+                         label, rnd, faults, federation.partition_of, limits)
         for fault in faults.entries[before:]:
             log(WARNING, "%s round %d: partition %s (node %d) %s: %s", label, rnd,
                 fault["partition"], fault["node"], fault["kind"], fault["reason"])

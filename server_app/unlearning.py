@@ -32,7 +32,7 @@ from server_app.history import HistoryStore
 if TYPE_CHECKING:
     from server_app.coded_history import CodedHistory
 from server_app.requests import expected_cost
-from server_app.screening import FaultLog, screen
+from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, to_record, unpack_shards
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
 
@@ -84,14 +84,18 @@ class RunStats:
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
           timeout: float | None = None, faults: FaultLog | None = None,
-          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None
+          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None,
+          samples: Mapping[int, int] | None = None
           ) -> tuple[list[ArrayRecord], RunStats]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
-    Replies are screened (:func:`server_app.screening.screen`): rejected ones and
-    missing answers go to ``faults`` and are left out of aggregation.
+    Replies are screened (:func:`server_app.screening.screen`, with
+    ``samples``: partition id -> samples held, and ``timeout`` as the largest
+    training seconds): rejected ones and missing answers go to ``faults`` and
+    are left out of aggregation.
     """
     faults = faults if faults is not None else FaultLog()
+    limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
     stats = RunStats()
     t_start = time.perf_counter()
     arrays = pack_shards(initial)
@@ -106,7 +110,7 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
             stats.comm_time_s += transfer_seconds(
                 message.content["arrays"].count_bytes(), link_rate_mbps)
         replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
-        ok = screen(replies, messages, stage, rnd, faults, partition_of)
+        ok = screen(replies, messages, stage, rnd, faults, partition_of, limits)
         t0 = time.perf_counter()
         new, _ = strategy.aggregate_train(rnd, ok)
         stats.server_s += time.perf_counter() - t0
@@ -217,7 +221,8 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                                                         models or None)
             models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
                                   cfg.link_rate_mbps, cfg.round_timeout, faults,
-                                  f"{name} request {k}", stage.sharded.partition_of)
+                                  f"{name} request {k}", stage.sharded.partition_of,
+                                  stage.sharded.samples)
             retrieval = _slice_retrieval(stage) if name == "SE" else None
             if retrieval:  # coded storage: the history was fetched and decoded first
                 stats.comm_time_s += retrieval["comm_time_s"]
