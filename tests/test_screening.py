@@ -411,3 +411,21 @@ def test_a_malformed_ack_in_a_round_is_a_fault_not_a_crash(tmp_path):
     assert [(e["stage"], e["partition"], e["kind"]) for e in faults.entries] == [
         ("coded store", TARGET_PID, "rejected")]
     assert "slice-bytes = 1180591620717411303424" in faults.entries[0]["reason"]
+
+
+@pytest.mark.parametrize("kind, epochs", [("train", 1), ("train.unlearn", 0.5)])
+def test_the_client_apps_own_reply_passes_screening(make_grid, shared_data, kind, epochs):
+    """TRAIN_RECORDS / TRAIN_METRICS are what client_app sends: keep them in step."""
+    from conftest import TINY
+
+    from client_app.model import build_model
+
+    config = {**TINY, "data-dir": str(shared_data)}
+    grid = make_grid(8, config)
+    model = ArrayRecord(build_model("mnist", 10).state_dict())
+    sent = Message(RecordDict({"arrays": model, "config": ConfigRecord({
+        "lr": 0.05, "local-epochs": epochs, "batch-size": 48, "seed": 0})}),
+        dst_node_id=1005, message_type=kind)
+    (reply,) = grid.send_and_receive([sent])
+    # 64 samples, batches of 48: the client finishes its last partial batch
+    assert check_reply(reply, sent, 64, ReplyLimits(max_seconds=600)) is None
