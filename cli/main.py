@@ -60,9 +60,9 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
 
         return deploy.main(rest, prog)
     if command == "experiments":
-        from experiments import run
-
-        return run.main(rest)
+        # experiments/ imports cli.config to merge run configs: hand over to its
+        # own entry point instead of importing it (no cli <-> experiments circle)
+        os.execv(sys.executable, [sys.executable, "-m", "experiments.run", *rest])
     from cli import simulation
 
     return simulation.main(rest, prog)

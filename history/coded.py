@@ -52,7 +52,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Mapping
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Protocol
 
@@ -62,6 +62,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from coding import (
+    MAX_MAGNITUDE,
     PRIME,
     DecodingError,
     QuantizationRangeError,
@@ -306,8 +307,9 @@ class CodedRecorder(_Catalog):
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
                  federation: Federation, link_rate_mbps: float,
-                 timeout: float | None) -> None:
+                 timeout: float | None, faults: FaultSink | None = None) -> None:
         super().__init__(root, conn, keys)
+        self.faults = faults
         self.node_of = dict(federation.node_of)
         self.partition_of = federation.partition_of
         self.link_rate_mbps = link_rate_mbps
@@ -321,7 +323,8 @@ class CodedRecorder(_Catalog):
     @classmethod
     def create(cls, root: str | Path, federation: Federation, blocks_per_shard: int = 5,
                scale_bits: int = 24, link_rate_mbps: float = 100.0,
-               timeout: float | None = None) -> CodedRecorder:
+               timeout: float | None = None, faults: FaultSink | None = None
+               ) -> CodedRecorder:
         """Start a new coded store at ``root`` with fresh shard keys.
 
         Parameters
@@ -339,6 +342,9 @@ class CodedRecorder(_Catalog):
             Link rate of the communication model.
         timeout : float, optional
             Seconds to wait for the clients' acks.
+        faults : FaultSink, optional
+            Receives malformed or error acks (stage ``coded store``, kind
+            ``rejected`` or ``error``); that client's slice counts as not stored.
 
         Raises
         ------
@@ -377,7 +383,17 @@ class CodedRecorder(_Catalog):
                              [(k_, str(v)) for k_, v in meta.items()])
             conn.executemany("INSERT INTO clients VALUES (?, ?)",
                              sorted(federation.shard_of.items()))
-        return cls(root, conn, keys, federation, link_rate_mbps, timeout)
+        return cls(root, conn, keys, federation, link_rate_mbps, timeout, faults)
+
+    @property
+    def max_update(self) -> float:
+        """Largest |parameter| of an update this store can code (quantisation range).
+
+        ``MAX_MAGNITUDE / 2**scale_bits`` less a relative 1e-6 for float32
+        rounding of ``w - w_sent``; reply screening rejects larger updates, so a
+        client cannot stop the run with an update that cannot be stored.
+        """
+        return MAX_MAGNITUDE / 2.0 ** self.scale_bits * (1 - 1e-6)
 
     # ---- the recorder verbs ------------------------------------------------
     def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
@@ -454,12 +470,18 @@ class CodedRecorder(_Catalog):
         acks: dict[int, tuple[int, int, int]] = {}
         for reply in grid.send_and_receive(messages, timeout=self.timeout):
             pid = self.partition_of.get(reply.metadata.src_node_id)
-            ack = None if reply.has_error() else reply.content.config_records.get("ack")
-            if pid is None or pid in acks or ack is None or ack.get("round") != rnd \
-                    or ack.get("slice-index") != pid:
+            if pid is None or pid in acks:
                 continue
-            acks[pid] = (int(ack["slice-bytes"]), int(ack["stored-bytes"]),
-                         int(ack.get("disk-bytes", 0)))
+            sizes = ack_sizes(reply, rnd, pid)
+            if isinstance(sizes, str):  # a malformed ack: that slice is not held
+                log(WARNING, "coded round %d: partition %d's slice is not counted as "
+                    "stored: %s", rnd, pid, sizes)
+                if self.faults is not None:
+                    self.faults.add("coded store", rnd, reply.metadata.src_node_id, pid,
+                                    "error" if reply.has_error() else "rejected",
+                                    f"store_slice ack: {sizes}")
+            else:
+                acks[pid] = sizes
         if len(acks) < self.k:
             raise CodedStorageError(
                 f"round {rnd}: only {len(acks)} of {len(self.node_of)} clients stored "
@@ -488,6 +510,43 @@ class CodedRecorder(_Catalog):
             raise CodedStorageError(f"round {self._round} was recorded but never ended")
         with self._conn:
             self.set_meta("state", "complete")
+
+
+MAX_ACK_BYTES = 2**53
+"""Largest byte count an ack may report (exact in a float64, fits SQLite)."""
+
+
+def ack_sizes(reply: Message, rnd: int, pid: int) -> tuple[int, int, int] | str:
+    """(slice-bytes, stored-bytes, disk-bytes) of a ``store_slice`` ack, or why not.
+
+    Never raises on any reply content: an ack counts only if the reply has no
+    error, holds a ConfigRecord ``ack`` for round ``rnd`` and slice ``pid``,
+    and its byte counts are ints (not bools) in 0..2^53 (``disk-bytes`` may be
+    absent: 0).
+
+    Returns
+    -------
+    tuple of int or str
+        The three byte counts, or a one-line reason.
+    """
+    if reply.has_error():
+        return f"error reply: {reply.error.reason}"
+    content = reply.content
+    ack = content.get("ack") if isinstance(content, RecordDict) else None
+    if not isinstance(ack, ConfigRecord):
+        return "no ConfigRecord 'ack'"
+    if ack.get("round") != rnd or ack.get("slice-index") != pid:
+        return (f"ack of round {ack.get('round')!r}, slice {ack.get('slice-index')!r}; "
+                f"expected round {rnd}, slice {pid}")
+    sizes = []
+    for key, default in (("slice-bytes", None), ("stored-bytes", None),
+                         ("disk-bytes", 0)):
+        value = ack.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not 0 <= value <= MAX_ACK_BYTES:
+            return f"{key} = {value!r}: must be an integer in [0, 2^53]"
+        sizes.append(value)
+    return sizes[0], sizes[1], sizes[2]
 
 
 class CodedHistory(_Catalog):
@@ -692,9 +751,10 @@ class CodedHistory(_Catalog):
                 stats["refused"] += 1
                 self._note(shard, pid, None, "refused-fetch", reply.error.reason, stats)
                 continue
-            slices = reply.content.array_records.get("slices")
-            tags = reply.content.config_records.get("tags")
-            if slices is None or tags is None:
+            content = reply.content
+            slices = content.get("slices") if isinstance(content, RecordDict) else None
+            tags = content.get("tags") if isinstance(content, RecordDict) else None
+            if not isinstance(slices, ArrayRecord) or not isinstance(tags, ConfigRecord):
                 stats["malformed"] += 1
                 continue
             self._note_losses(shard, pid, rounds, slices,
@@ -707,7 +767,7 @@ class CodedHistory(_Catalog):
                 key = f"r{rnd}"
                 if key not in slices:
                     continue
-                data = slices[key].numpy()
+                data = _decode_slice(slices[key], block_len)
                 if not self._well_formed(data, block_len) or \
                         int(data.max(initial=0)) >= PRIME:
                     stats["malformed"] += 1
@@ -789,6 +849,21 @@ class CodedHistory(_Catalog):
                              f"elements for {len(members)} updates of {size}")
         return {p: self.layout.split(flat[j * size:(j + 1) * size])
                 for j, p in enumerate(members)}
+
+
+def _decode_slice(value: object, block_len: int) -> np.ndarray | None:
+    """A fetched slice as uint32 (block_len,), or None if it is not one.
+
+    The declared dtype and shape are checked before the bytes are decoded, and
+    any decoding failure of the untrusted bytes gives None (a malformed slice).
+    """
+    if not isinstance(value, Array) or value.dtype != "uint32" or \
+            tuple(value.shape) != (block_len,):
+        return None
+    try:
+        return value.numpy()
+    except Exception:  # untrusted bytes: a malformed slice, never a crash
+        return None
 
 
 def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int) -> dict:

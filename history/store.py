@@ -84,6 +84,9 @@ class HistoryStore(ParticipationCatalog):
     one. Arrays are dicts of layer name -> float32 ndarray.
     """
 
+    max_update: float | None = None
+    """Largest |parameter| of an update the store can keep: no limit (float32 blobs)."""
+
     def __init__(self, root: Path, conn: sqlite3.Connection) -> None:
         self.root = root
         self._conn = conn

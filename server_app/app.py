@@ -33,7 +33,7 @@ from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
-from task.data import load_task_data, resolve_data_dir
+from task.data import load_task_data, partition_sizes, resolve_data_dir
 from task.model import build_model
 
 app = ServerApp()
@@ -86,7 +86,7 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
     if coded:
         store = CodedRecorder.create(
             folder.history_dir(name), federation, cfg.blocks_per_shard,
-            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout)
+            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout, faults)
     else:
         store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
                                     num_shards=len(federation.shards))
@@ -212,6 +212,9 @@ def main(grid: Grid, context: Context) -> None:
     notes = check_run(cfg, task)
     for note in notes:
         log(INFO, "%s", note)
+    # what each client holds bounds the num-examples its replies may claim
+    samples = dict(enumerate(partition_sizes(task, cfg.num_clients, cfg.partition,
+                                             cfg.seed, cfg.client_samples)))
     shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
     baseline_shards = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
     frameworks = cfg.framework_list
@@ -224,7 +227,7 @@ def main(grid: Grid, context: Context) -> None:
     evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
                                  cfg.test_samples or None)
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
-    federation = Federation(node_of, shards)
+    federation = Federation(node_of, shards, samples)
     faults = FaultLog()
     learned, learned_models, store = learn_once(
         runlog, grid, cfg, federation, folder, "sharded", evaluator, data_dir, faults,
@@ -238,7 +241,7 @@ def main(grid: Grid, context: Context) -> None:
     }
     baseline_store = None
     if frameworks:
-        baseline = Federation(node_of, baseline_shards)
+        baseline = Federation(node_of, baseline_shards, samples)
         if "FE" in frameworks:
             summary["baseline_learning"], _, baseline_store = learn_once(
                 runlog, grid, cfg, baseline, folder, "baseline", evaluator, data_dir,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import Message, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 
@@ -24,10 +25,15 @@ class Federation:
         partition id -> Flower node id.
     shards : list[list[int]]
         Partition ids of each shard, ascending; disjoint, covering all clients.
+    samples : Mapping[int, int]
+        Partition id -> training samples that client holds (after the
+        ``client-samples`` cap), computed once on the server; bounds the
+        ``num-examples`` a reply may claim. Empty: unknown.
     """
 
     node_of: dict[int, int]
     shards: list[list[int]]
+    samples: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def shard_of(self) -> dict[int, int]:
@@ -47,12 +53,17 @@ class Federation:
 def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, int]:
     """Ask every node for its ``partition-id``; return partition id -> node id.
 
-    Waits up to ``timeout`` seconds for ``num_clients`` nodes to connect.
+    Waits up to ``timeout`` seconds for ``num_clients`` nodes to connect. Every
+    answer must be one reply per node asked, holding a ConfigRecord ``info``
+    whose ``partition-id`` is an int (not a bool) in 0..num_clients-1, distinct
+    over nodes (:func:`partition_id_of`).
 
     Raises
     ------
     DiscoveryError
-        Too few nodes, a node without an answer, duplicate or out-of-range ids.
+        Too few nodes, a node without an answer, an error reply, a reply from a
+        node not asked or a second reply, a malformed, out-of-range or duplicate
+        partition id. The message is one line naming the node and the value.
     """
     deadline = time.monotonic() + timeout
     while len(nodes := sorted(grid.get_node_ids())) < num_clients:
@@ -65,21 +76,54 @@ def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, 
                 for n in nodes]
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     node_of: dict[int, int] = {}
+    answered: set[int] = set()
     for reply in replies:
-        if reply.has_error():
-            raise DiscoveryError(f"node {reply.metadata.src_node_id} failed discovery:"
-                                 f" {reply.error.reason}")
-        pid = int(reply.content["info"]["partition-id"])
-        if not 0 <= pid < num_clients or pid in node_of:
+        node = reply.metadata.src_node_id
+        if node not in nodes or node in answered:
+            what = "a second reply" if node in answered else "a reply from a node not asked"
+            raise DiscoveryError(f"discovery: {what} (node {node})")
+        answered.add(node)
+        pid = partition_id_of(reply, num_clients)
+        if pid in node_of:
             raise DiscoveryError(
-                f"node {reply.metadata.src_node_id} reports partition-id {pid}: "
+                f"nodes {node_of[pid]} and {node} both report partition-id {pid}: "
                 f"ids must be distinct and in 0..{num_clients - 1}")
-        node_of[pid] = reply.metadata.src_node_id
+        node_of[pid] = node
     if len(node_of) != num_clients:
         missing = sorted(set(range(num_clients)) - set(node_of))[:10]
         raise DiscoveryError(f"{len(node_of)} of {num_clients} clients answered "
                              f"discovery; missing partition ids include {missing}")
     return node_of
+
+
+def partition_id_of(reply: Message, num_clients: int) -> int:
+    """The ``partition-id`` a discovery reply reports, checked.
+
+    Raises
+    ------
+    DiscoveryError
+        An error reply, no ConfigRecord ``info``, or a ``partition-id`` that is
+        missing, not an int (bools and floats are refused) or not in
+        0..num_clients-1.
+    """
+    node = reply.metadata.src_node_id
+    if reply.has_error():
+        raise DiscoveryError(f"node {node} failed discovery: {reply.error.reason}")
+    content = reply.content
+    info = content.get("info") if isinstance(content, RecordDict) else None
+    if not isinstance(info, ConfigRecord):
+        raise DiscoveryError(f"node {node} answered discovery without a ConfigRecord "
+                             f"'info' (records: {_names(content)})")
+    pid = info.get("partition-id")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < num_clients:
+        raise DiscoveryError(
+            f"node {node} reports partition-id = {pid!r}: must be an integer in "
+            f"0..{num_clients - 1} (num-clients = {num_clients})")
+    return pid
+
+
+def _names(content: object) -> list[str]:
+    return sorted(content.keys()) if isinstance(content, RecordDict) else []
 
 
 def assign_shards(num_clients: int, num_shards: int, seed: int) -> list[list[int]]:

@@ -30,7 +30,7 @@ from flwr.supercore import log
 from history.store import HistoryStore
 from server_app.federation import Federation
 from server_app.rounds import RoundOutcome, run_rounds
-from server_app.screening import FaultLog
+from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from strategies.sharded import ShardedStrategy, to_numpy
 
 if TYPE_CHECKING:
@@ -182,6 +182,8 @@ def run_learning(
         the store is left incomplete.
     """
     faults = faults if faults is not None else FaultLog()
+    limits = ReplyLimits(federation.samples, timeout or MAX_TRAIN_SECONDS,
+                         getattr(store, "max_update", None))
     t_start = time.perf_counter()
     for s, arrays in enumerate(initial):
         store.put_shard_model(s, 0, to_numpy(arrays))
@@ -192,7 +194,7 @@ def run_learning(
     result.models = run_rounds(grid, strategy, initial, num_rounds, train_config,
                                timeout=timeout, faults=faults, label=label,
                                partition_of=federation.partition_of,
-                               observers=observers)
+                               limits=limits, observers=observers)
     if not any(progress.moved):
         raise LearningStalledError(stalled_message(label, num_rounds, faults))
     for shard in (s for s, m in enumerate(progress.moved) if not m):

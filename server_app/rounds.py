@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from history.comm import transfer_seconds
-from server_app.screening import FaultLog, screen
+from server_app.screening import FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
 
 
@@ -139,6 +139,7 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
                num_rounds: int, config: ConfigRecord, *, timeout: float | None = None,
                faults: FaultLog | None = None, label: str = "round",
                partition_of: Mapping[int, int] | None = None,
+               limits: ReplyLimits | None = None,
                observers: Sequence[RoundObserver] = ()) -> list[ArrayRecord]:
     """Run ``num_rounds`` training rounds of ``strategy``; return the shard models.
 
@@ -162,6 +163,8 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
         Stage name in the fault log and the log lines.
     partition_of : Mapping[int, int], optional
         Node id -> partition id, for readable fault entries.
+    limits : ReplyLimits, optional
+        Bounds of a reply's numbers (samples held, seconds, update size).
     observers : Sequence[RoundObserver]
         Told about each round, in order, once it is aggregated.
 
@@ -180,7 +183,7 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
         server_s = time.perf_counter() - started
         seen = len(faults.entries)
         replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
-        accepted = screen(replies, messages, label, rnd, faults, partition_of)
+        accepted = screen(replies, messages, label, rnd, faults, partition_of, limits)
         _log_faults(faults.entries[seen:], label, rnd)
         warnings = shard_warnings(strategy, messages, accepted, faults.entries[seen:],
                                   label, rnd)

@@ -1,11 +1,34 @@
 """Screening of client replies before aggregation.
 
 Hostile or broken input is rejected, recorded and left out; nodes that did not
-answer are recorded as dropouts.
+answer are recorded as dropouts. Screening is pure: it reads replies and what was
+sent, and never aggregates.
 
-A training reply is accepted only if it comes from a node that was asked, has no
-error, carries exactly the layers of the model that was sent with the same
-shapes and dtype, only finite values, and a positive integer example count.
+A training reply (``train`` or ``train.unlearn``) is accepted only if it comes
+from a node that was asked, once, without an error, and has exactly the
+structure the ClientApp sends:
+
+- exactly two records, ``arrays`` (an ArrayRecord) and ``metrics`` (a
+  MetricRecord), nothing else;
+- ``arrays`` holds exactly the layers of the model sent, in the same order, each
+  with the dtype and shape sent, only finite values and, where the history is
+  coded, updates within the quantisation range (``max_update``);
+- ``metrics`` holds exactly the keys of :data:`TRAIN_METRICS`, each a single
+  number (not a bool, not a list) in its range:
+
+  ========================  ================================================
+  ``num-examples``          int, 1 .. samples the client holds (the server
+                            knows each partition's size; else 2^31 - 1)
+  ``train-seconds``         finite, 0 .. the round timeout (else one week)
+  ``train-loss``            finite, 0 .. 1e9 (nats)
+  ``local-epochs``          finite, > 0 and at most the epochs asked plus one
+                            mini-batch (``batch-size / samples held``) plus
+                            a relative 1e-6 (float rounding)
+  ========================  ================================================
+
+The one-mini-batch slack admits a client that finishes its last, partial batch
+(``ceil(epochs * n / batch)`` steps); a client that counts exactly the samples
+it saw reports the epochs asked and is well inside.
 """
 
 from __future__ import annotations
@@ -15,7 +38,47 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+TRAIN_RECORDS: dict[str, type] = {"arrays": ArrayRecord, "metrics": MetricRecord}
+"""Record name -> record type of a training reply (exactly these)."""
+
+TRAIN_METRICS = ("num-examples", "train-seconds", "train-loss", "local-epochs")
+"""Metric keys of a training reply (exactly these)."""
+
+MAX_EXAMPLES = 2**31 - 1
+"""Cap on ``num-examples`` when the server does not know the partition's size."""
+
+MAX_TRAIN_SECONDS = 7 * 24 * 3600.0
+"""Cap on ``train-seconds`` when rounds have no timeout: one week."""
+
+MAX_LOSS = 1e9
+"""Cap on ``train-loss`` (nats): a larger loss is a diverged or forged reply."""
+
+EPOCH_RTOL = 1e-6
+"""Relative slack on ``local-epochs`` above what was asked (float rounding)."""
+
+
+@dataclass(frozen=True)
+class ReplyLimits:
+    """What the server knows that bounds the numbers in a reply.
+
+    Attributes
+    ----------
+    held : Mapping[int, int]
+        Partition id -> samples that client holds (after the ``client-samples``
+        cap). A partition not listed is capped at :data:`MAX_EXAMPLES`.
+    max_seconds : float
+        Largest ``train-seconds`` (s): the round timeout, since a reply that
+        arrived in time cannot have trained longer.
+    max_update : float or None
+        Largest ``|w - w_sent|`` of any parameter, or None for no bound (coded
+        storage: the quantisation range, larger values cannot be stored).
+    """
+
+    held: Mapping[int, int] = field(default_factory=dict)
+    max_seconds: float = MAX_TRAIN_SECONDS
+    max_update: float | None = None
 
 
 @dataclass
@@ -44,44 +107,137 @@ class FaultLog:
         return out
 
 
-def check_reply(reply: Message, sent: ArrayRecord) -> str | None:
+def check_reply(reply: Message, sent: Message, held: int | None = None,
+                limits: ReplyLimits | None = None) -> str | None:
     """Why ``reply`` must not be aggregated, or None if it is acceptable.
+
+    Never raises on any reply content.
 
     Parameters
     ----------
     reply : Message
         A training reply (``train`` or ``train.unlearn``).
-    sent : ArrayRecord
-        The model sent to that node: the reply must match its layers.
+    sent : Message
+        The message it answers: its ``arrays`` are the model the reply must
+        match, its ``config`` the ``local-epochs`` and ``batch-size`` asked.
+    held : int, optional
+        Samples the replying client holds (None: unknown, capped at
+        :data:`MAX_EXAMPLES`).
+    limits : ReplyLimits, optional
+        ``max_seconds`` and ``max_update``; ``held`` is taken from the argument.
+
+    Returns
+    -------
+    str or None
+        A one-line reason, or None.
     """
+    limits = limits or ReplyLimits()
     if reply.has_error():
         return f"client error: {reply.error.reason}"
     content = reply.content
-    if len(content.array_records) != 1 or len(content.metric_records) != 1:
-        return "reply must hold exactly one ArrayRecord and one MetricRecord"
-    arrays = next(iter(content.array_records.values()))
-    if list(arrays) != list(sent):
-        return f"layers {sorted(arrays)} differ from the model sent {sorted(sent)}"
-    for key, value in arrays.items():
-        got, want = value.numpy(), sent[key].numpy()
-        if got.shape != want.shape or got.dtype != want.dtype:
-            return (f"layer {key!r} is {got.dtype}{list(got.shape)}, expected "
-                    f"{want.dtype}{list(want.shape)}")
-        if not np.isfinite(got).all():
-            return f"layer {key!r} has NaN or Inf values"
-    metrics = next(iter(content.metric_records.values()))
-    n = metrics.get("num-examples")
-    if isinstance(n, bool) or not isinstance(n, int | float) or n != int(n) or n <= 0:
-        return f"num-examples = {n!r}: must be a positive integer"
-    seconds = metrics.get("train-seconds", 0.0)
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds < 0:
-        return f"train-seconds = {seconds!r}: must be a finite number >= 0"
+    reason = _check_records(content)
+    if reason is None:
+        reason = _check_arrays(content["arrays"], sent.content["arrays"],
+                               limits.max_update)
+    if reason is None:
+        config = sent.content.config_records.get("config") or {}
+        reason = _check_metrics(content["metrics"], held, config, limits.max_seconds)
+    return reason
+
+
+def _check_records(content: object) -> str | None:
+    """Exactly the records of :data:`TRAIN_RECORDS`, with their types."""
+    if not isinstance(content, RecordDict):
+        return f"content is a {type(content).__name__}, not a RecordDict"
+    names = list(content.keys())
+    if sorted(names) != sorted(TRAIN_RECORDS):
+        return (f"records {sorted(names)}: a training reply holds exactly "
+                f"{sorted(TRAIN_RECORDS)}")
+    for name, kind in TRAIN_RECORDS.items():
+        if not isinstance(content[name], kind):
+            return (f"record {name!r} is a {type(content[name]).__name__}, "
+                    f"expected a {kind.__name__}")
     return None
 
 
+def _check_arrays(arrays: ArrayRecord, sent: ArrayRecord, max_update: float | None
+                  ) -> str | None:
+    """The layers sent, same order, dtype and shape, finite, within ``max_update``."""
+    if list(arrays.keys()) != list(sent.keys()):
+        return f"layers {list(arrays.keys())} differ from the model sent {list(sent)}"
+    for key, value in arrays.items():
+        want = sent[key].numpy()
+        if not isinstance(value, Array):
+            return f"layer {key!r} is a {type(value).__name__}, not an Array"
+        declared = f"{value.dtype}{list(value.shape)}"
+        if declared != f"{want.dtype}{list(want.shape)}":
+            return f"layer {key!r} is {declared}, expected {want.dtype}{list(want.shape)}"
+        try:
+            got = value.numpy()
+        except Exception as err:  # untrusted bytes: any decoding failure is a reject
+            return f"layer {key!r} cannot be decoded: {type(err).__name__}"
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return (f"layer {key!r} decodes to {got.dtype}{list(got.shape)}, "
+                    f"expected {want.dtype}{list(want.shape)}")
+        if not np.isfinite(got).all():
+            return f"layer {key!r} has NaN or Inf values"
+        if max_update is not None and got.size:
+            step = float(np.max(np.abs(got.astype(np.float64) - want)))
+            if step > max_update:
+                return (f"layer {key!r} moves by {step:.3g}: coded storage holds "
+                        f"updates up to {max_update:.3g}")
+    return None
+
+
+def _number(metrics: MetricRecord, key: str) -> tuple[float | None, str | None]:
+    """The finite single number under ``key``, or a reason it is not one."""
+    value = metrics[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, f"{key} = {value!r}: must be a single number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, f"{key} = {value!r}: must be finite"
+    return value, None
+
+
+def _check_metrics(metrics: MetricRecord, held: int | None, config: Mapping,
+                   max_seconds: float) -> str | None:
+    """Exactly :data:`TRAIN_METRICS`, each a finite number in its range."""
+    keys = list(metrics.keys())
+    if sorted(keys) != sorted(TRAIN_METRICS):
+        return (f"metrics {sorted(keys)}: a training reply holds exactly "
+                f"{sorted(TRAIN_METRICS)}")
+    values = {}
+    for key in TRAIN_METRICS:
+        values[key], reason = _number(metrics, key)
+        if reason:
+            return reason
+    n, cap = values["num-examples"], held if held is not None else MAX_EXAMPLES
+    if not isinstance(n, int) or not 1 <= n <= cap:
+        return f"num-examples = {n!r}: must be an integer in [1, {cap}] (samples held)"
+    if not 0 <= values["train-seconds"] <= max_seconds:
+        return (f"train-seconds = {values['train-seconds']!r}: must be in "
+                f"[0, {max_seconds:g}]")
+    if not 0 <= values["train-loss"] <= MAX_LOSS:
+        return f"train-loss = {values['train-loss']!r}: must be in [0, {MAX_LOSS:g}]"
+    most = _max_epochs(config, held or n)
+    if not 0 < values["local-epochs"] <= most:
+        return f"local-epochs = {values['local-epochs']!r}: must be in (0, {most:.6g}]"
+    return None
+
+
+def _max_epochs(config: Mapping, held: int) -> float:
+    """Epochs asked plus one mini-batch plus a relative 1e-6 (inf if not asked)."""
+    asked, batch = config.get("local-epochs"), config.get("batch-size", 0)
+    if isinstance(asked, bool) or not isinstance(asked, int | float):
+        return math.inf
+    slack = batch / held if isinstance(batch, int) and not isinstance(batch, bool) \
+        else 0.0
+    return float(asked) * (1 + EPOCH_RTOL) + slack
+
+
 def screen(replies: Iterable[Message], messages: Sequence[Message], stage: str,
-           rnd: int, faults: FaultLog, partition_of: Mapping[int, int] | None = None
-           ) -> list[Message]:
+           rnd: int, faults: FaultLog, partition_of: Mapping[int, int] | None = None,
+           limits: ReplyLimits | None = None) -> list[Message]:
     """Keep the acceptable replies; record rejections and missing answers.
 
     Parameters
@@ -89,41 +245,45 @@ def screen(replies: Iterable[Message], messages: Sequence[Message], stage: str,
     replies : Iterable[Message]
         What the grid returned.
     messages : Sequence[Message]
-        What was sent (one per node); its model is the reference.
+        What was sent (one per node); its model and config are the reference.
     stage, rnd : str, int
         Where, for the fault log.
     faults : FaultLog
         Receives one entry per rejected reply and per node that did not answer.
     partition_of : Mapping[int, int], optional
-        node id -> partition id, for readable logs.
+        node id -> partition id, for readable logs and the samples held.
+    limits : ReplyLimits, optional
+        Bounds on the reply's numbers (default: no partition sizes, one week,
+        no update bound).
 
     Returns
     -------
     list[Message]
-        The accepted replies, at most one per node asked.
+        The accepted replies, unchanged, at most one per node asked.
     """
     partition_of = partition_of or {}
-    sent = {m.metadata.dst_node_id: m.content["arrays"] for m in messages}
+    limits = limits or ReplyLimits()
+    sent = {m.metadata.dst_node_id: m for m in messages}
     kept: dict[int, Message] = {}
+    answered: set[int] = set()
     for reply in replies:
         node = reply.metadata.src_node_id
         pid = partition_of.get(node)
         if node not in sent:
             faults.add(stage, rnd, node, pid, "rejected", "reply from a node not asked")
             continue
-        if node in kept:
+        if node in answered:
             faults.add(stage, rnd, node, pid, "rejected", "second reply from a node")
             continue
-        reason = check_reply(reply, sent[node])
+        answered.add(node)
+        reason = check_reply(reply, sent[node], limits.held.get(pid), limits)
         if reason is not None:
             kind = "error" if reply.has_error() else "rejected"
             faults.add(stage, rnd, node, pid, kind, reason)
             continue
         kept[node] = reply
     for node in sent:
-        if node not in kept and not any(
-                e["node"] == node and e["round"] == rnd and e["stage"] == stage
-                for e in faults.entries):
+        if node not in answered:
             faults.add(stage, rnd, node, partition_of.get(node), "dropout",
                        "no answer within the round timeout")
     return list(kept.values())

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from history.coded import CodedHistory
 from server_app.requests import expected_cost
 from server_app.rounds import CostMeter, run_rounds
-from server_app.screening import FaultLog
+from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
 
@@ -41,19 +41,23 @@ from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingE
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
           timeout: float | None = None, faults: FaultLog | None = None,
-          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None
+          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None,
+          samples: Mapping[int, int] | None = None
           ) -> tuple[list[ArrayRecord], CostMeter]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
     The rounds go through :func:`server_app.rounds.run_rounds` (replies screened,
     rejected ones and missing answers recorded in ``faults``) with a
     :class:`~server_app.rounds.CostMeter` as observer; its ``wall_s`` is set here.
+    ``samples`` (partition id -> samples held) and ``timeout`` (the most training
+    seconds a reply may claim) bound the replies' numbers.
     """
+    limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
     meter = CostMeter(link_rate_mbps)
     t_start = time.perf_counter()
     models = run_rounds(grid, strategy, initial, num_rounds, config, timeout=timeout,
                         faults=faults, label=stage, partition_of=partition_of,
-                        observers=[meter])
+                        limits=limits, observers=[meter])
     meter.wall_s = time.perf_counter() - t_start
     return models, meter
 
@@ -147,7 +151,8 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
                                                         models or None)
             models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
                                   cfg.link_rate_mbps, cfg.round_timeout, faults,
-                                  f"{name} request {k}", stage.sharded.partition_of)
+                                  f"{name} request {k}", stage.sharded.partition_of,
+                                  stage.sharded.samples)
             retrieval = _slice_retrieval(stage) if name == "SE" else None
             if retrieval:  # coded storage: the history was fetched and decoded first
                 stats.comm_time_s += retrieval["comm_time_s"]

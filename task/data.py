@@ -852,3 +852,39 @@ def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str
     _check_split_args(scheme, num_clients, partition_id, None)
     idx = torch.from_numpy(partitions(task, num_clients, scheme, seed)[partition_id])
     return task.train_x[idx], task.train_y[idx]
+
+
+def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
+                    cap: int = 0) -> list[int]:
+    """Training samples each client holds, without copying any data.
+
+    The same partition as :func:`client_data` (cached), so the server can bound
+    what a client may claim to have trained on.
+
+    Parameters
+    ----------
+    task : TaskData
+        From :func:`load_task_data`.
+    num_clients : int
+        Number of clients ``C``.
+    scheme : {"iid", "noniid"}
+        Partition scheme.
+    seed : int
+        Partition seed.
+    cap : int
+        The run config's ``client-samples``: a client uses only its first
+        ``cap`` samples (0 = all).
+
+    Returns
+    -------
+    list of int
+        ``C`` sample counts (images: samples; text: blocks), in partition-id order.
+
+    Raises
+    ------
+    ValueError
+        As :func:`client_data`, naming ``partition`` or ``num-clients``.
+    """
+    _check_split_args(scheme, num_clients, None, None)
+    sizes = [len(part) for part in _partition(task, num_clients, scheme, seed)]
+    return [min(size, cap) if cap > 0 else size for size in sizes]

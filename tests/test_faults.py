@@ -21,6 +21,13 @@ def replace_examples(reply, n):
     return Message(content, reply_to=_original(reply))
 
 
+def rename_records(reply):
+    """The reply of the issue: records ``params`` / ``stats``, not arrays / metrics."""
+    content = RecordDict({"params": reply.content["arrays"],
+                          "stats": reply.content["metrics"]})
+    return Message(content, reply_to=_original(reply))
+
+
 def _original(reply):
     """A stand-in for the message the reply answers (same src/dst)."""
     sent = Message(RecordDict(), dst_node_id=reply.metadata.src_node_id,
@@ -34,23 +41,41 @@ def nan(k, v):
     return v
 
 
-HOSTILE = {
-    "nan": lambda r: replace_arrays(r, nan),
-    "inf": lambda r: replace_arrays(r, lambda k, v: np.full_like(v, np.inf)),
-    "shape": lambda r: replace_arrays(r, lambda k, v: v.reshape(-1)[:-1]),
-    "dtype": lambda r: replace_arrays(r, lambda k, v: v.astype(np.float64)),
-    "zero-examples": lambda r: replace_examples(r, 0),
-    "negative-examples": lambda r: replace_examples(r, -5),
+HOSTILE = {  # kind -> (tamper, words of the recorded reason)
+    "nan": (lambda r: replace_arrays(r, nan), "has NaN or Inf values"),
+    "inf": (lambda r: replace_arrays(r, lambda k, v: np.full_like(v, np.inf)),
+            "has NaN or Inf values"),
+    "shape": (lambda r: replace_arrays(r, lambda k, v: v.reshape(-1)[:-1]), "expected"),
+    "dtype": (lambda r: replace_arrays(r, lambda k, v: v.astype(np.float64)),
+              "expected float32"),
+    "zero-examples": (lambda r: replace_examples(r, 0), "num-examples = 0"),
+    "negative-examples": (lambda r: replace_examples(r, -5), "num-examples = -5"),
+    # the issue's inputs: each used to kill the ServerApp before summary.json
+    "inf-examples": (lambda r: replace_examples(r, float("inf")),
+                     "num-examples = inf: must be finite"),
+    "nan-examples": (lambda r: replace_examples(r, float("nan")),
+                     "num-examples = nan: must be finite"),
+    "1e20-examples": (lambda r: replace_examples(r, 1e20),
+                      "num-examples = 1e+20: must be an integer in [1, 64]"),
+    "10**20-examples": (lambda r: replace_examples(r, 10**20),
+                        "must be an integer in [1, 64] (samples held)"),
+    "more-examples-than-held": (lambda r: replace_examples(r, 65),
+                                "num-examples = 65: must be an integer in [1, 64]"),
+    "params-stats": (rename_records, "records ['params', 'stats']: a training reply "
+                                     "holds exactly ['arrays', 'metrics']"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
 def test_hostile_reply_is_rejected_recorded_and_excluded(run_server, tmp_path, kind):
     # every client of the run is sampled (2 shards x 2 of 4... all 8 take part)
+    tamper, words = HOSTILE[kind]
     summary, _ = run_server({"frameworks": "none", "num-rounds": 1,
-                             "clients-per-round": 8}, tamper={1002: HOSTILE[kind]})
-    rejected = [e for e in summary["faults"]["entries"] if e["kind"] == "rejected"]
-    assert [(e["partition"], e["round"]) for e in rejected] == [(2, 1)]
+                             "clients-per-round": 8}, tamper={1002: tamper})
+    assert summary["faults"]["counts"] == {"rejected": 1}  # and summary.json exists
+    (fault,) = summary["faults"]["entries"]
+    assert (fault["partition"], fault["round"], fault["stage"]) == (2, 1, "sharded")
+    assert words in fault["reason"]
     store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
     shard = next(s for s, pids in enumerate(summary["shards"]) if 2 in pids)
     assert 2 not in [p for p, _ in store.participants(shard, 1)]
@@ -96,3 +121,25 @@ def test_unlearning_with_a_silent_retained_client(run_server):
     lost = [(e["stage"], e["partition"], e["kind"]) for e in summary["faults"]["entries"]]
     # asked in calibration round 2 (round 1 is preparation from storage)
     assert lost == [("SE request 0", 4, "dropout")]
+
+
+def test_renamed_unlearning_replies_are_rejected_in_se_and_fr(run_server):
+    # the first client SE asks to retrain answers SE, then FR, with params / stats
+    chosen = {}
+
+    def rename_after_learning(node):
+        def tamper(reply):
+            if reply.metadata.message_type == "train.unlearn":
+                chosen.setdefault("node", node)
+            return rename_records(reply) if chosen.get("node") == node else reply
+        return tamper
+
+    summary, _ = run_server({"forget-clients": "3", "frameworks": "SE,FR",
+                             "num-rounds": 2, "clients-per-round": 6, "mia": False},
+                            tamper={n: rename_after_learning(n) for n in range(1000, 1008)})
+    pid = chosen["node"] - 1000
+    lost = [(e["stage"], e["partition"], e["kind"]) for e in summary["faults"]["entries"]]
+    assert set(lost) == {("FR request 0", pid, "rejected"),  # each round it was asked
+                         ("SE request 0", pid, "rejected")}
+    assert all("['params', 'stats']" in e["reason"] for e in summary["faults"]["entries"])
+    assert all(np.isfinite(summary["frameworks"][n]["loss"]) for n in ("SE", "FR"))
