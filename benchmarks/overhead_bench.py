@@ -37,6 +37,7 @@ from server_app.config import RunConfig  # noqa: E402
 from server_app.evaluation import CentralEvaluator  # noqa: E402
 from server_app.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
+from task.config import fused_run_config  # noqa: E402
 from task.data import client_data, load_task_data  # noqa: E402
 from task.model import build_model  # noqa: E402
 from task.train import local_train  # noqa: E402
@@ -109,7 +110,7 @@ def main() -> None:
         overrides[key] = json.loads(value.replace("'", '"'))
     if not overrides.get("data-dir") and os.environ.get("SE_DATA_DIR"):
         overrides["data-dir"] = os.environ["SE_DATA_DIR"]
-    cfg = RunConfig.from_run_config(overrides)
+    cfg = RunConfig.from_run_config(fused_run_config(overrides))
     plain = plain_rounds(cfg, args.rounds)
     flower = flower_rounds(args.run_config, args.rounds)
     # the first Flower round includes each Ray worker's data loading: skip it

@@ -1,1 +1,1 @@
-"""Client side of Sharding Eraser: datasets, partitions and models."""
+"""The ClientApp: message handlers only; data, models and training are :mod:`task`'s."""

@@ -11,18 +11,20 @@ Message types it answers:
   of the training history and hand them to a shard server that proves its key
   (``storage = "coded"``; see :mod:`history.slices`).
 
-The data settings (dataset, partition, number of clients, seed, data folder) come
-from the run config; the per-round settings (epochs, lr, batch size) from the
-message's ``config`` record, as stock Flower strategies send them: ``lr``,
-``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or ``adam``, fresh state
-every message), ``momentum`` (SGD), and RapidRetrain's ``precondition``.
+The data settings (dataset, partition, number of clients, seed, data folder, block
+size, sample cap) come from the run config, read by :class:`task.config.TaskConfig`
+(their defaults are ``pyproject.toml``'s, which Flower merges into every run
+config); the per-round settings (epochs, lr, batch size) from the message's
+``config`` record, as stock Flower strategies send them: ``lr``, ``local-epochs``,
+``batch-size``, ``optimizer`` (``sgd`` or ``adam``, fresh state every message),
+``momentum`` (SGD), and RapidRetrain's ``precondition``.  Data, models and
+training are :mod:`task`'s; this module only answers messages.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import zlib
 
 import torch
 from flwr.app import (
@@ -37,10 +39,12 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 
 from history import slices
-from task.data import client_data, holds_dataset, load_task_data
+from task.config import TaskConfig
+from task.data import load_client_data
 from task.model import build_model
 from task.train import (
     fisher_preconditioner,
+    local_seed,
     local_train,
     predict_proba,
     score_proba,
@@ -63,40 +67,27 @@ def partition_id(context: Context) -> int:
             "--node-config \"partition-id=<i> num-partitions=<C>\"") from err
 
 
-def data_dir(dataset: str, run_config, config: ConfigRecord) -> str | None:
-    """The data folder of this node.
+def _received(message: Message, context: Context):
+    """The node's training data and the model the message carries.
 
-    The server's folder (message ``config["data-dir"]``) where it holds the
-    dataset on this node too; else the run-config ``data-dir`` (explicit: an
-    error naming ``data-dir`` if this node does not have it there, never another
-    folder); else ``None``: the lookup order of :func:`resolve_data_dir`.
+    Returns ``(x, y, model)``: the node's share of the task (:class:`TaskConfig`
+    from the run config; the server's ``data-dir`` where this node has it) and
+    the task's model holding the received weights.
     """
-    server = str(config.get("data-dir", "") or "")
-    if server and holds_dataset(dataset, server):
-        return server
-    return str(run_config.get("data-dir", "") or "") or None
-
-
-def _client_data(context: Context, config: ConfigRecord):
-    run = context.run_config
-    dataset = str(run.get("dataset", "mnist"))
-    task = load_task_data(dataset, data_dir(dataset, run, config),
-                          int(run.get("block-size", 64)))
-    x, y = client_data(task, partition_id(context), int(run.get("num-clients", 100)),
-                       str(run.get("partition", "iid")), int(run.get("seed", 0)))
-    limit = int(run.get("client-samples", 0)) or None  # 0: all of the partition
-    return x[:limit], y[:limit], task.num_classes, dataset
+    cfg = TaskConfig.from_run_config(context.run_config)
+    server_dir = str(message.content["config"].get("data-dir", "") or "")
+    x, y, task = load_client_data(cfg, partition_id(context), server_dir)
+    model = build_model(cfg.dataset, task.num_classes)
+    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    return x, y, model
 
 
 def _train(message: Message, context: Context, phase: str) -> Message:
     torch.set_num_threads(_THREADS)
     config = message.content["config"]
-    x, y, num_classes, dataset = _client_data(context, config)
-    model = build_model(dataset, num_classes)
-    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
-    pid = partition_id(context)
-    rnd = int(config.get("server-round", 0))
-    seed = zlib.crc32(f"{config.get('seed', 0)}:{phase}:{rnd}:{pid}".encode())
+    x, y, model = _received(message, context)
+    seed = local_seed(config.get("seed", 0), phase, int(config.get("server-round", 0)),
+                      partition_id(context))
     transform, t0 = None, time.perf_counter()
     if config.get("precondition", "") == "fisher":  # RapidRetrain
         transform = fisher_preconditioner(
@@ -174,9 +165,7 @@ def unlearn(message: Message, context: Context) -> Message:
 def evaluate(message: Message, context: Context) -> Message:
     """Loss and accuracy of the received model on this client's data."""
     torch.set_num_threads(_THREADS)
-    x, y, num_classes, dataset = _client_data(context, message.content["config"])
-    model = build_model(dataset, num_classes)
-    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    x, y, model = _received(message, context)
     loss, accuracy = score_proba(predict_proba(model, x), y.numpy())
     metrics = MetricRecord({"num-examples": len(x), "loss": loss,
                             "accuracy": accuracy})

@@ -17,6 +17,8 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from task.config import fused_run_config
+
 NODE_ID_BASE = 1000
 
 
@@ -30,7 +32,9 @@ class InProcessGrid(Grid):
     num_nodes : int
         Nodes; node ``NODE_ID_BASE + i`` has ``partition-id`` i.
     run_config : Mapping[str, object]
-        The run config every node sees (``context.run_config``).
+        Run-config overrides; every node sees them over ``pyproject.toml``'s
+        defaults (``context.run_config``, as Flower fuses them:
+        :func:`task.config.fused_run_config`).
     absent : Iterable[int]
         Node ids not connected: not listed, never answer.
     silent : Iterable[int]
@@ -49,11 +53,12 @@ class InProcessGrid(Grid):
                  absent: Iterable[int] = (), silent: Iterable[int] = (),
                  tamper: Mapping | None = None, stateless: bool = False):
         self.client_app = client_app
+        fused = fused_run_config(run_config)
         self.contexts = {
             NODE_ID_BASE + i: Context(
                 run_id=1, node_id=NODE_ID_BASE + i,
                 node_config={"partition-id": i, "num-partitions": num_nodes},
-                state=RecordDict(), run_config=dict(run_config))
+                state=RecordDict(), run_config=dict(fused))
             for i in range(num_nodes)
         }
         self.absent, self.silent = set(absent), set(silent)
@@ -127,8 +132,9 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
     Parameters
     ----------
     run_config : Mapping[str, object]
-        Kebab-case run-config keys (as ``--run-config``); must name
-        ``results-dir`` and ``run-name`` so the summary can be found.
+        Kebab-case run-config keys (as ``--run-config``), over ``pyproject.toml``'s
+        defaults; must name ``results-dir`` and ``run-name`` so the summary can be
+        found.
 
     Returns
     -------
@@ -143,8 +149,8 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
     from client_app.app import app as client_app
     from server_app.app import main
 
-    config = dict(run_config)
-    num_clients = int(config.get("num-clients", 100))
+    config = fused_run_config(run_config)
+    num_clients = int(config["num-clients"])
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     grid = InProcessGrid(client_app, num_clients, config)
     main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import tomllib
 
+from task.config import fused_run_config
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("single", "concurrent", "storage")
 PRESETS = ("quick", "paper", "tiny")
@@ -174,10 +176,10 @@ def dataset_config(preset: str, dataset: str) -> dict:
 
 
 def _weight(config: dict, frameworks: int, learnings: int) -> float:
-    cost = _DATASET_COST.get(str(config.get("dataset")), 1.0)
-    size = (int(config.get("clients-per-round", 20)) * int(config.get("num-rounds", 10))
-            * int(config.get("local-epochs", 2)) * int(config.get("client-samples", 600)
-                                                          or 600))
+    config = fused_run_config(config)  # unset keys: pyproject.toml's defaults
+    cost = _DATASET_COST.get(str(config["dataset"]), 1.0)
+    size = (int(config["clients-per-round"]) * int(config["num-rounds"])
+            * int(config["local-epochs"]) * (int(config["client-samples"]) or 600))
     return cost * size * (learnings + 0.6 * frameworks) / 1e4
 
 

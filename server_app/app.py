@@ -33,7 +33,8 @@ from server_app.unlearning import Stage, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
-from task.data import load_task_data, partition_sizes, resolve_data_dir
+from task.data import load_task_data, partition_sizes
+from task.locate import resolve_data_dir
 from task.model import build_model
 
 app = ServerApp()

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strategies.factory import SERVER_DEFAULTS
+from task.config import DATASETS, OPTIMIZERS, PARTITIONS
 
-DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
-PARTITIONS = ("iid", "noniid")
 # Stock Flower strategies a shard may use as its aggregator (run-config
 # ``shard-strategy``). Robust aggregators that need extra arguments are left out.
 SHARD_STRATEGIES = (
@@ -36,7 +35,6 @@ SHARD_STRATEGIES = (
 
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
-OPTIMIZERS = ("sgd", "adam")  # task.train.OPTIMIZERS
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
 STORAGE_MODES = ("uncoded", "coded")

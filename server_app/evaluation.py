@@ -22,7 +22,7 @@ class CentralEvaluator:
     Parameters
     ----------
     dataset : str
-        A name from ``task.data.DATASETS``.
+        A name from ``task.config.DATASETS``.
     data_dir : str or None
         Passed to ``load_task_data``.
     block_size : int

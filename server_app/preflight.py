@@ -252,7 +252,7 @@ def check_coded_range(cfg: RunConfig, magnitude: float) -> None:
 
 
 def _check_files(cfg: RunConfig) -> None:
-    from task.data import DatasetNotFoundError, resolve_data_dir
+    from task.locate import DatasetNotFoundError, resolve_data_dir
 
     if cfg.data_dir:
         try:

@@ -1,1 +1,14 @@
-"""The ML task shared by both apps: datasets, partitions, models, local training."""
+"""The ML task shared by both apps (a Flower template's ``task.py``, split by concern).
+
+- :mod:`task.config`: the choices (datasets, partitions, optimizers), their checks,
+  :class:`~task.config.TaskConfig` and ``pyproject.toml``'s run-config defaults;
+- :mod:`task.locate`: where a dataset is (explicit folder, usual places, download);
+- :mod:`task.data`: loading a whole task once, and each client's share;
+- :mod:`task.partition`: the ``iid`` / ``noniid`` partitions of labelled samples;
+- :mod:`task.cifar`: CIFAR-10 from the pickles or the JPEG copy (decoded once);
+- :mod:`task.text`: Tiny Shakespeare: vocabulary, blocks, text partitions;
+- :mod:`task.model` and :mod:`task.nanogpt`: the CNN and the character GPT;
+- :mod:`task.train`: local training, prediction and scores (plain PyTorch).
+
+Nothing here imports an app.
+"""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-OPTIMIZERS = ("sgd", "adam")
-"""Local optimizers of :func:`local_train` (run-config ``optimizer``)."""
+from task.config import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,32 @@ def _batches(n: int, sizes: list[int], generator: torch.Generator):
 
 def _loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def local_seed(run_seed: object, phase: str, server_round: int, partition_id: int
+               ) -> int:
+    """The seed of one client's local training for one message.
+
+    Learning and unlearning (``phase``), rounds and clients are seeded apart:
+    the CRC-32 of ``"<run seed>:<phase>:<server round>:<partition id>"``.
+
+    Parameters
+    ----------
+    run_seed : object
+        The message's ``seed`` (the run-config seed), formatted with ``str``.
+    phase : str
+        ``"learn"`` or ``"unlearn"``.
+    server_round : int
+        The message's ``server-round``.
+    partition_id : int
+        The client's partition id.
+
+    Returns
+    -------
+    int
+        A seed in ``[0, 2**32)``.
+    """
+    return zlib.crc32(f"{run_seed}:{phase}:{server_round}:{partition_id}".encode())
 
 
 def local_train(

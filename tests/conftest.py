@@ -11,6 +11,7 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from experiments.grid import InProcessGrid
+from task.config import fused_run_config
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -44,6 +45,26 @@ def shared_data() -> Path:
     return root
 
 
+@pytest.fixture
+def offline(monkeypatch):
+    """No downloads, and no ``$SE_DATA_DIR``."""
+    from task import locate
+
+    def refuse(dataset, root):
+        raise OSError("offline (test)")
+
+    monkeypatch.setattr(locate, "_download", refuse)
+    monkeypatch.delenv("SE_DATA_DIR", raising=False)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty user cache (``$SE_CACHE_DIR``) under tmp_path."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SE_CACHE_DIR", str(folder))
+    return folder
+
+
 TINY = {
     "dataset": "mnist", "num-clients": 8, "num-shards": 2, "clients-per-round": 4,
     "num-rounds": 2, "local-epochs": 1, "client-samples": 64, "test-samples": 500,
@@ -62,8 +83,9 @@ def run_server(tmp_path, make_grid, shared_data):
     from server_app.app import main
 
     def run(overrides: dict | None = None, run_name: str = "t", **grid_kw):
-        config = {**TINY, "results-dir": str(tmp_path), "run-name": run_name,
-                  "data-dir": str(shared_data), **(overrides or {})}
+        config = fused_run_config({**TINY, "results-dir": str(tmp_path),
+                                   "run-name": run_name, "data-dir": str(shared_data),
+                                   **(overrides or {})})
         grid = make_grid(int(config["num-clients"]), config, **grid_kw)
         main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                            run_config=config))

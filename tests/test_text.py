@@ -8,21 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from task import data, text
+from task import locate, text
 from task.data import client_data, load_task_data
 
-CORPUS = data.SHARED_DATA_DIR / "tinyshakespeare" / "input.txt"
+CORPUS = locate.SHARED_DATA_DIR / "tinyshakespeare" / "input.txt"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_file(),
                                   reason="shared Tiny Shakespeare copy not available")
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    def refuse(dataset, root):
-        raise OSError("offline (test)")
-
-    monkeypatch.setattr(data, "_download", refuse)
-    monkeypatch.delenv("SE_DATA_DIR", raising=False)
 
 
 def _runs(indices: np.ndarray) -> int:

@@ -1,0 +1,257 @@
+"""The task's settings: the allowed choices, their checks, and :class:`TaskConfig`.
+
+One list of choices for both apps: :data:`DATASETS`, :data:`PARTITIONS` and
+:data:`OPTIMIZERS` are defined here only; the ServerApp's run config
+(``server_app.config``) and the task modules import them.
+
+One source of defaults: ``[tool.flwr.app.config]`` in ``pyproject.toml``.  Flower
+merges those defaults into every ``context.run_config``, so
+:meth:`TaskConfig.from_run_config` repeats none of them: a missing key is an
+error.  Code that builds a :class:`flwr.app.Context` itself (the in-process grid,
+tests) completes its run config with :func:`fused_run_config`, Flower's own merge
+of ``pyproject.toml`` defaults and overrides.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from flwr.common.config import flatten_dict, fuse_dicts, get_project_config
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+"""The project root (parent of ``task/``, holding ``pyproject.toml``)."""
+
+DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
+"""Run-config ``dataset``: the four tasks of the paper."""
+
+PARTITIONS = ("iid", "noniid")
+"""Run-config ``partition``: how training samples (images) or blocks (text) are split."""
+
+OPTIMIZERS = ("sgd", "adam")
+"""Run-config ``optimizer``: local optimizers of :func:`task.train.local_train`."""
+
+
+# --------------------------------------------------------------------------
+# Checks of single settings
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (``bool`` is not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def check_dataset(dataset: str) -> None:
+    """Raise ValueError naming ``dataset`` unless it is one of :data:`DATASETS`."""
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset={dataset!r} is not one of {DATASETS}")
+
+
+def check_split(partition: str, num_clients: int, partition_id: int | None = None,
+                block_size: int | None = None) -> None:
+    """Check the settings that split a task over clients (see :func:`validate_data_args`).
+
+    Raises
+    ------
+    ValueError
+        Naming the key (``partition``, ``num-clients``, ``partition-id`` or
+        ``block-size``), the bad value and what is allowed.
+    """
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition={partition!r} is not one of {PARTITIONS}")
+    if not is_int(num_clients) or num_clients < 1:
+        raise ValueError(f"num-clients={num_clients!r} must be an integer >= 1")
+    if partition_id is not None and (
+            not is_int(partition_id) or not 0 <= partition_id < num_clients):
+        raise ValueError(
+            f"partition-id={partition_id!r} must be an integer in [0, {num_clients})"
+        )
+    if block_size is not None and (not is_int(block_size) or block_size < 2):
+        raise ValueError(f"block-size={block_size!r} must be an integer >= 2")
+
+
+def validate_data_args(dataset: str, partition: str, num_clients: int,
+                       partition_id: int | None = None,
+                       block_size: int | None = None) -> None:
+    """Check data settings early, naming the run-config key of a bad value.
+
+    Parameters
+    ----------
+    dataset : str
+        One of :data:`DATASETS` (key ``dataset``).
+    partition : str
+        One of :data:`PARTITIONS` (key ``partition``).
+    num_clients : int
+        Number of clients >= 1 (key ``num-clients``).
+    partition_id : int, optional
+        Client index in ``[0, num_clients)`` (key ``partition-id``).
+    block_size : int, optional
+        Text block length >= 2 (key ``block-size``).
+
+    Raises
+    ------
+    ValueError
+        Naming the key, the bad value and what is allowed.
+    """
+    check_dataset(dataset)
+    check_split(partition, num_clients, partition_id, block_size)
+
+
+# --------------------------------------------------------------------------
+# The task's part of the run config
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The run-config keys that define the learning task (what a client trains on).
+
+    Attributes
+    ----------
+    dataset : str
+        ``dataset``: one of :data:`DATASETS`.
+    partition : str
+        ``partition``: one of :data:`PARTITIONS`.
+    num_clients : int
+        ``num-clients``: clients the training set is split over (>= 1).
+    seed : int
+        ``seed``: the partition seed.
+    data_dir : str
+        ``data-dir``: explicit data folder, ``""`` = look in the usual places
+        (:func:`task.locate.resolve_data_dir`).
+    block_size : int
+        ``block-size``: text block length in characters (>= 2; images ignore it).
+    client_samples : int
+        ``client-samples``: cap on a client's training samples, 0 = all (>= 0).
+    """
+
+    dataset: str
+    partition: str
+    num_clients: int
+    seed: int
+    data_dir: str
+    block_size: int
+    client_samples: int
+
+    def __post_init__(self) -> None:
+        text = self.dataset == "shakespeare"  # images ignore block-size
+        validate_data_args(self.dataset, self.partition, self.num_clients,
+                           block_size=self.block_size if text else None)
+        if not is_int(self.seed):
+            raise ValueError(f"seed={self.seed!r} must be an integer")
+        if not is_int(self.client_samples) or self.client_samples < 0:
+            raise ValueError(f"client-samples={self.client_samples!r} must be an "
+                             "integer >= 0 (0: all of the partition)")
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, object]) -> TaskConfig:
+        """Read the task's keys from Flower's ``context.run_config``.
+
+        No key has a default here: Flower fills in ``pyproject.toml``'s
+        ``[tool.flwr.app.config]``, so a missing key means the run config was
+        built without them (use :func:`fused_run_config`).
+
+        Parameters
+        ----------
+        run_config : Mapping[str, object]
+            Kebab-case keys; other keys are ignored.
+
+        Returns
+        -------
+        TaskConfig
+
+        Raises
+        ------
+        ValueError
+            One line naming a missing key, or a key whose value has the wrong
+            type or is not allowed.
+        """
+        def get(key: str, kind: type) -> object:
+            if key not in run_config:
+                raise ValueError(f"run config lacks '{key}' (pyproject.toml's "
+                                 "[tool.flwr.app.config] defines it; Flower merges "
+                                 "those defaults into every run config)")
+            return _typed(key, run_config[key], kind)
+
+        return cls(dataset=get("dataset", str), partition=get("partition", str),
+                   num_clients=get("num-clients", int), seed=get("seed", int),
+                   data_dir=get("data-dir", str), block_size=get("block-size", int),
+                   client_samples=get("client-samples", int))
+
+
+def _typed(key: str, value: object, kind: type) -> object:
+    """``value`` as ``kind`` (str or int; an integral float counts as an int)."""
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"run-config '{key}' = {value!r} must be a string")
+        return value
+    if is_int(value):
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    raise ValueError(f"run-config '{key}' = {value!r} must be an integer")
+
+
+# --------------------------------------------------------------------------
+# pyproject.toml's defaults
+
+
+@functools.cache
+def _defaults() -> tuple[tuple[str, object], ...]:
+    project = get_project_config(PROJECT_ROOT)
+    return tuple(flatten_dict(project["tool"]["flwr"]["app"].get("config", {})).items())
+
+
+def default_run_config() -> dict[str, object]:
+    """Every run-config key with its default, from ``pyproject.toml``.
+
+    Read with Flower's own functions (``get_project_config``, ``flatten_dict``),
+    as ``flwr run`` reads them.
+
+    Returns
+    -------
+    dict
+        A fresh dict of kebab-case keys (``"num-clients": 100``, ...).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``pyproject.toml`` is not in :data:`PROJECT_ROOT`.
+    ValueError
+        ``pyproject.toml`` is not a valid Flower app configuration.
+    """
+    return dict(_defaults())
+
+
+def fused_run_config(overrides: Mapping[str, object]) -> dict[str, object]:
+    """``pyproject.toml``'s defaults with ``overrides`` on top, as Flower fuses them.
+
+    Flower's ``fuse_dicts`` (as ``get_fused_config_from_dir`` uses it): what a
+    ClientApp or ServerApp started by ``flwr run --run-config`` finds in
+    ``context.run_config``.
+
+    Parameters
+    ----------
+    overrides : Mapping[str, object]
+        Kebab-case keys, each one of ``[tool.flwr.app.config]``.
+
+    Returns
+    -------
+    dict
+        Every run-config key (a fresh dict).
+
+    Raises
+    ------
+    ValueError
+        An override key that ``pyproject.toml`` does not define (one line naming
+        it), as ``flwr run`` refuses it.
+    """
+    defaults = default_run_config()
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"run-config key {unknown[0]!r} is not one of pyproject.toml's "
+                         "[tool.flwr.app.config] keys (see README.md's table)")
+    return fuse_dicts(defaults, dict(overrides))

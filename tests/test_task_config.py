@@ -1,0 +1,134 @@
+"""Tests of task.config: one list of choices, one source of run-config defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import tomli
+
+from task.config import (
+    DATASETS,
+    PARTITIONS,
+    TaskConfig,
+    default_run_config,
+    fused_run_config,
+    validate_data_args,
+)
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+@pytest.mark.parametrize("args, key, allowed", [
+    (("svhn", "iid", 10), "dataset='svhn'", str(DATASETS)),
+    (("mnist", "shards", 10), "partition='shards'", str(PARTITIONS)),
+    (("mnist", "iid", 0), "num-clients=0", ">= 1"),
+    (("mnist", "iid", "10"), "num-clients='10'", ">= 1"),
+])
+def test_validate_data_args(args, key, allowed):
+    with pytest.raises(ValueError) as info:
+        validate_data_args(*args)
+    assert key in str(info.value) and allowed in str(info.value)
+
+
+def test_validate_data_args_optional_keys():
+    validate_data_args("shakespeare", "noniid", 100, partition_id=99, block_size=64)
+    with pytest.raises(ValueError, match="partition-id=100"):
+        validate_data_args("mnist", "iid", 100, partition_id=100)
+    with pytest.raises(ValueError, match="block-size=1"):
+        validate_data_args("shakespeare", "iid", 100, block_size=1)
+
+
+def test_one_list_of_choices():
+    import server_app.config as server
+    from task import text, train
+
+    assert server.DATASETS is DATASETS and server.PARTITIONS is PARTITIONS
+    assert server.OPTIMIZERS is train.OPTIMIZERS
+    assert not hasattr(text, "SCHEMES")
+
+
+def test_defaults_are_pyproject_toml():
+    table = tomli.loads(PYPROJECT.read_text())["tool"]["flwr"]["app"]["config"]
+    assert default_run_config() == table
+    defaults = default_run_config()
+    defaults["num-clients"] = -1  # a fresh dict each call
+    assert default_run_config()["num-clients"] == table["num-clients"]
+
+
+def test_server_defaults_match_pyproject_toml():
+    from server_app.config import RunConfig
+
+    assert RunConfig.from_run_config(default_run_config()) == RunConfig()
+
+
+def test_task_config_from_pyproject_defaults():
+    cfg = TaskConfig.from_run_config(default_run_config())
+    assert cfg == TaskConfig(dataset="mnist", partition="iid", num_clients=100, seed=0,
+                             data_dir="", block_size=64, client_samples=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("key", ["dataset", "partition", "num-clients", "seed",
+                                 "data-dir", "block-size", "client-samples"])
+def test_task_config_refuses_a_missing_key(key):
+    config = default_run_config()
+    del config[key]
+    with pytest.raises(ValueError) as info:
+        TaskConfig.from_run_config(config)
+    message = str(info.value)
+    assert f"run config lacks '{key}'" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("num-clients", "8", "run-config 'num-clients' = '8' must be an integer"),
+    ("num-clients", True, "run-config 'num-clients' = True must be an integer"),
+    ("seed", 1.5, "run-config 'seed' = 1.5 must be an integer"),
+    ("dataset", 3, "run-config 'dataset' = 3 must be a string"),
+    ("dataset", "svhn", "dataset='svhn'"),
+    ("partition", "shards", "partition='shards'"),
+    ("num-clients", 0, "num-clients=0"),
+    ("client-samples", -1, "client-samples=-1"),
+])
+def test_task_config_refuses_bad_values(key, value, expected):
+    with pytest.raises(ValueError, match=expected.replace("(", r"\(")):
+        TaskConfig.from_run_config({**default_run_config(), key: value})
+
+
+def test_task_config_block_size_checked_for_text_only():
+    # images ignore block-size, as the ServerApp's RunConfig does
+    assert TaskConfig.from_run_config({**default_run_config(), "block-size": 1})
+    with pytest.raises(ValueError, match="block-size=1"):
+        TaskConfig.from_run_config({**default_run_config(), "dataset": "shakespeare",
+                                    "block-size": 1})
+    cfg = TaskConfig.from_run_config({**default_run_config(), "num-clients": 8.0})
+    assert cfg.num_clients == 8 and isinstance(cfg.num_clients, int)
+
+
+def test_fused_run_config_is_flowers_merge():
+    fused = fused_run_config({"num-clients": 8, "dataset": "fmnist"})
+    assert fused == {**default_run_config(), "num-clients": 8, "dataset": "fmnist"}
+    with pytest.raises(ValueError, match="'num-client' is not one of") as info:
+        fused_run_config({"num-client": 8})
+    assert "\n" not in str(info.value)
+
+
+def test_client_app_without_a_key_fails_naming_it(make_grid):
+    # A ClientApp whose run config lacks a key (no pyproject defaults merged)
+    # fails naming it (Flower turns that into an error reply) instead of
+    # training on a guessed default.
+    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+
+    from task.model import build_model
+
+    grid = make_grid(1, {})
+    context = grid.contexts[1000]
+    del context.run_config["seed"]
+    content = RecordDict({"arrays": ArrayRecord(build_model("mnist", 10).state_dict()),
+                          "config": ConfigRecord({"lr": 0.1, "local-epochs": 1,
+                                                  "batch-size": 8})})
+    message = Message(content, dst_node_id=1000, message_type="train")
+    with pytest.raises(ValueError, match="run config lacks 'seed'"):
+        grid.send_and_receive([message])
