@@ -9,8 +9,8 @@ With ``storage = "coded"`` the sharded history goes to the clients as coded slic
 
 from __future__ import annotations
 
-import math
 import shutil
+from dataclasses import dataclass
 from logging import INFO
 
 import torch
@@ -24,12 +24,20 @@ from server_app.audit import membership_audit
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
-from server_app.learning import run_learning
+from server_app.frameworks import Stage, UnlearningSettings
+from server_app.learning import LearningResult, run_learning
 from server_app.preflight import check_run, plan_requests, validate_run_config
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
-from server_app.unlearning import Stage, run_unlearning
+from server_app.summary import (
+    FrameworkSummary,
+    LearningSummary,
+    ModelScores,
+    RunSummary,
+    UnlearningPlan,
+)
+from server_app.unlearning import FrameworkResult, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
@@ -108,12 +116,13 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
 
 def learn_once(runlog: RunLog, grid: Grid, cfg: RunConfig, federation: Federation,
                folder: RunFolder, name: str, evaluator: CentralEvaluator,
-               data_dir: str, faults: FaultLog, coded: bool = False):
+               data_dir: str, faults: FaultLog, coded: bool = False
+               ) -> tuple[LearningSummary, list[ArrayRecord], HistoryStore | CodedHistory]:
     """:func:`learn`, or, in a resumed run whose learning finished, its results.
 
-    Returns (learning summary dict, final shard models, history store). A
-    learning stage that was interrupted is redone from scratch (its partial
-    store is incomplete, so it is removed first): seeded, it ends the same.
+    Returns (learning summary, final shard models, history store). A learning
+    stage that was interrupted is redone from scratch (its partial store is
+    incomplete, so it is removed first): seeded, it ends the same.
     """
     done = runlog.done(f"learn:{name}")
     root = folder.history_dir(name)
@@ -122,19 +131,20 @@ def learn_once(runlog: RunLog, grid: Grid, cfg: RunConfig, federation: Federatio
         models = [to_record(store.shard_model(s, cfg.num_rounds))
                   for s in range(len(federation.shards))]
         log(INFO, "resumed: %s learning already done", name)
-        return done, models, store
+        return LearningSummary.from_json(done), models, store
     if root.exists():  # interrupted (or coded: slices lived in the lost run)
         shutil.rmtree(root)
     runlog.begin(f"learn:{name}")
     result, store = learn(grid, cfg, federation, folder, name, evaluator, data_dir,
                           faults, coded=coded)
     summary = learning_summary(result)
-    runlog.finish(f"learn:{name}", summary)
+    runlog.finish(f"learn:{name}", summary.to_json())
     return summary, result.models, store
 
 
 def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
-                 requests, evaluator: CentralEvaluator, faults: FaultLog) -> dict:
+                 requests, evaluator: CentralEvaluator, faults: FaultLog
+                 ) -> dict[str, FrameworkResult]:
     """Run each framework not yet done in this run; load the ones that are.
 
     Each framework's models are saved and its state set to done as soon as it
@@ -147,129 +157,141 @@ def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
                                    f"started: {'; '.join(problems[:5])}")
     results = {}
     runlog.set_request_state("in_progress")
-    for name in stage.cfg.framework_list:
+    for name in stage.settings.frameworks:
         done = runlog.done(f"unlearn:{name}")
         if done is not None:
             log(INFO, "resumed: %s already done", name)
-            results[name] = {"models": folder.load_models(name) if not done.get("noop")
-                             else [], "summary": done}
+            summary = FrameworkSummary.from_json(done)
+            results[name] = FrameworkResult(
+                [] if summary.noop else folder.load_models(name), summary, [])
             continue
         runlog.begin(f"unlearn:{name}")
         result = run_unlearning(grid, stage, requests, evaluator.evaluate,
                                 log_fn=lambda m: log(INFO, "%s", m), faults=faults,
                                 frameworks=[name])[name]
-        if result["models"]:
-            folder.save_models(name, result["models"])
-        runlog.finish(f"unlearn:{name}", result["summary"])
+        if result.models:
+            folder.save_models(name, result.models)
+        runlog.finish(f"unlearn:{name}", result.summary.to_json())
         log(INFO, "%s done: models saved", name)
         results[name] = result
     runlog.set_request_state("done")
     return results
 
 
-def learning_summary(result) -> dict:
+def learning_summary(result: LearningResult) -> LearningSummary:
     """The ``learning`` block of summary.json for one learning stage."""
     last = result.rounds[-1]
-    return {
-        "accuracy": last["accuracy"], "loss": last["loss"],
-        "shard_accuracy": last["shard_accuracy"], "shard_loss": last["shard_loss"],
-        "wall_time_s": result.wall_time_s, "compute_s": result.compute_s,
-        "client_epochs": result.client_epochs, "rounds": result.rounds,
-        "warnings": result.warnings,
-    }
+    return LearningSummary(
+        accuracy=last["accuracy"], loss=last["loss"],
+        shard_accuracy=last["shard_accuracy"], shard_loss=last["shard_loss"],
+        wall_time_s=result.wall_time_s, compute_s=result.compute_s,
+        client_epochs=result.client_epochs, rounds=result.rounds,
+        warnings=result.warnings)
 
 
-def collect_warnings(summary: dict) -> list[str]:
-    """Every stage's warnings, in run order: learning, baseline, each framework.
+@dataclass
+class Prepared:
+    """What the ServerApp knows before it contacts a node (all checks passed)."""
 
-    Each is a line naming stage, round and shard (e.g. a shard that accepted no
-    reply in a round); an empty list means no stage had one.
+    cfg: RunConfig
+    data_dir: str
+    notes: list[str]
+    samples: dict[int, int]
+    shards: list[list[int]]
+    requests: list[list[int]]
+    noops: list[dict]
+    folder: RunFolder
+    runlog: RunLog
+    evaluator: CentralEvaluator
+
+
+def prepare(run_config) -> Prepared:
+    """Check the run config and the data, plan the requests, open the run folder.
+
+    Everything that can fail without a node fails here, before any folder or
+    node (:mod:`server_app.preflight`).
     """
-    blocks = [summary.get("learning"), summary.get("baseline_learning")]
-    blocks += list(summary.get("frameworks", {}).values())
-    return [w for block in blocks if isinstance(block, dict)
-            for w in block.get("warnings", [])]
-
-
-def add_perplexity(summary: dict) -> None:
-    """Language model: ``perplexity`` = exp(test loss in nats/char) beside each loss.
-
-    Set on ``learning``, ``baseline_learning``, ``original`` and every framework.
-    """
-    blocks = [summary.get(k) for k in ("learning", "baseline_learning", "original")]
-    blocks += list(summary.get("frameworks", {}).values())
-    for block in blocks:
-        if isinstance(block, dict) and isinstance(block.get("loss"), (int, float)):
-            block["perplexity"] = math.exp(min(block["loss"], 700.0))
-
-
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    """Run one experiment as the run config describes (see README.md)."""
-    cfg = validate_run_config(context.run_config, files=False)  # no data, no nodes
+    cfg = validate_run_config(run_config, files=False)  # no data, no nodes
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early
-    # Everything that can fail without a node fails here, before any folder or node.
     notes = check_run(cfg, task)
     for note in notes:
         log(INFO, "%s", note)
     # what each client holds bounds the num-examples its replies may claim
     samples = dict(enumerate(partition_sizes(task, cfg.num_clients, cfg.partition,
                                              cfg.seed, cfg.client_samples)))
-    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
-    baseline_shards = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
-    frameworks = cfg.framework_list
     requests, noops = plan_requests(cfg)
     folder = RunFolder.start(cfg)
     runlog = RunLog(folder.runlog_path, cfg.as_dict())
-    if frameworks:
+    if cfg.framework_list:
         requests = runlog.record_requests(requests)
     log(INFO, "results: %s%s", folder.path, " (resumed)" if runlog.resumed else "")
     evaluator = CentralEvaluator(cfg.dataset, data_dir, cfg.block_size,
                                  cfg.test_samples or None)
+    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
+    return Prepared(cfg, data_dir, notes, samples, shards, requests, noops, folder,
+                    runlog, evaluator)
+
+
+def unlearn_stage(grid: Grid, run: Prepared, federation: Federation, store,
+                  learned_models: list[ArrayRecord], faults: FaultLog,
+                  summary: RunSummary):
+    """FE's own learning, every framework, the audit; fills ``summary``.
+
+    Returns the baseline federation's history store (None without FE).
+    """
+    cfg = run.cfg
+    baseline = Federation(federation.node_of, assign_shards(
+        cfg.num_clients, cfg.baseline_shards, cfg.seed), run.samples)
+    baseline_store = None
+    if "FE" in cfg.framework_list:
+        summary.baseline_learning, _, baseline_store = learn_once(
+            run.runlog, grid, cfg, baseline, run.folder, "baseline", run.evaluator,
+            run.data_dir, faults)
+    stage = Stage(UnlearningSettings.from_config(cfg), federation, baseline, store,
+                  baseline_store, learned_models,
+                  initial_model(cfg, run.evaluator.num_classes),
+                  train_config(cfg, run.data_dir))
+    results = unlearn_once(run.runlog, run.folder, grid, stage, run.requests,
+                           run.evaluator, faults)
+    summary.unlearning = UnlearningPlan(run.requests, run.noops, cfg.request_mode)
+    summary.frameworks = {n: r.summary for n, r in results.items()}
+    summary.original = ModelScores(summary.learning.accuracy, summary.learning.loss)
+    forget = sorted({p for r in run.requests for p in r})
+    if cfg.mia and forget:
+        unlearned = {n: r.models for n, r in results.items() if r.models}
+        audit = membership_audit(cfg, run.data_dir, run.shards, forget, learned_models,
+                                 unlearned, cfg.mia_samples)
+        for name, scores in audit.items():
+            target = summary.original if name == "original" else summary.frameworks[name]
+            target.audit.update(scores)
+    return baseline_store
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run one experiment as the run config describes (see README.md)."""
+    run = prepare(context.run_config)
+    cfg = run.cfg
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
-    federation = Federation(node_of, shards, samples)
+    federation = Federation(node_of, run.shards, run.samples)
     faults = FaultLog()
     learned, learned_models, store = learn_once(
-        runlog, grid, cfg, federation, folder, "sharded", evaluator, data_dir, faults,
-        coded=cfg.storage == "coded")
-    summary = {
-        "config": cfg.as_dict(), "data_dir": data_dir, "shards": federation.shards,
-        "shard_strategy": shard_strategy_summary(cfg),
-        "notes": notes,  # settings carried out in a reduced form (preflight)
-        "learning": learned,
-        "storage": {},  # filled in at the end: retrievals count too
-    }
+        run.runlog, grid, cfg, federation, run.folder, "sharded", run.evaluator,
+        run.data_dir, faults, coded=cfg.storage == "coded")
+    summary = RunSummary(config=cfg.as_dict(), data_dir=run.data_dir,
+                         shards=federation.shards,
+                         shard_strategy=shard_strategy_summary(cfg),
+                         notes=run.notes,  # settings carried out in a reduced form
+                         learning=learned)
     baseline_store = None
-    if frameworks:
-        baseline = Federation(node_of, baseline_shards, samples)
-        if "FE" in frameworks:
-            summary["baseline_learning"], _, baseline_store = learn_once(
-                runlog, grid, cfg, baseline, folder, "baseline", evaluator, data_dir,
-                faults)
-        stage = Stage(cfg, federation, baseline, store, baseline_store,
-                      learned_models, initial_model(cfg, evaluator.num_classes),
-                      train_config(cfg, data_dir))
-        results = unlearn_once(runlog, folder, grid, stage, requests, evaluator,
-                               faults)
-        summary["unlearning"] = {"requests": requests, "noops": noops,
-                                 "mode": cfg.request_mode}
-        summary["frameworks"] = {n: r["summary"] for n, r in results.items()}
-        summary["original"] = {"accuracy": summary["learning"]["accuracy"],
-                               "loss": summary["learning"]["loss"]}
-        forget = sorted({p for r in requests for p in r})
-        if cfg.mia and forget:
-            unlearned = {n: r["models"] for n, r in results.items() if r["models"]}
-            audit = membership_audit(cfg, data_dir, shards, forget, learned_models,
-                                     unlearned, cfg.mia_samples)
-            for name, scores in audit.items():
-                target = summary["original"] if name == "original" else \
-                    summary["frameworks"][name]
-                target.update({f"mia_{k}": v for k, v in scores.items()})
-    summary["storage"] = storage_summary(cfg, store, baseline_store)
-    summary["faults"] = {"counts": faults.counts(), "entries": faults.entries}
-    summary["warnings"] = collect_warnings(summary)
+    if cfg.framework_list:
+        baseline_store = unlearn_stage(grid, run, federation, store, learned_models,
+                                       faults, summary)
+    summary.storage = storage_summary(cfg, store, baseline_store)  # retrievals count
+    summary.faults = {"counts": faults.counts(), "entries": faults.entries}
+    summary.warnings = summary.collect_warnings()
     if cfg.dataset == "shakespeare":
-        add_perplexity(summary)
-    path = folder.finish(summary)
+        summary.add_perplexity()
+    path = run.folder.finish(summary.to_json())
     log(INFO, "summary: %s", path)

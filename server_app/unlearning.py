@@ -1,10 +1,11 @@
 """The unlearning stage: run each framework on the requests and measure it.
 
 For every framework (SE, FR, FE, RR) and request batch this builds the strategy
-(:mod:`strategies.unlearning`), drives its rounds over the grid and measures:
-retraining compute seconds (clients' training seconds plus the server's
-aggregation and calibration seconds), wall seconds, client-epochs, modelled
-communication time and server storage. The stored histories are only read.
+(:mod:`server_app.frameworks`), drives its rounds over the grid through the
+shared round loop and measures: retraining compute seconds (clients' training
+seconds plus the server's aggregation and calibration seconds), wall seconds,
+client-epochs, modelled communication time and server storage. The stored
+histories are only read.
 
 Communication model (paper Sec. 5.1): every transfer of a model (server to
 client, or back) costs 0.1 s + bits / link rate; ``comm_time_s`` sums over all
@@ -18,24 +19,20 @@ request under ``slice_retrieval``.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
-from history.store import HistoryStore
-from server_app.config import RunConfig
-from server_app.federation import Federation
-
-if TYPE_CHECKING:
-    from history.coded import CodedHistory
+from server_app.frameworks import Framework, Stage, build_framework
 from server_app.requests import expected_cost
 from server_app.rounds import CostMeter, run_rounds
 from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
-from strategies.sharded import ShardedStrategy, to_record
-from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
+from server_app.summary import FrameworkSummary, RequestCost
+from strategies.sharded import ShardedStrategy
+
+__all__ = ["FrameworkResult", "Stage", "drive", "run_unlearning"]
 
 
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
@@ -63,155 +60,109 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
 
 
 @dataclass
-class Stage:
-    """What the unlearning stage needs from learning."""
+class FrameworkResult:
+    """One framework's outcome: its unlearned shard models and summary."""
 
-    cfg: RunConfig
-    sharded: Federation
-    baseline: Federation
-    sharded_store: HistoryStore | CodedHistory
-    baseline_store: HistoryStore | None
-    sharded_models: list[ArrayRecord]
-    initial: ArrayRecord
-    train_config: ConfigRecord
-
-
-def build_framework(name: str, stage: Stage, forget: set[int],
-                    batch: Sequence[int] | None = None,
-                    current: Sequence[ArrayRecord] | None = None
-                    ) -> tuple[ShardedStrategy, list[ArrayRecord], int]:
-    """The strategy, its initial shard models and its rounds for ``name``.
-
-    ``forget`` holds every client forgotten so far; for SE, ``batch`` (this
-    request's clients) picks the shards to retrain and ``current`` holds the
-    shard models after the previous request (default: the learned ones).
-
-    Raises
-    ------
-    ValueError
-        Unknown framework, or FE without a baseline history.
-    """
-    cfg = stage.cfg
-    epochs = cfg.local_epochs / cfg.retrain_ratio
-    if name == "SE":
-        shard_of = stage.sharded.shard_of
-        strategy = ShardingEraser(stage.sharded_store, forget, stage.sharded.shards,
-                                  stage.sharded.node_of, epochs,
-                                  cfg.calibration_interval,
-                                  impacted={shard_of[p] for p in (batch or forget)})
-        initial = [to_record(stage.sharded_store.shard_model(s, 0))
-                   if s in strategy.impacted else model
-                   for s, model in enumerate(current or stage.sharded_models)]
-        return strategy, initial, strategy.num_rounds
-    if name == "FE":
-        if stage.baseline_store is None:
-            raise ValueError("FE needs the baseline federation's history")
-        strategy = FedEraser(stage.baseline_store, forget, stage.baseline.shards,
-                             stage.baseline.node_of, epochs, cfg.calibration_interval)
-        initial = [to_record(stage.baseline_store.shard_model(s, 0))
-                   for s in range(len(stage.baseline.shards))]
-        return strategy, initial, strategy.num_rounds
-    if name in ("FR", "RR"):
-        cls = FedRetrain if name == "FR" else RapidRetrain
-        strategy = cls(forget, stage.baseline.shards, stage.baseline.node_of,
-                       cfg.clients_per_round, cfg.num_rounds, cfg.shard_strategy,
-                       cfg.seed, **cfg.shard_strategy_options)
-        return strategy, [stage.initial] * len(stage.baseline.shards), cfg.num_rounds
-    raise ValueError(f"unknown framework {name!r}: SE, FR, FE or RR")
+    models: list[ArrayRecord]
+    summary: FrameworkSummary
+    contacted: list[int]
 
 
 def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
-                   evaluate, already_forgotten: Sequence[int] = (),
-                   log_fn=print, faults: FaultLog | None = None,
-                   frameworks: Sequence[str] | None = None) -> dict[str, dict]:
-    """Run every configured framework on ``requests``; return per-framework results.
+                   evaluate: Callable[[list[ArrayRecord]], dict],
+                   already_forgotten: Sequence[int] = (),
+                   log_fn: Callable[[str], None] = print, faults: FaultLog | None = None,
+                   frameworks: Sequence[str] | None = None
+                   ) -> dict[str, FrameworkResult]:
+    """Run each of ``frameworks`` on ``requests``; return their results by name.
 
     Sequential mode handles request k with forget set F_1 u ... u F_k (each
     request alone, from the stored history); concurrent mode handles the union
-    once. ``frameworks`` defaults to the run config's. Returns
-    ``{name: {"models": [...], "summary": {...}}}``.
+    once. ``evaluate`` scores shard models (``accuracy``, ``loss``,
+    ``shard_accuracy``); ``frameworks`` defaults to the run's
+    (:attr:`UnlearningSettings.frameworks`).
     """
-    cfg = stage.cfg
-    forgotten = set(already_forgotten)
-    if cfg.request_mode == "concurrent":
+    if stage.settings.request_mode == "concurrent":
         batches = [sorted({p for r in requests for p in r})]
     else:
         batches = [list(r) for r in requests]
-    results: dict[str, dict] = {}
-    for name in (cfg.framework_list if frameworks is None else frameworks):
-        forget = set(forgotten)
-        per_request, total = [], CostMeter(cfg.link_rate_mbps)
-        models: list[ArrayRecord] = []
-        for k, batch in enumerate(batches):
-            if not batch:  # every client already forgotten: a recorded no-op
-                per_request.append({"request": k, "clients": [], "noop": True})
-                continue
-            forget |= set(batch)
-            strategy, initial, rounds = build_framework(name, stage, forget, batch,
-                                                        models or None)
-            models, stats = drive(grid, strategy, initial, rounds, stage.train_config,
-                                  cfg.link_rate_mbps, cfg.round_timeout, faults,
-                                  f"{name} request {k}", stage.sharded.partition_of,
-                                  stage.sharded.samples)
-            retrieval = _slice_retrieval(stage) if name == "SE" else None
-            if retrieval:  # coded storage: the history was fetched and decoded first
-                stats.comm_time_s += retrieval["comm_time_s"]
-                stats.compute_s += retrieval["decode_s"]
-                stats.wall_s += retrieval["wall_s"]
-            impacted = getattr(strategy, "impacted", list(range(strategy.num_shards)))
-            per_request.append({
-                "request": k, "clients": sorted(batch), "impacted_shards": impacted,
-                "compute_s": stats.compute_s, "wall_s": stats.wall_s,
-                "client_epochs": stats.client_epochs, "comm_time_s": stats.comm_time_s,
-                "shard_compute_s": stats.shard_compute_s, "warnings": stats.warnings,
-            })
-            if retrieval:
-                per_request[-1]["slice_retrieval"] = retrieval
-            per_request[-1].update(_sampling(strategy, cfg, f"{name} request {k}",
-                                             log_fn))
-            _accumulate(total, stats)
-            log_fn(f"{name} request {k} (clients {sorted(batch)}): "
-                   f"{stats.compute_s:.1f} s compute, {stats.wall_s:.1f} s wall, "
-                   f"{stats.client_epochs:.1f} client-epochs")
-        if not models:  # only no-ops: the learned models stand
-            models = list(stage.sharded_models) if name == "SE" else []
-        if not models:
-            results[name] = {"models": [], "contacted": [], "summary": {
-                "noop": True, "requests": per_request}}
+    return {name: _run_framework(name, grid, stage, batches, evaluate,
+                                 set(already_forgotten), log_fn, faults)
+            for name in (stage.settings.frameworks if frameworks is None else frameworks)}
+
+
+def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]],
+                   evaluate, forget: set[int], log_fn, faults: FaultLog | None
+                   ) -> FrameworkResult:
+    per_request: list[RequestCost] = []
+    total = CostMeter(stage.settings.link_rate_mbps)
+    models: list[ArrayRecord] = []
+    for k, batch in enumerate(batches):
+        if not batch:  # every client already forgotten: a recorded no-op
+            per_request.append(RequestCost(k, [], noop=True))
             continue
-        metrics = evaluate(models)
-        store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
-        summary = {
-            "accuracy": metrics["accuracy"], "loss": metrics["loss"],
-            "shard_accuracy": metrics["shard_accuracy"],
-            "retrain_compute_s": total.compute_s, "retrain_wall_s": total.wall_s,
-            "client_epochs": total.client_epochs, "comm_time_s": total.comm_time_s,
-            "server_storage_bytes": store.total_bytes() if store else 0,
-            "requests": per_request, "warnings": total.warnings,
-        }
-        if name == "SE":
-            summary["expected"] = _expected(cfg, per_request, len(stage.sharded.shards))
-        sampled = [r["clients_per_round"] for r in per_request if "clients_per_round" in r]
-        if sampled:  # FR, RR: clients per round of the last request (fewest)
-            summary["clients_per_round"] = sampled[-1]
-        results[name] = {"models": models, "summary": summary,
-                         "contacted": total.contacted}
-    return results
+        forget |= set(batch)
+        framework = build_framework(name, stage, forget, batch, models or None)
+        label = f"{name} request {k}"
+        models, stats = drive(grid, framework.strategy, framework.initial,
+                              framework.num_rounds, stage.train_config,
+                              stage.settings.link_rate_mbps,
+                              stage.settings.round_timeout, faults, label,
+                              stage.sharded.partition_of, stage.sharded.samples)
+        per_request.append(_request_cost(k, batch, framework, stats, stage, name))
+        _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
+        _accumulate(total, stats)
+        log_fn(f"{label} (clients {sorted(batch)}): {stats.compute_s:.1f} s compute, "
+               f"{stats.wall_s:.1f} s wall, {stats.client_epochs:.1f} client-epochs")
+    if not models and name == "SE":  # only no-ops: the learned models stand
+        models = list(stage.sharded_models)
+    if not models:
+        return FrameworkResult([], FrameworkSummary(requests=per_request, noop=True), [])
+    summary = _framework_summary(name, stage, evaluate(models), total, per_request)
+    return FrameworkResult(models, summary, total.contacted)
 
 
-def _sampling(strategy: ShardedStrategy, cfg: RunConfig, label: str, log_fn) -> dict:
-    """FR, RR: ``{"clients_per_round": n}`` (min(per round, kept) per shard); else {}.
+def _request_cost(k: int, batch: Sequence[int], framework: Framework,
+                  stats: CostMeter, stage: Stage, name: str) -> RequestCost:
+    """The per-request entry; adds SE's slice retrieval (coded) to ``stats``."""
+    retrieval = _slice_retrieval(stage) if name == "SE" else None
+    if retrieval:  # coded storage: the history was fetched and decoded first
+        stats.comm_time_s += retrieval["comm_time_s"]
+        stats.compute_s += retrieval["decode_s"]
+        stats.wall_s += retrieval["wall_s"]
+    return RequestCost(
+        k, sorted(batch), impacted_shards=framework.impacted,
+        compute_s=stats.compute_s, wall_s=stats.wall_s,
+        client_epochs=stats.client_epochs, comm_time_s=stats.comm_time_s,
+        shard_compute_s=stats.shard_compute_s, warnings=stats.warnings,
+        slice_retrieval=retrieval or None, clients_per_round=framework.clients_per_round)
 
-    Says so in the log when fewer clients remain than ``clients-per-round``.
-    """
-    n = getattr(strategy, "clients_per_round", None)
-    if n is None:
-        return {}
-    if n < cfg.clients_per_round:
+
+def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
+                       per_request: list[RequestCost]) -> FrameworkSummary:
+    store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
+    sampled = [r.clients_per_round for r in per_request
+               if r.clients_per_round is not None]
+    return FrameworkSummary(
+        accuracy=metrics["accuracy"], loss=metrics["loss"],
+        shard_accuracy=metrics["shard_accuracy"],
+        retrain_compute_s=total.compute_s, retrain_wall_s=total.wall_s,
+        client_epochs=total.client_epochs, comm_time_s=total.comm_time_s,
+        server_storage_bytes=store.total_bytes() if store else 0,
+        requests=per_request, warnings=total.warnings,
+        expected=_expected(stage, per_request) if name == "SE" else None,
+        # FR, RR: clients per round of the last request (the fewest)
+        clients_per_round=sampled[-1] if sampled else None)
+
+
+def _log_sampling(framework: Framework, clients_per_round: int, label: str,
+                  log_fn) -> None:
+    """FR, RR: say so when fewer clients remain than ``clients-per-round``."""
+    n = framework.clients_per_round
+    if n is not None and n < clients_per_round:
         log_fn(f"{label}: samples {n} clients per round (per shard "
-               f"{strategy.sampled}), not clients-per-round = {cfg.clients_per_round}:"
+               f"{framework.sampled}), not clients-per-round = {clients_per_round}:"
                " fewer clients remain after forgetting")
-    return {"clients_per_round": n}
 
 
 def _slice_retrieval(stage: Stage) -> dict | None:
@@ -232,15 +183,17 @@ def _accumulate(total: CostMeter, stats: CostMeter) -> None:
     total.warnings.extend(stats.warnings)
 
 
-def _expected(cfg: RunConfig, per_request: Sequence[Mapping], num_shards: int) -> dict:
+def _expected(stage: Stage, per_request: Sequence[RequestCost]) -> dict:
     """Measured SE totals beside the paper's expectations (Sec. 4.2)."""
-    per_request = [r for r in per_request if not r.get("noop")]
-    costs = [c for r in per_request for c in r["shard_compute_s"].values()]
+    settings = stage.settings
+    done = [r for r in per_request if not r.noop]
+    costs = [c for r in done for c in r.shard_compute_s.values()]
     shard_cost = sum(costs) / len(costs) if costs else 0.0
-    k = cfg.num_requests if not cfg.forget_clients else 1
+    k, num_shards = settings.num_requests, len(stage.sharded.shards)
     return {
-        "mode": cfg.request_mode, "num_requests": k,
+        "mode": settings.request_mode, "num_requests": k,
         "mean_shard_cost_s": shard_cost,
-        "measured_total_s": sum(sum(r["shard_compute_s"].values()) for r in per_request),
-        "expected_total_s": expected_cost(cfg.request_mode, k, num_shards, shard_cost),
+        "measured_total_s": sum(sum(r.shard_compute_s.values()) for r in done),
+        "expected_total_s": expected_cost(settings.request_mode, k, num_shards,
+                                          shard_cost),
     }

@@ -38,7 +38,8 @@ from history.coded import (
 from history.store import HistoryStore, StoreError
 from server_app.config import ConfigError, RunConfig
 from server_app.federation import Federation
-from server_app.unlearning import Stage, run_unlearning
+from server_app.frameworks import Stage, UnlearningSettings
+from server_app.unlearning import run_unlearning
 from strategies.sharded import to_record
 
 STEP = quantization_step(24)
@@ -215,7 +216,8 @@ def unlearn(runs, **history_kwargs):
     models = [to_record(learned.shard_model(s, 2)) for s in range(2)]  # W_s^G
     before = [m.copy() for m in models]
     history = coded_history(run, **history_kwargs)
-    stage = Stage(cfg, Federation(node_of, shards), Federation(node_of, [list(range(8))]),
+    stage = Stage(UnlearningSettings.from_config(cfg), Federation(node_of, shards),
+                  Federation(node_of, [list(range(8))]),
                   history, None, models, initial_model(cfg, 10),
                   train_config(cfg, run["summary"]["data_dir"]))
     try:
@@ -226,7 +228,7 @@ def unlearn(runs, **history_kwargs):
         for old, new in zip(before, models, strict=True):
             assert all(old[k].numpy().tobytes() == new[k].numpy().tobytes() for k in old)
     se = results["SE"]
-    return [{k: v.numpy() for k, v in m.items()} for m in se["models"]], se["summary"]
+    return [{k: v.numpy() for k, v in m.items()} for m in se.models], se.summary.to_json()
 
 
 def same(a, b):
