@@ -252,6 +252,26 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             datasets: tuple[str, ...] | None = None, stream=None) -> dict:
     """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
 
+    Parameters
+    ----------
+    experiment : str
+        ``single``, ``concurrent``, ``storage`` or ``all``.
+    suite : str
+        ``quick``, ``paper`` or ``tiny`` (:data:`experiments.suites.SUITES`).
+    out : Path
+        Output folder; runs whose summary.json is there already are reused.
+    data_dir : str
+        Datasets folder (``""``: the app's lookup); a dataset that does not
+        load is skipped, with the reason in ``skipped``.
+    engine : str
+        ``inprocess`` or ``flwr`` (:func:`run_one`).
+    keep_history : bool
+        Keep each run's ``history/`` and ``models/``.
+    datasets : tuple[str, ...], optional
+        A subset of the experiment's datasets.
+    stream : file, optional
+        Where progress lines go (default stderr).
+
     Returns
     -------
     dict
