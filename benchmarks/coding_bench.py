@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import coding  # noqa: E402
 from coding import PRIME  # noqa: E402
+from server_app.tables import table  # noqa: E402
 
 Row = tuple[str, str, float, float, float | None]
 CPU_SECONDS: list[float] = []
@@ -206,14 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     st = ours(args, rows)
     note = reference(args, rows, st)
-    head = f"{'operation':<38} {'work':<24} {'wall s':>8} {'cpu s':>7}"
-    print(f"{head} {'params/s':>10} {'target':>8}")
-    print("-" * 102)
+    cells = []
     for (name, work, sec, rate, target), cpu in zip(rows, CPU_SECONDS, strict=True):
         tgt = "" if target is None else f">={target / 1e6:g}M"
-        ok = "" if target is None else ("  ok" if rate >= target else "  BELOW")
-        line = f"{name:<38} {work:<24} {sec:>8.4f} {cpu:>7.3f}"
-        print(f"{line} {rate:>10.3g} {tgt:>8}{ok}")
+        ok = "" if target is None else ("ok" if rate >= target else "BELOW")
+        cells.append([name, work, f"{sec:.4f}", f"{cpu:.3f}", f"{rate:.3g}", tgt, ok])
+    print(table(["operation", "work", "wall s", "cpu s", "params/s", "target", "met"],
+                cells, align="<<"))
     print("\n" + note)
     print("galois rows are extrapolated linearly from their column slice.")
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)")

@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from cli import config as cli_config  # noqa: E402
 from server_app.config import RunConfig  # noqa: E402
 from server_app.evaluation import CentralEvaluator  # noqa: E402
 from server_app.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
-from task.config import fused_run_config  # noqa: E402
 from task.data import client_data, load_task_data  # noqa: E402
 from task.model import build_model  # noqa: E402
 from task.train import local_train  # noqa: E402
@@ -104,13 +104,11 @@ def main() -> None:
     parser.add_argument("--run-config", default="", help="extra k=v settings")
     parser.add_argument("--cores", type=int, default=2, help="Ray workers (cores)")
     args = parser.parse_args()
-    overrides = {}
-    for item in args.run_config.split():
-        key, value = item.split("=", 1)
-        overrides[key] = json.loads(value.replace("'", '"'))
-    if not overrides.get("data-dir") and os.environ.get("SE_DATA_DIR"):
-        overrides["data-dir"] = os.environ["SE_DATA_DIR"]
-    cfg = RunConfig.from_run_config(fused_run_config(overrides))
+    # pyproject's defaults < --run-config, read as ./simulate.sh reads it
+    config = cli_config.merge(cli_config.defaults(), [args.run_config]).config
+    if not config["data-dir"] and os.environ.get("SE_DATA_DIR"):
+        config["data-dir"] = os.environ["SE_DATA_DIR"]
+    cfg = RunConfig.from_run_config(config)
     plain = plain_rounds(cfg, args.rounds)
     flower = flower_rounds(args.run_config, args.rounds)
     # the first Flower round includes each Ray worker's data loading: skip it

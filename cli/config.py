@@ -17,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flwr.common.config import flatten_dict, get_project_config, parse_config_args
+from flwr.common.config import parse_config_args
 
 from server_app.config import ConfigError
+from task.config import default_run_config
 
 PROJECT = Path(__file__).resolve().parents[1]
 PRESETS = PROJECT / "presets"
@@ -45,10 +46,12 @@ class Merged:
     overrides: dict
 
 
-def defaults(project: Path = PROJECT) -> dict:
-    """``[tool.flwr.app.config]`` of ``project/pyproject.toml``, flattened."""
-    app = get_project_config(project)["tool"]["flwr"]["app"]
-    return flatten_dict(app.get("config", {}))
+def defaults() -> dict:
+    """``[tool.flwr.app.config]`` of the project's ``pyproject.toml``, flattened.
+
+    The one source of defaults (:func:`task.config.default_run_config`).
+    """
+    return default_run_config()
 
 
 def preset_path(name: str) -> Path:

@@ -13,7 +13,7 @@ USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} test [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
-       {prog} experiments single|concurrent|storage|all [--preset quick|paper] ...
+       {prog} experiments single|concurrent|storage|all [--suite quick|paper] ...
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS \
         else ("run", argv)
     setup_env()
-    if command == "test":
-        os.execv(sys.executable, [sys.executable, "-m", "pytest", *rest])
+    if command in ("test", "experiments"):  # programs of their own, signals included
+        module = "pytest" if command == "test" else "experiments.run"
+        os.execv(sys.executable, [sys.executable, "-m", module, *rest])
     exit_on_signals(prog)
     try:
         return _dispatch(command, rest, f"{prog} {command}" if argv[:1] == [command]
@@ -59,10 +60,6 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
         from cli import deploy
 
         return deploy.main(rest, prog)
-    if command == "experiments":
-        # experiments/ imports cli.config to merge run configs: hand over to its
-        # own entry point instead of importing it (no cli <-> experiments circle)
-        os.execv(sys.executable, [sys.executable, "-m", "experiments.run", *rest])
     from cli import simulation
 
     return simulation.main(rest, prog)

@@ -10,6 +10,7 @@ persists across rounds, as in Flower), and drives the same
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -17,9 +18,32 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from cli import config as cli_config
 from task.config import fused_run_config
 
 NODE_ID_BASE = 1000
+RUN_ID = 1
+SERVER_NODE_ID = 0
+
+
+def set_task_identity(node_id: int = SERVER_NODE_ID) -> None:
+    """Make Messages built from now on come from run ``RUN_ID``, node ``node_id``.
+
+    ``flwr.app.Message(...)`` stamps a new message with the sender's run id,
+    node id and task id, read from Flower's
+    :class:`flwr.supercore.task_identity.TaskIdentity`. Flower's runtimes
+    (SuperLink, SuperNode, the simulation engine) set it for the process they
+    start; outside them (this in-process Grid, the tests, the storage
+    measurement) nobody does and building a Message raises ``RuntimeError``.
+    This is the project's one place that sets it.
+
+    Parameters
+    ----------
+    node_id : int
+        The sender: ``SERVER_NODE_ID`` (0) for the ServerApp, a node id while
+        that node's ClientApp handles a message.
+    """
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, node_id, 1
 
 
 class InProcessGrid(Grid):
@@ -56,7 +80,7 @@ class InProcessGrid(Grid):
         fused = fused_run_config(run_config)
         self.contexts = {
             NODE_ID_BASE + i: Context(
-                run_id=1, node_id=NODE_ID_BASE + i,
+                run_id=RUN_ID, node_id=NODE_ID_BASE + i,
                 node_config={"partition-id": i, "num-partitions": num_nodes},
                 state=RecordDict(), run_config=dict(fused))
             for i in range(num_nodes)
@@ -66,6 +90,10 @@ class InProcessGrid(Grid):
         self.stateless = stateless
         self.sent: list[tuple[int, str]] = []
         self._pending: dict[str, list[Message]] = {}
+        # id() of every Message sent that is still alive, with a weak reference
+        # (a Message is sent once, as with Flower's Grids); an entry leaves when
+        # its Message is freed, so no arrays are kept and no id is reused
+        self._sent_ids: dict[int, weakref.ref] = {}
 
     @property
     def messages_sent(self) -> int:
@@ -104,26 +132,43 @@ class InProcessGrid(Grid):
         """Deliver each message to its node's ClientApp; return the replies."""
         replies = []
         for message in messages:
-            if getattr(message, "_in_process_sent", False):
-                raise RuntimeError("a Message can be sent only once")
-            message._in_process_sent = True
+            self._mark_sent(message)
             dst = message.metadata.dst_node_id
             self.sent.append((dst, message.metadata.message_type))
             training = message.metadata.message_type.startswith("train")
             if dst in self.absent or (dst in self.silent and training):
                 continue
-            TaskIdentity.node_id = dst
-            context = self.contexts[dst]
-            if self.stateless:
-                context = Context(run_id=1, node_id=dst, node_config=context.node_config,
-                                  state=RecordDict(), run_config=context.run_config)
-            reply = self.client_app(message, context)
+            reply = self._deliver(message, dst)
             if dst in self.tamper and training:
                 reply = self.tamper[dst](reply)  # None: the reply is lost
             if reply is not None:
                 replies.append(reply)
-        TaskIdentity.node_id = 0
         return replies
+
+    def _mark_sent(self, message: Message) -> None:
+        """Refuse a Message sent before (while it lives); remember this one."""
+        key = id(message)
+        known = self._sent_ids.get(key)
+        if known is not None and known() is message:
+            raise RuntimeError("a Message can be sent only once")
+
+        def forget(ref: weakref.ref, key: int = key) -> None:
+            if self._sent_ids.get(key) is ref:
+                del self._sent_ids[key]
+
+        self._sent_ids[key] = weakref.ref(message, forget)
+
+    def _deliver(self, message: Message, dst: int) -> Message:
+        """Node ``dst``'s ClientApp handles ``message``, as node ``dst``."""
+        context = self.contexts[dst]
+        if self.stateless:
+            context = Context(run_id=RUN_ID, node_id=dst, node_config=context.node_config,
+                              state=RecordDict(), run_config=context.run_config)
+        set_task_identity(dst)
+        try:
+            return self.client_app(message, context)
+        finally:
+            set_task_identity()
 
 
 def run_in_process(run_config: Mapping[str, object]) -> Path:
@@ -145,16 +190,19 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
     ------
     RuntimeError
         The run ended without writing ``summary.json``.
+    server_app.config.ConfigError
+        A key that is not in pyproject.toml.
     """
     from client_app.app import app as client_app
     from server_app.app import main
 
-    config = fused_run_config(run_config)
-    num_clients = int(config["num-clients"])
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    grid = InProcessGrid(client_app, num_clients, config)
-    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                       run_config=config))
+    # every key, as a Flower run's context.run_config has: pyproject's defaults
+    # < ``run_config`` (an unknown key is a ConfigError)
+    config = cli_config.merge(cli_config.defaults(), [run_config]).config
+    set_task_identity()
+    grid = InProcessGrid(client_app, int(config["num-clients"]), config)
+    main(grid, Context(run_id=RUN_ID, node_id=SERVER_NODE_ID, node_config={},
+                       state=RecordDict(), run_config=config))
     path = Path(str(config["results-dir"])) / str(config["run-name"]) / "summary.json"
     if not path.is_file():
         raise RuntimeError(f"the run wrote no summary.json at {path}")

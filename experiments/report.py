@@ -11,9 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments import collect
+from server_app import tables
 
 PAPER = "Lin et al., *Scalable Federated Unlearning via Isolated and Coded Sharding*, " \
         "IJCAI 2024"
+# where a storage sweep's rows came from (the second: results.json of before the
+# measurement moved into experiments/)
+_SWEEP_SOURCES = ("experiments/storage.py", "benchmarks/storage_table.py")
 
 
 def _pct(value: float | None) -> str:
@@ -49,10 +53,8 @@ def _bytes(n) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """A markdown table (the project's one renderer, :mod:`server_app.tables`)."""
+    return tables.table(header, rows, style="markdown")
 
 
 def _clock(seconds: float | None) -> str:
@@ -62,9 +64,14 @@ def _clock(seconds: float | None) -> str:
     return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
+def suite(results: dict) -> str:
+    """The suite of ``results`` (results.json; ``preset`` before it was renamed)."""
+    return str(results.get("suite") or results.get("preset") or "?")
+
+
 def command(results: dict) -> str:
     """The command that regenerates this folder's experiment."""
-    cmd = f"./simulate.sh experiments {results['experiment']} --preset {results['preset']}"
+    cmd = f"./simulate.sh experiments {results['experiment']} --suite {suite(results)}"
     if results.get("engine", "inprocess") != "inprocess":
         cmd += f" --engine {results['engine']}"
     return cmd
@@ -78,7 +85,7 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
     failed = [r for r in runs if r["status"] == "failed"]
     m = results.get("machine", {})
     parts = [
-        f"# Experiments: {results['experiment']} (preset {results['preset']})",
+        f"# Experiments: {results['experiment']} (suite {suite(results)})",
         "",
         f"Regenerate: `{command(results)}`",
         "",
@@ -121,7 +128,7 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
 def _settings(results: dict) -> str:
     s = results.get("settings", {})
     base = ", ".join(f"`{k}={v}`" for k, v in s.get("base", {}).items())
-    lines = [f"Preset `{results['preset']}`: {base}."]
+    lines = [f"Suite `{suite(results)}`: {base}."]
     for key in ("single", "concurrent", "storage"):
         if s.get(key):
             lines.append(f"- {key}: " + ", ".join(f"`{k}={v}`"
@@ -283,10 +290,10 @@ def _storage_section(store, results) -> list[str]:
               if r.get("se_coded_server") and r.get("fe_server") else "n/a",
               _bytes(r.get("se_coded_client_max"))]
              for r in sorted(sweep, key=lambda r: (r["clients"], r["rounds"]))]))
-        if results.get("storage_sweep_source") == "benchmarks/storage_table.py":
+        if results.get("storage_sweep_source") in _SWEEP_SOURCES:
             out += ["", "The sweep uses the real stores and coder with random "
-                    "updates of the MNIST CNN's shapes (no training; see the "
-                    "script's docstring): S = 4, K = 5 blocks a shard, C / 5 "
+                    "updates of the MNIST CNN's shapes (no training; see "
+                    "experiments/storage.py): S = 4, K = 5 blocks a shard, C / 5 "
                     "clients a round."]
     return out
 

@@ -1,8 +1,9 @@
-"""Run an experiment: ``python -m experiments.run NAME [--preset P] [--out DIR]``.
+"""Run an experiment: ``python -m experiments.run NAME [--suite S] [--out DIR]``.
 
-NAME is ``single``, ``concurrent``, ``storage`` or ``all``; P is ``quick``
-(default), ``paper`` or ``tiny`` (the tests). Every configuration is one run of
-the real ServerApp and ClientApp (:mod:`experiments.suites`):
+NAME is ``single``, ``concurrent``, ``storage`` or ``all``; S, the size of every
+run, is ``quick`` (default), ``paper`` or ``tiny`` (the tests): suites, not the
+run presets of ``./simulate.sh --preset NAME``. Every configuration is one run
+of the real ServerApp and ClientApp (:mod:`experiments.suites`):
 
 - ``--engine inprocess`` (default): the app's own ``server_app.app.main`` on an
   in-process Grid that calls ``client_app.app:app`` for every message
@@ -11,7 +12,7 @@ the real ServerApp and ClientApp (:mod:`experiments.suites`):
 - ``--engine flwr``: each configuration through ``./simulate.sh`` (``flwr run``
   in Flower's Ray simulation engine, one SuperNode per client).
 
-The output folder (default ``results/experiments/<name>-<preset>-<UTC time>/``)
+The output folder (default ``results/experiments/<name>-<suite>-<UTC time>/``)
 gets ``runs/<run>/summary.json`` (history stores removed unless
 ``--keep-history``), ``logs/<run>.log``, ``results.json``, ``results.csv`` (one
 row per run and framework), ``storage_sweep.csv``, ``figures/*.png`` and
@@ -28,14 +29,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
 
 from cli import config as cli_config
-from cli.procs import Children
+from cli.procs import Children, exit_on_signals
 from experiments import suites
 from experiments.suites import RunSpec, StorageSweep
 
@@ -196,57 +196,81 @@ def _run_with_flwr(spec: RunSpec, merged: cli_config.Merged, out: Path,
     return path
 
 
-def _storage_table_module():
-    """``benchmarks/storage_table.py`` as a module, or None when it is absent."""
-    import importlib.util
-
-    path = ROOT / "benchmarks" / "storage_table.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("_se_storage_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module if hasattr(module, "measure") else None
-
-
-def sweep_with_script(module, sweep: StorageSweep) -> list[dict]:
-    """Rows of ``storage_table.measure`` for every C (checkpoints at every G)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    rows = []
-    for clients in sweep.clients:
-        work = Path(tempfile.mkdtemp(prefix="se-storage-sweep-"))
-        try:
-            for row in module.measure(clients, sorted(sweep.rounds), work):
-                rows.append({**row, "source": "benchmarks/storage_table.py"})
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return rows
+def _available(experiment: str, suite: str, datasets: tuple[str, ...] | None,
+               data_dir: str) -> tuple[list[RunSpec], dict[str, str]]:
+    """The runs of ``experiment`` whose dataset loads here, and why the others not."""
+    specs = suites.plan(experiment, suite, datasets)
+    skipped: dict[str, str] = {}
+    for dataset in sorted({s.config["dataset"] for s in specs}):
+        why = dataset_available(dataset, data_dir)
+        if why:
+            skipped[dataset] = why
+    return [s for s in specs if s.config["dataset"] not in skipped], skipped
 
 
-def sweep_row_from_summary(spec: RunSpec, summary: dict) -> dict:
-    """A storage-sweep row (storage_table's columns) from an app run's summary."""
-    st = summary.get("storage", {})
-    coded = st.get("SE_coded") or {}
-    fe = st.get("FE") or {}
-    uncoded = st.get("SE_uncoded") or {}
-    return {
-        "clients": spec.tags["clients"], "rounds": spec.tags["rounds"],
-        "fe_server": fe.get("server_bytes"),
-        "se_uncoded_server": uncoded.get("server_bytes"),
-        "se_coded_server": coded.get("server_bytes"),
-        "se_coded_client_max": (coded.get("client_bytes") or {}).get("max"),
-        "se_coded_client_mean": (coded.get("client_bytes") or {}).get("mean"),
-        "distribution_comm_s": (st.get("comm") or {}).get("distribution_s"),
-        "source": f"app run {spec.name}",
-    }
+def _run_sweep(sweep: StorageSweep, out: Path, results: dict) -> str:
+    """Measure the storage sweep into ``results``; return the step's status."""
+    from experiments import storage
+
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        with _QuietFlower(out / "logs" / "storage-sweep.log"):
+            results["storage_sweep"] = storage.sweep(sweep.clients, sweep.rounds)
+        results["storage_sweep_source"] = storage.SOURCE
+    except Exception as err:  # noqa: BLE001 - record, go on
+        results["storage_sweep_error"] = traceback.format_exc()
+        return f"failed ({type(err).__name__}: {err})"
+    return "done"
 
 
-def execute(experiment: str, preset: str, out: Path, data_dir: str = "",
+def _run_spec(spec: RunSpec, out: Path, data_dir: str, engine: str,
+              keep_history: bool) -> tuple[dict, str]:
+    """Run ``spec`` (or reuse its summary); its results.json entry and status."""
+    t0 = time.perf_counter()
+    entry = {"spec": asdict(spec), "status": "done", "summary": None, "error": None}
+    status = "done"
+    existing = out / "runs" / spec.name / "summary.json"
+    try:
+        if existing.is_file():
+            path, status = existing, "reused"
+        else:
+            path = run_one(spec, out, data_dir, engine)
+        entry["summary"] = str(path.relative_to(out.resolve())
+                               if path.is_absolute() else path)
+        if not keep_history:
+            shutil.rmtree(path.parent / "history", ignore_errors=True)
+            shutil.rmtree(path.parent / "models", ignore_errors=True)
+    except Exception as err:  # noqa: BLE001 - one failed run must not end all
+        status = f"failed ({type(err).__name__}: {err})"
+        entry.update(status="failed", error=traceback.format_exc())
+    entry["wall_s"] = time.perf_counter() - t0
+    return entry, status
+
+
+def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
             datasets: tuple[str, ...] | None = None, stream=None) -> dict:
-    """Run ``experiment`` into ``out``; write results, figures and report.md.
+    """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
+
+    Parameters
+    ----------
+    experiment : str
+        ``single``, ``concurrent``, ``storage`` or ``all``.
+    suite : str
+        ``quick``, ``paper`` or ``tiny`` (:data:`experiments.suites.SUITES`).
+    out : Path
+        Output folder; runs whose summary.json is there already are reused.
+    data_dir : str
+        Datasets folder (``""``: the app's lookup); a dataset that does not
+        load is skipped, with the reason in ``skipped``.
+    engine : str
+        ``inprocess`` or ``flwr`` (:func:`run_one`).
+    keep_history : bool
+        Keep each run's ``history/`` and ``models/``.
+    datasets : tuple[str, ...], optional
+        A subset of the experiment's datasets.
+    stream : file, optional
+        Where progress lines go (default stderr).
 
     Returns
     -------
@@ -257,75 +281,26 @@ def execute(experiment: str, preset: str, out: Path, data_dir: str = "",
     stream = sys.stderr if stream is None else stream
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    specs = suites.plan(experiment, preset, datasets)
-    skipped: dict[str, str] = {}
-    for dataset in sorted({s.config["dataset"] for s in specs}):
-        why = dataset_available(dataset, data_dir)
-        if why:
-            skipped[dataset] = why
-    specs = [s for s in specs if s.config["dataset"] not in skipped]
-    sweep = suites.storage_sweep(preset) if experiment in ("storage", "all") else None
-    module = _storage_table_module() if sweep else None
-    steps: list[tuple[str, object]] = [("run", s) for s in specs]
-    if sweep is not None:
-        if module is not None:
-            steps.append(("sweep", sweep))
-        else:
-            steps += [("sweep-run", s) for s in sweep.fallback]
-    weights = []
-    for kind, item in steps:
-        if kind == "sweep":
-            weights.append(sum(c * max(item.rounds) for c in item.clients) / 750)
-        else:
-            weights.append(item.weight)
-    progress = Progress(weights, stream)
-    results = {"experiment": experiment, "preset": preset, "engine": engine,
-               "data_dir": data_dir, "settings": suites.preset_settings(preset),
+    specs, skipped = _available(experiment, suite, datasets, data_dir)
+    steps: list[RunSpec | StorageSweep] = list(specs)
+    if experiment in ("storage", "all"):
+        steps.append(suites.storage_sweep(suite))
+    progress = Progress([step.weight for step in steps], stream)
+    results = {"experiment": experiment, "suite": suite, "engine": engine,
+               "data_dir": data_dir, "settings": suites.suite_settings(suite),
                "skipped": skipped, "runs": [], "storage_sweep": [],
                "storage_sweep_source": None, "machine": machine()}
     for why in skipped.values():
         print(f"skipping a dataset: {why}", file=stream, flush=True)
-    for i, (kind, item) in enumerate(steps):
-        label = item.name if kind != "sweep" else \
-            f"storage sweep C={list(item.clients)} G={list(item.rounds)}"
-        exp = item.experiment if kind != "sweep" else "storage"
-        progress.start(i, exp, label)
+    for i, step in enumerate(steps):
+        progress.start(i, step.experiment, step.name)
         t0 = time.perf_counter()
-        status = "done"
-        if kind == "sweep":
-            try:
-                (out / "logs").mkdir(parents=True, exist_ok=True)
-                with _QuietFlower(out / "logs" / "storage-sweep.log"):
-                    results["storage_sweep"] = sweep_with_script(module, item)
-                results["storage_sweep_source"] = "benchmarks/storage_table.py"
-            except Exception as err:  # noqa: BLE001 - record, go on
-                status = f"failed ({type(err).__name__}: {err})"
-                results["storage_sweep_error"] = traceback.format_exc()
+        if isinstance(step, StorageSweep):
+            status = _run_sweep(step, out, results)
         else:
-            entry = {"spec": asdict(item), "status": "done", "summary": None,
-                     "error": None}
-            existing = out / "runs" / item.name / "summary.json"
-            try:
-                if existing.is_file():
-                    path, status = existing, "reused"
-                else:
-                    path = run_one(item, out, data_dir, engine)
-                entry["summary"] = str(path.relative_to(out.resolve())
-                                       if path.is_absolute() else path)
-                if not keep_history:
-                    shutil.rmtree(path.parent / "history", ignore_errors=True)
-                    shutil.rmtree(path.parent / "models", ignore_errors=True)
-                if kind == "sweep-run":
-                    results["storage_sweep"].append(
-                        sweep_row_from_summary(item, json.loads(path.read_text())))
-                    results["storage_sweep_source"] = "app runs (summary.json)"
-            except Exception as err:  # noqa: BLE001 - one failed run must not end all
-                status = f"failed ({type(err).__name__}: {err})"
-                entry.update(status="failed", error=traceback.format_exc())
-            entry["wall_s"] = time.perf_counter() - t0
-            entry["kind"] = kind
+            entry, status = _run_spec(step, out, data_dir, engine, keep_history)
             results["runs"].append(entry)
-        progress.finish(i, exp, label, time.perf_counter() - t0, status)
+        progress.finish(i, step.experiment, step.name, time.perf_counter() - t0, status)
         _write_json(out / "results.json", results)
     results["wall_s"] = time.perf_counter() - t_start
     write_outputs(results, out)
@@ -387,9 +362,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m experiments.run", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all"])
-    ap.add_argument("--preset", default="quick", choices=suites.PRESETS)
+    ap.add_argument("--suite", default="quick", choices=suites.SUITES,
+                    help="the size of every run (default: quick)")
+    ap.add_argument("--preset", help=argparse.SUPPRESS)
     ap.add_argument("--out", default="", help="output folder (default "
-                    "results/experiments/<name>-<preset>-<UTC time>)")
+                    "results/experiments/<name>-<suite>-<UTC time>)")
     ap.add_argument("--engine", default="inprocess", choices=("inprocess", "flwr"))
     ap.add_argument("--data-dir", default="", help="datasets (default $SE_DATA_DIR "
                     "or ../shared/data)")
@@ -401,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="redraw the figures and report.md of --out from its "
                     "results.json; run nothing")
     args = ap.parse_args(argv)
+    if args.preset is not None:
+        ap.error(f"--preset {args.preset}: the experiments take --suite "
+                 f"{'|'.join(suites.SUITES)}; --preset names a run preset "
+                 "(presets/NAME.toml) of ./simulate.sh [run|deploy]")
     if args.report_only:
         if not args.out:
             ap.error("--report-only needs --out")
@@ -410,16 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     results_root = Path(os.environ.get("SE_RESULTS_DIR", ROOT / "results"))
     out = Path(args.out) if args.out else \
-        results_root / "experiments" / f"{args.name}-{args.preset}-{stamp}"
+        results_root / "experiments" / f"{args.name}-{args.suite}-{stamp}"
     datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
-    results = execute(args.name, args.preset, out, args.data_dir or default_data_dir(),
+    results = execute(args.name, args.suite, out, args.data_dir or default_data_dir(),
                       args.engine, args.keep_history, datasets)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
-    print(f"{args.name} ({args.preset}): {len(results['runs']) - len(failed)} runs "
+    print(f"{args.name} ({args.suite}): {len(results['runs']) - len(failed)} runs "
           f"done, {len(failed)} failed, {_clock(results['wall_s'])}; "
           f"{out.resolve()}", file=sys.stderr)
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
+    exit_on_signals("experiments")  # a signal stops the runs it started (Children)
     raise SystemExit(main())

@@ -1,10 +1,9 @@
-"""The experiments: which runs of the app each one makes, per preset.
+"""The experiments: which runs of the app each one makes, per suite.
 
 Every configuration is one run of the real ServerApp / ClientApp (a
 :class:`RunSpec`: run-config keys as ``--run-config`` takes them). The storage
 experiment also measures storage against the number of clients C and of rounds
-G with ``benchmarks/storage_table.py`` when that script is present
-(:class:`StorageSweep`).
+G with :mod:`experiments.storage` (:class:`StorageSweep`).
 
 Experiments (Lin et al., IJCAI 2024, Sec. 5):
 
@@ -19,23 +18,27 @@ Experiments (Lin et al., IJCAI 2024, Sec. 5):
 - ``storage`` (Fig. 5): server storage and communication time of FedEraser,
   uncoded SE and coded SE; storage against C and G.
 
-Presets: ``quick`` (small: minutes per run on 2 cores), ``paper`` (the paper's
-topology, presets/paper.toml: C = 100, S = 4, 20 clients a round, L = 10,
-G = 30; hours per run on 2 cores) and ``tiny`` (seconds per run; the tests).
+Suites (``--suite``; the same experiments at three sizes): ``quick`` (small:
+minutes per run on 2 cores), ``paper`` (the paper's topology, the run preset
+presets/paper.toml: C = 100, S = 4, 20 clients a round, L = 10, G = 30; hours
+per run on 2 cores) and ``tiny`` (seconds per run; the tests). A suite is not a
+run preset (``./simulate.sh --preset NAME``, presets/NAME.toml): the ``quick``
+suite has nothing to do with presets/quick.toml.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomllib
 
+from cli import config as cli_config
 from task.config import fused_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("single", "concurrent", "storage")
-PRESETS = ("quick", "paper", "tiny")
+SUITES = ("quick", "paper", "tiny")
 IMAGE_DATASETS = ("mnist", "fmnist", "cifar10")
 # Local-training keys of presets/shakespeare.toml (the character model trains with
 # Adam; SGD barely moves it). Topology keys there are left to the experiment.
@@ -71,7 +74,7 @@ class RunSpec:
 
 @dataclass(frozen=True)
 class StorageSweep:
-    """Storage against clients C and rounds G (``benchmarks/storage_table.py``).
+    """Storage against clients C and rounds G (:mod:`experiments.storage`).
 
     Attributes
     ----------
@@ -79,25 +82,30 @@ class StorageSweep:
         Values of C (each >= 20: k = S K = 20 data blocks a round).
     rounds : tuple[int, ...]
         Values of G (checkpoints of one max(G)-round run per C).
-    fallback : tuple[RunSpec, ...]
-        App runs that measure the same from summary.json when the script is
-        absent.
     """
 
     clients: tuple[int, ...]
     rounds: tuple[int, ...]
-    fallback: tuple[RunSpec, ...] = field(default_factory=tuple)
+
+    experiment = "storage"
+
+    @property
+    def name(self) -> str:
+        """A label for progress lines."""
+        return f"storage sweep C={list(self.clients)} G={list(self.rounds)}"
+
+    @property
+    def weight(self) -> float:
+        """Rough cost relative to a :class:`RunSpec`'s (time-left estimate only)."""
+        return sum(c * max(self.rounds) for c in self.clients) / 750
 
 
-# Per preset: the topology of each experiment, and what it sweeps.
+# Per suite: the topology of each experiment, and what it sweeps (``paper``:
+# presets/paper.toml, see :func:`base`).
 _BASE = {
     "quick": {
         "num-shards": 4, "local-epochs": 2, "num-rounds": 4, "retrain-ratio": 2.0,
         "batch-size": 16, "test-samples": 500, "mia-samples": 300,
-    },
-    "paper": {
-        "num-clients": 100, "num-shards": 4, "clients-per-round": 20,
-        "local-epochs": 10, "num-rounds": 30, "retrain-ratio": 2.0,
     },
     "tiny": {
         "num-shards": 2, "local-epochs": 1, "num-rounds": 2, "retrain-ratio": 2.0,
@@ -152,6 +160,13 @@ _SETTINGS = {
 _DATASET_COST = {"mnist": 1.0, "fmnist": 1.0, "cifar10": 2.5, "shakespeare": 6.0}
 
 
+def base(suite: str) -> dict:
+    """The topology every run of ``suite`` shares (``paper``: presets/paper.toml)."""
+    if suite == "paper":
+        return tomllib.loads(cli_config.preset_path("paper").read_text())
+    return dict(_BASE[suite])
+
+
 def text_training(root: Path = ROOT) -> dict:
     """Local-training keys for Shakespeare: presets/shakespeare.toml, else defaults."""
     path = root / "presets" / "shakespeare.toml"
@@ -163,19 +178,19 @@ def text_training(root: Path = ROOT) -> dict:
     return dict(TEXT_TRAINING_DEFAULT)
 
 
-def dataset_config(preset: str, dataset: str) -> dict:
+def dataset_config(suite: str, dataset: str) -> dict:
     """Dataset-specific keys: the dataset, its sample cap, Shakespeare's optimizer."""
     out: dict = {"dataset": dataset}
-    cap = _SETTINGS[preset]["client-samples"].get(dataset)
+    cap = _SETTINGS[suite]["client-samples"].get(dataset)
     if cap:
         out["client-samples"] = cap
     if dataset == "shakespeare":
         out.update(text_training())
-    out.update(_SETTINGS[preset].get("dataset", {}).get(dataset, {}))
+    out.update(_SETTINGS[suite].get("dataset", {}).get(dataset, {}))
     return out
 
 
-def _weight(config: dict, frameworks: int, learnings: int) -> float:
+def _weight(config: dict, frameworks: float, learnings: int) -> float:
     config = fused_run_config(config)  # unset keys: pyproject.toml's defaults
     cost = _DATASET_COST.get(str(config["dataset"]), 1.0)
     size = (int(config["clients-per-round"]) * int(config["num-rounds"])
@@ -183,21 +198,21 @@ def _weight(config: dict, frameworks: int, learnings: int) -> float:
     return cost * size * (learnings + 0.6 * frameworks) / 1e4
 
 
-def single_runs(preset: str, datasets: tuple[str, ...] | None = None) -> list[RunSpec]:
+def single_runs(suite: str, datasets: tuple[str, ...] | None = None) -> list[RunSpec]:
     """Fig. 3 / Table 1 and the MIA stability runs.
 
     One request of one client (the generator's ``even`` draw); frameworks SE,
     FR, FE, RR; MIA on. The MIA-stability configuration repeats with the other
     seeds (its seed-0 run is the grid's own).
     """
-    st = _SETTINGS[preset]
+    st = _SETTINGS[suite]
     runs = []
     for dataset in datasets or st["single_datasets"]:
         for partition in st["partitions"]:
             seeds = st["mia_seeds"] if (dataset, partition) == st["mia_config"] else (0,)
             for seed in seeds:
-                config = {**_BASE[preset], **st["single"],
-                          **dataset_config(preset, dataset), "partition": partition,
+                config = {**base(suite), **st["single"],
+                          **dataset_config(suite, dataset), "partition": partition,
                           "seed": seed,
                           "frameworks": "SE,FR,FE,RR", "num-requests": 1,
                           "clients-per-request": st["single"].get(
@@ -210,7 +225,7 @@ def single_runs(preset: str, datasets: tuple[str, ...] | None = None) -> list[Ru
     return runs
 
 
-def concurrent_runs(preset: str, datasets: tuple[str, ...] | None = None
+def concurrent_runs(suite: str, datasets: tuple[str, ...] | None = None
                     ) -> list[RunSpec]:
     """Fig. 4: K concurrent requests (even, adapt) and sequential ones; SE only.
 
@@ -218,7 +233,7 @@ def concurrent_runs(preset: str, datasets: tuple[str, ...] | None = None
     alone from the stored history, so its first k requests give the sequential
     cost of k requests.
     """
-    st = _SETTINGS[preset]
+    st = _SETTINGS[suite]
     runs = []
     for dataset in datasets or st["concurrent_datasets"]:
         for distribution in ("even", "adapt"):
@@ -226,8 +241,8 @@ def concurrent_runs(preset: str, datasets: tuple[str, ...] | None = None
             if distribution in st["sequential"]:
                 modes.append(("sequential", max(st["ks"])))
             for mode, k in modes:
-                config = {**_BASE[preset], **st["concurrent"],
-                          **dataset_config(preset, dataset), "partition": "iid",
+                config = {**base(suite), **st["concurrent"],
+                          **dataset_config(suite, dataset), "partition": "iid",
                           "seed": 0, "frameworks": "SE", "num-requests": k,
                           "clients-per-request": 1, "request-distribution": distribution,
                           "request-mode": mode, "mia": False}
@@ -238,13 +253,13 @@ def concurrent_runs(preset: str, datasets: tuple[str, ...] | None = None
     return runs
 
 
-def storage_runs(preset: str) -> list[RunSpec]:
+def storage_runs(suite: str) -> list[RunSpec]:
     """Fig. 5 (communication, storage): FE beside uncoded and coded SE, one request."""
-    st = _SETTINGS[preset]
+    st = _SETTINGS[suite]
     runs = []
     for storage in ("uncoded", "coded"):
-        config = {**_BASE[preset], **st["storage"],
-                  **dataset_config(preset, st["storage_dataset"]), "partition": "iid",
+        config = {**base(suite), **st["storage"],
+                  **dataset_config(suite, st["storage_dataset"]), "partition": "iid",
                   "seed": 0, "frameworks": "SE,FE", "num-requests": 1,
                   "clients-per-request": 1, "storage": storage, "mia": False}
         runs.append(RunSpec("storage", f"storage-{st['storage_dataset']}-{storage}",
@@ -253,56 +268,34 @@ def storage_runs(preset: str) -> list[RunSpec]:
     return runs
 
 
-def _sweep_per_round(preset: str, clients: int) -> int:
-    """C / 5 clients a round, rounded down to a multiple of S (at least S)."""
-    shards = _BASE[preset]["num-shards"]
-    return max(shards, clients // 5 // shards * shards)
+def storage_sweep(suite: str) -> StorageSweep:
+    """Storage against C and G (no training; :mod:`experiments.storage`)."""
+    st = _SETTINGS[suite]
+    return StorageSweep(tuple(st["sweep_clients"]), tuple(st["sweep_rounds"]))
 
 
-def storage_sweep(preset: str) -> StorageSweep:
-    """Storage against C and G; app runs (``frameworks = FE``) as the fallback."""
-    st = _SETTINGS[preset]
-    fallback = []
-    base_rounds = max(st["sweep_rounds"])
-    points = [(c, base_rounds) for c in st["sweep_clients"]]
-    points += [(min(st["sweep_clients"]), g) for g in st["sweep_rounds"]
-               if g != base_rounds]
-    for clients, rounds in points:
-        config = {**_BASE[preset], **dataset_config(preset, st["storage_dataset"]),
-                  "num-clients": clients,
-                  "clients-per-round": _sweep_per_round(preset, clients),
-                  "num-rounds": rounds, "local-epochs": 1, "partition": "iid",
-                  "seed": 0, "frameworks": "FE", "storage": "coded", "mia": False,
-                  "client-samples": 16}
-        fallback.append(RunSpec("storage", f"storage-sweep-c{clients}-g{rounds}",
-                                config, {"sweep": True, "clients": clients,
-                                         "rounds": rounds}, _weight(config, 1, 2)))
-    return StorageSweep(tuple(st["sweep_clients"]), tuple(st["sweep_rounds"]),
-                        tuple(fallback))
-
-
-def plan(experiment: str, preset: str, datasets: tuple[str, ...] | None = None
+def plan(experiment: str, suite: str, datasets: tuple[str, ...] | None = None
          ) -> list[RunSpec]:
     """The app runs of ``experiment`` (``all``: every experiment in order).
 
     Raises
     ------
     ValueError
-        Unknown experiment or preset.
+        Unknown experiment or suite.
     """
-    if preset not in PRESETS:
-        raise ValueError(f"preset {preset!r}: one of {', '.join(PRESETS)}")
+    if suite not in SUITES:
+        raise ValueError(f"suite {suite!r}: one of {', '.join(SUITES)}")
     if experiment == "all":
-        return [r for e in EXPERIMENTS for r in plan(e, preset, datasets)]
+        return [r for e in EXPERIMENTS for r in plan(e, suite, datasets)]
     if experiment == "single":
-        return single_runs(preset, datasets)
+        return single_runs(suite, datasets)
     if experiment == "concurrent":
-        return concurrent_runs(preset, datasets)
+        return concurrent_runs(suite, datasets)
     if experiment == "storage":
-        return storage_runs(preset)
+        return storage_runs(suite)
     raise ValueError(f"experiment {experiment!r}: one of {', '.join(EXPERIMENTS)}, all")
 
 
-def preset_settings(preset: str) -> dict:
-    """What the preset sweeps and fixes (for report.md)."""
-    return {"base": dict(_BASE[preset]), **{k: v for k, v in _SETTINGS[preset].items()}}
+def suite_settings(suite: str) -> dict:
+    """What the suite sweeps and fixes (for report.md)."""
+    return {"base": base(suite), **_SETTINGS[suite]}

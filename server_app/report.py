@@ -6,14 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-
-def _table(header: list[str], rows: list[list[object]]) -> str:
-    cells = [[str(c) for c in header]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True))
-             for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from server_app.tables import table
 
 
 def _cell(value: object) -> str:
@@ -34,11 +27,11 @@ def render(summary: dict) -> str:
         f" {cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs,"
         f" shard strategy {cfg['shard-strategy']}{_server_settings(summary)}",
         "",
-        _table(["model", "accuracy", "loss"],
-               [["ensemble", learning["accuracy"], learning["loss"]]]
-               + [[f"shard {s}", a, lo] for s, (a, lo) in enumerate(
-                   zip(learning["shard_accuracy"], learning["shard_loss"],
-                       strict=True))]),
+        table(["model", "accuracy", "loss"],
+              [["ensemble", learning["accuracy"], learning["loss"]]]
+              + [[f"shard {s}", a, lo] for s, (a, lo) in enumerate(
+                  zip(learning["shard_accuracy"], learning["shard_loss"],
+                      strict=True))], cell=_cell),
         "",
         f"learning: {learning['wall_time_s']:.1f} s wall, "
         f"{learning['compute_s']:.1f} s client compute, "
@@ -84,8 +77,8 @@ def storage_table(storage: dict) -> str:
         rows.append([name, entry["server_bytes"], clients.get("max", 0),
                      entry.get("source", "catalog + keys; slices on clients")])
     out = [f"storage (mode {storage['mode']}):", "",
-           _table(["history", "server bytes", "bytes per client (max)", "measured from"],
-                  rows)]
+           table(["history", "server bytes", "bytes per client (max)", "measured from"],
+                 rows, cell=_cell)]
     if storage.get("SE_coded_vs_FE") is not None:
         out.append(f"\ncoded SE server storage: {100 * storage['SE_coded_vs_FE']:.2f}% "
                    "below FE")
@@ -127,7 +120,7 @@ def frameworks_table(summary: dict) -> str:
                                        for k, _ in columns])
     out = [f"unlearning ({unlearning.get('mode', '')}): requests "
            f"{unlearning.get('requests')}", "",
-           _table(["framework"] + [h for _, h in columns], rows)]
+           table(["framework"] + [h for _, h in columns], rows, cell=_cell)]
     se = frameworks.get("SE", {})
     if "FR" in frameworks and se.get("retrain_compute_s") and \
             frameworks["FR"].get("retrain_compute_s"):

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
-from experiments.grid import InProcessGrid
+from experiments.grid import InProcessGrid, set_task_identity
 from task.config import fused_run_config
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -19,9 +18,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 @pytest.fixture(autouse=True)
 def _task_identity():
     """Messages built outside a Flower run need a run id and node id."""
-    TaskIdentity.run_id = 1
-    TaskIdentity.node_id = 0
-    TaskIdentity.task_id = 1
+    set_task_identity()
     yield
 
 

@@ -13,9 +13,8 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import TINY, InProcessGrid
+from conftest import TINY, InProcessGrid, set_task_identity
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 
 from coding import (
     PRIME,
@@ -48,7 +47,7 @@ CONFIG = {**TINY, "blocks-per-shard": 2, "forget-clients": "3", "frameworks": "S
 
 
 def _identity():
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    set_task_identity()
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,9 @@ def tiny_all(tmp_path_factory, shared_data):
     return results, out, stream.getvalue()
 
 
-def test_every_preset_config_is_valid():
-    for preset in suites.PRESETS:
-        specs = suites.plan("all", preset) + list(suites.storage_sweep(preset).fallback)
+def test_every_suite_config_is_valid():
+    for suite in suites.SUITES:
+        specs = suites.plan("all", suite)
         assert len({s.name for s in specs}) == len(specs)
         for spec in specs:
             # every check a launcher makes before any engine (requests, coded range)
@@ -179,7 +180,7 @@ def test_all_tiny_end_to_end(tiny_all):
     assert results["storage_sweep"]
     # progress: one line per step with i/N and the time left
     total = len(results["runs"]) + (results["storage_sweep_source"] ==
-                                    "benchmarks/storage_table.py")
+                                    "experiments/storage.py")
     assert f"run 1/{total}" in progress and f"run {total}/{total}" in progress
     assert "left" in progress
 
@@ -221,7 +222,7 @@ def test_report_has_the_headline_comparison(tiny_all):
     for paper in ("66.0%", "88.0%", "98.0%"):
         assert paper in text
     assert "less server storage" in text  # coded SE's measured reduction
-    assert "./simulate.sh experiments all --preset tiny" in text
+    assert "./simulate.sh experiments all --suite tiny" in text
     assert "MIA stability" in text and "Concurrent and sequential" in text
     assert "2 CPU cores" in text or "CPU cores" in text
     for fig in results["figures"]:
@@ -235,7 +236,7 @@ def test_cli_reuses_finished_runs(tiny_all, shared_data, capsys, tmp_path):
     _, done, _ = tiny_all
     out = tmp_path / "again"
     shutil.copytree(done, out)
-    code = main(["storage", "--preset", "tiny", "--out", str(out),
+    code = main(["storage", "--suite", "tiny", "--out", str(out),
                  "--data-dir", str(shared_data)])
     assert code == 0
     err = capsys.readouterr().err
@@ -247,7 +248,8 @@ def test_simulate_sh_has_the_experiments_command():
     proc = subprocess.run([str(ROOT / "simulate.sh"), "experiments", "--help"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "single" in proc.stdout and "--preset" in proc.stdout
+    assert "single" in proc.stdout and "--suite" in proc.stdout
+    assert "--preset" not in proc.stdout  # run presets are ./simulate.sh's
 
 
 @pytest.mark.e2e
@@ -261,3 +263,93 @@ def test_flwr_engine_runs_a_configuration_through_simulate_sh(tmp_path, shared_d
     assert summary["config"]["storage"] == "coded"
     assert set(summary["frameworks"]) == {"SE", "FE"}
     assert summary["storage"]["SE_coded"]["server_bytes"] > 0
+
+
+def test_experiments_take_suites_not_run_presets(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["all", "--preset", "quick"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--suite quick|paper|tiny" in err and "presets/NAME.toml" in err
+    with pytest.raises(SystemExit):
+        main(["all", "--suite", "glance"])
+    assert "invalid choice: 'glance'" in capsys.readouterr().err
+
+
+def test_paper_suite_is_the_paper_run_preset():
+    preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
+    assert suites.base("paper") == preset
+    for spec in suites.plan("all", "paper"):
+        assert {k: spec.config[k] for k in preset if k != "num-clients"} == {
+            k: v for k, v in preset.items() if k != "num-clients"}
+
+
+def test_storage_table_renders_as_before():
+    rows = [{"clients": 20, "rounds": 10, "fe_server": 16.5e6,
+             "se_uncoded_server": 27.2e6, "se_coded_server": 17500,
+             "se_coded_client_max": 710000, "distribution_comm_s": 12.3},
+            {"clients": 200, "rounds": 30, "fe_server": 397.7e6,
+             "se_uncoded_server": 427.7e6, "se_coded_server": 260700,
+             "se_coded_client_max": 19.32e6, "distribution_comm_s": 1234.5}]
+    from experiments import storage
+
+    assert storage.render(rows).splitlines() == [
+        "  C   G  FE server  uncoded SE server  coded SE server  coded/FE  "
+        "coded SE per client  FE, uncoded SE per client  distribution comm",
+        "---  --  ---------  -----------------  ---------------  --------  "
+        "-------------------  -------------------------  -----------------",
+        " 20  10   16.50 MB           27.20 MB          17.5 kB    0.106%  "
+        "            0.71 MB                          0               12 s",
+        "200  30  397.70 MB          427.70 MB          0.26 MB    0.066%  "
+        "           19.32 MB                          0            1,234 s"]
+
+
+def test_storage_table_script_is_a_thin_caller():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "storage_table.py"),
+                           "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "--clients" in proc.stdout and "--rounds" in proc.stdout
+
+
+def test_run_in_process_takes_pyprojects_keys_only(tmp_path):
+    from experiments.grid import run_in_process
+    from server_app.config import ConfigError
+
+    with pytest.raises(ConfigError, match="'num-client' is not known.*num-clients"):
+        run_in_process({"num-client": 8, "results-dir": str(tmp_path),
+                        "run-name": "x"})
+    assert not (tmp_path / "x").exists()
+
+
+def test_grid_sends_a_message_once_and_keeps_none_alive():
+    import gc
+    import weakref
+
+    from flwr.app import Message, RecordDict
+
+    from experiments.grid import NODE_ID_BASE, InProcessGrid
+
+    absent = NODE_ID_BASE  # never answers: no ClientApp needed
+    grid = InProcessGrid(lambda message, context: None, 2, {}, absent=[absent])
+    message = Message(RecordDict(), dst_node_id=absent, message_type="query")
+    assert grid.send_and_receive([message]) == []
+    with pytest.raises(RuntimeError, match="only once"):
+        grid.send_and_receive([message])
+    alive = weakref.ref(message)
+    del message
+    gc.collect()
+    assert alive() is None  # the grid holds no reference to what it sent
+    again = Message(RecordDict(), dst_node_id=absent, message_type="query")
+    assert grid.send_and_receive([again]) == [] and grid.messages_sent == 2
+
+
+def test_no_module_loads_a_project_file_by_path():
+    sources = [p for folder in ("experiments", "benchmarks", "cli", "server_app",
+                                "strategies", "scripts", "tests")
+               for p in (ROOT / folder).rglob("*.py")]
+    banned = ("spec_from_file_location", "exec_module", "SourceFileLoader", "runpy")
+    offenders = [str(p.relative_to(ROOT)) for p in sources
+                 if p.name != "test_experiments.py"
+                 and any(word in p.read_text() for word in banned)]
+    assert offenders == []

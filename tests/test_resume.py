@@ -19,10 +19,10 @@ CHILD = textwrap.dedent("""
     sys.path[:0] = [{root!r}, {tests!r}]
     from conftest import InProcessGrid
     from flwr.app import Context, RecordDict
-    from flwr.supercore.task_identity import TaskIdentity
+    from experiments.grid import set_task_identity
     from client_app.app import app as client_app
     from server_app.app import main
-    TaskIdentity.run_id = 1; TaskIdentity.node_id = 0; TaskIdentity.task_id = 1
+    set_task_identity()
     config = json.loads(sys.argv[1])
     grid = InProcessGrid(client_app, config["num-clients"], config)
     main(grid, Context(run_id=1, node_id=0, node_config={{}}, state=RecordDict(),
