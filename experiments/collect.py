@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from server_app.summary import RequestCost, RunSummary
+
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
 BASELINES = ("FR", "FE", "RR")
 COLUMNS = [
@@ -40,32 +42,31 @@ _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "client_e
             "mia_recall", "mia_auc")
 
 
-def summary_rows(experiment: str, run: str, summary: dict, wall_s: float | None
+def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float | None
                  ) -> list[dict]:
     """One row per framework of one run (plus ``original``)."""
-    cfg = summary.get("config", {})
+    cfg = summary.config
     base = {"experiment": experiment, "run": run, "run_wall_s": wall_s,
-            "requests": json.dumps(summary.get("unlearning", {}).get("requests", [])),
-            "learning_compute_s": summary.get("learning", {}).get("compute_s"),
-            "learning_wall_s": summary.get("learning", {}).get("wall_time_s")}
+            "requests": json.dumps(summary.unlearning.requests
+                                   if summary.unlearning else []),
+            "learning_compute_s": summary.learning.compute_s,
+            "learning_wall_s": summary.learning.wall_time_s}
     base.update({col: cfg.get(key) for col, key in _CONFIG_COLUMNS.items()})
     rows = []
-    if "original" in summary:
-        row = {**base, "framework": "original"}
-        row.update({k: summary["original"].get(k) for k in _METRICS
-                    if k in summary["original"]})
-        rows.append(row)
-    for name, result in summary.get("frameworks", {}).items():
-        row = {**base, "framework": name}
-        row.update({k: result.get(k) for k in _METRICS if k in result})
-        impacted = sorted({s for r in result.get("requests", [])
-                           for s in r.get("impacted_shards", [])})
+    if summary.original is not None:
+        scores = summary.original.to_json()
+        rows.append({**base, "framework": "original",
+                     **{k: scores[k] for k in _METRICS if k in scores}})
+    for name, result in (summary.frameworks or {}).items():
+        scores = result.to_json()
+        row = {**base, "framework": name, **{k: scores[k] for k in _METRICS
+                                             if k in scores}}
+        impacted = sorted({s for r in result.requests for s in r.impacted_shards or []})
         row["impacted_shards"] = len(impacted) if name == "SE" else None
-        expected = result.get("expected")
-        if expected:
-            row["se_measured_shard_s"] = expected.get("measured_total_s")
-            row["se_expected_shard_s"] = expected.get("expected_total_s")
-            row["se_mean_shard_cost_s"] = expected.get("mean_shard_cost_s")
+        if result.expected:
+            row["se_measured_shard_s"] = result.expected.get("measured_total_s")
+            row["se_expected_shard_s"] = result.expected.get("expected_total_s")
+            row["se_mean_shard_cost_s"] = result.expected.get("mean_shard_cost_s")
         rows.append(row)
     return rows
 
@@ -82,10 +83,10 @@ def load_rows(results: dict, out: Path) -> list[dict]:
     return rows
 
 
-def load_summary(out: Path, entry: dict) -> dict:
+def load_summary(out: Path, entry: dict) -> RunSummary:
     """The summary.json of a results.json run entry (relative to ``out``)."""
     path = Path(entry["summary"])
-    return json.loads((path if path.is_absolute() else out / path).read_text())
+    return RunSummary.load(path if path.is_absolute() else out / path)
 
 
 def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str] | None = None
@@ -226,7 +227,8 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def concurrent_points(rows: Sequence[dict], summaries: dict[str, dict]) -> list[dict]:
+def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestCost]]
+                      ) -> list[dict]:
     """SE's measured shard retraining seconds beside the paper's expectation.
 
     For concurrent runs: one point per run (K, distribution). For sequential
@@ -254,15 +256,14 @@ def concurrent_points(rows: Sequence[dict], summaries: dict[str, dict]) -> list[
                            "impacted_shards": row["impacted_shards"],
                            "shard_retrains": row["impacted_shards"]})
             continue
-        summary = summaries.get(row["run"], {})
-        requests = summary.get("frameworks", {}).get("SE", {}).get("requests", [])
+        requests = se_requests.get(row["run"], [])
         total, epochs, compute, impacted, retrains = 0.0, 0.0, 0.0, set(), 0
-        for k, request in enumerate(r for r in requests if not r.get("noop")):
-            total += sum(request.get("shard_compute_s", {}).values())
-            epochs += request.get("client_epochs", 0.0)
-            compute += request.get("compute_s", 0.0)
-            impacted |= set(request.get("impacted_shards", []))
-            retrains += len(request.get("impacted_shards", []))
+        for k, request in enumerate(r for r in requests if not r.noop):
+            total += sum((request.shard_compute_s or {}).values())
+            epochs += request.client_epochs or 0.0
+            compute += request.compute_s or 0.0
+            impacted |= set(request.impacted_shards or [])
+            retrains += len(request.impacted_shards or [])
             points.append({**base, "K": k + 1, "measured_s": total,
                            "expected_s": (k + 1) * c, "compute_s": compute,
                            "client_epochs": epochs, "impacted_shards": len(impacted),
@@ -270,7 +271,7 @@ def concurrent_points(rows: Sequence[dict], summaries: dict[str, dict]) -> list[
     return points
 
 
-def storage_block(rows: Sequence[dict], summaries: dict[str, dict]) -> dict | None:
+def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None:
     """FE, uncoded SE and coded SE: server bytes and communication seconds.
 
     From the ``storage`` experiment's runs: the coded run's summary.json
@@ -287,8 +288,7 @@ def storage_block(rows: Sequence[dict], summaries: dict[str, dict]) -> dict | No
     uncoded_row = runs.get("uncoded", {})
     coded_run = next(iter(coded_row.values()), {}).get("run")
     uncoded_run = next(iter(uncoded_row.values()), {}).get("run")
-    block = (summaries.get(coded_run) or {}).get("storage") or \
-        (summaries.get(uncoded_run) or {}).get("storage")
+    block = next((storage[r] for r in (coded_run, uncoded_run) if storage.get(r)), None)
     if not block:
         return None
     fe = (block.get("FE") or {}).get("server_bytes")
@@ -319,10 +319,21 @@ def storage_block(rows: Sequence[dict], summaries: dict[str, dict]) -> dict | No
     return out
 
 
-def summaries_by_run(results: dict, out: Path) -> dict[str, dict]:
+def summaries_by_run(results: dict, out: Path) -> dict[str, RunSummary]:
     """``{run name: summary}`` for every finished run."""
     found = {}
     for entry in results["runs"]:
         if entry.get("summary") and entry.get("status") != "failed":
             found[entry["spec"]["name"]] = load_summary(out, entry)
     return found
+
+
+def se_requests(summaries: dict[str, RunSummary]) -> dict[str, list[RequestCost]]:
+    """``{run name: SE's per-request costs}`` for the runs that ran SE."""
+    return {name: s.frameworks["SE"].requests for name, s in summaries.items()
+            if s.frameworks and "SE" in s.frameworks}
+
+
+def storage_blocks(summaries: dict[str, RunSummary]) -> dict[str, dict]:
+    """``{run name: its summary's storage block}``."""
+    return {name: s.storage for name, s in summaries.items()}

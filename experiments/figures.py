@@ -42,8 +42,9 @@ def make_all(results: dict, rows: Sequence[dict], folder: Path) -> list[str]:
         ("single_accuracy.png", lambda p: single_accuracy(rows, p)),
         ("single_mia.png", lambda p: single_mia(rows, p)),
         ("concurrent.png", lambda p: concurrent(
-            collect.concurrent_points(rows, summaries), p)),
-        ("storage.png", lambda p: storage(collect.storage_block(rows, summaries), p)),
+            collect.concurrent_points(rows, collect.se_requests(summaries)), p)),
+        ("storage.png", lambda p: storage(
+            collect.storage_block(rows, collect.storage_blocks(summaries)), p)),
         ("storage_sweep.png", lambda p: storage_sweep(results.get("storage_sweep", []),
                                                       p)),
     ):

@@ -80,7 +80,7 @@ def command(results: dict) -> str:
 def render(results: dict, rows: Sequence[dict], out: Path) -> str:
     """The whole report.md for ``results`` (results.json) and its ``rows``."""
     summaries = collect.summaries_by_run(results, out)
-    store = collect.storage_block(rows, summaries)
+    store = collect.storage_block(rows, collect.storage_blocks(summaries))
     runs = results["runs"]
     failed = [r for r in runs if r["status"] == "failed"]
     m = results.get("machine", {})
@@ -213,7 +213,7 @@ def _single_sections(rows) -> list[str]:
 
 
 def _concurrent_section(rows, summaries) -> list[str]:
-    points = collect.concurrent_points(rows, summaries)
+    points = collect.concurrent_points(rows, collect.se_requests(summaries))
     if not points:
         return []
     out = ["", "## Concurrent and sequential requests (paper Fig. 4)", "",

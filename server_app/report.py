@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
+from server_app.summary import RunSummary
 from server_app.tables import table
 
 
@@ -17,10 +16,15 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def render(summary: dict) -> str:
-    """The tables for one run's summary (learning, shards, storage), then warnings."""
-    cfg = summary["config"]
-    learning = summary["learning"]
+def render(summary: RunSummary | dict) -> str:
+    """The tables for one run's summary (learning, shards, storage), then warnings.
+
+    ``summary`` is a :class:`~server_app.summary.RunSummary` or the dict of a
+    ``summary.json`` (read back as one).
+    """
+    if isinstance(summary, dict):
+        summary = RunSummary.from_json(summary)
+    cfg, learning = summary.config, summary.learning
     out = [
         f"dataset {cfg['dataset']} ({cfg['partition']}), {cfg['num-clients']} clients,"
         f" {cfg['num-shards']} shards, {cfg['clients-per-round']} a round,"
@@ -28,31 +32,31 @@ def render(summary: dict) -> str:
         f" shard strategy {cfg['shard-strategy']}{_server_settings(summary)}",
         "",
         table(["model", "accuracy", "loss"],
-              [["ensemble", learning["accuracy"], learning["loss"]]]
+              [["ensemble", learning.accuracy, learning.loss]]
               + [[f"shard {s}", a, lo] for s, (a, lo) in enumerate(
-                  zip(learning["shard_accuracy"], learning["shard_loss"],
-                      strict=True))], cell=_cell),
+                  zip(learning.shard_accuracy, learning.shard_loss, strict=True))],
+              cell=_cell),
         "",
-        f"learning: {learning['wall_time_s']:.1f} s wall, "
-        f"{learning['compute_s']:.1f} s client compute, "
-        f"{learning['client_epochs']:.0f} client-epochs; "
-        f"server storage {summary['storage']['server_bytes']:,} bytes",
+        f"learning: {learning.wall_time_s:.1f} s wall, "
+        f"{learning.compute_s:.1f} s client compute, "
+        f"{learning.client_epochs:.0f} client-epochs; "
+        f"server storage {summary.storage['server_bytes']:,} bytes",
     ]
-    if "perplexity" in learning:  # the character model: exp(test loss)
-        out.append(f"ensemble test loss {learning['loss']:.4f} nats/char, "
-                   f"perplexity {learning['perplexity']:.2f}")
-    if summary["storage"].get("SE_uncoded"):
-        out += ["", storage_table(summary["storage"])]
-    if summary.get("frameworks"):
+    if learning.perplexity is not None:  # the character model: exp(test loss)
+        out.append(f"ensemble test loss {learning.loss:.4f} nats/char, "
+                   f"perplexity {learning.perplexity:.2f}")
+    if summary.storage.get("SE_uncoded"):
+        out += ["", storage_table(summary.storage)]
+    if summary.frameworks:
         out += ["", frameworks_table(summary)]
-    if summary.get("warnings"):
-        out += ["", warnings_list(summary["warnings"])]
+    if summary.warnings:
+        out += ["", warnings_list(summary.warnings)]
     return "\n".join(out)
 
 
-def _server_settings(summary: dict) -> str:
+def _server_settings(summary: RunSummary) -> str:
     """`` (server_lr 1, server_momentum 0.9)`` for a strategy with server settings."""
-    settings = {k: v for k, v in summary.get("shard_strategy", {}).items() if k != "name"}
+    settings = {k: v for k, v in summary.shard_strategy.items() if k != "name"}
     return f" ({', '.join(f'{k} {v:g}' for k, v in settings.items())})" if settings else ""
 
 
@@ -107,27 +111,26 @@ FRAMEWORK_COLUMNS = [
 ]
 
 
-def frameworks_table(summary: dict) -> str:
+def frameworks_table(summary: RunSummary) -> str:
     """The unlearning comparison: one row per framework, plus SE's expectations."""
-    unlearning = summary.get("unlearning", {})
-    frameworks = summary["frameworks"]
+    frameworks = {n: f.to_json() for n, f in (summary.frameworks or {}).items()}
     columns = [(k, h) for k, h in FRAMEWORK_COLUMNS
                if any(k in r for r in frameworks.values())]
     rows = [[name] + [r.get(k, "") for k, _ in columns]
             for name, r in frameworks.items()]
-    if "original" in summary:  # the learned model, before unlearning
-        rows.insert(0, ["original"] + [summary["original"].get(k, "")
-                                       for k, _ in columns])
-    out = [f"unlearning ({unlearning.get('mode', '')}): requests "
-           f"{unlearning.get('requests')}", "",
+    if summary.original is not None:  # the learned model, before unlearning
+        original = summary.original.to_json()
+        rows.insert(0, ["original"] + [original.get(k, "") for k, _ in columns])
+    plan = summary.unlearning
+    out = [f"unlearning ({plan.mode if plan else ''}): requests "
+           f"{plan.requests if plan else None}", "",
            table(["framework"] + [h for _, h in columns], rows, cell=_cell)]
-    se = frameworks.get("SE", {})
-    if "FR" in frameworks and se.get("retrain_compute_s") and \
-            frameworks["FR"].get("retrain_compute_s"):
-        ratio = se["retrain_compute_s"] / frameworks["FR"]["retrain_compute_s"]
-        out.append(f"\nSE / FR retraining compute: {ratio:.3f}")
-    if "expected" in se:
-        e = se["expected"]
+    se, fr = (summary.frameworks or {}).get("SE"), (summary.frameworks or {}).get("FR")
+    if se and fr and se.retrain_compute_s and fr.retrain_compute_s:
+        out.append(f"\nSE / FR retraining compute: "
+                   f"{se.retrain_compute_s / fr.retrain_compute_s:.3f}")
+    if se and se.expected:
+        e = se.expected
         out.append(f"SE {e['mode']} K={e['num_requests']}: measured shard compute "
                    f"{e['measured_total_s']:.1f} s, paper's expectation "
                    f"{e['expected_total_s']:.1f} s (mean shard cost "
@@ -140,7 +143,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m server_app.report SUMMARY_JSON", file=sys.stderr)
         return 2
-    print(render(json.loads(Path(argv[0]).read_text())))
+    print(render(RunSummary.load(argv[0])))
     return 0
 
 

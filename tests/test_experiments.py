@@ -16,6 +16,7 @@ import tomllib
 from experiments import collect, report, suites
 from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
 from server_app.preflight import validate_run_config
+from server_app.summary import RequestCost
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -137,12 +138,12 @@ def test_concurrent_points_expectations():
              "num_shards": 4, "request_distribution": "even",
              "request_mode": "sequential", "num_requests": 2,
              "se_mean_shard_cost_s": 3.0}]
-    summaries = {"s": {"frameworks": {"SE": {"requests": [
-        {"shard_compute_s": {"0": 2.0}, "client_epochs": 4.0, "compute_s": 2.1,
-         "impacted_shards": [0]},
-        {"shard_compute_s": {"1": 4.0}, "client_epochs": 4.0, "compute_s": 4.2,
-         "impacted_shards": [1]}]}}}}
-    points = collect.concurrent_points(rows, summaries)
+    se_requests = {"s": [
+        RequestCost(0, [3], shard_compute_s={0: 2.0}, client_epochs=4.0, compute_s=2.1,
+                    impacted_shards=[0]),
+        RequestCost(1, [9], shard_compute_s={1: 4.0}, client_epochs=4.0, compute_s=4.2,
+                    impacted_shards=[1])]}
+    points = collect.concurrent_points(rows, se_requests)
     conc = points[0]
     assert conc["expected_s"] == pytest.approx(4 * 2.0 * (1 - 0.75 ** 2))
     seq = [p for p in points if p["mode"] == "sequential"]
@@ -155,10 +156,10 @@ def test_concurrent_points_expectations():
 def test_storage_block_degrades_without_coded_storage():
     rows = [_row("storage", "FE", storage="uncoded", comm_time_s=3.0),
             _row("storage", "SE", storage="uncoded", comm_time_s=1.0)]
-    summaries = {"storage-mnist": {"storage": {
+    storage = {"storage-mnist": {
         "server_bytes": 900, "FE": {"server_bytes": 1000},
-        "SE_uncoded": {"server_bytes": 900}, "SE_coded": None}}}
-    block = collect.storage_block(rows, summaries)
+        "SE_uncoded": {"server_bytes": 900}, "SE_coded": None}}
+    block = collect.storage_block(rows, storage)
     assert block["server_bytes"] == {"FE": 1000, "SE uncoded": 900, "SE coded": None}
     assert block["reduction_vs_FE"] is None and not block["coded_available"]
     assert block["comm_s"]["FE"] == 3.0
