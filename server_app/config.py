@@ -319,11 +319,6 @@ class RunConfig:
                 "server_momentum": None if self.server_momentum == -1
                 else self.server_momentum}
 
-    @property
-    def clients_per_shard_round(self) -> int:
-        """Clients each shard samples per round (``clients-per-round / num-shards``)."""
-        return self.clients_per_round // self.num_shards
-
     def resolved_results_dir(self) -> Path:
         """Absolute results folder: ``results-dir``, ``$SE_RESULTS_DIR``, or a cache.
 

@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 
 import numpy as np
-from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
+from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import (
     accuracy_score,
     f1_score,
@@ -45,8 +44,6 @@ from sklearn.metrics import (
     recall_score,
     roc_auc_score,
 )
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 #: Floor on p[y] before the log, so a zero probability gives a finite loss
@@ -57,7 +54,7 @@ PROBA_FLOOR = 1e-12
 #: ensembles and rounding stay far inside it; logits do not).
 SUM_TOLERANCE = 1e-3
 
-CLASSIFIERS = ("hgb", "gb", "logistic")
+CLASSIFIERS = ("hgb",)
 
 
 def _check_proba(proba, name: str) -> np.ndarray:
@@ -216,20 +213,15 @@ class MembershipAttack:
 
     Parameters
     ----------
-    classifier : {"hgb", "gb", "logistic"}
-        The attack model: scikit-learn's ``HistGradientBoostingClassifier``
-        (default), ``GradientBoostingClassifier``, or ``LogisticRegression`` on
-        standardized features. The boosted trees are the default: the member
-        signal is a threshold on the loss that depends on the true class, which
-        trees find without feature scaling or a log transform of tiny losses
-        (an overfit model's member losses are 1e-5 .. 1e-3 nats), and
-        ``HistGradientBoostingClassifier`` is the fastest and steadiest of the
-        three on a few hundred samples (see ``tests/test_mia.py`` for measured
-        F1 values). On an overfit MNIST MLP its AUC was about 0.79, against
-        0.70 for a single global loss threshold and 0.72 for the logistic
-        regression, whose F1 looks similar only because it calls most samples
-        members; ``"gb"`` matches ``"hgb"`` but is
-        single-threaded and slows down past a few thousand samples.
+    classifier : {"hgb"}
+        The attack model: scikit-learn's ``HistGradientBoostingClassifier``.
+        Boosted trees, because the member signal is a threshold on the loss that
+        depends on the true class, which trees find without feature scaling or a
+        log transform of tiny losses (an overfit model's member losses are
+        1e-5 .. 1e-3 nats). On an overfit MNIST MLP its AUC was about 0.79,
+        against 0.70 for a single global loss threshold and 0.72 for a logistic
+        regression on standardized features (measured when this was chosen; the
+        other classifiers were then removed as unused).
     n_threads : int or None
         Threads (OpenMP and BLAS) used while fitting and predicting; ``None``
         leaves the libraries' default (all cores). The default 1 is fastest
@@ -264,19 +256,9 @@ class MembershipAttack:
         return threadpool_limits(limits=self.n_threads)
 
     def _new_model(self, seed: int):
-        if self.classifier == "hgb":
-            return HistGradientBoostingClassifier(
-                max_iter=100, learning_rate=0.1, max_leaf_nodes=15,
-                min_samples_leaf=10, l2_regularization=1.0, early_stopping=False,
-                random_state=seed,
-            )
-        if self.classifier == "gb":
-            return GradientBoostingClassifier(
-                n_estimators=100, max_depth=3, subsample=1.0, random_state=seed
-            )
-        return make_pipeline(
-            StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=seed)
-        )
+        return HistGradientBoostingClassifier(
+            max_iter=100, learning_rate=0.1, max_leaf_nodes=15, min_samples_leaf=10,
+            l2_regularization=1.0, early_stopping=False, random_state=seed)
 
     def _checked_features(self, proba, labels, proba_name: str, labels_name: str):
         proba = _check_proba(proba, proba_name)

@@ -17,7 +17,6 @@ round loop, and swaps for another in one line. All work on packed shard models
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -105,7 +104,6 @@ class CalibratedRetraining(Strategy):
         self.retrain_epochs = float(retrain_epochs)
         self.plan = calibration_plan(history.rounds(shard), calibration_interval)
         self.skipped_rounds: list[int] = []
-        self.server_seconds = 0.0
         self._base: dict[str, np.ndarray] | None = None
         self._expected: dict[int, tuple[int, int]] = {}
 
@@ -149,34 +147,30 @@ class CalibratedRetraining(Strategy):
         """Preparation (round 1) or calibration of the replies (later rounds)."""
         if self._base is None:
             raise RuntimeError("aggregate_train called before configure_train")
-        t0 = time.perf_counter()
-        try:
-            if server_round > len(self.plan):
+        if server_round > len(self.plan):
+            return None, None
+        rnd = self.plan[server_round - 1]
+        if server_round == 1:
+            retained = self.retained(rnd)
+            if not retained:
+                self.skipped_rounds.append(rnd)
                 return None, None
-            rnd = self.plan[server_round - 1]
-            if server_round == 1:
-                retained = self.retained(rnd)
-                if not retained:
-                    self.skipped_rounds.append(rnd)
-                    return None, None
-                updates = [self.history.update(self.shard, rnd, p) for p, _ in retained]
-                new = weighted_step(self._base, updates, [n for _, n in retained])
-                return to_record(new), MetricRecord({"clients": len(retained)})
-            calibrated, weights = [], []
-            for reply in replies:
-                if reply.has_error() or reply.metadata.src_node_id not in self._expected:
-                    continue
-                pid, n = self._expected[reply.metadata.src_node_id]
-                fresh = difference(to_numpy(reply.content["arrays"]), self._base)
-                stored = self.history.update(self.shard, rnd, pid)
-                calibrated.append(calibrate(stored, fresh))
-                weights.append(n)
-            if not calibrated:
-                return None, None
-            new = weighted_step(self._base, calibrated, weights)
-            return to_record(new), MetricRecord({"clients": len(calibrated)})
-        finally:
-            self.server_seconds += time.perf_counter() - t0
+            updates = [self.history.update(self.shard, rnd, p) for p, _ in retained]
+            new = weighted_step(self._base, updates, [n for _, n in retained])
+            return to_record(new), MetricRecord({"clients": len(retained)})
+        calibrated, weights = [], []
+        for reply in replies:
+            if reply.has_error() or reply.metadata.src_node_id not in self._expected:
+                continue
+            pid, n = self._expected[reply.metadata.src_node_id]
+            fresh = difference(to_numpy(reply.content["arrays"]), self._base)
+            stored = self.history.update(self.shard, rnd, pid)
+            calibrated.append(calibrate(stored, fresh))
+            weights.append(n)
+        if not calibrated:
+            return None, None
+        new = weighted_step(self._base, calibrated, weights)
+        return to_record(new), MetricRecord({"clients": len(calibrated)})
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         """No federated evaluation while unlearning."""
@@ -276,11 +270,6 @@ class ShardingEraser(ShardedStrategy):
         """Server rounds: the longest plan of an impacted shard."""
         return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
                    default=0)
-
-    @property
-    def server_seconds(self) -> float:
-        """Server compute seconds spent in calibration and preparation."""
-        return sum(getattr(s, "server_seconds", 0.0) for s in self.shard_strategies)
 
 
 class FedEraser(ShardingEraser):
