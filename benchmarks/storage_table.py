@@ -46,7 +46,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from client_app.app import app as client_app  # noqa: E402
 from experiments.grid import InProcessGrid  # noqa: E402
-from history.coded import CodedRecorder  # noqa: E402
+from history.coded_recorder import CodedRecorder  # noqa: E402
 from history.store import HistoryStore  # noqa: E402
 from server_app.federation import Federation, assign_shards  # noqa: E402
 from task.model import build_model  # noqa: E402

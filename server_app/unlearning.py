@@ -20,17 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
-from history.store import HistoryStore
+from history import TrainingHistory
 from server_app.config import RunConfig
 from server_app.federation import Federation
-
-if TYPE_CHECKING:
-    from history.coded import CodedHistory
 from server_app.requests import expected_cost
 from server_app.rounds import CostMeter, run_rounds
 from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
@@ -69,8 +65,8 @@ class Stage:
     cfg: RunConfig
     sharded: Federation
     baseline: Federation
-    sharded_store: HistoryStore | CodedHistory
-    baseline_store: HistoryStore | None
+    sharded_store: TrainingHistory
+    baseline_store: TrainingHistory | None
     sharded_models: list[ArrayRecord]
     initial: ArrayRecord
     train_config: ConfigRecord
@@ -220,8 +216,7 @@ def _slice_retrieval(stage: Stage) -> dict | None:
     Also makes the coded history forget what it decoded: between requests the
     server keeps keys and metadata only.
     """
-    take = getattr(stage.sharded_store, "take_retrieval", None)
-    return take() if take is not None else None
+    return stage.sharded_store.take_retrieval()
 
 
 def _accumulate(total: CostMeter, stats: CostMeter) -> None:
