@@ -39,7 +39,7 @@ import torch
 
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
-from history.coded import CodedRecorder
+from history.coded_recorder import CodedRecorder
 from history.store import HistoryStore
 from server_app.federation import Federation, assign_shards
 from server_app.tables import table

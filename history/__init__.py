@@ -1,1 +1,28 @@
-"""Training-history stores: uncoded blobs, coded slices (both halves), atomic files."""
+"""Training-history stores behind one typed interface.
+
+- :class:`TrainingHistory` / :class:`RoundRecorder` (:mod:`history.protocols`):
+  what unlearning reads and what the learning loop writes;
+- :class:`HistoryStore` (:mod:`history.store`): the uncoded store, checksummed
+  blobs on the server;
+- :class:`CodedRecorder` / :class:`CodedHistory` (:mod:`history.coded_recorder`,
+  :mod:`history.coded_reader`): coded sharding, slices on the clients, keys and
+  metadata on the server (:mod:`history.coded_catalog`);
+- :mod:`history.catalog`: the SQLite catalog base every catalog file uses;
+- :mod:`history.slices`, :mod:`history.slice_files`: the client half of the
+  slice protocol; :mod:`history.files`: atomic files;
+- :func:`storage_summary` (:mod:`history.storage`): the storage report.
+"""
+
+from history.catalog import SQLiteCatalog, StoreError
+from history.coded_catalog import CodedStorageError
+from history.coded_reader import CodedHistory, CodedHistoryError
+from history.coded_recorder import CodedRecorder
+from history.protocols import RoundRecorder, TrainingHistory
+from history.storage import efficiency, storage_summary
+from history.store import CorruptBlobError, HistoryStore
+
+__all__ = [
+    "CodedHistory", "CodedHistoryError", "CodedRecorder", "CodedStorageError",
+    "CorruptBlobError", "HistoryStore", "RoundRecorder", "SQLiteCatalog", "StoreError",
+    "TrainingHistory", "efficiency", "storage_summary",
+]

@@ -2,7 +2,7 @@
 
 After every learning round g (and g = 0 for the initial models W_s^0) the server
 encodes the round's history of all S shards into one Lagrange-coded slice per
-client (``history.coded``) and sends client i its slice u(alpha_i)
+client (``history.coded_recorder``) and sends client i its slice u(alpha_i)
 with S authentication tags (one per shard key) and S access keys
 ``coding.access_key(key_s, i)``. This module keeps them and hands them out again.
 

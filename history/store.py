@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from history.catalog import CATALOG_FILE, ParticipationCatalog, StoreError
 from history.files import atomic_write, decode_arrays, encode_arrays
+from history.protocols import RoundRecorder, TrainingHistory
 
-__all__ = ["HistoryStore", "StoreError", "CorruptBlobError", "atomic_write",
-           "decode_arrays", "encode_arrays"]
+__all__ = ["HistoryStore", "StoreError", "CorruptBlobError"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -47,49 +48,27 @@ CREATE TABLE IF NOT EXISTS updates (
 """
 
 
-class StoreError(RuntimeError):
-    """The store cannot be used: missing, incomplete, or inconsistent."""
-
-
 class CorruptBlobError(StoreError):
     """A stored blob does not match its checksum; the message names what it held."""
 
 
-class ParticipationCatalog:
-    """Who took part in which round: queries on a catalog's ``updates`` table.
-
-    Shared by the uncoded store and the coded history's catalog (both keep
-    shard, round, partition id and example count per participant).
-    """
-
-    _conn: sqlite3.Connection
-
-    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
-        """(partition id, example count) of round ``rnd``'s participants."""
-        return [tuple(r) for r in self._conn.execute(
-            "SELECT partition_id, num_examples FROM updates WHERE shard=? AND round=?"
-            " ORDER BY partition_id", (shard, rnd))]
-
-    def rounds(self, shard: int) -> list[int]:
-        """Rounds (>= 1) with stored updates for ``shard``, ascending."""
-        return [r[0] for r in self._conn.execute(
-            "SELECT DISTINCT round FROM updates WHERE shard=? ORDER BY round",
-            (shard,))]
-
-
-class HistoryStore(ParticipationCatalog):
+class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
     """On-disk, checksummed training history of one federation.
 
-    Use :meth:`create` to start a new store and :meth:`open` to read a complete
-    one. Arrays are dicts of layer name -> float32 ndarray.
+    Both the learning loop's :class:`~history.protocols.RoundRecorder` and a
+    :class:`~history.protocols.TrainingHistory`. Use :meth:`create` to start a
+    new store and :meth:`open` to read a complete one. Arrays are dicts of layer
+    name -> float32 ndarray.
     """
 
+    SCHEMA = _SCHEMA
+    KIND = "history store"
     max_update: float | None = None
     """Largest |parameter| of an update the store can keep: no limit (float32 blobs)."""
 
     def __init__(self, root: Path, conn: sqlite3.Connection) -> None:
+        super().__init__(root / CATALOG_FILE, conn)
         self.root = root
-        self._conn = conn
 
     # ---- life cycle -------------------------------------------------------
     @classmethod
@@ -113,17 +92,11 @@ class HistoryStore(ParticipationCatalog):
             ``root`` already holds a catalog.
         """
         root = Path(root)
-        if (root / "catalog.sqlite").exists():
+        if (root / CATALOG_FILE).exists():
             raise StoreError(f"{root} already holds a history store; not overwriting")
         (root / "blobs").mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(root / "catalog.sqlite")
-        with conn:
-            conn.executescript(_SCHEMA)
-            conn.execute("INSERT INTO meta VALUES ('state', 'writing')")
-            conn.executemany("INSERT INTO meta VALUES (?, ?)",
-                             [(k, str(v)) for k, v in meta.items()])
-            conn.executemany("INSERT INTO clients VALUES (?, ?)",
-                             sorted(client_shard.items()))
+        conn = cls.connect(root / CATALOG_FILE)
+        cls.create_catalog(conn, {"state": "writing", **meta}, client_shard)
         return cls(root, conn)
 
     @classmethod
@@ -137,37 +110,15 @@ class HistoryStore(ParticipationCatalog):
             writing never finished.
         """
         root = Path(root)
-        if not (root / "catalog.sqlite").is_file():
+        if not (root / CATALOG_FILE).is_file():
             raise StoreError(f"no history store at {root}")
-        store = cls(root, sqlite3.connect(root / "catalog.sqlite"))
+        store = cls(root, cls.connect(root / CATALOG_FILE))
         if require_complete and store.state != "complete":
             raise StoreError(
                 f"history store at {root} is incomplete (state {store.state!r}): "
                 "the run that wrote it did not finish"
             )
         return store
-
-    def close(self) -> None:
-        """Close the catalog connection."""
-        self._conn.close()
-
-    @property
-    def state(self) -> str:
-        """``writing`` or ``complete``."""
-        return self.meta("state")
-
-    def meta(self, key: str) -> str:
-        """A stored metadata value (text)."""
-        row = self._conn.execute("SELECT value FROM meta WHERE key=?",
-                                 (key,)).fetchone()
-        if row is None:
-            raise StoreError(f"history store at {self.root} has no meta {key!r}")
-        return row[0]
-
-    def mark_complete(self) -> None:
-        """Declare the store finished; only then can :meth:`open` read it."""
-        with self._conn:
-            self._conn.execute("UPDATE meta SET value='complete' WHERE key='state'")
 
     # ---- writing ----------------------------------------------------------
     def _put_blob(self, name: str, arrays: Mapping[str, np.ndarray]) -> None:
@@ -236,14 +187,10 @@ class HistoryStore(ParticipationCatalog):
         return self._get_blob(
             row[0], f"update of client {partition_id}, shard {shard}, round {rnd}")
 
-    def client_shard(self) -> dict[int, int]:
-        """Partition id -> shard of every client."""
-        return dict(self._conn.execute("SELECT partition_id, shard FROM clients"))
-
     def total_bytes(self) -> int:
         """Bytes the store holds on disk: blobs plus the catalog file."""
         blobs = self._conn.execute("SELECT COALESCE(SUM(nbytes), 0) FROM blobs")
-        return int(blobs.fetchone()[0]) + (self.root / "catalog.sqlite").stat().st_size
+        return int(blobs.fetchone()[0]) + self.catalog_bytes()
 
     def verify(self) -> list[str]:
         """Check every blob's checksum; return one line per bad or missing blob."""
@@ -255,3 +202,16 @@ class HistoryStore(ParticipationCatalog):
             elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
                 problems.append(f"{name}: checksum mismatch")
         return problems
+
+    # ---- what only coded histories fetch and decode -------------------------
+    def take_retrieval(self) -> None:
+        """None: an uncoded history is read from disk, nothing is fetched."""
+        return None
+
+    def accounting(self) -> None:
+        """None: nothing is coded; :meth:`total_bytes` is all the store keeps."""
+        return None
+
+    def retrievals(self) -> list[dict]:
+        """[]: an uncoded history is never fetched from clients."""
+        return []

@@ -4,7 +4,7 @@ Flow: parse and validate the run config -> find the data -> discover nodes ->
 split clients into shards -> G rounds of one stock strategy per shard (isolated)
 -> central evaluation of each shard model and of their ensemble -> summary.json.
 With ``storage = "coded"`` the sharded history goes to the clients as coded slices
-(:mod:`history.coded`) and SE decodes it when it unlearns.
+(:mod:`history.coded_recorder`) and SE decodes it when it unlearns.
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from history.coded import CodedHistory, CodedRecorder, storage_summary
-from history.store import CorruptBlobError, HistoryStore
+from history import (
+    CodedHistory,
+    CodedRecorder,
+    CorruptBlobError,
+    HistoryStore,
+    storage_summary,
+)
 from server_app.audit import membership_audit
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
@@ -151,7 +156,7 @@ def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
     finishes, so a killed run loses at most the framework in progress.
     """
     for store in (stage.sharded_store, stage.baseline_store):
-        problems = store.verify() if isinstance(store, HistoryStore) else []
+        problems = store.verify() if store is not None else []
         if problems:  # before any work: the learned models stay as they are
             raise CorruptBlobError(f"history {store.root} is corrupted, no unlearning "
                                    f"started: {'; '.join(problems[:5])}")

@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord
 
-from history.store import HistoryStore
+from history import TrainingHistory
 from server_app.config import RunConfig
 from server_app.federation import Federation
 from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
-
-if TYPE_CHECKING:
-    from history.coded import CodedHistory
 
 FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR")
 
@@ -88,8 +84,8 @@ class Stage:
     settings: UnlearningSettings
     sharded: Federation
     baseline: Federation
-    sharded_store: HistoryStore | CodedHistory
-    baseline_store: HistoryStore | None
+    sharded_store: TrainingHistory
+    baseline_store: TrainingHistory | None
     sharded_models: list[ArrayRecord]
     initial: ArrayRecord
     train_config: ConfigRecord

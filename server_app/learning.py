@@ -4,9 +4,9 @@ Each round the strategy configures its messages, the grid delivers them, the
 strategy aggregates the replies, and every participant's update
 U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
 (paper Sec. 3.2: the server keeps the intermediate parameters). The store is a
-recorder: :class:`history.store.HistoryStore` writes every blob, while
-:class:`history.coded.CodedRecorder` (``storage = "coded"``) codes each
-round into client slices at ``end_round`` and keeps only metadata.
+:class:`history.RoundRecorder`: :class:`history.store.HistoryStore` writes every
+blob, while :class:`history.coded_recorder.CodedRecorder` (``storage = "coded"``)
+codes each round into client slices at ``end_round`` and keeps only metadata.
 
 A round in which a shard asked clients but accepted no reply leaves that shard's
 model as it was: it is a warning (log, ``rounds[i]["warnings"]``,
@@ -20,21 +20,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from history.store import HistoryStore
+from history import RoundRecorder
 from server_app.federation import Federation
 from server_app.rounds import RoundOutcome, run_rounds
 from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from strategies.sharded import ShardedStrategy, to_numpy
-
-if TYPE_CHECKING:
-    from history.coded import CodedRecorder
 
 
 class LearningStalledError(RuntimeError):
@@ -79,7 +75,7 @@ class HistoryRecorder:
     then closes the round (``end_round``: the coded recorder codes and sends it).
     """
 
-    def __init__(self, store: HistoryStore | CodedRecorder, federation: Federation,
+    def __init__(self, store: RoundRecorder, federation: Federation,
                  grid: Grid) -> None:
         self.store, self.grid = store, grid
         self.partition_of = federation.partition_of
@@ -140,7 +136,7 @@ def run_learning(
     initial: list[ArrayRecord],
     num_rounds: int,
     train_config: ConfigRecord,
-    store: HistoryStore | CodedRecorder,
+    store: RoundRecorder,
     evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
     timeout: float | None = None,
     label: str = "learn",
@@ -162,7 +158,7 @@ def run_learning(
         G.
     train_config : ConfigRecord
         Sent with every training message (lr, local-epochs, batch-size ...).
-    store : HistoryStore or CodedRecorder
+    store : RoundRecorder
         Receives W^0, the updates and the shard models, then ``end_round(rnd,
         grid)`` after each round (round 0: W^0); not marked complete here.
     evaluate : callable, optional
@@ -183,7 +179,7 @@ def run_learning(
     """
     faults = faults if faults is not None else FaultLog()
     limits = ReplyLimits(federation.samples, timeout or MAX_TRAIN_SECONDS,
-                         getattr(store, "max_update", None))
+                         store.max_update)
     t_start = time.perf_counter()
     for s, arrays in enumerate(initial):
         store.put_shard_model(s, 0, to_numpy(arrays))

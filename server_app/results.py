@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from history.store import atomic_write, decode_arrays, encode_arrays
+from history.files import atomic_write, atomic_write_arrays, decode_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.runlock import LOCK_NAME, RunLock, RunLockedError
 
@@ -98,8 +98,7 @@ class RunFolder:
         arrays = {f"shard{s}/{k}": v.numpy() for s, record in enumerate(models)
                   for k, v in record.items()}
         target = self.path / "models" / f"{name}.npz"
-        target.parent.mkdir(exist_ok=True)
-        atomic_write(target, encode_arrays(arrays))
+        atomic_write_arrays(target, arrays)
         return target
 
     def finish(self, summary: dict) -> Path:

@@ -11,9 +11,10 @@ are those of an uninterrupted run, and no request is lost or applied twice.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+
+from history.catalog import SQLiteCatalog
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,7 +31,7 @@ class RunLogError(RuntimeError):
     """The run folder belongs to a run with other settings."""
 
 
-class RunLog:
+class RunLog(SQLiteCatalog):
     """Progress catalog of one run folder.
 
     Parameters
@@ -46,28 +47,27 @@ class RunLog:
         The catalog holds a run with different settings.
     """
 
+    SCHEMA = _SCHEMA
+    META_TABLE = "settings"
+    KIND = "run catalog"
+
     def __init__(self, path: Path, settings: dict) -> None:
         self.path = Path(path)
-        self._conn = sqlite3.connect(self.path)
-        with self._conn:
-            self._conn.executescript(_SCHEMA)
-        stored = self._conn.execute(
-            "SELECT value FROM settings WHERE key='settings'").fetchone()
+        super().__init__(self.path, self.connect(self.path))
+        self.create_schema(self._conn)  # CREATE TABLE IF NOT EXISTS: keeps a resumed run
+        stored = self.get_meta("settings")
         text = json.dumps(settings, sort_keys=True)
         if stored is None:
             with self._conn:
-                self._conn.execute("INSERT INTO settings VALUES ('settings', ?)", (text,))
-        elif stored[0] != text:
-            old, new = json.loads(stored[0]), settings
+                self.set_meta("settings", text)
+        elif stored != text:
+            old, new = json.loads(stored), settings
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            self.close()
             raise RunLogError(
                 f"{self.path.parent} holds a run with other settings ({diff}); "
                 "use another run-name to start a new run")
         self.resumed = stored is not None
-
-    def close(self) -> None:
-        """Close the catalog."""
-        self._conn.close()
 
     # ---- stages (learning, frameworks) -------------------------------------
     def stage(self, name: str) -> tuple[str, object] | None:

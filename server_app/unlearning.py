@@ -171,8 +171,7 @@ def _slice_retrieval(stage: Stage) -> dict | None:
     Also makes the coded history forget what it decoded: between requests the
     server keeps keys and metadata only.
     """
-    take = getattr(stage.sharded_store, "take_retrieval", None)
-    return take() if take is not None else None
+    return stage.sharded_store.take_retrieval()
 
 
 def _accumulate(total: CostMeter, stats: CostMeter) -> None:

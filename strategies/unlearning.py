@@ -33,7 +33,11 @@ UNLEARN_MESSAGE = "train.unlearn"
 
 
 class HistoryReader(Protocol):
-    """What calibrated retraining reads from a stored training history."""
+    """What calibrated retraining reads from a stored training history.
+
+    ``history.TrainingHistory`` (the uncoded store and the coded history) has
+    these verbs with the same parameters; strategies do not import ``history``.
+    """
 
     def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
         """(partition id, example count) of the participants of round ``rnd``."""

@@ -27,14 +27,15 @@ from coding import (
     quantize,
     slice_tag,
 )
-from history import slices as client_slices
-from history.coded import (
+from history import (
     CodedHistory,
     CodedHistoryError,
     CodedRecorder,
     CodedStorageError,
+    HistoryStore,
+    StoreError,
 )
-from history.store import HistoryStore, StoreError
+from history import slices as client_slices
 from server_app.config import ConfigError, RunConfig
 from server_app.federation import Federation
 from server_app.frameworks import Stage, UnlearningSettings

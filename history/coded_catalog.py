@@ -1,0 +1,245 @@
+"""The coded store's catalog: what the server keeps of a coded history.
+
+With run-config ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et
+al., IJCAI 2024, Sec. 3.3) the parameters SE needs for calibrated retraining are
+spread over the clients as Lagrange / Reed-Solomon coded slices over GF(p),
+p = 2^31 - 1 (written by :mod:`history.coded_recorder`, read back by
+:mod:`history.coded_reader`), and the server forgets them.
+
+The server keeps ``catalog.sqlite`` (participants, example counts, layer names
+and shapes, record lengths, evaluation points, scale, which client acknowledged
+which slice, accounting) and ``keys`` (one 32-byte secret per shard) - no
+parameters of any round, not even W^0. :class:`CodedCatalog` reads and writes
+both, for the recorder and the reader alike.
+
+Communication model: each transfer that carries slices (a ``store_slice``
+message, a ``fetch_slices`` reply) costs 0.1 s + bits / link rate
+(:func:`history.comm.transfer_seconds`); small requests and acks are
+not counted, as model-free messages are not counted elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from flwr.app import RecordDict
+
+from history.catalog import CATALOG_FILE, ParticipationCatalog, StoreError
+from history.files import atomic_write
+
+Arrays = dict[str, np.ndarray]
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE clients (partition_id INTEGER PRIMARY KEY, shard INTEGER NOT NULL);
+CREATE TABLE rounds (
+    round INTEGER PRIMARY KEY, block_len INTEGER NOT NULL, encode_s REAL NOT NULL,
+    comm_s REAL NOT NULL, transfers INTEGER NOT NULL);
+CREATE TABLE records (
+    shard INTEGER NOT NULL, round INTEGER NOT NULL, length INTEGER NOT NULL,
+    PRIMARY KEY (shard, round));
+CREATE TABLE updates (
+    shard INTEGER NOT NULL, round INTEGER NOT NULL, partition_id INTEGER NOT NULL,
+    num_examples INTEGER NOT NULL, train_seconds REAL NOT NULL,
+    PRIMARY KEY (shard, round, partition_id));
+CREATE TABLE slices (
+    round INTEGER NOT NULL, partition_id INTEGER NOT NULL, slice_bytes INTEGER NOT NULL,
+    stored_bytes INTEGER NOT NULL, disk_bytes INTEGER NOT NULL,
+    PRIMARY KEY (round, partition_id));
+"""
+
+class CodedStorageError(RuntimeError):
+    """The history of a round cannot be coded or stored (range, too few holders)."""
+
+
+def content_bytes(content: RecordDict) -> int:
+    """Bytes of the records of a message's content (what a transfer carries)."""
+    return sum(r.count_bytes() for r in content.values())
+
+
+class Layout:
+    """Layer names, shapes and dtypes of the model: flatten and split back.
+
+    Parameters
+    ----------
+    layers : list of (name, shape, dtype)
+        In the model's order; ``size`` is the total number of parameters.
+    """
+
+    def __init__(self, layers: list[tuple[str, tuple[int, ...], str]]) -> None:
+        self.layers = layers
+        self.size = sum(math.prod(shape) for _, shape, _ in layers)
+
+    @classmethod
+    def of(cls, arrays: Mapping[str, np.ndarray]) -> Layout:
+        """The layout of named arrays, in their order."""
+        return cls([(k, tuple(int(n) for n in np.shape(v)), str(np.asarray(v).dtype))
+                    for k, v in arrays.items()])
+
+    def flatten(self, arrays: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+        """All layers as one float32 vector of ``size`` elements, in layout order.
+
+        Raises
+        ------
+        CodedStorageError
+            ``arrays`` (named ``what`` in the message) have another layout.
+        """
+        if Layout.of(arrays).layers != self.layers:
+            raise CodedStorageError(f"{what}: layers {list(arrays)} differ from the "
+                                    f"model's {[n for n, _, _ in self.layers]}")
+        return np.concatenate([np.asarray(arrays[n], np.float32).reshape(-1)
+                               for n, _, _ in self.layers])
+
+    def split(self, flat: np.ndarray) -> Arrays:
+        """Inverse of :meth:`flatten`: (size,) -> layer name -> array (layer dtype)."""
+        out, start = {}, 0
+        for name, shape, dtype in self.layers:
+            size = math.prod(shape)
+            out[name] = flat[start:start + size].reshape(shape).astype(dtype)
+            start += size
+        return out
+
+
+class CodedCatalog(ParticipationCatalog):
+    """The catalog file and the key file of a coded store (shared by both sides).
+
+    Parameters
+    ----------
+    root : Path
+        The store's folder (``catalog.sqlite`` and ``keys``).
+    conn : sqlite3.Connection
+        An open connection to the catalog (:meth:`connect`).
+    keys : list of bytes
+        One 32-byte secret per shard.
+
+    Raises
+    ------
+    StoreError
+        The catalog lacks one of the coded store's facts.
+    """
+
+    SCHEMA = _SCHEMA
+    PRAGMAS = ("page_size = 512",)  # metadata only: small pages, small file
+    KIND = "coded store"
+
+    def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes]) -> None:
+        super().__init__(root / CATALOG_FILE, conn)
+        self.root = root
+        self.keys = keys
+        self.store_id = self.meta("store_id")
+        self.num_shards = int(self.meta("num_shards"))
+        self.blocks_per_shard = int(self.meta("blocks_per_shard"))
+        self.scale_bits = int(self.meta("scale_bits"))
+        self.omegas = np.asarray(json.loads(self.meta("omegas")), dtype=np.int64)
+        self.alphas = np.asarray(json.loads(self.meta("alphas")), dtype=np.int64)
+        layers = json.loads(self.meta("layers") or "null")
+        self.layout = Layout([(n, tuple(s), d) for n, s, d in layers]) \
+            if layers else None
+
+    @property
+    def k(self) -> int:
+        """Data blocks per round: num_shards x blocks_per_shard."""
+        return self.num_shards * self.blocks_per_shard
+
+    def coded_rounds(self) -> dict[int, int]:
+        """Round -> block length B^g of every coded round (0 = initial models)."""
+        return dict(self._conn.execute("SELECT round, block_len FROM rounds"
+                                       " ORDER BY round"))
+
+    def record_length(self, shard: int, rnd: int) -> int:
+        """Elements in shard ``shard``'s record of round ``rnd``."""
+        row = self._conn.execute("SELECT length FROM records WHERE shard=? AND round=?",
+                                 (shard, rnd)).fetchone()
+        if row is None:
+            raise StoreError(f"no record of shard {shard} at round {rnd}")
+        return int(row[0])
+
+    def holders(self) -> list[int]:
+        """Partition ids that acknowledged at least one slice, ascending."""
+        return [r[0] for r in self._conn.execute(
+            "SELECT DISTINCT partition_id FROM slices ORDER BY partition_id")]
+
+    def acked_rounds(self) -> dict[int, set[int]]:
+        """Partition id -> the rounds whose slice it acknowledged."""
+        out: dict[int, set[int]] = {}
+        for rnd, pid in self._conn.execute("SELECT round, partition_id FROM slices"):
+            out.setdefault(int(pid), set()).add(int(rnd))
+        return out
+
+    def key_bytes(self) -> int:
+        """Size of the ``keys`` file on disk."""
+        return (self.root / "keys").stat().st_size
+
+    def total_bytes(self) -> int:
+        """Everything the server keeps for this store: catalog plus keys (bytes)."""
+        return self.catalog_bytes() + self.key_bytes()
+
+    def accounting(self) -> dict:
+        """Bytes and modelled communication of the coded store.
+
+        Returns
+        -------
+        dict
+            ``server_bytes`` (catalog plus keys), ``catalog_bytes``,
+            ``key_bytes``, ``uncoded_bytes`` (the blobs the uncoded store would
+            have written), ``client_bytes`` and ``client_disk_bytes`` (per client
+            ``max`` / ``min`` / ``mean`` / ``total`` of the acknowledged slice and
+            tag bytes, and of its files under ``node-dir``), ``rounds``,
+            ``slice_elements`` (sum of B^g), ``data_elements`` (sum of the record
+            lengths), ``encode_s`` (measured seconds), ``distribution_comm_s``
+            (modelled seconds) and ``distribution_transfers``.
+        """
+        per_client = dict(self._conn.execute(
+            "SELECT partition_id, SUM(slice_bytes) FROM slices GROUP BY partition_id"))
+        disk = dict(self._conn.execute(
+            "SELECT partition_id, MAX(disk_bytes) FROM slices GROUP BY partition_id"))
+        rounds = self._conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(block_len), 0), COALESCE(SUM(encode_s), 0),"
+            " COALESCE(SUM(comm_s), 0), COALESCE(SUM(transfers), 0) FROM rounds"
+        ).fetchone()
+        data = self._conn.execute("SELECT COALESCE(SUM(length), 0) FROM records"
+                                  ).fetchone()[0]
+        return {
+            "server_bytes": self.total_bytes(), "catalog_bytes": self.catalog_bytes(),
+            "key_bytes": self.key_bytes(),
+            "uncoded_bytes": int(self.meta("uncoded_bytes")),
+            "client_bytes": _spread(per_client, int(self.meta("num_slices"))),
+            "client_disk_bytes": _spread(disk, int(self.meta("num_slices"))),
+            "rounds": int(rounds[0]), "slice_elements": int(rounds[1]),
+            "data_elements": int(data), "encode_s": float(rounds[2]),
+            "distribution_comm_s": float(rounds[3]),
+            "distribution_transfers": int(rounds[4]),
+        }
+
+
+def _spread(per_client: Mapping[int, int], num_clients: int) -> dict:
+    values = [int(per_client.get(i, 0) or 0) for i in range(num_clients)]
+    return {"max": max(values, default=0), "min": min(values, default=0),
+            "mean": sum(values) / max(len(values), 1), "total": sum(values)}
+
+
+def write_keys(path: Path, keys: list[bytes]) -> None:
+    """Write the shard keys (32 bytes each, in shard order) readable by the owner only."""
+    atomic_write(path, b"".join(keys))
+    os.chmod(path, 0o600)
+
+
+def read_keys(path: Path, num_shards: int) -> list[bytes]:
+    """The ``num_shards`` 32-byte shard keys of ``path``.
+
+    Raises
+    ------
+    StoreError
+        The file does not hold exactly 32 bytes per shard.
+    """
+    raw = path.read_bytes()
+    if len(raw) != 32 * num_shards:
+        raise StoreError(f"{path} holds {len(raw)} bytes, expected 32 per shard "
+                         f"x {num_shards} shards")
+    return [raw[32 * s:32 * (s + 1)] for s in range(num_shards)]

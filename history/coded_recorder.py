@@ -1,0 +1,343 @@
+"""The coded recorder: the learning loop codes each round into client slices.
+
+With ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et al., IJCAI
+2024, Sec. 3.3), at the end of every learning round g (g = 0: the initial models):
+
+- the *record* of shard s is the quantised (:func:`coding.quantize`, scale
+  2^-b, b = ``quant-scale-bits``), flattened updates U_{s,m}^g of the round's
+  participants in ascending partition id (g = 0: W_s^0), split into K =
+  ``blocks-per-shard`` equal blocks (zero padding; the length is kept);
+- the S K blocks of all shards, padded to one length B^g, are the k = S K data
+  blocks X_1..X_k at the points omega_1..omega_k; client i (partition id i)
+  stores the slice u(alpha_i), n = C slices, where
+  u(z) = sum_j X_j prod_{l != j} (z - omega_l) / (omega_j - omega_l)
+  (:func:`coding.encode`; Yu et al., AISTATS 2019);
+- every slice carries S tags ``coding.slice_tag(key_s, s, g, i, slice)``, one per
+  shard key, and client i gets the access keys ``coding.access_key(key_s, i)``.
+
+The slices go out as ``query.store_slice`` messages (:mod:`history.slices` is
+the client's half); the acks are recorded in the catalog
+(:class:`history.coded_catalog.CodedCatalog`) and the round's parameters are
+dropped. :class:`history.coded_reader.CodedHistory` reads the history back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import sqlite3
+import time
+from collections.abc import Mapping
+from logging import INFO, WARNING
+from pathlib import Path
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from coding import (
+    MAX_MAGNITUDE,
+    PRIME,
+    QuantizationRangeError,
+    access_key,
+    encode,
+    evaluation_points,
+    new_key,
+    quantize,
+    slice_tag,
+)
+from history.catalog import CATALOG_FILE, StoreError
+from history.coded_catalog import (
+    CodedCatalog,
+    CodedStorageError,
+    Layout,
+    content_bytes,
+    write_keys,
+)
+from history.comm import transfer_seconds
+from history.files import encode_arrays
+from history.protocols import FaultSink, Federation, RoundRecorder
+from history.slices import STORE_MESSAGE
+
+Acks = dict[int, tuple[int, int, int]]
+"""Partition id -> (slice-bytes, stored-bytes, disk-bytes) of its ack."""
+
+
+class CodedRecorder(CodedCatalog, RoundRecorder):
+    """The learning loop's recorder for ``storage = "coded"``.
+
+    The same verbs as :class:`history.store.HistoryStore` (``put_shard_model``,
+    ``put_update``, ``end_round``, ``mark_complete``, ``total_bytes``): a round is
+    buffered in memory, coded and sent to the clients in :meth:`end_round`, then
+    its parameters are dropped. Use :meth:`create`.
+    """
+
+    def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
+                 federation: Federation, link_rate_mbps: float,
+                 timeout: float | None, faults: FaultSink | None = None) -> None:
+        super().__init__(root, conn, keys)
+        self.faults = faults
+        self.node_of = dict(federation.node_of)
+        self.partition_of = federation.partition_of
+        self.link_rate_mbps = link_rate_mbps
+        self.timeout = timeout
+        self._access = {i: [access_key(key, i) for key in keys] for i in self.node_of}
+        self._round: int | None = None
+        self._records: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self._rows: list[tuple[int, int, int, int, float]] = []
+        self._uncoded_bytes = 0
+
+    @classmethod
+    def create(cls, root: str | Path, federation: Federation, blocks_per_shard: int = 5,
+               scale_bits: int = 24, link_rate_mbps: float = 100.0,
+               timeout: float | None = None, faults: FaultSink | None = None
+               ) -> CodedRecorder:
+        """Start a new coded store at ``root`` with fresh shard keys.
+
+        Parameters
+        ----------
+        root : str or Path
+            A folder that must not hold a store yet.
+        federation : Federation
+            Partition ids 0..C-1 with their nodes and S shards; client i will hold
+            slice i at the point alpha_i.
+        blocks_per_shard : int
+            K; k = S K data blocks per round, at most C.
+        scale_bits : int
+            Fractional bits of the fixed point (quantisation step 2^-scale_bits).
+        link_rate_mbps : float
+            Link rate of the communication model.
+        timeout : float, optional
+            Seconds to wait for the clients' acks.
+        faults : FaultSink, optional
+            Receives malformed or error acks (stage ``coded store``, kind
+            ``rejected`` or ``error``); that client's slice counts as not stored.
+
+        Raises
+        ------
+        StoreError
+            ``root`` already holds a store.
+        CodedStorageError
+            Partition ids not 0..C-1, or k > C.
+        """
+        root = Path(root)
+        if (root / CATALOG_FILE).exists():
+            raise StoreError(f"{root} already holds a history store; not overwriting")
+        num_clients, num_shards = len(federation.node_of), len(federation.shards)
+        if sorted(federation.node_of) != list(range(num_clients)):
+            raise CodedStorageError("coded storage needs partition ids 0..C-1 "
+                                    "(client i holds slice i)")
+        k = num_shards * blocks_per_shard
+        if not 1 <= k <= num_clients:
+            raise CodedStorageError(
+                f"{num_shards} shards x {blocks_per_shard} blocks = {k} data blocks a "
+                f"round need between 1 and num-clients = {num_clients} slice holders")
+        omegas, alphas = evaluation_points(k, num_clients)
+        root.mkdir(parents=True, exist_ok=True)
+        keys = [new_key() for _ in range(num_shards)]
+        write_keys(root / "keys", keys)
+        conn = cls.connect(root / CATALOG_FILE)
+        cls.create_catalog(conn, {
+            "state": "writing", "store_id": secrets.token_hex(8),
+            "num_shards": num_shards, "blocks_per_shard": blocks_per_shard,
+            "scale_bits": scale_bits, "num_slices": num_clients,
+            "omegas": json.dumps(omegas.tolist()), "alphas": json.dumps(alphas.tolist()),
+            "layers": "null", "uncoded_bytes": 0, "field": f"GF({PRIME})"},
+            federation.shard_of)
+        return cls(root, conn, keys, federation, link_rate_mbps, timeout, faults)
+
+    @property
+    def max_update(self) -> float:
+        """Largest |parameter| of an update this store can code (quantisation range).
+
+        ``MAX_MAGNITUDE / 2**scale_bits`` less a relative 1e-6 for float32
+        rounding of ``w - w_sent``; reply screening rejects larger updates, so a
+        client cannot stop the run with an update that cannot be stored.
+        """
+        return MAX_MAGNITUDE / 2.0 ** self.scale_bits * (1 - 1e-6)
+
+    # ---- the recorder verbs ------------------------------------------------
+    def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """Check the round; count the blob the uncoded store would write for it."""
+        if self._round is None:
+            self._round = rnd
+        elif rnd != self._round:
+            raise CodedStorageError(f"round {rnd} recorded before round "
+                                    f"{self._round} was ended (end_round)")
+        if self.layout is None:
+            self.layout = Layout.of(arrays)
+        self._uncoded_bytes += len(encode_arrays(arrays))
+
+    def put_shard_model(self, shard: int, rnd: int, arrays: Mapping[str, np.ndarray]
+                        ) -> None:
+        """W_s^0 (rnd = 0) joins the round's record; later shard models are not kept."""
+        self._begin(rnd, arrays)
+        if rnd == 0:
+            flat = self.layout.flatten(arrays, f"shard {shard} model, round 0")
+            self._records.setdefault(shard, []).append((-1, flat))
+
+    def put_update(self, shard: int, rnd: int, partition_id: int,
+                   arrays: Mapping[str, np.ndarray], num_examples: int,
+                   train_seconds: float) -> None:
+        """Buffer client ``partition_id``'s update U^rnd of shard ``shard``."""
+        self._begin(rnd, arrays)
+        flat = self.layout.flatten(arrays, f"update of client {partition_id}, round {rnd}")
+        self._records.setdefault(shard, []).append((partition_id, flat))
+        self._rows.append((shard, rnd, partition_id, int(num_examples),
+                           float(train_seconds)))
+
+    def end_round(self, rnd: int, grid: Grid) -> None:
+        """Code round ``rnd``, send client i its slice, record the acks, forget the round.
+
+        Raises
+        ------
+        CodedStorageError
+            A value out of the quantisation range, or fewer than k clients
+            acknowledged their slice (the round could never be decoded).
+        """
+        if self._round not in (None, rnd):
+            raise CodedStorageError(f"end_round({rnd}) while round {self._round} "
+                                    "is buffered")
+        t0 = time.perf_counter()
+        lengths, slices = self._encode(rnd)
+        encode_s, block_len = time.perf_counter() - t0, slices.shape[1]
+        messages, comm = self._slice_messages(rnd, slices)
+        del slices  # the round's parameters leave the server with the messages
+        acks = self._acks(rnd, grid, messages)
+        with self._conn:
+            self._conn.execute("INSERT INTO rounds VALUES (?, ?, ?, ?, ?)",
+                               (rnd, block_len, encode_s, comm, len(messages)))
+            self._conn.executemany("INSERT INTO records VALUES (?, ?, ?)",
+                                   [(s, rnd, n) for s, n in enumerate(lengths)])
+            self._conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?, ?)",
+                                   self._rows)
+            self._conn.executemany("INSERT INTO slices VALUES (?, ?, ?, ?, ?)",
+                                   [(rnd, i, *a) for i, a in sorted(acks.items())])
+            self.set_meta("uncoded_bytes", str(self._uncoded_bytes))
+            self.set_meta("layers", json.dumps(self.layout.layers if self.layout else None))
+        missing = sorted(set(self.node_of) - set(acks))
+        log(INFO, "coded round %d: %d blocks of %d elements -> %d slices, %d acked%s, "
+            "%.2f s", rnd, self.k, block_len, len(self.node_of), len(acks),
+            f" (no ack from partitions {missing})" if missing else "",
+            time.perf_counter() - t0)
+        self._round, self._records, self._rows = None, {}, []
+
+    def _encode(self, rnd: int) -> tuple[list[int], np.ndarray]:
+        """Quantise and code the buffered round: (record lengths, slices).
+
+        Shard s's record is its buffered arrays in ascending partition id (W^0
+        first), quantised and split into K blocks of B elements (zero padding);
+        B is the longest shard's. Returns the S record lengths and the C slices,
+        uint32 (C, B), client i's in row i.
+        """
+        num_shards, per_shard = self.num_shards, self.blocks_per_shard
+        records = []
+        for s in range(num_shards):
+            items = sorted(self._records.get(s, []), key=lambda item: item[0])
+            flat = np.concatenate([f for _, f in items]) if items \
+                else np.zeros(0, np.float32)
+            try:
+                records.append(quantize(flat, self.scale_bits))
+            except QuantizationRangeError as err:
+                raise CodedStorageError(f"round {rnd}, shard {s}: {err}") from err
+        block_len = max(1, max(math.ceil(q.size / per_shard) for q in records))
+        blocks = np.zeros((self.k, block_len), dtype=np.int64)
+        for s, q in enumerate(records):
+            blocks[s * per_shard:(s + 1) * per_shard].reshape(-1)[:q.size] = q
+        return [q.size for q in records], \
+            encode(blocks, self.omegas, self.alphas).astype(np.uint32)
+
+    def _slice_messages(self, rnd: int, slices: np.ndarray
+                        ) -> tuple[list[Message], float]:
+        """One ``store_slice`` message per client, and their modelled seconds."""
+        messages, comm = [], 0.0
+        for i, node in sorted(self.node_of.items()):
+            tags = [slice_tag(key, s, rnd, i, slices[i]) for s, key in enumerate(self.keys)]
+            content = RecordDict({
+                "slice": ArrayRecord({"slice": Array(slices[i])}),
+                "config": ConfigRecord({"store": self.store_id, "round": rnd,
+                                        "slice-index": i, "tags": tags,
+                                        "access-keys": self._access[i]})})
+            comm += transfer_seconds(content_bytes(content), self.link_rate_mbps)
+            messages.append(Message(content, dst_node_id=node,
+                                    message_type=STORE_MESSAGE))
+        return messages, comm
+
+    def _acks(self, rnd: int, grid: Grid, messages: list[Message]) -> Acks:
+        """Send the slices; the well-formed acks, first per client.
+
+        A malformed or error ack is logged and recorded in ``faults``; that
+        client's slice counts as not stored. Raises CodedStorageError if fewer
+        than k clients acknowledged.
+        """
+        acks: Acks = {}
+        for reply in grid.send_and_receive(messages, timeout=self.timeout):
+            pid = self.partition_of.get(reply.metadata.src_node_id)
+            if pid is None or pid in acks:
+                continue
+            sizes = ack_sizes(reply, rnd, pid)
+            if isinstance(sizes, str):  # a malformed ack: that slice is not held
+                log(WARNING, "coded round %d: partition %d's slice is not counted as "
+                    "stored: %s", rnd, pid, sizes)
+                if self.faults is not None:
+                    self.faults.add("coded store", rnd, reply.metadata.src_node_id, pid,
+                                    "error" if reply.has_error() else "rejected",
+                                    f"store_slice ack: {sizes}")
+            else:
+                acks[pid] = sizes
+        if len(acks) < self.k:
+            raise CodedStorageError(
+                f"round {rnd}: only {len(acks)} of {len(self.node_of)} clients stored "
+                f"their slice; decoding needs at least k = {self.k}")
+        return acks
+
+    def mark_complete(self) -> None:
+        """Declare the store finished; only then can ``CodedHistory.open`` read it.
+
+        Raises
+        ------
+        CodedStorageError
+            A round was recorded but never ended.
+        """
+        if self._round is not None:
+            raise CodedStorageError(f"round {self._round} was recorded but never ended")
+        super().mark_complete()
+
+
+MAX_ACK_BYTES = 2**53
+"""Largest byte count an ack may report (exact in a float64, fits SQLite)."""
+
+
+def ack_sizes(reply: Message, rnd: int, pid: int) -> tuple[int, int, int] | str:
+    """(slice-bytes, stored-bytes, disk-bytes) of a ``store_slice`` ack, or why not.
+
+    Never raises on any reply content: an ack counts only if the reply has no
+    error, holds a ConfigRecord ``ack`` for round ``rnd`` and slice ``pid``,
+    and its byte counts are ints (not bools) in 0..2^53 (``disk-bytes`` may be
+    absent: 0).
+
+    Returns
+    -------
+    tuple of int or str
+        The three byte counts, or a one-line reason.
+    """
+    if reply.has_error():
+        return f"error reply: {reply.error.reason}"
+    content = reply.content
+    ack = content.get("ack") if isinstance(content, RecordDict) else None
+    if not isinstance(ack, ConfigRecord):
+        return "no ConfigRecord 'ack'"
+    if ack.get("round") != rnd or ack.get("slice-index") != pid:
+        return (f"ack of round {ack.get('round')!r}, slice {ack.get('slice-index')!r}; "
+                f"expected round {rnd}, slice {pid}")
+    sizes = []
+    for key, default in (("slice-bytes", None), ("stored-bytes", None),
+                         ("disk-bytes", 0)):
+        value = ack.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                not 0 <= value <= MAX_ACK_BYTES:
+            return f"{key} = {value!r}: must be an integer in [0, 2^53]"
+        sizes.append(value)
+    return sizes[0], sizes[1], sizes[2]

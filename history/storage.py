@@ -1,0 +1,111 @@
+"""The storage report of summary.json: what each history keeps, where, at what cost.
+
+Bytes are measured on the stores (:class:`~history.protocols.TrainingHistory`:
+``total_bytes``, ``accounting``, ``retrievals``); the storage efficiency gamma
+and throughput lambda are the paper's formulas (Lin et al., IJCAI 2024, Sec. 4).
+"""
+
+from __future__ import annotations
+
+from history.protocols import TrainingHistory
+
+
+def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int) -> dict:
+    """Storage efficiency gamma and throughput lambda (Lin et al., IJCAI 2024, Sec. 4).
+
+    gamma = size of the whole history / storage per node; lambda = histories
+    served per unit time, relative to full storage. Full storage (one server
+    keeps everything, FedEraser): gamma = lambda = 1. Uncoded sharding (each of S
+    shard servers keeps its own shard): gamma = lambda = S. Coded sharding: each
+    of the n = C clients keeps one slice of 1/k of a round, k = S K, so
+    gamma_c = k; any k slices decode and up to t = floor((C - k) / 2) wrong ones
+    are corrected, so with mu = t / C the tolerated wrong fraction,
+    gamma_c = k <= (1 - 2 mu) C (the paper's bound). The paper's throughput is
+    lambda_c = S / O(C^2 log^2 C log log C) (the decoding cost); it is an order,
+    reported as the formula.
+    """
+    k = num_shards * blocks_per_shard
+    t = max(num_clients - k, 0) // 2
+    mu = t / num_clients
+    return {
+        "source": "Lin et al., IJCAI 2024, Sec. 4",
+        "full": {"gamma": 1, "lambda": 1},
+        "uncoded": {"gamma": num_shards, "lambda": num_shards},
+        "coded": {
+            "gamma": k, "k": k, "n": num_clients, "tolerated_wrong_slices": t,
+            "mu": mu, "gamma_bound": (1 - 2 * mu) * num_clients,
+            "gamma_formula": "gamma_c = k = S*K <= (1 - 2 mu) C, "
+                             "mu = floor((C - k) / 2) / C",
+            "lambda": "S / O(C^2 log^2 C log log C)",
+        },
+    }
+
+
+def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None
+                    ) -> dict:
+    """The ``storage`` block of summary.json.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's settings (S, K, C, storage mode).
+    sharded : TrainingHistory
+        What SE's server keeps (``HistoryStore`` or ``CodedHistory``).
+    baseline : TrainingHistory or None
+        FedEraser's store (None when FE did not run).
+
+    Returns
+    -------
+    dict
+        ``mode``; ``server_bytes`` (what SE's server keeps); ``FE``,
+        ``SE_uncoded``, ``SE_coded`` each with ``server_bytes`` and
+        ``client_bytes`` (per client: max / min / mean / total; 0 for stores
+        that keep nothing on clients); ``SE_coded_vs_FE`` (1 - coded / FE);
+        ``comm`` (modelled seconds of slice distribution and retrieval);
+        ``efficiency`` (:func:`efficiency`). Bytes are measured: FE and uncoded
+        SE from their stores (uncoded SE in coded mode: the serialized records
+        the uncoded store would write, blobs only), coded SE from the catalog
+        and key files and from the bytes each client acknowledged.
+    """
+    no_clients = {"max": 0, "min": 0, "mean": 0.0, "total": 0}
+    fe = baseline.total_bytes() if baseline is not None else None
+    out: dict = {
+        "mode": cfg.storage, "server_bytes": sharded.total_bytes(),
+        "FE": {"server_bytes": fe, "client_bytes": no_clients if fe is not None
+               else None, "source": "baseline store" if fe is not None else "not run"},
+    }
+    acc = sharded.accounting()
+    if acc is None:  # uncoded: the store itself is what SE keeps
+        out["SE_uncoded"] = {"server_bytes": sharded.total_bytes(),
+                             "client_bytes": no_clients, "source": "store"}
+        out["SE_coded"] = None
+    else:
+        out["SE_uncoded"] = {"server_bytes": acc["uncoded_bytes"],
+                             "client_bytes": no_clients,
+                             "source": "serialized records (blobs; no catalog)"}
+        out["SE_coded"] = {
+            "server_bytes": acc["server_bytes"], "catalog_bytes": acc["catalog_bytes"],
+            "key_bytes": acc["key_bytes"], "client_bytes": acc["client_bytes"],
+            "client_disk_bytes": acc["client_disk_bytes"],
+            "gamma_measured": acc["data_elements"] / max(acc["slice_elements"], 1),
+        }
+        out["comm"] = _comm(acc, sharded.retrievals(), cfg.link_rate_mbps)
+    coded = (out["SE_coded"] or {}).get("server_bytes")
+    out["SE_coded_vs_FE"] = 1 - coded / fe if coded is not None and fe else None
+    out["efficiency"] = efficiency(cfg.num_shards, cfg.blocks_per_shard,
+                                   cfg.num_clients)
+    return out
+
+
+def _comm(acc: dict, retrievals: list[dict], link_rate_mbps: float) -> dict:
+    """Modelled seconds and transfers of distributing and fetching coded slices."""
+    return {
+        "distribution_s": acc["distribution_comm_s"],
+        "distribution_transfers": acc["distribution_transfers"],
+        "encode_s": acc["encode_s"],
+        "retrieval_s": sum(r["comm_time_s"] for r in retrievals),
+        "retrieval_transfers": sum(r["transfers"] for r in retrievals),
+        "retrieval_bytes": sum(r["bytes"] for r in retrievals),
+        "decode_s": sum(r["decode_s"] for r in retrievals),
+        "link_rate_mbps": link_rate_mbps,
+    }
