@@ -2,7 +2,7 @@
 
 NAME is ``single``, ``concurrent``, ``storage`` or ``all``; S, the size of every
 run, is ``quick`` (default), ``paper`` or ``tiny`` (the tests): suites, not the
-run presets of ``./simulate.sh --preset NAME``. Every configuration is one run
+run presets of ``presets/`` (those are for single runs). Every configuration is one run
 of the real ServerApp and ClientApp (:mod:`experiments.suites`):
 
 - ``--engine inprocess`` (default): the app's own ``server_app.app.main`` on an
