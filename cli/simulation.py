@@ -21,10 +21,11 @@ from pathlib import Path
 from cli import config
 from cli.env import free_ports
 from cli.procs import Children, tee
+from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.results import RunFolder
 
-SUMMARY = re.compile(rb"summary: (/\S+summary\.json)")
+SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -50,8 +51,8 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
         A bad run config or run-name (nothing was started).
     """
     args = parser(prog).parse_args(argv)
-    merged = config.resolve(args.preset, args.run_config)
-    cfg = validate_run_config(merged.config)
+    merged = absolute_paths(config.resolve(args.preset, args.run_config))
+    cfg = preflight(merged.config)
     RunFolder.check_free(cfg)
     supernodes = args.supernodes or cfg.num_clients
     results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.resolved_results_dir())
@@ -66,6 +67,40 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return _finish(log_path, status)
+
+
+def absolute_paths(merged: config.Merged) -> config.Merged:
+    """``data-dir`` and ``results-dir`` made absolute against the current folder.
+
+    The ServerApp runs in another working directory, so a relative path given
+    here must reach it resolved.
+    """
+    fixed = {key: str(Path(str(merged.config[key])).expanduser().resolve())
+             for key in ("data-dir", "results-dir") if merged.config.get(key)}
+    return config.Merged({**merged.config, **fixed}, {**merged.overrides, **fixed})
+
+
+def preflight(run_config: dict):
+    """Parse and check the config with the task's data loaded (before any engine).
+
+    Loading is cached and cheap for these datasets; with the data the partition
+    check runs here, not after the SuperNodes started.
+
+    Raises
+    ------
+    ConfigError
+        The first bad setting, in one line.
+    """
+    from task.data import load_task_data
+    from task.locate import DatasetNotFoundError, resolve_data_dir
+
+    cfg = validate_run_config(run_config)
+    try:
+        data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
+    except DatasetNotFoundError as err:  # one line, naming data-dir
+        raise ConfigError(str(err)) from None
+    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
+    return validate_run_config(run_config, task)
 
 
 def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:

@@ -49,10 +49,22 @@ class SQLiteCatalog:
 
     @classmethod
     def connect(cls, path: str | Path) -> sqlite3.Connection:
-        """A connection to ``path`` (created if missing) with :attr:`PRAGMAS` set."""
-        conn = sqlite3.connect(path)
-        for pragma in cls.PRAGMAS:
-            conn.execute(f"PRAGMA {pragma}")
+        """A connection to ``path`` (created if missing) with :attr:`PRAGMAS` set.
+
+        Raises
+        ------
+        StoreError
+            ``path`` cannot be opened or is not an SQLite database (one line,
+            naming the file).
+        """
+        try:
+            conn = sqlite3.connect(path)
+            for pragma in cls.PRAGMAS:
+                conn.execute(f"PRAGMA {pragma}")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as err:
+            raise StoreError(f"{cls.KIND} {path} cannot be read: {err}; restore or "
+                             "remove it") from None
         return conn
 
     @classmethod

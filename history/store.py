@@ -63,8 +63,12 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
 
     SCHEMA = _SCHEMA
     KIND = "history store"
-    max_update: float | None = None
-    """Largest |parameter| of an update the store can keep: no limit (float32 blobs)."""
+    max_update: float | None = 1e4
+    """Largest ``|w - w_sent|`` of one parameter in one update (sanity range).
+
+    float32 blobs could hold more; this generous bound only keeps one client
+    from pushing a shard model to overflow (NaN) with finite but absurd values.
+    """
 
     def __init__(self, root: Path, conn: sqlite3.Connection) -> None:
         super().__init__(root / CATALOG_FILE, conn)

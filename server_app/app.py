@@ -129,14 +129,14 @@ def learn_once(runlog: RunLog, grid: Grid, cfg: RunConfig, federation: Federatio
     stage that was interrupted is redone from scratch (its partial store is
     incomplete, so it is removed first): seeded, it ends the same.
     """
-    done = runlog.done(f"learn:{name}")
+    done = runlog.done_as(f"learn:{name}", LearningSummary)
     root = folder.history_dir(name)
     if done is not None and not coded:
         store = HistoryStore.open(root)
         models = [to_record(store.shard_model(s, cfg.num_rounds))
                   for s in range(len(federation.shards))]
         log(INFO, "resumed: %s learning already done", name)
-        return LearningSummary.from_json(done), models, store
+        return done, models, store
     if root.exists():  # interrupted (or coded: slices lived in the lost run)
         shutil.rmtree(root)
     runlog.begin(f"learn:{name}")
@@ -163,19 +163,20 @@ def unlearn_once(runlog: RunLog, folder: RunFolder, grid: Grid, stage: Stage,
     results = {}
     runlog.set_request_state("in_progress")
     for name in stage.settings.frameworks:
-        done = runlog.done(f"unlearn:{name}")
-        if done is not None:
+        summary = runlog.done_as(f"unlearn:{name}", FrameworkSummary)
+        if summary is not None:
             log(INFO, "resumed: %s already done", name)
-            summary = FrameworkSummary.from_json(done)
-            results[name] = FrameworkResult(
-                [] if summary.noop else folder.load_models(name), summary, [])
+            models = [] if summary.noop else folder.load_models(
+                name, runlog.models_record(name))
+            results[name] = FrameworkResult(models, summary, [])
             continue
         runlog.begin(f"unlearn:{name}")
         result = run_unlearning(grid, stage, requests, evaluator.evaluate,
                                 log_fn=lambda m: log(INFO, "%s", m), faults=faults,
                                 frameworks=[name])[name]
         if result.models:
-            folder.save_models(name, result.models)
+            saved = folder.save_models(name, result.models)
+            runlog.record_models(name, saved["sha256"], saved["shards"])
         runlog.finish(f"unlearn:{name}", result.summary.to_json())
         log(INFO, "%s done: models saved", name)
         results[name] = result
@@ -227,7 +228,10 @@ def prepare(run_config) -> Prepared:
                                              cfg.seed, cfg.client_samples)))
     requests, noops = plan_requests(cfg)
     folder = RunFolder.start(cfg)
-    runlog = RunLog(folder.runlog_path, cfg.as_dict())
+    # resolved paths: another spelling of the same folders is the same run
+    settings = {**cfg.as_dict(), "results-dir": str(folder.path.parent),
+                "data-dir": data_dir}
+    runlog = RunLog(folder.runlog_path, settings)
     if cfg.framework_list:
         requests = runlog.record_requests(requests)
     log(INFO, "results: %s%s", folder.path, " (resumed)" if runlog.resumed else "")

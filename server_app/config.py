@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,19 @@ MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images)
 # the ServerApp refines it with the data (server_app.preflight.check_partition)
 MAX_LR = 10.0  # a local step size above this diverges for every model of this app
 TEXT_CONTEXT = 64  # task.nanogpt.GPTConfig.block_size: the GPT's context
+INT64_MAX = 2**63 - 1  # Flower's protobuf carries ints as int64
+
+# Largest value of each integer key (sanity ceilings, far above any useful run).
+MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
+           "block-size": 2**16, "client-samples": 2**31 - 1,
+           "test-samples": 2**31 - 1, "num-requests": 100_000,
+           "calibration-interval": 100_000, "mia-samples": 10_000_000,
+           "blocks-per-shard": 100_000}
+# Range of each float key (sanity ranges; lr and momentum have their own checks).
+FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
+               "server-lr": (0.0, 1e3), "link-rate-mbps": (1e-3, 1e9)}
+EPOCHS_PER_RATIO = (1e-3, 1000.0)  # allowed L / r: the epochs of retraining
+RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
 class ConfigError(ValueError):
@@ -153,6 +167,7 @@ class RunConfig:
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
                 raise _bad(key, value, "0 (all) or a positive integer")
+        self._validate_bounds()
         if self.num_clients > MAX_CLIENTS:
             raise _bad("num-clients", self.num_clients,
                        f"at most {MAX_CLIENTS} (one SuperNode and at least one "
@@ -169,9 +184,21 @@ class RunConfig:
         self._validate_unlearning()
         self._validate_forget_clients()
         self._validate_storage()
-        if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
+        if self.run_name and not RUN_NAME.fullmatch(self.run_name):
             raise _bad("run-name", self.run_name,
-                       "a plain folder name (no path separator, no leading dot)")
+                       "a plain folder name of 1..100 characters A-Z a-z 0-9 . _ - "
+                       "(no leading dot)")
+
+    def _validate_bounds(self) -> None:
+        """Each numeric key in its sanity range (:data:`MAX_INT`, :data:`FLOAT_RANGE`)."""
+        for key, most in MAX_INT.items():
+            value = getattr(self, key.replace("-", "_"))
+            if value > most:
+                raise _bad(key, value, f"at most {most}")
+        for key, (least, most) in FLOAT_RANGE.items():
+            value = getattr(self, key.replace("-", "_"))
+            if not least <= value <= most and not (key == "server-lr" and value == 0):
+                raise _bad(key, value, f"a number in [{least:g}, {most:g}]")
 
     def _validate_topology(self) -> None:
         if self.num_shards > self.num_clients:
@@ -224,10 +251,11 @@ class RunConfig:
     def _validate_unlearning(self) -> None:
         names = self.framework_list
         unknown = [f for f in names if f not in FRAMEWORKS]
-        if unknown or not self.frameworks.strip() or len(set(names)) != len(names):
+        empty = not names and self.frameworks.strip().lower() != "none"
+        if unknown or empty or len(set(names)) != len(names):
             raise _bad("frameworks", self.frameworks,
                        f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
-                       "or 'none'" if self.frameworks.strip()
+                       "or 'none'" if not empty
                        else "at least one framework, or 'none'")
         for key in ("num-requests", "clients-per-request", "calibration-interval",
                     "baseline-shards", "mia-samples"):
@@ -240,11 +268,13 @@ class RunConfig:
         if self.request_mode not in REQUEST_MODES:
             raise _bad("request-mode", self.request_mode,
                        f"one of {', '.join(REQUEST_MODES)}")
-        if not (self.retrain_ratio > 0 and self.local_epochs / self.retrain_ratio > 0):
+        least, most = EPOCHS_PER_RATIO
+        if not (self.retrain_ratio > 0
+                and least <= self.local_epochs / self.retrain_ratio <= most):
             raise _bad("retrain-ratio", self.retrain_ratio,
-                       "a positive number (r; retained clients train L/r epochs)")
-        if not self.link_rate_mbps > 0:
-            raise _bad("link-rate-mbps", self.link_rate_mbps, "a positive number")
+                       f"a positive number r with local-epochs / r in [{least:g}, "
+                       f"{most:g}] (retained clients train L/r epochs; "
+                       f"L = {self.local_epochs})")
         if self.clients_per_round % self.baseline_shards or (
                 self.clients_per_round // self.baseline_shards
                 > self.num_clients // self.baseline_shards):
@@ -256,7 +286,7 @@ class RunConfig:
         tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
         if not tokens:
             return
-        if not all(t.isdigit() for t in tokens):
+        if not all(t.isascii() and t.isdigit() for t in tokens):
             raise _bad("forget-clients", self.forget_clients,
                        f"comma-separated partition ids in 0..{self.num_clients - 1}, "
                        "e.g. '3,17'")
@@ -358,6 +388,8 @@ def _coerce(key: str, raw: object, kind: type) -> object:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) \
                 or int(raw) != raw:
             raise _bad(key, raw, "an integer")
+        if abs(int(raw)) > INT64_MAX:
+            raise _bad(key, raw, f"an integer within int64 (|value| <= {INT64_MAX})")
         return int(raw)
     if kind is float:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):

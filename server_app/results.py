@@ -7,14 +7,19 @@ did not finish.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import time
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from history.files import atomic_write, atomic_write_arrays, decode_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.runlock import LOCK_NAME, RunLock, RunLockedError
+
+
+class ModelsFileError(RuntimeError):
+    """A saved models file is missing, damaged or not the one the run saved."""
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,9 @@ class RunFolder:
         A finished run of the same name is never overwritten, and a run that is
         still going (a live process holds the lock) is never joined. The folder
         of an unfinished run that has a run catalog (``run.sqlite``) is kept, so
-        the run resumes (see :mod:`server_app.runlog`); any other unfinished
-        folder is moved aside to ``<name>.failed-<time>``. The lock is held
-        until :meth:`finish` or the end of the process.
+        the run resumes (see :mod:`server_app.runlog`); a folder that is not a
+        run folder of this app is never touched (:meth:`check_free`). The lock
+        is held until :meth:`finish` or the end of the process.
 
         Raises
         ------
@@ -45,13 +50,7 @@ class RunFolder:
         lock = _lock(path)
         try:
             _refuse_finished(path)  # it may have finished meanwhile
-            if not (path / "run.sqlite").exists() and any(
-                    p.name != LOCK_NAME for p in path.iterdir()):
-                # moved aside with its lock held; the new folder gets a new lock
-                path.rename(path.with_name(f"{path.name}.failed-{int(time.time())}"))
-                path.mkdir()
-                old, lock = lock, _lock(path)
-                old.release()
+            _refuse_foreign(path)
         except BaseException:
             lock.release()
             raise
@@ -64,10 +63,18 @@ class RunFolder:
         Raises
         ------
         ConfigError
-            The folder holds a finished run, or a live process holds its lock.
+            The folder holds a finished run, or a live process holds its lock;
+            ``results-dir`` is not a folder or lies inside a run folder; or the
+            folder exists, is not empty and is no run folder of this app.
         """
-        path = cfg.resolved_results_dir() / cfg.resolved_run_name()
+        root = cfg.resolved_results_dir()
+        _check_results_dir(root)
+        path = root / cfg.resolved_run_name()
         _refuse_finished(path)
+        _refuse_foreign(path)
+        if (path / LOCK_NAME).exists() and not (path / LOCK_NAME).is_file():
+            raise ConfigError(f"run-config 'run-name' = {path.name!r} is not allowed: "
+                              f"{path / LOCK_NAME} is not a lock file")
         holder = RunLock.holder(path)
         if holder is not None:
             raise ConfigError(_busy(path, holder))
@@ -78,33 +85,65 @@ class RunFolder:
         """The run catalog ``run.sqlite``."""
         return self.path / "run.sqlite"
 
-    def load_models(self, name: str) -> list:
-        """The shard models saved by :meth:`save_models`, as ArrayRecords."""
+    def load_models(self, name: str, record: dict | None) -> list:
+        """The shard models saved by :meth:`save_models`, as ArrayRecords.
+
+        ``record`` is what :meth:`save_models` returned (SHA-256 and shard
+        count); the file must match it.
+
+        Raises
+        ------
+        ModelsFileError
+            The file is missing, unreadable, not the one saved, or holds another
+            number of shards (one line, naming the file).
+        """
         from strategies.sharded import to_record, unpack_shards
 
-        data = decode_arrays((self.path / "models" / f"{name}.npz").read_bytes())
-        shards = {int(k.split("/", 1)[0][5:]) for k in data}
-        return unpack_shards(to_record(data), len(shards))
+        target = self.path / "models" / f"{name}.npz"
+        try:
+            raw = target.read_bytes()
+        except OSError as err:
+            raise ModelsFileError(f"{target}: cannot be read ({err.strerror}); "
+                                  "remove the run folder to start again") from None
+        if record is None or hashlib.sha256(raw).hexdigest() != record.get("sha256"):
+            raise ModelsFileError(f"{target} is not the file this run saved (SHA-256 "
+                                  "differs or none recorded); remove the run folder "
+                                  "to start again")
+        data = decode_arrays(raw)
+        return unpack_shards(to_record(data), int(record["shards"]))
 
     def history_dir(self, federation: str) -> Path:
         """Folder of the history store of ``federation`` (e.g. ``sharded``)."""
         return self.path / "history" / federation
 
-    def save_models(self, name: str, models: list) -> Path:
+    def save_models(self, name: str, models: list) -> dict:
         """Write a framework's shard models to ``models/<name>.npz`` atomically.
 
         ``models`` is a list of ArrayRecord; keys become ``shard<s>/<layer>``.
+        Returns ``{"sha256": hex digest of the file, "shards": len(models)}``,
+        for :meth:`load_models` to check.
         """
         arrays = {f"shard{s}/{k}": v.numpy() for s, record in enumerate(models)
                   for k, v in record.items()}
         target = self.path / "models" / f"{name}.npz"
         atomic_write_arrays(target, arrays)
-        return target
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        return {"sha256": digest, "shards": len(models)}
 
     def finish(self, summary: dict) -> Path:
-        """Write ``summary.json`` atomically, drop the lock; return its absolute path."""
+        """Write ``summary.json`` atomically, drop the lock; return its absolute path.
+
+        The file is strict JSON (:func:`strict_json`): a NaN or infinite number
+        is written as null and named in ``summary["warnings"]``.
+        """
         target = self.path / "summary.json"
-        atomic_write(target, json.dumps(summary, indent=2).encode())
+        clean, bad = strict_json(summary)
+        if bad:
+            clean.setdefault("warnings", [])
+            clean["warnings"] = list(clean["warnings"]) + [
+                f"{where} was {value} (not a finite number), written as null"
+                for where, value in bad]
+        atomic_write(target, json.dumps(clean, indent=2, allow_nan=False).encode())
         self.release()
         return target
 
@@ -112,6 +151,60 @@ class RunFolder:
         """Drop the run's lock (idempotent; the end of the process drops it too)."""
         if self.lock is not None:
             self.lock.release()
+
+
+def strict_json(value: object, where: str = "summary") -> tuple[object, list]:
+    """``value`` with every non-finite float replaced by None, and where they were.
+
+    Returns
+    -------
+    tuple
+        The cleaned copy (dicts and lists rebuilt) and a list of
+        ``(path, value)`` pairs, path like ``summary.frameworks.SE.loss``.
+    """
+    bad: list = []
+
+    def clean(item: object, at: str) -> object:
+        if isinstance(item, float) and not math.isfinite(item):
+            bad.append((at, item))
+            return None
+        if isinstance(item, dict):
+            return {k: clean(v, f"{at}.{k}") for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [clean(v, f"{at}[{i}]") for i, v in enumerate(item)]
+        return item
+
+    return clean(value, where), bad
+
+
+def _is_run_folder(path: Path) -> bool:
+    return (path / "run.sqlite").exists() or (path / "summary.json").exists()
+
+
+def _check_results_dir(root: Path) -> None:
+    """``results-dir`` is a folder (or absent) and not inside a run folder."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"run-config 'results-dir' = {str(root)!r} is not allowed: "
+                          "it is a file, not a folder")
+    for parent in (root, *root.parents):
+        if _is_run_folder(parent):
+            raise ConfigError(
+                f"run-config 'results-dir' = {str(root)!r} is not allowed: it is "
+                f"inside the run folder {parent}; choose a folder outside any run")
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Refuse an existing, non-empty folder that is not a run folder of this app."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"run-config 'run-name' = {path.name!r} is not allowed: "
+                          f"{path} is a file, not a run folder")
+    if not path.is_dir() or (path / "run.sqlite").exists():
+        return
+    if any(p.name != LOCK_NAME for p in path.iterdir()):
+        raise ConfigError(
+            f"run-config 'run-name' = {path.name!r} is not allowed: {path} exists, "
+            "is not empty and is not a run folder of this app (no run.sqlite); "
+            "choose another run-name or results-dir")
 
 
 def _refuse_finished(path: Path) -> None:
@@ -126,6 +219,9 @@ def _lock(path: Path) -> RunLock:
         return RunLock.acquire(path)
     except RunLockedError as err:
         raise ConfigError(_busy(path, err.holder)) from None
+    except OSError as err:  # e.g. run.lock is a folder, or not writable
+        raise ConfigError(f"run-config 'run-name' = {path.name!r} is not allowed: "
+                          f"cannot lock {path / LOCK_NAME} ({err.strerror})") from None
 
 
 def _busy(path: Path, holder: str) -> str:

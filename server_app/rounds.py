@@ -96,6 +96,8 @@ class CostMeter:
         Node ids messaged, in order (for isolation checks).
     warnings : list[str]
         Every round's warnings (:attr:`RoundOutcome.warnings`).
+    accepted : int
+        Client replies accepted (screened and aggregated) over all rounds.
     wall_s : float
         Wall seconds, set by whoever drives the rounds.
     """
@@ -110,6 +112,7 @@ class CostMeter:
     shard_compute_s: dict[int, float] = field(default_factory=dict)
     contacted: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    accepted: int = 0
     wall_s: float = 0.0
 
     def on_round(self, outcome: RoundOutcome) -> None:
@@ -119,6 +122,7 @@ class CostMeter:
             self._transfer(message.content["arrays"])
         for s, replies in enumerate(outcome.by_shard):
             for reply in replies:
+                self.accepted += 1
                 metrics = reply.content["metrics"]
                 seconds = float(metrics["train-seconds"])
                 self.compute_s += seconds

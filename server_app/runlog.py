@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from history.catalog import SQLiteCatalog
 
@@ -25,10 +26,11 @@ CREATE TABLE IF NOT EXISTS requests (
 """
 
 REQUEST_STATES = ("received", "in_progress", "done")
+T = TypeVar("T")
 
 
 class RunLogError(RuntimeError):
-    """The run folder belongs to a run with other settings."""
+    """The run folder belongs to a run with other settings, or its record is damaged."""
 
 
 class RunLog(SQLiteCatalog):
@@ -83,6 +85,41 @@ class RunLog(SQLiteCatalog):
         entry = self.stage(name)
         return entry[1] if entry and entry[0] == "done" else None
 
+    def done_as(self, name: str, cls: type[T]) -> T | None:
+        """The finished stage's result parsed as ``cls`` (``from_json``), or None.
+
+        Raises
+        ------
+        RunLogError
+            The stored result is not what ``cls.to_json`` writes (damaged or
+            edited): it must parse and give back the same JSON.
+        """
+        done = self.done(name)
+        if done is None:
+            return None
+        try:
+            parsed = cls.from_json(done)  # type: ignore[attr-defined]
+            same = json.dumps(parsed.to_json(), sort_keys=True) == json.dumps(
+                done, sort_keys=True)
+        except Exception as err:  # noqa: BLE001 - any parse failure is damage
+            same, parsed = False, f"{type(err).__name__}: {err}"
+        if not same:
+            raise RunLogError(f"{self.path}: the stored result of stage {name!r} is "
+                              f"damaged ({str(parsed)[:200]}); remove the run folder "
+                              "to start again")
+        return parsed
+
+    def record_models(self, name: str, digest: str, shards: int) -> None:
+        """Remember the SHA-256 and shard count of ``models/<name>.npz``."""
+        with self._conn:
+            self.set_meta(f"models:{name}", json.dumps({"sha256": digest,
+                                                         "shards": shards}))
+
+    def models_record(self, name: str) -> dict | None:
+        """``{"sha256", "shards"}`` recorded for ``name``'s models file, or None."""
+        text = self.get_meta(f"models:{name}")
+        return None if text is None else json.loads(text)
+
     def begin(self, name: str) -> None:
         """Mark a stage in progress."""
         with self._conn:
@@ -99,17 +136,28 @@ class RunLog(SQLiteCatalog):
     def record_requests(self, requests: Sequence[Sequence[int]]) -> list[list[int]]:
         """Store the requests once (state ``received``); return the stored ones.
 
-        On a resumed run the stored requests win, so none is lost or added.
+        On a resumed run the stored requests must be the planned ones (the
+        plan is seeded), so none is lost, changed or added.
+
+        Raises
+        ------
+        RunLogError
+            The stored requests differ from the planned ones.
         """
+        planned = [sorted(int(p) for p in r) for r in requests]
         rows = self.requests()
         if rows:
-            return [clients for _, clients, _ in rows]
+            stored = [clients for _, clients, _ in rows]
+            if stored != planned:
+                raise RunLogError(f"{self.path}: the recorded requests {stored} are "
+                                  f"not the planned {planned}; the run catalog is "
+                                  "damaged, remove the run folder to start again")
+            return stored
         with self._conn:
             self._conn.executemany(
                 "INSERT INTO requests VALUES (?, ?, 'received')",
-                [(i, json.dumps(sorted(int(p) for p in r))) for i, r in
-                 enumerate(requests)])
-        return [sorted(int(p) for p in r) for r in requests]
+                [(i, json.dumps(r)) for i, r in enumerate(planned)])
+        return planned
 
     def set_request_state(self, state: str) -> None:
         """Move every request that is not done to ``state``."""

@@ -11,8 +11,9 @@ structure the ClientApp sends:
 - exactly two records, ``arrays`` (an ArrayRecord) and ``metrics`` (a
   MetricRecord), nothing else;
 - ``arrays`` holds exactly the layers of the model sent, in the same order, each
-  with the dtype and shape sent, only finite values and, where the history is
-  coded, updates within the quantisation range (``max_update``);
+  with the dtype and shape sent, only finite values and updates within the
+  history store's range (``max_update``: the quantisation range when coded, a
+  sanity bound of 1e4 per parameter when uncoded);
 - ``metrics`` holds exactly the keys of :data:`TRAIN_METRICS`, each a single
   number (not a bool, not a list) in its range:
 
@@ -21,19 +22,19 @@ structure the ClientApp sends:
                             knows each partition's size; else 2^31 - 1)
   ``train-seconds``         finite, 0 .. the round timeout (else one week)
   ``train-loss``            finite, 0 .. 1e9 (nats)
-  ``local-epochs``          finite, > 0 and at most the epochs asked plus one
-                            mini-batch (``batch-size / samples held``) plus
-                            a relative 1e-6 (float rounding)
+  ``local-epochs``          finite, > 0 and within ``1 / samples held``
+                            (one sample's pass) plus a relative 1e-6 of the
+                            epochs asked, on both sides
   ========================  ================================================
 
-The one-mini-batch slack admits a client that finishes its last, partial batch
-(``ceil(epochs * n / batch)`` steps); a client that counts exactly the samples
-it saw reports the epochs asked and is well inside.
+A client reports the samples it saw divided by the samples it holds, so its
+report is within one sample's pass of what was asked.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -55,6 +56,11 @@ MAX_TRAIN_SECONDS = 7 * 24 * 3600.0
 MAX_LOSS = 1e9
 """Cap on ``train-loss`` (nats): a larger loss is a diverged or forged reply."""
 
+MAX_REASON = 500
+"""Longest fault reason kept (characters); client texts are cut to it."""
+
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
 EPOCH_RTOL = 1e-6
 """Relative slack on ``local-epochs`` above what was asked (float rounding)."""
 
@@ -73,7 +79,7 @@ class ReplyLimits:
         arrived in time cannot have trained longer.
     max_update : float or None
         Largest ``|w - w_sent|`` of any parameter, or None for no bound (coded
-        storage: the quantisation range, larger values cannot be stored).
+        storage: the quantisation range; uncoded: a sanity range, 1e4).
     """
 
     held: Mapping[int, int] = field(default_factory=dict)
@@ -95,9 +101,10 @@ class FaultLog:
 
     def add(self, stage: str, rnd: int | None, node: int, partition: int | None,
             kind: str, reason: str) -> None:
-        """Record one fault."""
+        """Record one fault; ``reason`` is made one safe line (:func:`one_line`)."""
         self.entries.append({"stage": stage, "round": rnd, "node": node,
-                             "partition": partition, "kind": kind, "reason": reason})
+                             "partition": partition, "kind": kind,
+                             "reason": one_line(reason)})
 
     def counts(self) -> dict[str, int]:
         """Number of faults of each kind."""
@@ -107,11 +114,25 @@ class FaultLog:
         return out
 
 
+def one_line(text: object, limit: int = MAX_REASON) -> str:
+    """``text`` as one printable line of at most ``limit`` characters.
+
+    ANSI escape sequences are removed, every other control character (newline,
+    tab, NUL, ...) becomes a space, and a longer text is cut with ``...``. Every
+    client-supplied text that reaches the fault log, summary or log goes through
+    here.
+    """
+    line = _ANSI.sub("", str(text))
+    line = "".join(" " if not ch.isprintable() else ch for ch in line).strip()
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 def check_reply(reply: Message, sent: Message, held: int | None = None,
                 limits: ReplyLimits | None = None) -> str | None:
     """Why ``reply`` must not be aggregated, or None if it is acceptable.
 
-    Never raises on any reply content.
+    Never raises on any reply content: whatever goes wrong while inspecting a
+    reply (any exception, a layer that decodes to no array) rejects it.
 
     Parameters
     ----------
@@ -131,7 +152,15 @@ def check_reply(reply: Message, sent: Message, held: int | None = None,
     str or None
         A one-line reason, or None.
     """
-    limits = limits or ReplyLimits()
+    try:
+        return _check_reply(reply, sent, held, limits or ReplyLimits())
+    except Exception as err:  # noqa: BLE001 - any failure inspecting a reply rejects it
+        return f"reply cannot be inspected: {type(err).__name__}: {err}"
+
+
+def _check_reply(reply: Message, sent: Message, held: int | None,
+                 limits: ReplyLimits) -> str | None:
+    """:func:`check_reply` without the guard (may raise on odd content)."""
     if reply.has_error():
         return f"client error: {reply.error.reason}"
     content = reply.content
@@ -176,6 +205,8 @@ def _check_arrays(arrays: ArrayRecord, sent: ArrayRecord, max_update: float | No
             got = value.numpy()
         except Exception as err:  # untrusted bytes: any decoding failure is a reject
             return f"layer {key!r} cannot be decoded: {type(err).__name__}"
+        if not isinstance(got, np.ndarray):
+            return f"layer {key!r} decodes to a {type(got).__name__}, not an array"
         if got.shape != want.shape or got.dtype != want.dtype:
             return (f"layer {key!r} decodes to {got.dtype}{list(got.shape)}, "
                     f"expected {want.dtype}{list(want.shape)}")
@@ -184,8 +215,8 @@ def _check_arrays(arrays: ArrayRecord, sent: ArrayRecord, max_update: float | No
         if max_update is not None and got.size:
             step = float(np.max(np.abs(got.astype(np.float64) - want)))
             if step > max_update:
-                return (f"layer {key!r} moves by {step:.3g}: coded storage holds "
-                        f"updates up to {max_update:.3g}")
+                return (f"layer {key!r} moves by {step:.3g}: the history store "
+                        f"holds updates up to {max_update:.3g} per parameter")
     return None
 
 
@@ -219,20 +250,25 @@ def _check_metrics(metrics: MetricRecord, held: int | None, config: Mapping,
                 f"[0, {max_seconds:g}]")
     if not 0 <= values["train-loss"] <= MAX_LOSS:
         return f"train-loss = {values['train-loss']!r}: must be in [0, {MAX_LOSS:g}]"
-    most = _max_epochs(config, held or n)
-    if not 0 < values["local-epochs"] <= most:
-        return f"local-epochs = {values['local-epochs']!r}: must be in (0, {most:.6g}]"
+    least, most = _epoch_range(config, held or n)
+    if not (0 < values["local-epochs"] and least <= values["local-epochs"] <= most):
+        return (f"local-epochs = {values['local-epochs']!r}: must be in "
+                f"[{least:.6g}, {most:.6g}] (the epochs asked, to one sample's pass)")
     return None
 
 
-def _max_epochs(config: Mapping, held: int) -> float:
-    """Epochs asked plus one mini-batch plus a relative 1e-6 (inf if not asked)."""
-    asked, batch = config.get("local-epochs"), config.get("batch-size", 0)
+def _epoch_range(config: Mapping, held: int) -> tuple[float, float]:
+    """Epochs asked plus or minus one sample's pass (``1 / held``) and 1e-6 relative.
+
+    A client reports the samples it saw divided by the samples it holds; the
+    partial last pass is ``max(1, round(f * held))`` samples, so the report is
+    within ``1 / held`` of what was asked. Not asked: ``(0, inf)``.
+    """
+    asked = config.get("local-epochs")
     if isinstance(asked, bool) or not isinstance(asked, int | float):
-        return math.inf
-    slack = batch / held if isinstance(batch, int) and not isinstance(batch, bool) \
-        else 0.0
-    return float(asked) * (1 + EPOCH_RTOL) + slack
+        return 0.0, math.inf
+    slack = float(asked) * EPOCH_RTOL + 1.0 / held
+    return max(0.0, float(asked) - slack), float(asked) + slack
 
 
 def screen(replies: Iterable[Message], messages: Sequence[Message], stage: str,

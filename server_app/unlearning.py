@@ -32,7 +32,12 @@ from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from server_app.summary import FrameworkSummary, RequestCost
 from strategies.sharded import ShardedStrategy
 
-__all__ = ["FrameworkResult", "Stage", "drive", "run_unlearning"]
+__all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "drive",
+           "run_unlearning"]
+
+
+class UnlearningStalledError(RuntimeError):
+    """A framework asked clients for a request and accepted no reply in any round."""
 
 
 def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
@@ -109,6 +114,7 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
                               stage.settings.link_rate_mbps,
                               stage.settings.round_timeout, faults, label,
                               stage.sharded.partition_of, stage.sharded.samples)
+        _check_progress(label, stats, faults)
         per_request.append(_request_cost(k, batch, framework, stats, stage, name))
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
         _accumulate(total, stats)
@@ -120,6 +126,20 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
         return FrameworkResult([], FrameworkSummary(requests=per_request, noop=True), [])
     summary = _framework_summary(name, stage, evaluate(models), total, per_request)
     return FrameworkResult(models, summary, total.contacted)
+
+
+def _check_progress(label: str, stats: CostMeter, faults: FaultLog | None) -> None:
+    """Raise :class:`UnlearningStalledError` if clients were asked and none accepted."""
+    if not stats.contacted or stats.accepted:
+        return
+    mine = [f for f in (faults.entries if faults else []) if f["stage"] == label]
+    first = next((f for f in mine if f["kind"] != "dropout"), None)
+    example = (f"; first rejection: round {first['round']}, partition "
+               f"{first['partition']}: {first['reason']}" if first else "")
+    raise UnlearningStalledError(
+        f"{label}: {stats.rounds} round(s) asked {len(stats.contacted)} client(s) "
+        f"and accepted no reply ({len(mine)} fault(s){example}); stopped instead "
+        "of reporting a model that was not retrained")
 
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,

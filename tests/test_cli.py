@@ -258,3 +258,48 @@ def test_children_stop_is_idempotent_and_reports_nothing_left():
         proc = children.start(["sleep", "30"])
     assert proc.returncode == -signal.SIGTERM
     assert children.stop() == [] and children.alive() == []
+
+
+# ---- paths and the data check before any engine ----------------------------------
+def test_a_summary_path_with_spaces_is_found(tmp_path):
+    from cli.simulation import summary_path
+
+    summary = tmp_path / "my results" / "run 1" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text("{}")
+    log = tmp_path / "log"
+    log.write_bytes(b"INFO :      results: x\nINFO :      summary: " + str(summary).encode()
+                    + b"\nINFO :      done\n")
+    assert summary_path(log) == summary
+
+
+def test_relative_paths_reach_the_serverapp_absolute(tmp_path, monkeypatch):
+    from cli.simulation import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    merged = absolute_paths(config.resolve(None, ["data-dir='data' results-dir='out/'"]))
+    for key, name in (("data-dir", "data"), ("results-dir", "out")):
+        assert merged.config[key] == merged.overrides[key] == str(tmp_path / name)
+
+
+def test_a_partition_that_cannot_be_built_stops_before_any_engine(tmp_path, shared_data):
+    proc, record = _cli(["--run-config", TINY_RUN + " num-clients=100000",
+                         "--run-config", f"data-dir='{shared_data}'"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "'num-clients' = 100000 with partition = 'iid'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not record.exists()
+
+
+def test_another_spelling_of_the_same_results_dir_resumes(tmp_path, shared_data):
+    from conftest import TINY
+
+    from server_app.app import prepare
+
+    base = {**config.defaults(), **TINY, "data-dir": str(shared_data), "run-name": "s"}
+    first = prepare({**base, "results-dir": str(tmp_path) + "/"})
+    first.runlog.close()
+    first.folder.release()
+    again = prepare({**base, "results-dir": str(tmp_path / "x" / "..")})
+    assert again.runlog.resumed and again.folder.path == first.folder.path
+    again.runlog.close()
+    again.folder.release()

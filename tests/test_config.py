@@ -40,6 +40,25 @@ def test_defaults_are_valid_and_match_pyproject():
     ("retrain-ratio", float("inf"), "a finite number"),
     ("block-size", 0, "positive integer"),
     ("run-name", "../escape", "plain folder name"),
+    # every numeric key has a sane range; ints stay within int64 (Flower's protobuf)
+    ("retrain-ratio", 1e308, "local-epochs / r in [0.001, 1000]"),
+    ("retrain-ratio", 1e-300, "local-epochs / r in [0.001, 1000]"),
+    ("retrain-ratio", 1e-320, "local-epochs / r in [0.001, 1000]"),
+    ("local-epochs", 1e300, "within int64"),
+    ("local-epochs", 1001, "at most 1000"),
+    ("batch-size", 2**64, "within int64"),
+    ("batch-size", 2**20 + 1, "at most 1048576"),
+    ("num-rounds", 100_001, "at most 100000"),
+    ("link-rate-mbps", 5e-324, "a number in [0.001, 1e+09]"),
+    ("round-timeout", 1e300, "a number in [0.001, 1e+07]"),
+    ("server-lr", 1e9, "a number in [0, 1000]"),
+    ("forget-clients", "\u00b2", "comma-separated partition ids"),
+    ("forget-clients", "\u0661", "comma-separated partition ids"),
+    ("frameworks", ",", "at least one framework, or 'none'"),
+    ("run-name", "a\x00b", "plain folder name"),
+    ("run-name", "a b", "plain folder name"),
+    ("run-name", "x" * 101, "1..100 characters"),
+    ("run-name", ".hidden", "no leading dot"),
 ])
 def test_bad_values_name_key_value_and_allowed(key, value, words):
     with pytest.raises(ConfigError) as err:

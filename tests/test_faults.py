@@ -143,3 +143,47 @@ def test_renamed_unlearning_replies_are_rejected_in_se_and_fr(run_server):
                          ("SE request 0", pid, "rejected")}
     assert all("['params', 'stats']" in e["reason"] for e in summary["faults"]["entries"])
     assert all(np.isfinite(summary["frameworks"][n]["loss"]) for n in ("SE", "FR"))
+
+
+def test_unlearning_that_accepts_no_reply_fails_the_run(run_server):
+    from server_app.unlearning import UnlearningStalledError
+
+    def refuse_unlearning(reply):  # learning works; every unlearning reply is broken
+        if reply.metadata.message_type == "train.unlearn":
+            return rename_records(reply)
+        return reply
+
+    with pytest.raises(UnlearningStalledError, match=r"SE request 0: .* accepted no "
+                       r"reply .*first rejection: .*\['params', 'stats'\]"):
+        run_server({"forget-clients": "3", "frameworks": "SE", "num-rounds": 2,
+                    "clients-per-round": 8, "mia": False},
+                   tamper={n: refuse_unlearning for n in range(1000, 1008)})
+
+
+def test_absurd_finite_weights_are_rejected_in_uncoded_storage(run_server):
+    summary, _ = run_server({"frameworks": "none", "num-rounds": 1,
+                             "clients-per-round": 8},
+                            tamper={1002: lambda r: replace_arrays(
+                                r, lambda k, v: np.full_like(v, 1e30))})
+    (fault,) = summary["faults"]["entries"]
+    assert "moves by 1e+30" in fault["reason"] and "up to 1e+04" in fault["reason"]
+    assert np.isfinite(summary["learning"]["loss"])
+
+
+def test_a_client_error_text_is_stored_as_one_short_line(run_server):
+    from flwr.app import Error
+
+    def fail(reply):
+        return Message(error=Error(code=1, reason="\x1b[31mboom\x1b[0m\n" + "x" * 10**5),
+                       reply_to=_stand_in(reply))
+
+    summary, _ = run_server({"frameworks": "none", "num-rounds": 1,
+                             "clients-per-round": 8}, tamper={1002: fail})
+    (fault,) = summary["faults"]["entries"]
+    assert fault["kind"] == "error" and fault["reason"].startswith("client error: boom x")
+    assert len(fault["reason"]) == 500 and fault["reason"].isprintable()
+
+
+def _stand_in(reply):
+    return Message(RecordDict(), dst_node_id=reply.metadata.src_node_id,
+                   message_type=reply.metadata.message_type)

@@ -11,8 +11,11 @@ def test_requests_are_recorded_once_and_states_move(tmp_path):
     log.close()
     again = RunLog(tmp_path / "run.sqlite", {"seed": 0})
     assert again.resumed
-    # a resumed run keeps the stored requests, whatever it would generate now
-    assert again.record_requests([[9]]) == [[1, 3], [7]]
+    # a resumed run plans the same requests (seeded); other stored ones are damage
+    assert again.record_requests([[1, 3], [7]]) == [[1, 3], [7]]
+    with pytest.raises(RunLogError, match=r"recorded requests \[\[1, 3\], \[7\]\] "
+                       r"are not the planned \[\[9\]\]"):
+        again.record_requests([[9]])
     assert [s for _, _, s in again.requests()] == ["in_progress", "in_progress"]
     again.set_request_state("done")
     assert [s for _, _, s in again.requests()] == ["done", "done"]
@@ -33,3 +36,26 @@ def test_other_settings_are_refused(tmp_path):
     RunLog(tmp_path / "run.sqlite", {"seed": 0, "lr": 0.1}).close()
     with pytest.raises(RunLogError, match=r"\['lr'\]"):
         RunLog(tmp_path / "run.sqlite", {"seed": 0, "lr": 0.2})
+
+
+def test_a_damaged_stage_result_is_a_clear_error(tmp_path):
+    from server_app.summary import FrameworkSummary, RequestCost
+
+    log = RunLog(tmp_path / "run.sqlite", {})
+    good = FrameworkSummary(requests=[RequestCost(0, [2])], noop=True)
+    log.finish("unlearn:SE", good.to_json())
+    assert log.done_as("unlearn:SE", FrameworkSummary).to_json() == good.to_json()
+    log.finish("unlearn:SE", {"x": 1})
+    with pytest.raises(RunLogError, match="run.sqlite: the stored result of stage "
+                       "'unlearn:SE' is damaged"):
+        log.done_as("unlearn:SE", FrameworkSummary)
+
+
+def test_a_garbage_catalog_file_is_one_line_naming_it(tmp_path):
+    from history.catalog import StoreError
+
+    path = tmp_path / "run.sqlite"
+    path.write_bytes(b"garbage" * 100)
+    with pytest.raises(StoreError) as err:
+        RunLog(path, {})
+    assert str(path) in str(err.value) and "\n" not in str(err.value)

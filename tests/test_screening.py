@@ -78,7 +78,7 @@ def metric_ok(key, value):
         return 0 <= value <= TIMEOUT
     if key == "train-loss":
         return 0 <= value <= 1e9
-    return 0 < value <= EPOCHS * (1 + 1e-6) + BATCH / HELD  # local-epochs
+    return 0 < value and abs(value - EPOCHS) <= EPOCHS * 1e-6 + 1 / HELD  # epochs
 
 
 def error_reply(reply):
@@ -161,7 +161,9 @@ def layer_mutations(draw, how):
                                 data=other.data)
         else:
             _set(arrays, key, v)  # a bare ndarray in the ArrayRecord
-    verdict = {"scale": "coded", "nudge": False}.get(how, True)
+    # uncoded storage bounds an update at 1e4 per parameter (a sanity range)
+    scale = "coded" if factor == 1e4 else True
+    verdict = {"scale": scale, "nudge": False}.get(how, True)
     return _in_place(fn), verdict
 
 
@@ -278,8 +280,10 @@ def _sent(epochs=EPOCHS):
     ("num-examples", 10.0, "num-examples = 10.0: must be an integer"),
     ("train-seconds", TIMEOUT + 1, "train-seconds = 61.0: must be in [0, 60]"),
     ("train-loss", -1.0, "train-loss = -1.0: must be in [0, 1e+09]"),
-    ("local-epochs", 0.0, "local-epochs = 0.0: must be in (0, 1.5]"),
-    ("local-epochs", 2.0, "local-epochs = 2.0: must be in (0, 1.5]"),
+    ("local-epochs", 0.0, "local-epochs = 0.0: must be in [0.899999, 1.1]"),
+    ("local-epochs", 5e-324, "local-epochs = 5e-324: must be in [0.899999, 1.1]"),
+    ("local-epochs", 0.89, "local-epochs = 0.89: must be in [0.899999, 1.1]"),
+    ("local-epochs", 1.2, "local-epochs = 1.2: must be in [0.899999, 1.1]"),
 ])
 def test_each_number_has_a_range(key, value, words):
     sent = _sent()
@@ -289,12 +293,47 @@ def test_each_number_has_a_range(key, value, words):
 
 
 def test_local_epochs_bound_follows_what_was_asked():
-    # unlearning asks L / r = 0.5: one more mini-batch of 5 of 10 samples is allowed
+    # unlearning asks L / r = 0.5: the report is within one sample's pass (1/10)
     sent = _sent(0.5)
-    assert check_reply(_reply({**GOOD, "local-epochs": 0.5}, sent), sent, HELD) is None
-    assert check_reply(_reply({**GOOD, "local-epochs": 1.0}, sent), sent, HELD) is None
-    assert "(0, 1]" in check_reply(_reply({**GOOD, "local-epochs": 1.01}, sent), sent,
-                                   HELD)
+    for ok in (0.5, 0.4, 0.6):
+        assert check_reply(_reply({**GOOD, "local-epochs": ok}, sent), sent, HELD) is None
+    for bad in (0.39, 0.61, 1.0):
+        reason = check_reply(_reply({**GOOD, "local-epochs": bad}, sent), sent, HELD)
+        assert "must be in [0.4, 0.600001]" in reason
+
+
+def test_a_zip_layer_is_a_rejected_reply_not_a_crash():
+    import io
+
+    sent = _sent()
+    buffer = io.BytesIO()
+    np.savez(buffer, a=W0["w"])
+    reply = _reply(GOOD, sent)
+    reply.content["arrays"]["w"] = Array(dtype="float32", shape=(3, 2),
+                                         stype="numpy.ndarray", data=buffer.getvalue())
+    assert check_reply(reply, sent, HELD) == \
+        "layer 'w' decodes to a NpzFile, not an array"
+
+
+def test_any_exception_while_inspecting_is_a_rejection(monkeypatch):
+    import server_app.screening as screening
+
+    def boom(*args):
+        raise KeyError("odd")
+
+    monkeypatch.setattr(screening, "_check_metrics", boom)
+    sent = _sent()
+    assert check_reply(_reply(GOOD, sent), sent, HELD) == \
+        "reply cannot be inspected: KeyError: 'odd'"
+
+
+def test_client_texts_become_one_short_clean_line():
+    faults = FaultLog()
+    text = "\x1b[31mred\x1b[0m\nline2\tx\x00" + "y" * 10**6
+    faults.add("sharded", 1, 5, 0, "error", text)
+    reason = faults.entries[0]["reason"]
+    assert reason.startswith("red line2 x ") and len(reason) == 500
+    assert reason.endswith("...") and reason.isprintable()
 
 
 def test_renamed_records_are_rejected_by_name():
