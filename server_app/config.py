@@ -51,7 +51,7 @@ INT64_MAX = 2**63 - 1  # Flower's protobuf carries ints as int64
 # Largest value of each integer key (sanity ceilings, far above any useful run).
 MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
            "block-size": 2**16, "client-samples": 2**31 - 1,
-           "test-samples": 2**31 - 1, "num-requests": 100_000,
+           "test-samples": 2**31 - 1,
            "calibration-interval": 100_000, "mia-samples": 10_000_000,
            "blocks-per-shard": 100_000}
 # Range of each float key (sanity ranges; lr and momentum have their own checks).
