@@ -18,6 +18,7 @@ correct up to ``floor((n - k) / 2)`` wrong ones (see :mod:`coding.decode`).
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ import numpy as np
 from . import _kernels
 from .field import PRIME, as_field_array, gf
 
-__all__ = ["evaluation_points", "encoding_matrix", "lagrange_matrix", "encode"]
+__all__ = ["evaluation_points", "encoding_matrix", "lagrange_matrix", "encode",
+           "random_field_elements", "pad_private"]
 
 
 def evaluation_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -215,3 +217,75 @@ def encode(
     rows = np.arange(k, dtype=np.int64)
     _kernels.combine(gen, x, rows, out, _kernels.chunk_columns(k))
     return out
+
+
+def random_field_elements(shape: Any, rng: np.random.Generator | None = None
+                          ) -> np.ndarray:
+    """Uniformly random GF(p) elements (the padding blocks of T-private coding).
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Shape of the result.
+    rng : numpy.random.Generator, optional
+        Source of randomness for reproducible tests; default ``None`` draws
+        from the operating system (``os.urandom``), which is what privacy needs.
+
+    Returns
+    -------
+    numpy.ndarray of int64, the given shape, elements uniform on ``[0, p)``
+        31 random bits per element; the one value ``p`` = 2^31 - 1 outside
+        the field is redrawn (rejection sampling, so the result is exactly
+        uniform).
+    """
+    size = int(np.prod(shape))
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        if rng is None:
+            raw = np.frombuffer(os.urandom(4 * todo.size), dtype=np.uint32)
+        else:
+            raw = rng.integers(0, 2**32, todo.size, dtype=np.uint32)
+        vals = (raw & np.uint32(PRIME)).astype(np.int64)
+        ok = vals < PRIME
+        out[todo[ok]] = vals[ok]
+        todo = todo[~ok]
+    return out.reshape(shape)
+
+
+def pad_private(blocks: Any, t: int, rng: np.random.Generator | None = None
+                ) -> np.ndarray:
+    """The ``k`` data blocks followed by ``t`` uniformly random padding blocks.
+
+    Lagrange coded computing with T-privacy (Yu et al., AISTATS 2019, Sec. 3):
+    encoding ``k + t`` blocks (data at ``omega_1..omega_k``, random padding at
+    ``omega_{k+1}..omega_{k+t}``) makes any ``t`` slices uniformly distributed
+    and independent of the data, because the ``t x t`` part of the generator
+    matrix that multiplies the padding is invertible (an MDS code); decoding
+    needs ``k + t`` slices, of which the first ``k`` decoded blocks are the data.
+
+    Parameters
+    ----------
+    blocks : array_like of int, shape (k, d)
+        Data blocks as GF(p) elements.
+    t : int
+        Number of padding blocks (``>= 0``; 0 returns the blocks unchanged).
+    rng : numpy.random.Generator, optional
+        See :func:`random_field_elements` (None: operating-system randomness).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (k + t, d)
+
+    Raises
+    ------
+    ValueError
+        If ``t < 0`` or an element of ``blocks`` lies outside ``[0, p)``.
+    """
+    x = as_field_array(blocks, "blocks", ndim=2)
+    t = operator.index(t)
+    if t < 0:
+        raise ValueError(f"t must be >= 0, got {t}")
+    if t == 0:
+        return x
+    return np.concatenate([x, random_field_elements((t, x.shape[1]), rng)])
