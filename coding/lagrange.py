@@ -87,7 +87,10 @@ def lagrange_matrix(src: Any, dst: Any) -> np.ndarray:
     """Lagrange matrix: values of a degree ``< len(src)`` polynomial at src -> at dst.
 
     ``L[i, s] = prod_{j != s} (dst_i - src_j) / (src_s - src_j)`` over GF(p),
-    computed with galois (``galois.GF(2**31 - 1)``); meant for small matrices.
+    computed with galois (``galois.GF(2**31 - 1)``) in the barycentric form
+    ``L[i, s] = l(dst_i) w_s / (dst_i - src_s)``, ``l(x) = prod_j (x - src_j)``,
+    ``w_s = 1 / prod_{j != s} (src_s - src_j)``: O(n k) element-wise field
+    operations (a 1000 x 500 matrix in well under a second).
     :func:`encoding_matrix` is ``lagrange_matrix(omegas, alphas)`` and erasure
     decoding uses ``lagrange_matrix(alphas_used, omegas)``.
 
@@ -115,15 +118,16 @@ def lagrange_matrix(src: Any, dst: Any) -> np.ndarray:
     diff = field(dst)[:, None] - s_f[None, :]  # (n, k): dst_i - src_j
     cross = s_f[:, None] - s_f[None, :]  # (k, k): src_s - src_j
     cross[np.arange(k), np.arange(k)] = 1
-    denom = np.multiply.reduce(cross, axis=1)  # (k,)
-    out = field.Zeros((dst.size, k))
-    for s in range(k):
-        others = np.arange(k) != s
-        if k > 1:
-            num = np.multiply.reduce(diff[:, others], axis=1)
-        else:
-            num = field.Ones(dst.size)
-        out[:, s] = num / denom[s]
+    weights = field.Ones(k) / np.multiply.reduce(cross, axis=1)  # barycentric w_s
+    hit = np.asarray(diff == 0)  # dst_i = src_s: row i is the unit vector e_s
+    safe = diff.copy()
+    safe[hit] = 1
+    ell = np.multiply.reduce(safe, axis=1)  # prod_j (dst_i - src_j), zeros left out
+    # L[i, s] = ell_i w_s / (dst_i - src_s), O(n k) field operations
+    out = (ell[:, None] * weights[None, :]) / safe
+    rows = hit.any(axis=1)
+    out[rows] = 0
+    out[hit] = 1
     return np.asarray(out.view(np.ndarray), dtype=np.int64)
 
 
