@@ -268,7 +268,7 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         per = self.blocks_per_shard
         block_len = max(1, max(math.ceil(q.size / per) for q in records))
         slices = np.empty((len(self.alphas), self.num_shards * block_len), np.uint32)
-        coded = np.empty((len(self.alphas), block_len), np.int64)
+        coded = np.empty((len(self.alphas), block_len), np.uint32)
         for s, q in enumerate(records):
             blocks = np.zeros((per, block_len), dtype=np.int64)
             blocks.reshape(-1)[:q.size] = q
