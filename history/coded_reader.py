@@ -116,7 +116,8 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         Raises
         ------
         StoreError
-            No catalog at ``root``, an unfinished store, or a malformed key file.
+            No catalog at ``root``, an unfinished store, a store of the older
+            one-code-for-all-shards layout, or a malformed key file.
         """
         root = Path(root)
         if not (root / CATALOG_FILE).is_file():
@@ -125,6 +126,9 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         num_shards = cls.lookup(conn, "num_shards")
         if num_shards is None:
             raise StoreError(f"{root} is not a coded history store")
+        if cls.lookup(conn, "code") != "per-shard":
+            raise StoreError(f"{root} was coded as one code over all shards (an older "
+                             "version); this version reads per-shard codes only")
         keys = read_keys(root / "keys", int(num_shards))
         history = cls(root, conn, keys, grid, node_of, **kwargs)
         if history.state != "complete":

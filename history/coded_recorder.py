@@ -164,6 +164,7 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             "state": "writing", "store_id": secrets.token_hex(8),
             "num_shards": num_shards, "blocks_per_shard": blocks_per_shard,
             "scale_bits": scale_bits, "num_slices": num_clients, "privacy_t": privacy_t,
+            "code": "per-shard",
             "omegas": json.dumps(omegas.tolist()), "alphas": json.dumps(alphas.tolist()),
             "layers": "null", "uncoded_bytes": 0, "field": f"GF({PRIME})"},
             federation.shard_of)

@@ -88,6 +88,18 @@ def test_a_shard_server_receives_nothing_of_another_shard(tmp_path, privacy_t):
     assert views[0] == views[1]  # byte-identical: independent of shards 1 and 2
 
 
+def test_a_store_of_the_older_single_code_layout_is_refused(tmp_path):
+    import sqlite3
+
+    from history import StoreError
+
+    grid, _ = _record(tmp_path / "h", 5, 0)
+    with sqlite3.connect(tmp_path / "h" / "catalog.sqlite") as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'code'")
+    with pytest.raises(StoreError, match="one code over all shards"):
+        CodedHistory.open(tmp_path / "h", grid, NODE_OF)
+
+
 def test_client_bytes_stay_flat_as_clients_grow():
     """K chosen from C: one client's share of a round is S records / K, flat in C."""
     from history.coded_catalog import auto_blocks_per_shard
