@@ -27,6 +27,7 @@ galois rows are extrapolated linearly to parameters per second.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -79,6 +80,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--galois-cols", type=int, default=2000, help="GF matmul columns")
     ap.add_argument("--rs-cols", type=int, default=200, help="galois RS codewords")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shards", type=int, default=4, help="S, for the shard rows")
+    ap.add_argument("--shard-blocks", type=int, default=20,
+                    help="K blocks a shard, for the shard rows")
+    ap.add_argument("--privacy-t", type=int, default=2, help="T, for the shard rows")
     return ap.parse_args(argv)
 
 
@@ -107,6 +112,10 @@ def ours(args: argparse.Namespace, rows: list[Row]) -> dict[str, Any]:
     sec, _ = median_time(lambda: coding.encode(blocks, om, al, out=buf), rep)
     assert np.array_equal(buf, slices)
     rows.append((f"encode (n={n}), out= buffer", mat, sec, k * d / sec, 10e6))
+    buf = np.empty(slices.shape, np.uint32)  # the stored form: half the bytes
+    sec, _ = median_time(lambda: coding.encode(blocks, om, al, out=buf), rep)
+    assert np.array_equal(buf, slices)
+    rows.append((f"encode (n={n}), out= uint32 buffer", mat, sec, k * d / sec, 35e6))
     buf = None
 
     pick = np.sort(rng.choice(n, k, replace=False))
@@ -144,6 +153,36 @@ def ours(args: argparse.Namespace, rows: list[Row]) -> dict[str, Any]:
     step = coding.quantization_step()
     assert np.max(np.abs(coding.dequantize(dec) - x)) <= step, "round trip"
     return {"om": om, "al": al, "blocks": blocks, "slices": slices, "bad": bad}
+
+
+def shard_rows(args: argparse.Namespace, rows: list[Row]) -> str:
+    """Unlearning one shard: decode all shards (one code) vs its own (a code a shard).
+
+    The same history (S records of d parameters) and the same bytes per client:
+    one code over all shards has k = K data blocks of S d / K elements and must
+    decode all of them (every shard's record) to get one shard; a code per shard
+    has K blocks of d / K a shard and decodes only the impacted one, from K
+    slices (K + T with T-private padding). Rate: the shard's d parameters / s.
+    """
+    s, k, d, n, t = args.shards, args.shard_blocks, args.d, args.n, args.privacy_t
+    rng = np.random.default_rng(args.seed + 2)
+    cases = [(f"decode all {s} shards (one code)", k, 0, s * d),
+             ("decode its own shard (a code a shard)", k, 0, d),
+             (f"  ... with T = {t} private padding", k, t, d)]
+    for name, kk, tt, total in cases:
+        om, al = coding.evaluation_points(kk + tt, n)
+        width = -(-total // kk)
+        blocks = rng.integers(0, PRIME, (kk, width), dtype=np.int64)
+        slices = coding.encode(coding.pad_private(blocks, tt, rng), om, al)
+        have, have_al = slices[:kk + tt].copy(), al[:kk + tt]
+        sec, dec = median_time(functools.partial(coding.decode_erasures, have,
+                                                 have_al, om), args.repeat)
+        assert np.array_equal(dec[:kk], blocks), name
+        work = f"{kk + tt} slices x {width} (fetched {have.nbytes // 2 / 1e6:.1f} MB)"
+        rows.append((name, work, sec, d / sec, None))
+    return (f"shard rows: S = {s} shards of d = {d} parameters, K = {k} blocks, "
+            f"n = {n}; params/s = one shard's d parameters recovered per second; "
+            "fetched = uint32 slice bytes the shard's server receives.")
 
 
 def reference(args: argparse.Namespace, rows: list[Row], st: dict[str, Any]) -> str:
@@ -207,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     st = ours(args, rows)
     note = reference(args, rows, st)
+    st = None  # free the full-size slices before the shard rows
+    note += "\n" + shard_rows(args, rows)
     cells = []
     for (name, work, sec, rate, target), cpu in zip(rows, CPU_SECONDS, strict=True):
         tgt = "" if target is None else f">={target / 1e6:g}M"

@@ -24,7 +24,14 @@ from .field import (
     quantization_step,
     quantize,
 )
-from .lagrange import encode, encoding_matrix, evaluation_points, lagrange_matrix
+from .lagrange import (
+    encode,
+    encoding_matrix,
+    evaluation_points,
+    lagrange_matrix,
+    pad_private,
+    random_field_elements,
+)
 
 __all__ = [
     "PRIME",
@@ -39,6 +46,8 @@ __all__ = [
     "encoding_matrix",
     "lagrange_matrix",
     "encode",
+    "pad_private",
+    "random_field_elements",
     "DecodingError",
     "decode_erasures",
     "decode_errors",

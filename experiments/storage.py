@@ -2,7 +2,9 @@
 
 The paper's topology (Lin et al., IJCAI 2024, Sec. 5.1): S = 4 shards, 20% of
 the clients a round (C / 5, spread as evenly as possible over the shards: 5 per
-shard at C = 100), K = 5 blocks per shard (k = 20 data blocks a round), the
+shard at C = 100), K blocks per shard chosen from C as a default run does
+(``blocks-per-shard = 0``: K = floor((1 - budget) C) - T, budget
+``coded-loss-budget``, T ``privacy-t``), the
 MNIST CNN (its real layers, 80,202 parameters). No training: the updates are
 random float32 of the model's shapes (N(0, 0.01)), W^0 the real initial model;
 they go through the real stores and coder:
@@ -47,7 +49,6 @@ from task.config import default_run_config
 from task.model import build_model
 
 NUM_SHARDS = 4
-BLOCKS_PER_SHARD = 5
 SOURCE = "experiments/storage.py"
 
 
@@ -64,20 +65,21 @@ def coded_settings() -> dict:
     dict
         ``scale_bits`` (int, ``quant-scale-bits``: fractional bits of the fixed
         point) and ``link_rate_mbps`` (float, ``link-rate-mbps``: Mbit/s of the
-        communication model).
+        communication model) and ``loss_budget`` (float, ``coded-loss-budget``).
     """
     config = default_run_config()
     return {"scale_bits": int(config["quant-scale-bits"]),
-            "link_rate_mbps": float(config["link-rate-mbps"])}
+            "link_rate_mbps": float(config["link-rate-mbps"]),
+            "loss_budget": float(config["coded-loss-budget"])}
 
 
-def _stores(num_clients: int, work: Path, seed: int):
+def _stores(num_clients: int, work: Path, seed: int, privacy_t: int):
     """The three stores (FE, uncoded SE, coded SE), the shards and the grid."""
     shards = assign_shards(num_clients, NUM_SHARDS, seed)
     federation = Federation({p: 1000 + p for p in range(num_clients)}, shards)
     fe = HistoryStore.create(work / "fe", {p: 0 for p in range(num_clients)})
     se = HistoryStore.create(work / "se", federation.shard_of)
-    coded = CodedRecorder.create(work / "coded", federation, BLOCKS_PER_SHARD,
+    coded = CodedRecorder.create(work / "coded", federation, 0, privacy_t=privacy_t,
                                  **coded_settings())
     # fresh node state per message: clients acknowledge what they stored, then
     # forget it, so memory stays flat for C = 200 x 30 rounds
@@ -85,35 +87,39 @@ def _stores(num_clients: int, work: Path, seed: int):
     return fe, se, coded, shards, grid
 
 
-def measure(num_clients: int, checkpoints: list[int], work: Path, seed: int = 0
-            ) -> list[dict]:
+def measure(num_clients: int, checkpoints: list[int], work: Path, seed: int = 0,
+            privacy_t: int = 0) -> list[dict]:
     """Run all three stores for max(checkpoints) rounds; one row per checkpoint.
 
     Parameters
     ----------
     num_clients : int
-        C (at least ``NUM_SHARDS * BLOCKS_PER_SHARD`` = 20: one slice a client).
+        C (K = floor((1 - budget) C) - T must be at least 1).
     checkpoints : list[int]
         Rounds after which the stores are measured (each >= 1).
     work : Path
         An empty folder for the stores (the caller removes it).
     seed : int
         Seeds the shards, the model's initialisation and the random updates.
+    privacy_t : int
+        T, random padding blocks per shard (``privacy-t``).
 
     Returns
     -------
     list[dict]
-        Per checkpoint: ``clients``, ``rounds``, ``params``, ``per_round``,
+        Per checkpoint: ``clients``, ``rounds``, ``blocks_per_shard`` (K),
+        ``privacy_t`` (T), ``params``, ``per_round``,
         ``per_shard``, bytes (``fe_server``, ``se_uncoded_server``,
         ``se_coded_server``, ``se_coded_catalog``, ``se_coded_client_max``,
         ``se_coded_client_mean``), ``distribution_comm_s`` (modelled seconds)
-        and ``seconds`` (wall time so far).
+        ``encode_s`` (measured coding seconds so far) and ``seconds`` (wall
+        time so far).
     """
     set_task_identity()
     torch.manual_seed(seed)
     w0 = {k: v.numpy().copy() for k, v in build_model("mnist", 10).state_dict().items()}
     rng = np.random.default_rng(seed)
-    fe, se, coded, shards, grid = _stores(num_clients, work, seed)
+    fe, se, coded, shards, grid = _stores(num_clients, work, seed, privacy_t)
     counts = per_shard_counts(num_clients // 5, NUM_SHARDS)
     fe.put_shard_model(0, 0, w0)
     for s in range(NUM_SHARDS):
@@ -151,6 +157,7 @@ def _row(num_clients: int, rnd: int, w0: dict, counts: list[int], stores: tuple,
     print(f"  C={num_clients} G={rnd}: {seconds:.0f} s", file=sys.stderr, flush=True)
     return {
         "clients": num_clients, "rounds": rnd,
+        "blocks_per_shard": coded.blocks_per_shard, "privacy_t": coded.privacy_t,
         "params": sum(v.size for v in w0.values()),
         "per_round": num_clients // 5, "per_shard": counts,
         "fe_server": fe.total_bytes(), "se_uncoded_server": se.total_bytes(),
@@ -159,12 +166,15 @@ def _row(num_clients: int, rnd: int, w0: dict, counts: list[int], stores: tuple,
         "se_coded_client_max": acc["client_bytes"]["max"],
         "se_coded_client_mean": acc["client_bytes"]["mean"],
         "distribution_comm_s": acc["distribution_comm_s"],
-        "seconds": seconds,
+        "encode_s": acc["encode_s"], "seconds": seconds,
     }
 
 
-def sweep(clients: Iterable[int], rounds: Iterable[int]) -> list[dict]:
-    """:func:`measure` for every C in ``clients`` (checkpoints: ``rounds``).
+def sweep(clients: Iterable[int], rounds: Iterable[int], privacy_t: Iterable[int] = (0,)
+          ) -> list[dict]:
+    """:func:`measure` for every C in ``clients`` and T in ``privacy_t``.
+
+    Checkpoints: ``rounds``.
 
     Each C gets a temporary folder, removed afterwards. Rows as
     :func:`measure`'s, plus ``source`` (this module).
@@ -172,12 +182,13 @@ def sweep(clients: Iterable[int], rounds: Iterable[int]) -> list[dict]:
     checkpoints = sorted(rounds)
     rows = []
     for num_clients in clients:
-        work = Path(tempfile.mkdtemp(prefix="se-storage-"))
-        try:
-            rows += [{**row, "source": SOURCE}
-                     for row in measure(num_clients, checkpoints, work)]
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        for t in privacy_t:
+            work = Path(tempfile.mkdtemp(prefix="se-storage-"))
+            try:
+                rows += [{**row, "source": SOURCE} for row in
+                         measure(num_clients, checkpoints, work, privacy_t=t)]
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
@@ -187,11 +198,12 @@ def _mb(n: float) -> str:
 
 def render(rows: list[dict]) -> str:
     """The plain-text table of :func:`measure`'s rows: one line per (C, G)."""
-    head = ["C", "G", "FE server", "uncoded SE server", "coded SE server",
+    head = ["C", "G", "K + T", "FE server", "uncoded SE server", "coded SE server",
             "coded/FE", "coded SE per client", "FE, uncoded SE per client",
             "distribution comm"]
     return table(head, [
-        [str(r["clients"]), str(r["rounds"]), _mb(r["fe_server"]),
+        [str(r["clients"]), str(r["rounds"]),
+         f"{r['blocks_per_shard']} + {r['privacy_t']}", _mb(r["fe_server"]),
          _mb(r["se_uncoded_server"]), _mb(r["se_coded_server"]),
          f"{100 * r['se_coded_server'] / r['fe_server']:.3f}%",
          _mb(r["se_coded_client_max"]), "0",

@@ -135,6 +135,7 @@ class CodedCatalog(ParticipationCatalog):
         self.store_id = self.meta("store_id")
         self.num_shards = int(self.meta("num_shards"))
         self.blocks_per_shard = int(self.meta("blocks_per_shard"))
+        self.privacy_t = int(self.get_meta("privacy_t", "0"))
         self.scale_bits = int(self.meta("scale_bits"))
         self.omegas = np.asarray(json.loads(self.meta("omegas")), dtype=np.int64)
         self.alphas = np.asarray(json.loads(self.meta("alphas")), dtype=np.int64)
@@ -144,8 +145,12 @@ class CodedCatalog(ParticipationCatalog):
 
     @property
     def k(self) -> int:
-        """Data blocks per round: num_shards x blocks_per_shard."""
-        return self.num_shards * self.blocks_per_shard
+        """Slices that decode one shard's round: blocks_per_shard K + privacy_t T.
+
+        Each shard's record is coded on its own (K data blocks and T random
+        padding blocks, one Lagrange polynomial of degree K + T - 1 per shard).
+        """
+        return self.blocks_per_shard + self.privacy_t
 
     def coded_rounds(self) -> dict[int, int]:
         """Round -> block length B^g of every coded round (0 = initial models)."""
@@ -188,12 +193,14 @@ class CodedCatalog(ParticipationCatalog):
         dict
             ``server_bytes`` (catalog plus keys), ``catalog_bytes``,
             ``key_bytes``, ``uncoded_bytes`` (the blobs the uncoded store would
-            have written), ``client_bytes`` and ``client_disk_bytes`` (per client
+            have written), ``blocks_per_shard`` (K), ``privacy_t`` (T),
+            ``client_bytes`` and ``client_disk_bytes`` (per client
             ``max`` / ``min`` / ``mean`` / ``total`` of the acknowledged slice and
             tag bytes, and of its files under ``node-dir``), ``rounds``,
-            ``slice_elements`` (sum of B^g), ``data_elements`` (sum of the record
-            lengths), ``encode_s`` (measured seconds), ``distribution_comm_s``
-            (modelled seconds) and ``distribution_transfers``.
+            ``slice_elements`` (one client's elements: sum of S B^g),
+            ``data_elements`` (sum of the record lengths), ``encode_s``
+            (measured seconds), ``distribution_comm_s`` (modelled seconds)
+            and ``distribution_transfers``.
         """
         per_client = dict(self._conn.execute(
             "SELECT partition_id, SUM(slice_bytes) FROM slices GROUP BY partition_id"))
@@ -211,7 +218,9 @@ class CodedCatalog(ParticipationCatalog):
             "uncoded_bytes": int(self.meta("uncoded_bytes")),
             "client_bytes": _spread(per_client, int(self.meta("num_slices"))),
             "client_disk_bytes": _spread(disk, int(self.meta("num_slices"))),
-            "rounds": int(rounds[0]), "slice_elements": int(rounds[1]),
+            "blocks_per_shard": self.blocks_per_shard, "privacy_t": self.privacy_t,
+            "rounds": int(rounds[0]),
+            "slice_elements": int(rounds[1]) * self.num_shards,
             "data_elements": int(data), "encode_s": float(rounds[2]),
             "distribution_comm_s": float(rounds[3]),
             "distribution_transfers": int(rounds[4]),
@@ -243,3 +252,30 @@ def read_keys(path: Path, num_shards: int) -> list[bytes]:
         raise StoreError(f"{path} holds {len(raw)} bytes, expected 32 per shard "
                          f"x {num_shards} shards")
     return [raw[32 * s:32 * (s + 1)] for s in range(num_shards)]
+
+
+def auto_blocks_per_shard(num_clients: int, privacy_t: int, loss_budget: float) -> int:
+    """K chosen from C: the most data blocks per shard the loss budget allows.
+
+    Every client holds one slice of every shard; a shard's round decodes from
+    any K + T slices with valid tags, so with a fraction ``loss_budget`` of the
+    C slices lost or failing their tags K = floor((1 - loss_budget) C) - T.
+    One client's share of a round is then S records / K, which stays flat as C
+    grows (the records grow with the clients of a round, K with C).
+
+    Parameters
+    ----------
+    num_clients : int
+        C, the slice holders.
+    privacy_t : int
+        T, the random padding blocks per shard (T-privacy).
+    loss_budget : float
+        Fraction of the C slices that may be lost or wrong, in ``[0, 1)``.
+
+    Returns
+    -------
+    int
+        K; below 1 when the budget and T leave no room for data (the caller
+        reports it).
+    """
+    return math.floor((1.0 - loss_budget) * num_clients + 1e-9) - privacy_t

@@ -3,8 +3,11 @@
 When shard s must unlearn, :class:`CodedHistory` (the
 :class:`~history.protocols.TrainingHistory` of ``storage = "coded"``, see
 :mod:`history.coded_recorder` for the encoding) asks connected slice holders for
-their slices of every round, proving key_s (``query.fetch_slices``); a slice
-whose tag fails is an erasure, so any k slices with valid tags decode exactly
+their slices of every round, proving key_s (``query.fetch_slices``); a client
+returns only shard s's part of its slice (each shard is coded on its own), so
+the shard's server receives and decodes only its own shard's record and never
+another shard's bytes. A slice whose tag fails is an erasure, so any k = K + T
+slices with valid tags decode exactly
 (:func:`coding.decode_erasures`); holders are asked in waves until every round
 has k. A slice a client acknowledged but no longer returns is an erasure too:
 ``damaged`` when the client reports its file damaged (the reply's ConfigRecord
@@ -113,7 +116,8 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         Raises
         ------
         StoreError
-            No catalog at ``root``, an unfinished store, or a malformed key file.
+            No catalog at ``root``, an unfinished store, a store of the older
+            one-code-for-all-shards layout, or a malformed key file.
         """
         root = Path(root)
         if not (root / CATALOG_FILE).is_file():
@@ -122,6 +126,9 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         num_shards = cls.lookup(conn, "num_shards")
         if num_shards is None:
             raise StoreError(f"{root} is not a coded history store")
+        if cls.lookup(conn, "code") != "per-shard":
+            raise StoreError(f"{root} was coded as one code over all shards (an older "
+                             "version); this version reads per-shard codes only")
         keys = read_keys(root / "keys", int(num_shards))
         history = cls(root, conn, keys, grid, node_of, **kwargs)
         if history.state != "complete":
@@ -359,9 +366,8 @@ class CodedHistory(CodedCatalog, TrainingHistory):
                     f"among m = {len(pids)} (k = {self.k}); nothing was changed "
                     f"({err})") from err
             stats["corrected"] += int(bad.size)
-        per = self.blocks_per_shard
-        length = self.record_length(shard, rnd)
-        record = blocks[shard * per:(shard + 1) * per].reshape(-1)[:length]
+        length = self.record_length(shard, rnd)  # the T padding blocks are dropped
+        record = blocks[:self.blocks_per_shard].reshape(-1)[:length]
         flat = dequantize(record, self.scale_bits)
         if rnd == 0:
             return self.layout.split(flat)

@@ -6,14 +6,20 @@ With ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et al., IJCAI
 - the *record* of shard s is the quantised (:func:`coding.quantize`, scale
   2^-b, b = ``quant-scale-bits``), flattened updates U_{s,m}^g of the round's
   participants in ascending partition id (g = 0: W_s^0), split into K =
-  ``blocks-per-shard`` equal blocks (zero padding; the length is kept);
-- the S K blocks of all shards, padded to one length B^g, are the k = S K data
-  blocks X_1..X_k at the points omega_1..omega_k; client i (partition id i)
-  stores the slice u(alpha_i), n = C slices, where
-  u(z) = sum_j X_j prod_{l != j} (z - omega_l) / (omega_j - omega_l)
-  (:func:`coding.encode`; Yu et al., AISTATS 2019);
-- every slice carries S tags ``coding.slice_tag(key_s, s, g, i, slice)``, one per
-  shard key, and client i gets the access keys ``coding.access_key(key_s, i)``.
+  ``blocks-per-shard`` equal blocks of B^g elements (zero padding; the length is
+  kept; B^g is the longest shard's), K chosen from C when the key is 0
+  (:func:`history.coded_catalog.auto_blocks_per_shard`);
+- each shard is coded on its own: its K blocks and T = ``privacy-t`` uniformly
+  random padding blocks (:func:`coding.pad_private`) sit at omega_1..omega_{K+T}
+  and client i (partition id i) gets u_s(alpha_i), n = C slices per shard, where
+  u_s(z) = sum_j X_{s,j} prod_{l != j} (z - omega_l) / (omega_j - omega_l)
+  (:func:`coding.encode`; Yu et al., AISTATS 2019); any K + T of them decode
+  shard s alone, any T of them are uniform whatever the data;
+- client i's slice of round g is its S shard slices side by side (uint32, S B^g
+  elements, shard s's at ``[s B^g, (s + 1) B^g)``); shard s's part carries the
+  tag ``coding.slice_tag(key_s, s, g, i, part)`` under shard s's key only, and
+  client i gets the access keys ``coding.access_key(key_s, i)``; a fetch proving
+  key_s returns only shard s's part.
 
 The slices go out as ``query.store_slice`` messages (:mod:`history.slices` is
 the client's half); the acks are recorded in the catalog
@@ -45,6 +51,7 @@ from coding import (
     encode,
     evaluation_points,
     new_key,
+    pad_private,
     quantize,
     slice_tag,
 )
@@ -53,6 +60,7 @@ from history.coded_catalog import (
     CodedCatalog,
     CodedStorageError,
     Layout,
+    auto_blocks_per_shard,
     content_bytes,
     write_keys,
 )
@@ -88,12 +96,14 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         self._records: dict[int, list[tuple[int, np.ndarray]]] = {}
         self._rows: list[tuple[int, int, int, int, float]] = []
         self._uncoded_bytes = 0
+        self.padding_rng: np.random.Generator | None = None
+        """Source of the T padding blocks; None (the default) is OS randomness."""
 
     @classmethod
     def create(cls, root: str | Path, federation: Federation, blocks_per_shard: int = 5,
                scale_bits: int = 24, link_rate_mbps: float = 100.0,
-               timeout: float | None = None, faults: FaultSink | None = None
-               ) -> CodedRecorder:
+               timeout: float | None = None, faults: FaultSink | None = None,
+               privacy_t: int = 0, loss_budget: float = 0.5) -> CodedRecorder:
         """Start a new coded store at ``root`` with fresh shard keys.
 
         Parameters
@@ -104,7 +114,9 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             Partition ids 0..C-1 with their nodes and S shards; client i will hold
             slice i at the point alpha_i.
         blocks_per_shard : int
-            K; k = S K data blocks per round, at most C.
+            K, data blocks per shard and round; 0 chooses K from C,
+            ``privacy_t`` and ``loss_budget`` (:func:`auto_blocks_per_shard`).
+            K + T slices decode a shard's round, so K + T is at most C.
         scale_bits : int
             Fractional bits of the fixed point (quantisation step 2^-scale_bits).
         link_rate_mbps : float
@@ -114,13 +126,19 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         faults : FaultSink, optional
             Receives malformed or error acks (stage ``coded store``, kind
             ``rejected`` or ``error``); that client's slice counts as not stored.
+        privacy_t : int
+            T >= 0 random padding blocks per shard: any T colluding clients learn
+            nothing of the parameters.
+        loss_budget : float
+            Fraction of slices that may be lost or fail their tags, in [0, 1);
+            used only when ``blocks_per_shard`` is 0.
 
         Raises
         ------
         StoreError
             ``root`` already holds a store.
         CodedStorageError
-            Partition ids not 0..C-1, or k > C.
+            Partition ids not 0..C-1, T < 0, or K < 1 or K + T > C.
         """
         root = Path(root)
         if (root / CATALOG_FILE).exists():
@@ -129,11 +147,14 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         if sorted(federation.node_of) != list(range(num_clients)):
             raise CodedStorageError("coded storage needs partition ids 0..C-1 "
                                     "(client i holds slice i)")
-        k = num_shards * blocks_per_shard
-        if not 1 <= k <= num_clients:
+        if blocks_per_shard == 0:
+            blocks_per_shard = auto_blocks_per_shard(num_clients, privacy_t, loss_budget)
+        k = blocks_per_shard + privacy_t
+        if privacy_t < 0 or blocks_per_shard < 1 or k > num_clients:
             raise CodedStorageError(
-                f"{num_shards} shards x {blocks_per_shard} blocks = {k} data blocks a "
-                f"round need between 1 and num-clients = {num_clients} slice holders")
+                f"{blocks_per_shard} data blocks + privacy-t = {privacy_t} padding "
+                f"blocks a shard need 1 <= K, 0 <= T and K + T <= num-clients = "
+                f"{num_clients} slice holders")
         omegas, alphas = evaluation_points(k, num_clients)
         root.mkdir(parents=True, exist_ok=True)
         keys = [new_key() for _ in range(num_shards)]
@@ -142,7 +163,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         cls.create_catalog(conn, {
             "state": "writing", "store_id": secrets.token_hex(8),
             "num_shards": num_shards, "blocks_per_shard": blocks_per_shard,
-            "scale_bits": scale_bits, "num_slices": num_clients,
+            "scale_bits": scale_bits, "num_slices": num_clients, "privacy_t": privacy_t,
+            "code": "per-shard",
             "omegas": json.dumps(omegas.tolist()), "alphas": json.dumps(alphas.tolist()),
             "layers": "null", "uncoded_bytes": 0, "field": f"GF({PRIME})"},
             federation.shard_of)
@@ -202,7 +224,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
                                     "is buffered")
         t0 = time.perf_counter()
         lengths, slices = self._encode(rnd)
-        encode_s, block_len = time.perf_counter() - t0, slices.shape[1]
+        encode_s = time.perf_counter() - t0
+        block_len = slices.shape[1] // self.num_shards
         messages, comm = self._slice_messages(rnd, slices)
         del slices  # the round's parameters leave the server with the messages
         acks = self._acks(rnd, grid, messages)
@@ -218,23 +241,24 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             self.set_meta("uncoded_bytes", str(self._uncoded_bytes))
             self.set_meta("layers", json.dumps(self.layout.layers if self.layout else None))
         missing = sorted(set(self.node_of) - set(acks))
-        log(INFO, "coded round %d: %d blocks of %d elements -> %d slices, %d acked%s, "
-            "%.2f s", rnd, self.k, block_len, len(self.node_of), len(acks),
+        log(INFO, "coded round %d: %d shards x (K=%d + T=%d blocks of %d elements) -> "
+            "%d slices, %d acked%s, %.2f s", rnd, self.num_shards, self.blocks_per_shard,
+            self.privacy_t, block_len, len(self.node_of), len(acks),
             f" (no ack from partitions {missing})" if missing else "",
             time.perf_counter() - t0)
         self._round, self._records, self._rows = None, {}, []
 
     def _encode(self, rnd: int) -> tuple[list[int], np.ndarray]:
-        """Quantise and code the buffered round: (record lengths, slices).
+        """Quantise and code the buffered round, shard by shard: (lengths, slices).
 
         Shard s's record is its buffered arrays in ascending partition id (W^0
-        first), quantised and split into K blocks of B elements (zero padding);
-        B is the longest shard's. Returns the S record lengths and the C slices,
-        uint32 (C, B), client i's in row i.
+        first), quantised and split into K blocks of B elements (zero padding;
+        B is the longest shard's), padded with T random blocks and coded alone.
+        Returns the S record lengths and the C slices, uint32 (C, S B), client
+        i's in row i with shard s's part at columns [s B, (s + 1) B).
         """
-        num_shards, per_shard = self.num_shards, self.blocks_per_shard
         records = []
-        for s in range(num_shards):
+        for s in range(self.num_shards):
             items = sorted(self._records.get(s, []), key=lambda item: item[0])
             flat = np.concatenate([f for _, f in items]) if items \
                 else np.zeros(0, np.float32)
@@ -242,19 +266,26 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
                 records.append(quantize(flat, self.scale_bits))
             except QuantizationRangeError as err:
                 raise CodedStorageError(f"round {rnd}, shard {s}: {err}") from err
-        block_len = max(1, max(math.ceil(q.size / per_shard) for q in records))
-        blocks = np.zeros((self.k, block_len), dtype=np.int64)
+        per = self.blocks_per_shard
+        block_len = max(1, max(math.ceil(q.size / per) for q in records))
+        slices = np.empty((len(self.alphas), self.num_shards * block_len), np.uint32)
+        coded = np.empty((len(self.alphas), block_len), np.uint32)
         for s, q in enumerate(records):
-            blocks[s * per_shard:(s + 1) * per_shard].reshape(-1)[:q.size] = q
-        return [q.size for q in records], \
-            encode(blocks, self.omegas, self.alphas).astype(np.uint32)
+            blocks = np.zeros((per, block_len), dtype=np.int64)
+            blocks.reshape(-1)[:q.size] = q
+            padded = pad_private(blocks, self.privacy_t, self.padding_rng)
+            encode(padded, self.omegas, self.alphas, out=coded)
+            slices[:, s * block_len:(s + 1) * block_len] = coded
+        return [q.size for q in records], slices
 
     def _slice_messages(self, rnd: int, slices: np.ndarray
                         ) -> tuple[list[Message], float]:
         """One ``store_slice`` message per client, and their modelled seconds."""
         messages, comm = [], 0.0
+        width = slices.shape[1] // self.num_shards
         for i, node in sorted(self.node_of.items()):
-            tags = [slice_tag(key, s, rnd, i, slices[i]) for s, key in enumerate(self.keys)]
+            tags = [slice_tag(key, s, rnd, i, slices[i, s * width:(s + 1) * width])
+                    for s, key in enumerate(self.keys)]
             content = RecordDict({
                 "slice": ArrayRecord({"slice": Array(slices[i])}),
                 "config": ConfigRecord({"store": self.store_id, "round": rnd,

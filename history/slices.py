@@ -1,10 +1,11 @@
 """The client's store of coded slices (coded sharding; docs/DESIGN.md).
 
 After every learning round g (and g = 0 for the initial models W_s^0) the server
-encodes the round's history of all S shards into one Lagrange-coded slice per
-client (``history.coded_recorder``) and sends client i its slice u(alpha_i)
-with S authentication tags (one per shard key) and S access keys
-``coding.access_key(key_s, i)``. This module keeps them and hands them out again.
+codes each shard's record of the round on its own (``history.coded_recorder``)
+and sends client i its slice: the S shard slices u_s(alpha_i) side by side, S
+equal parts, with S authentication tags (tag s covers part s, under shard s's
+key) and S access keys ``coding.access_key(key_s, i)``. This module keeps them
+and hands them out again: a fetch that proves shard s's key gets part s only.
 
 Where the slices live, per coded store (``store``, a server-chosen id):
 
@@ -28,17 +29,18 @@ Messages (handled in ``client_app.app``):
 
 - ``query.store_slice``: ArrayRecord ``slice`` (``slice``: uint32, shape (B,)),
   ConfigRecord ``config`` (``store``, ``round``, ``slice-index``, ``tags``: S
-  bytes, ``access-keys``: S bytes, as many as tags). Reply: ConfigRecord
+  bytes, ``access-keys``: S bytes, as many as tags; B a multiple of S). Reply: ConfigRecord
   ``ack`` (``round``, ``slice-index``, ``slice-bytes``, ``stored-bytes``: slice
   and tag bytes this client holds for the store, ``disk-bytes``: its files
   under ``node-dir``).
 - ``query.fetch_slices``: ConfigRecord ``request`` (``store``, ``shard``,
   ``rounds``, ``nonce``, ``proof`` = ``coding.key_proof(access_key(key_s, i),
   nonce)``). The client answers only a valid proof with a nonce it has not seen
-  before (:class:`SliceAccessError` otherwise): ArrayRecord ``slices`` (``r<g>``)
-  and ConfigRecord ``tags`` (``r<g>``: shard s's tag) for every requested round
-  it holds intact, ConfigRecord ``info`` (``slice-index``, ``held``: rounds
-  returned, ``missing``: requested rounds it holds no copy of, if any) and
+  before (:class:`SliceAccessError` otherwise): ArrayRecord ``slices`` (``r<g>``:
+  shard s's part of the slice, B / S elements) and ConfigRecord ``tags``
+  (``r<g>``: shard s's tag) for every requested round it holds intact,
+  ConfigRecord ``info`` (``slice-index``, ``held``: rounds returned,
+  ``missing``: requested rounds it holds no copy of, if any) and
   ConfigRecord ``damaged`` (``r<g>``, ``access``, ``nonces``: why that file
   could not be used).
 
@@ -158,6 +160,9 @@ def store(content: RecordDict, context: Context) -> RecordDict:
     if len(tags) != len(access):
         raise SliceFormatError(f"{len(tags)} tags and {len(access)} access keys: one "
                                "of each per shard is required")
+    if data.size % len(tags):
+        raise SliceFormatError(f"a slice of {data.size} elements does not split into "
+                               f"{len(tags)} equal shard parts (one per tag)")
     meta = _meta(context, store_id)
     if int(meta.get("slice-index", index)) != index:
         raise SliceFormatError(f"this client holds slice {meta['slice-index']} of store "
@@ -229,7 +234,7 @@ def _verified_access(copies: list[Access], store_id: str, shard: int, nonce: byt
 
 def _load_round(context: Context, store_id: str, rnd: int, shard: int
                 ) -> tuple[np.ndarray, bytes] | None:
-    """Round ``rnd``'s slice and shard ``shard``'s tag; None if not held.
+    """Shard ``shard``'s part of round ``rnd``'s slice and its tag; None if not held.
 
     Raises
     ------
@@ -239,7 +244,7 @@ def _load_round(context: Context, store_id: str, rnd: int, shard: int
     slices = context.state.array_records.get(slices_key(store_id))
     meta = context.state.config_records.get(meta_key(store_id))
     if slices is not None and meta is not None and f"r{rnd}" in slices:
-        return slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"])[shard]
+        return _part(slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"]), shard)
     folder = _node_dir(context, store_id)
     saved = folder.read_round(rnd) if folder else None
     if saved is None:
@@ -248,7 +253,22 @@ def _load_round(context: Context, store_id: str, rnd: int, shard: int
     if shard >= len(tags):
         raise DamagedFileError(f"round-{rnd}.npz: {len(tags)} tags, none for shard "
                                f"{shard}")
-    return data, tags[shard]
+    return _part(data, tags, shard)
+
+
+def _part(data: np.ndarray, tags: list[bytes], shard: int) -> tuple[np.ndarray, bytes]:
+    """Shard ``shard``'s part of a slice (S = len(tags) equal parts) and its tag.
+
+    Raises
+    ------
+    DamagedFileError
+        The slice does not split into S equal parts or there is no such shard.
+    """
+    if not 0 <= shard < len(tags) or data.ndim != 1 or data.size % len(tags):
+        raise DamagedFileError(f"a slice of {data.size} elements and {len(tags)} tags "
+                               f"has no part for shard {shard}")
+    width = data.size // len(tags)
+    return data[shard * width:(shard + 1) * width], tags[shard]
 
 
 def _remember_nonce(context: Context, store_id: str, nonce: bytes,

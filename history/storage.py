@@ -10,21 +10,35 @@ from __future__ import annotations
 from history.protocols import TrainingHistory
 
 
-def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int) -> dict:
+def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int,
+               privacy_t: int = 0) -> dict:
     """Storage efficiency gamma and throughput lambda (Lin et al., IJCAI 2024, Sec. 4).
 
     gamma = size of the whole history / storage per node; lambda = histories
     served per unit time, relative to full storage. Full storage (one server
     keeps everything, FedEraser): gamma = lambda = 1. Uncoded sharding (each of S
-    shard servers keeps its own shard): gamma = lambda = S. Coded sharding: each
-    of the n = C clients keeps one slice of 1/k of a round, k = S K, so
-    gamma_c = k; any k slices decode and up to t = floor((C - k) / 2) wrong ones
-    are corrected, so with mu = t / C the tolerated wrong fraction,
-    gamma_c = k <= (1 - 2 mu) C (the paper's bound). The paper's throughput is
-    lambda_c = S / O(C^2 log^2 C log log C) (the decoding cost); it is an order,
-    reported as the formula.
+    shard servers keeps its own shard): gamma = lambda = S. Coded sharding here
+    codes each shard on its own: each of the n = C clients keeps one slice of
+    1/K of every shard's round, so gamma_c = K; a shard's round decodes from any
+    K + T slices with valid tags (up to C - K - T erasures), and without tags up
+    to t = floor((C - K - T) / 2) wrong ones are corrected; with mu = t / C,
+    gamma_c = K <= (1 - 2 mu) C - T (the paper's bound, T = 0). The paper's
+    throughput is lambda_c = S / O(C^2 log^2 C log log C) (the decoding cost);
+    it is an order, reported as the formula.
+
+    Parameters
+    ----------
+    num_shards, blocks_per_shard, num_clients, privacy_t : int
+        S, K (resolved, >= 1), C and T.
+
+    Returns
+    -------
+    dict
+        ``full``, ``uncoded`` and ``coded`` (``gamma``, ``k`` = K + T slices
+        that decode, ``privacy_t``, ``tolerated_erasures``,
+        ``tolerated_wrong_slices``, ``mu``, ``gamma_bound``, formulas).
     """
-    k = num_shards * blocks_per_shard
+    k = blocks_per_shard + privacy_t
     t = max(num_clients - k, 0) // 2
     mu = t / num_clients
     return {
@@ -32,10 +46,12 @@ def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int) -> dict
         "full": {"gamma": 1, "lambda": 1},
         "uncoded": {"gamma": num_shards, "lambda": num_shards},
         "coded": {
-            "gamma": k, "k": k, "n": num_clients, "tolerated_wrong_slices": t,
-            "mu": mu, "gamma_bound": (1 - 2 * mu) * num_clients,
-            "gamma_formula": "gamma_c = k = S*K <= (1 - 2 mu) C, "
-                             "mu = floor((C - k) / 2) / C",
+            "gamma": blocks_per_shard, "k": k, "n": num_clients,
+            "privacy_t": privacy_t, "tolerated_erasures": max(num_clients - k, 0),
+            "tolerated_wrong_slices": t, "mu": mu,
+            "gamma_bound": (1 - 2 * mu) * num_clients - privacy_t,
+            "gamma_formula": "gamma_c = K <= (1 - 2 mu) C - T, "
+                             "mu = floor((C - K - T) / 2) / C",
             "lambda": "S / O(C^2 log^2 C log log C)",
         },
     }
@@ -92,8 +108,9 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
         out["comm"] = _comm(acc, sharded.retrievals(), cfg.link_rate_mbps)
     coded = (out["SE_coded"] or {}).get("server_bytes")
     out["SE_coded_vs_FE"] = 1 - coded / fe if coded is not None and fe else None
-    out["efficiency"] = efficiency(cfg.num_shards, cfg.blocks_per_shard,
-                                   cfg.num_clients)
+    used = (acc["blocks_per_shard"], acc["privacy_t"]) if acc is not None else \
+        (cfg.coded_blocks_per_shard, cfg.privacy_t)  # the store's own K and T
+    out["efficiency"] = efficiency(cfg.num_shards, used[0], cfg.num_clients, used[1])
     return out
 
 

@@ -99,8 +99,9 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
     """
     if coded:
         store = CodedRecorder.create(
-            folder.history_dir(name), federation, cfg.blocks_per_shard,
-            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout, faults)
+            folder.history_dir(name), federation, cfg.coded_blocks_per_shard,
+            cfg.quant_scale_bits, cfg.link_rate_mbps, cfg.round_timeout, faults,
+            privacy_t=cfg.privacy_t)
     else:
         store = HistoryStore.create(folder.history_dir(name), federation.shard_of,
                                     num_shards=len(federation.shards))

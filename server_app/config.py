@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from history.coded_catalog import auto_blocks_per_shard
 from strategies.factory import SERVER_DEFAULTS
 from task.config import DATASETS, OPTIMIZERS, PARTITIONS
 
@@ -113,8 +114,10 @@ class RunConfig:
     mia: bool = True
     mia_samples: int = 2000
     storage: str = "uncoded"
-    blocks_per_shard: int = 5
+    blocks_per_shard: int = 0
     quant_scale_bits: int = 24
+    privacy_t: int = 0
+    coded_loss_budget: float = 0.5
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -312,18 +315,43 @@ class RunConfig:
     def _validate_storage(self) -> None:
         if self.storage not in STORAGE_MODES:
             raise _bad("storage", self.storage, f"one of {', '.join(STORAGE_MODES)}")
-        if self.blocks_per_shard < 1:
-            raise _bad("blocks-per-shard", self.blocks_per_shard, "a positive integer")
+        if self.blocks_per_shard < 0:
+            raise _bad("blocks-per-shard", self.blocks_per_shard,
+                       "0 (chosen from num-clients) or a positive integer")
         if not 1 <= self.quant_scale_bits <= 30:
             raise _bad("quant-scale-bits", self.quant_scale_bits,
                        "an integer in [1, 30] (fractional bits of the fixed point)")
-        k = self.num_shards * self.blocks_per_shard
-        if self.storage == "coded" and k > self.num_clients:
+        if self.privacy_t < 0:
+            raise _bad("privacy-t", self.privacy_t,
+                       "an integer >= 0 (colluding clients that learn nothing)")
+        if not (math.isfinite(self.coded_loss_budget) and
+                0 <= self.coded_loss_budget < 1):
+            raise _bad("coded-loss-budget", self.coded_loss_budget,
+                       "a number in [0, 1) (fraction of slices that may be lost)")
+        if self.storage == "coded":
+            self._validate_code_size()
+
+    def _validate_code_size(self) -> None:
+        """K >= 1 and K + T <= C: every shard's round decodes from K + T slices."""
+        k, t, c = self.coded_blocks_per_shard, self.privacy_t, self.num_clients
+        if self.blocks_per_shard == 0 and k < 1:
+            raise _bad("coded-loss-budget", self.coded_loss_budget,
+                       f"a budget that leaves data blocks with storage='coded': "
+                       f"floor((1 - budget) x num-clients = {c}) - privacy-t = {t} "
+                       f"= {k} blocks a shard; lower it or privacy-t")
+        if k + t > c:  # explicit K only: a chosen K + T is at most floor((1 - f) C)
             raise _bad("blocks-per-shard", self.blocks_per_shard,
-                       f"at most num-clients / num-shards = "
-                       f"{self.num_clients // self.num_shards} with storage='coded': "
-                       f"the num-shards x blocks-per-shard = {k} data blocks of a round "
-                       f"need at least as many clients holding slices")
+                       f"at most num-clients - privacy-t = {c - t} blocks a shard with "
+                       f"storage='coded': each shard's round decodes from "
+                       f"blocks-per-shard + privacy-t = {k + t} slices, one a client")
+
+    @property
+    def coded_blocks_per_shard(self) -> int:
+        """K of coded storage: ``blocks-per-shard``, or chosen from C when it is 0."""
+        if self.blocks_per_shard:
+            return self.blocks_per_shard
+        return auto_blocks_per_shard(self.num_clients, self.privacy_t,
+                                     self.coded_loss_budget)
 
     @property
     def framework_list(self) -> list[str]:

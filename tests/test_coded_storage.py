@@ -43,8 +43,8 @@ from server_app.unlearning import run_unlearning
 from strategies.sharded import to_record
 
 STEP = quantization_step(24)
-CONFIG = {**TINY, "blocks-per-shard": 2, "forget-clients": "3", "frameworks": "SE,FE",
-          "mia": False}  # k = 2 shards x 2 blocks = 4 of n = 8 slices; t = 2
+CONFIG = {**TINY, "blocks-per-shard": 4, "forget-clients": "3", "frameworks": "SE,FE",
+          "mia": False}  # k = 4 blocks a shard of n = 8 slices; t = 2
 
 
 def _identity():
@@ -149,10 +149,12 @@ def test_coded_server_keeps_no_parameters(runs):
     uncoded = runs["uncoded"]["summary"]["storage"]
     assert storage["SE_uncoded"]["server_bytes"] > storage["FE"]["server_bytes"]
     assert uncoded["SE_uncoded"]["server_bytes"] >= storage["SE_uncoded"]["server_bytes"]
-    # every client holds one slice a round: (G + 1) x (B x 4 bytes + 2 tags)
+    # every client holds one slice a round, one part of B per shard: rounds 1-2
+    # 2 shards x B = 2 x 80202 / 4 elements, round 0 2 x ceil(80202 / 4) = 40102
     rounds = CONFIG["num-rounds"] + 1
     per_client = storage["SE_coded"]["client_bytes"]
-    assert per_client["min"] == per_client["max"] == rounds * (80202 * 4 + 64) - 40101 * 4
+    assert per_client["min"] == per_client["max"] == \
+        rounds * (80202 * 4 + 64) - (80202 - 40102) * 4
     comm = storage["comm"]
     assert comm["distribution_transfers"] == 8 * rounds
     assert comm["distribution_s"] > 8 * rounds * 0.1
@@ -306,12 +308,15 @@ def test_tags_reject_other_shard_other_round_and_flipped_bit(runs):
     run = runs["coded"]
     history = coded_history(run)
     ctx = run["grid"].contexts[1005].state
-    data = ctx[client_slices.slices_key(history.store_id)]["r1"].numpy()
+    whole = ctx[client_slices.slices_key(history.store_id)]["r1"].numpy()
     tags = list(ctx[client_slices.meta_key(history.store_id)]["r1.tags"])
+    data, other = np.split(whole, 2)  # shard 0's part, shard 1's part
     assert history.check_slice(0, 1, 5, data, tags[0])
-    assert history.check_slice(1, 1, 5, data, tags[1])
+    assert history.check_slice(1, 1, 5, other, tags[1])
     assert not history.check_slice(0, 1, 5, data, tags[1])  # shard 1's tag for shard 0
-    assert not history.check_slice(1, 1, 5, data, tags[0])
+    assert not history.check_slice(1, 1, 5, other, tags[0])
+    assert not history.check_slice(0, 1, 5, other, tags[0])  # shard 1's part as 0's
+    assert not history.check_slice(0, 1, 5, whole, tags[0])  # the whole slice
     assert not history.check_slice(0, 2, 5, data, tags[0])  # round 1's slice as round 2
     assert not history.check_slice(0, 1, 4, data, tags[0])  # another client's slot
     flipped = data.copy()
@@ -356,7 +361,9 @@ def test_a_fetch_without_a_valid_proof_is_refused(runs):
 
 # ---- the client's store -----------------------------------------------------------
 def _store_message(store, rnd, index, data, keys, node):
-    tags = [slice_tag(k, s, rnd, index, data) for s, k in enumerate(keys)]
+    """A store_slice message; tag s covers part s of the S equal parts of ``data``."""
+    parts = np.split(data, len(keys))
+    tags = [slice_tag(k, s, rnd, index, parts[s]) for s, k in enumerate(keys)]
     content = RecordDict({
         "slice": ArrayRecord({"slice": Array(data)}),
         "config": ConfigRecord({"store": store, "round": rnd, "slice-index": index,
@@ -376,7 +383,7 @@ def test_node_dir_copy_survives_a_restart(tmp_path):
     rng = np.random.default_rng(0)
     sent = {}
     for rnd in (0, 1, 2):
-        data = rng.integers(0, PRIME, 1000 + rnd, dtype=np.int64).astype(np.uint32)
+        data = rng.integers(0, PRIME, 1000 + 2 * rnd, dtype=np.int64).astype(np.uint32)
         message, tags = _store_message("abc123", rnd, 5, data, keys, 7)
         ack = client_app(message, first).content["ack"]
         assert ack["round"] == rnd and ack["slice-index"] == 5
@@ -398,9 +405,10 @@ def test_node_dir_copy_survives_a_restart(tmp_path):
         assert not reply.has_error(), reply.error
         assert reply.content["info"]["slice-index"] == 5
         assert sorted(reply.content["slices"]) == ["r0", "r1", "r2"]  # no round 3
-        for rnd, (data, tags) in sent.items():
+        for rnd, (data, tags) in sent.items():  # only this shard's half comes back
             got = reply.content["slices"][f"r{rnd}"].numpy()
-            assert got.dtype == np.uint32 and got.tobytes() == data.tobytes()
+            part = np.split(data, 2)[shard]
+            assert got.dtype == np.uint32 and got.tobytes() == part.tobytes()
             assert reply.content["tags"][f"r{rnd}"] == tags[shard]
     # used nonces survive the restart too: a replay to a third incarnation fails
     third = Context(run_id=3, node_id=9, node_config=node_config, state=RecordDict(),
@@ -469,18 +477,24 @@ def test_recorder_refuses_out_of_range_values_and_lost_rounds(tmp_path):
     with pytest.raises(CodedStorageError, match="round 0, shard 0.*largest allowed"):
         recorder.end_round(0, grid)
     grid.absent = {1000, 1001, 1002}  # only one client to hold a slice; k = 2
-    recorder = CodedRecorder.create(tmp_path / "b", federation, blocks_per_shard=1)
+    recorder = CodedRecorder.create(tmp_path / "b", federation, blocks_per_shard=2)
     for s in range(2):
         recorder.put_shard_model(s, 0, {"w": np.ones(3, np.float32)})
     with pytest.raises(CodedStorageError, match="only 1 of 4 clients.*k = 2"):
         recorder.end_round(0, grid)
-    with pytest.raises(CodedStorageError, match="6 data blocks"):
-        CodedRecorder.create(tmp_path / "c", federation, blocks_per_shard=3)
+    with pytest.raises(CodedStorageError,
+                       match="5 data blocks.*K \\+ T <= num-clients = 4"):
+        CodedRecorder.create(tmp_path / "c", federation, blocks_per_shard=5)
+    with pytest.raises(CodedStorageError, match="3 data blocks \\+ privacy-t = 2"):
+        CodedRecorder.create(tmp_path / "d", federation, blocks_per_shard=3, privacy_t=2)
 
 
 @pytest.mark.parametrize("key, value, words", [
     ("storage", "tape", "uncoded, coded"),
-    ("blocks-per-shard", 0, "positive integer"),
+    ("blocks-per-shard", -1, "0 (chosen from num-clients) or a positive integer"),
+    ("privacy-t", -1, "an integer >= 0"),
+    ("coded-loss-budget", 1.0, "a number in [0, 1)"),
+    ("coded-loss-budget", float("nan"), "a finite number"),
     ("quant-scale-bits", 31, "[1, 30]"),
 ])
 def test_bad_storage_settings_are_named(key, value, words):
@@ -490,11 +504,21 @@ def test_bad_storage_settings_are_named(key, value, words):
     assert words in str(err.value)
 
 
-def test_coded_storage_needs_a_holder_per_data_block():
-    with pytest.raises(ConfigError, match="'blocks-per-shard' = 30.*at most "
-                       "num-clients / num-shards = 25"):
-        RunConfig.from_run_config({"storage": "coded", "blocks-per-shard": 30})
-    assert RunConfig.from_run_config({"storage": "coded"}).blocks_per_shard == 5
+def test_coded_storage_needs_a_holder_per_decoding_slice():
+    with pytest.raises(ConfigError, match="'blocks-per-shard' = 101.*at most "
+                       "num-clients - privacy-t = 100"):
+        RunConfig.from_run_config({"storage": "coded", "blocks-per-shard": 101})
+    with pytest.raises(ConfigError, match="'blocks-per-shard' = 95.*at most "
+                       "num-clients - privacy-t = 90.*= 105 slices"):
+        RunConfig.from_run_config({"storage": "coded", "blocks-per-shard": 95,
+                                   "privacy-t": 10})
+    with pytest.raises(ConfigError, match="'coded-loss-budget' = 0.5.*= -10 blocks"):
+        RunConfig.from_run_config({"storage": "coded", "privacy-t": 60})
+    cfg = RunConfig.from_run_config({"storage": "coded"})
+    assert cfg.blocks_per_shard == 0 and cfg.coded_blocks_per_shard == 50  # C = 100
+    cfg = RunConfig.from_run_config({"storage": "coded", "privacy-t": 10,
+                                     "coded-loss-budget": 0.2})
+    assert cfg.coded_blocks_per_shard == 70  # floor(0.8 x 100) - 10
 
 
 # ---- damaged files on restarted SuperNodes, through the server's decoder ----------
@@ -509,7 +533,7 @@ def _recorded_on_disk(tmp_path):
         ctx.node_config["node-dir"] = str(tmp_path / f"node{node - 1000}")
     node_of = {p: 1000 + p for p in range(9)}
     federation = Federation(node_of, [[0, 1, 2], [3, 4, 5], [6, 7, 8]])
-    recorder = CodedRecorder.create(tmp_path / "h", federation, blocks_per_shard=2,
+    recorder = CodedRecorder.create(tmp_path / "h", federation, blocks_per_shard=6,
                                     scale_bits=20)
     rng = np.random.default_rng(2)
     truth = {}

@@ -128,6 +128,8 @@ def test_encode_large_d_crosses_chunks_and_out_buffer():
     assert np.array_equal(y[:, cols], ref_encode(x[:, cols], om, al))
     buf = np.empty((n, d), np.int64)
     assert encode(x, om, al, out=buf) is buf and np.array_equal(buf, y)
+    small = np.empty((n, d), np.uint32)  # the stored form: 4 bytes an element
+    assert encode(x, om, al, out=small) is small and np.array_equal(small, y)
     with pytest.raises(ValueError):
         encode(x, om, al, out=np.empty((n, d), np.int32))
     assert np.array_equal(decode_erasures(y[-k:], al[-k:], om), x)

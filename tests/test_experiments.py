@@ -286,22 +286,24 @@ def test_paper_suite_is_the_paper_run_preset():
 
 
 def test_storage_table_renders_as_before():
-    rows = [{"clients": 20, "rounds": 10, "fe_server": 16.5e6,
+    rows = [{"clients": 20, "rounds": 10, "blocks_per_shard": 10, "privacy_t": 0,
+             "fe_server": 16.5e6,
              "se_uncoded_server": 27.2e6, "se_coded_server": 17500,
              "se_coded_client_max": 710000, "distribution_comm_s": 12.3},
-            {"clients": 200, "rounds": 30, "fe_server": 397.7e6,
+            {"clients": 200, "rounds": 30, "blocks_per_shard": 98, "privacy_t": 2,
+             "fe_server": 397.7e6,
              "se_uncoded_server": 427.7e6, "se_coded_server": 260700,
              "se_coded_client_max": 19.32e6, "distribution_comm_s": 1234.5}]
     from experiments import storage
 
     assert storage.render(rows).splitlines() == [
-        "  C   G  FE server  uncoded SE server  coded SE server  coded/FE  "
+        "  C   G   K + T  FE server  uncoded SE server  coded SE server  coded/FE  "
         "coded SE per client  FE, uncoded SE per client  distribution comm",
-        "---  --  ---------  -----------------  ---------------  --------  "
+        "---  --  ------  ---------  -----------------  ---------------  --------  "
         "-------------------  -------------------------  -----------------",
-        " 20  10   16.50 MB           27.20 MB          17.5 kB    0.106%  "
+        " 20  10  10 + 0   16.50 MB           27.20 MB          17.5 kB    0.106%  "
         "            0.71 MB                          0               12 s",
-        "200  30  397.70 MB          427.70 MB          0.26 MB    0.066%  "
+        "200  30  98 + 2  397.70 MB          427.70 MB          0.26 MB    0.066%  "
         "           19.32 MB                          0            1,234 s"]
 
 

@@ -150,7 +150,7 @@ def test_uncoded_history_fetches_nothing_and_reports_its_bytes(tmp_path):
     assert store.take_retrieval() is None
     assert store.accounting() is None and store.retrievals() == []
     cfg = SimpleNamespace(storage="uncoded", link_rate_mbps=100.0, num_shards=1,
-                          blocks_per_shard=5, num_clients=8)
+                          coded_blocks_per_shard=5, privacy_t=0, num_clients=8)
     summary = storage_summary(cfg, store, store)
     assert summary["server_bytes"] == store.total_bytes() == summary["FE"]["server_bytes"]
     assert summary["SE_uncoded"]["source"] == "store" and summary["SE_coded"] is None

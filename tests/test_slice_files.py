@@ -33,7 +33,8 @@ def _context(node_dir, node_id=7):
 def _store(context, keys, rnd, data):
     from client_app.app import app as client_app
 
-    tags = [slice_tag(k, s, rnd, PID, data) for s, k in enumerate(keys)]
+    parts = np.split(data, len(keys))  # tag s covers shard s's part
+    tags = [slice_tag(k, s, rnd, PID, parts[s]) for s, k in enumerate(keys)]
     content = RecordDict({
         "slice": ArrayRecord({"slice": Array(data)}),
         "config": ConfigRecord({"store": STORE, "round": rnd, "slice-index": PID,
@@ -65,7 +66,7 @@ def stored(tmp_path):
     rng = np.random.default_rng(0)
     sent = {}
     for rnd in (0, 1, 2):
-        data = rng.integers(0, PRIME, 500 + rnd, dtype=np.int64).astype(np.uint32)
+        data = rng.integers(0, PRIME, 500 + 2 * rnd, dtype=np.int64).astype(np.uint32)
         sent[rnd] = (data, _store(context, keys, rnd, data))
     return tmp_path / "slices" / STORE, keys, sent
 
@@ -75,8 +76,9 @@ def _assert_served(reply, sent, rounds, shard=0):
     assert sorted(reply.content["slices"]) == sorted(f"r{r}" for r in rounds)
     assert reply.content["info"]["held"] == len(rounds)
     for rnd in rounds:
-        data, tags = sent[rnd]
-        assert reply.content["slices"][f"r{rnd}"].numpy().tobytes() == data.tobytes()
+        data, tags = sent[rnd]  # only the requested shard's part comes back
+        part = np.split(data, len(tags))[shard]
+        assert reply.content["slices"][f"r{rnd}"].numpy().tobytes() == part.tobytes()
         assert reply.content["tags"][f"r{rnd}"] == tags[shard]
 
 
