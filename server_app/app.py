@@ -256,7 +256,7 @@ def unlearn_stage(grid: Grid, run: Prepared, federation: Federation, store,
     stage = Stage(UnlearningSettings.from_config(cfg), federation, baseline, store,
                   baseline_store, learned_models,
                   initial_model(cfg, run.evaluator.num_classes),
-                  train_config(cfg, run.data_dir))
+                  train_config(cfg, run.data_dir), summary.learning.loss)
     results = unlearn_once(run.runlog, run.folder, grid, stage, run.requests,
                            run.evaluator, faults)
     summary.unlearning = UnlearningPlan(run.requests, run.noops, cfg.request_mode)
