@@ -293,7 +293,9 @@ def main(grid: Grid, context: Context) -> None:
     if cfg.framework_list:
         baseline_store = unlearn_stage(grid, run, federation, store, learned_models,
                                        faults, summary)
-    summary.storage = storage_summary(cfg, store, baseline_store)  # retrievals count
+    summary.storage = storage_summary(  # after unlearning: retrievals count
+        cfg, store, baseline_store,
+        sum(a.numpy().nbytes for a in learned_models[0].values()))
     summary.faults = {"counts": faults.counts(), "entries": faults.entries}
     summary.warnings = summary.collect_warnings()
     if cfg.dataset == "shakespeare":

@@ -165,3 +165,23 @@ def test_fr_rr_report_rounds_to_the_original_loss(run_server):
         else:
             assert "rounds_to_target" not in result
         assert 0 < result["modelled_wall_s"]
+
+
+@pytest.mark.parametrize("storage", ["uncoded", "coded"])
+def test_storage_per_shard_server_and_over_the_system(run_server, storage):
+    """The paper's count: a shard server keeps W^0 and its shard's updates."""
+    summary, _ = run_server({"forget-clients": "3", "frameworks": "SE,FE", "mia": False,
+                             "storage": storage, "blocks-per-shard": 2})
+    st, model = summary["storage"], summary["storage"]["model_bytes"]
+    assert model > 0 and model % 4 == 0  # float32 parameters
+    # TINY: 2 rounds, 4 clients a round; SE: 2 shards of 2 clients a round
+    assert st["FE"]["per_server_bytes"] == st["FE"]["system_bytes"] == model * (1 + 8)
+    assert st["SE_uncoded"]["per_shard_bytes"] == [model * (1 + 4)] * 2
+    assert st["SE_uncoded"]["system_bytes"] == model * 10
+    assert st["SE_uncoded"]["per_server_bytes"] < st["FE"]["per_server_bytes"]
+    assert st["SE_uncoded"]["stored_models_bytes"] == model * 2 * 2
+    if storage == "coded":
+        coded = st["SE_coded"]
+        assert coded["per_server_bytes"] == coded["server_bytes"] / 2
+        assert coded["system_bytes"] == coded["server_bytes"] + \
+            coded["client_bytes"]["total"]
