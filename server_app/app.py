@@ -49,6 +49,7 @@ from strategies.sharded import to_record
 from task.data import load_task_data, partition_sizes
 from task.locate import resolve_data_dir
 from task.model import build_model
+from task.provenance import data_provenance
 
 app = ServerApp()
 
@@ -288,7 +289,9 @@ def main(grid: Grid, context: Context) -> None:
                          shards=federation.shards,
                          shard_strategy=shard_strategy_summary(cfg),
                          notes=run.notes,  # settings carried out in a reduced form
-                         learning=learned)
+                         learning=learned, data=data_provenance(cfg.dataset, run.data_dir))
+    log(INFO, "data: %s; sha256 %s over %d file(s) in %s", summary.data["format"],
+        summary.data["sha256"][:16], len(summary.data["files"]), run.data_dir)
     baseline_store = None
     if cfg.framework_list:
         baseline_store = unlearn_stage(grid, run, federation, store, learned_models,

@@ -274,6 +274,9 @@ class RunSummary:
     original: ModelScores | None = None
     faults: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    data: dict | None = None
+    """The data read (:func:`task.provenance.data_provenance`): files, format,
+    checksums."""
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

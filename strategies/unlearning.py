@@ -25,11 +25,20 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import calibrate, difference, weighted_step
+from strategies.calibration import (
+    calibrate,
+    calibration_plan,
+    difference,
+    first_participation,
+    weighted_step,
+)
 from strategies.factory import make_stock_strategy
 from strategies.sharded import ShardedStrategy, to_numpy, to_record
 
 UNLEARN_MESSAGE = "train.unlearn"
+__all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
+           "HistoryReader", "RapidRetrain", "ShardingEraser", "UNLEARN_MESSAGE",
+           "calibration_plan", "first_participation"]
 
 
 class HistoryReader(Protocol):
@@ -47,43 +56,6 @@ class HistoryReader(Protocol):
 
     def rounds(self, shard: int) -> list[int]:
         """Stored rounds (>= 1), ascending."""
-
-
-def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
-    """Stored rounds used by calibrated retraining: 1, 1 + dt, 1 + 2 dt, ...
-
-    FedEraser calibrates every ``interval`` (dt) rounds; round 1 is the
-    preparation round (eq. 2). Raises ValueError for ``interval < 1``.
-    """
-    if interval < 1:
-        raise ValueError(f"calibration-interval = {interval} is not allowed: >= 1")
-    return [r for r in rounds if (r - 1) % interval == 0]
-
-
-def first_participation(history: HistoryReader, shard: int, clients: Iterable[int]
-                        ) -> int | None:
-    """The first stored round of ``shard`` in which one of ``clients`` took part.
-
-    Parameters
-    ----------
-    history : HistoryReader
-        The shard's stored history.
-    shard : int
-        Which shard.
-    clients : Iterable[int]
-        Partition ids.
-
-    Returns
-    -------
-    int or None
-        The round (>= 1), or None when none of ``clients`` ever trained there:
-        the shard's models never depended on them.
-    """
-    clients = frozenset(clients)
-    for rnd in history.rounds(shard):
-        if any(p in clients for p, _ in history.participants(shard, rnd)):
-            return rnd
-    return None
 
 
 class CalibratedRetraining(Strategy):

@@ -165,6 +165,7 @@ def test_fr_rr_report_rounds_to_the_original_loss(run_server):
         else:
             assert "rounds_to_target" not in result
         assert 0 < result["modelled_wall_s"]
+    assert summary["data"]["dataset"] == "mnist" and summary["data"]["files"]
 
 
 @pytest.mark.parametrize("storage", ["uncoded", "coded"])
@@ -185,3 +186,31 @@ def test_storage_per_shard_server_and_over_the_system(run_server, storage):
         assert coded["per_server_bytes"] == coded["server_bytes"] / 2
         assert coded["system_bytes"] == coded["server_bytes"] + \
             coded["client_bytes"]["total"]
+
+
+def test_data_provenance_names_files_format_and_checksums(shared_data, tmp_path,
+                                                          monkeypatch):
+    from task import provenance
+    from task.provenance import data_provenance
+
+    monkeypatch.setenv("SE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(provenance, "_MEMO", {})
+    sums = {}
+    listed = shared_data / "SHA256SUMS"
+    if listed.is_file():
+        for line in listed.read_text().splitlines():
+            digest, name = line.split(maxsplit=1)
+            sums[name.strip()] = digest
+    got = data_provenance("mnist", shared_data)
+    assert [f["path"] for f in got["files"]] == sorted(
+        f"MNIST/raw/{n}" for n in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+                                   "train-images-idx3-ubyte", "train-labels-idx1-ubyte"))
+    for f in got["files"]:
+        if f["path"] in sums:
+            assert f["sha256"] == sums[f["path"]]
+    assert "IDX" in got["format"] and len(got["sha256"]) == 64
+    assert (tmp_path / "provenance.json").is_file()  # hashed once, cached
+    assert data_provenance("mnist", shared_data) == got
+    if (shared_data / "cifar10-jpeg").is_dir() and \
+            not (shared_data / "cifar-10-batches-py").is_dir():
+        assert "not comparable" in data_provenance("cifar10", shared_data)["format"]
