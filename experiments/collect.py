@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from server_app.federation import assign_shards
+from server_app.requests import expected_impacted, simulated_impacted
 from server_app.summary import RequestCost, RunSummary
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
@@ -258,17 +260,28 @@ def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestC
     the first k give the sequential cost of k requests); expected k c with c
     the run's mean shard cost. ``shard_retrains`` counts shard retrainings
     (sequential: summed over requests). The concurrent expectation is the paper's
-    S c (1 - (1 - 1/S)^K) for uniform requests, c from the same run.
+    S c (1 - (1 - 1/S)^K) for uniform requests. c, the retraining seconds of one
+    shard for one client's request, comes from the *other* runs of the same
+    dataset whose first request names one client and retrains one shard
+    (``c_source`` says which; the run itself only where there is no other), so
+    K = 1 rows are not 1.00 by construction. Concurrent points also give the
+    paper's expected impacted shards beside the mean over 10,000 seeded draws of
+    K distinct uniform clients (:func:`server_app.requests.simulated_impacted`).
     """
     points = []
+    singles = _single_shard_costs(rows, se_requests)
     for row in rows:
         if row["experiment"] != "concurrent" or row["framework"] != "SE":
             continue
         s = row["num_shards"]
-        c = row.get("se_mean_shard_cost_s") or 0.0
+        pool = [c for run, dataset, c in singles
+                if dataset == row["dataset"] and run != row["run"]]
+        c = _mean(pool) if pool else (row.get("se_mean_shard_cost_s") or 0.0)
         base = {"dataset": row["dataset"], "distribution": row["request_distribution"],
                 "mode": row["request_mode"], "num_shards": s,
-                "mean_shard_cost_s": c, "run": row["run"]}
+                "mean_shard_cost_s": c, "run": row["run"],
+                "c_source": f"{len(pool)} other single-request runs" if pool
+                else "this run (no other single-request run)"}
         if row["request_mode"] == "concurrent":
             k = row["num_requests"]
             points.append({**base, "K": k, "measured_s": row["se_measured_shard_s"],
@@ -276,7 +289,8 @@ def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestC
                            "compute_s": row["retrain_compute_s"],
                            "client_epochs": row["client_epochs"],
                            "impacted_shards": row["impacted_shards"],
-                           "shard_retrains": row["impacted_shards"]})
+                           "shard_retrains": row["impacted_shards"],
+                           **_impacted_checks(row["num_clients"], s, k)})
             continue
         requests = se_requests.get(row["run"], [])
         total, epochs, compute, impacted, retrains = 0.0, 0.0, 0.0, set(), 0
@@ -291,6 +305,32 @@ def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestC
                            "client_epochs": epochs, "impacted_shards": len(impacted),
                            "shard_retrains": retrains})
     return points
+
+
+def _single_shard_costs(rows: Sequence[dict],
+                        se_requests: dict[str, list[RequestCost]]
+                        ) -> list[tuple[str, str, float]]:
+    """(run, dataset, c) of every run whose first SE request retrains one shard.
+
+    Concurrent-experiment runs only; the first request must name one client;
+    c is its shard's retraining seconds.
+    """
+    out = []
+    for row in rows:
+        if row["experiment"] != "concurrent" or row["framework"] != "SE":
+            continue
+        first = next((r for r in se_requests.get(row["run"], []) if not r.noop), None)
+        if first and len(first.clients) == 1 and len(first.impacted_shards or []) == 1:
+            out.append((row["run"], row["dataset"],
+                        sum((first.shard_compute_s or {}).values())))
+    return out
+
+
+def _impacted_checks(num_clients: int, num_shards: int, k: int) -> dict:
+    """The paper's expected impacted shards and a seeded simulation of it."""
+    shards = assign_shards(num_clients, num_shards, 0)
+    return {"impacted_expected": expected_impacted(num_shards, k),
+            "impacted_simulated": simulated_impacted(shards, k)}
 
 
 def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None:

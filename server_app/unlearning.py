@@ -14,6 +14,17 @@ storage SE first fetches and decodes the impacted shards' history from the
 clients' slices: its modelled transfer time, decoding seconds and wall seconds
 are added to SE's ``comm_time_s``, ``compute_s`` and ``wall_s`` and reported per
 request under ``slice_retrieval``.
+
+Two time measures (the paper does not define its own): ``retrain_compute_s`` sums
+every client's training seconds (so SE / FR is about 1 / (S r) whatever the
+data); ``modelled_wall_s`` models a real federation, where clients and shards
+train in parallel: per round the slowest participant's download + training +
+upload, plus the server's seconds
+(:meth:`server_app.rounds.CostMeter.round_wall_s`), summed over rounds (a coded
+retrieval adds one slice transfer and the decoding). FR and RR also report
+``to_target``: the first round whose test loss reached the original model's,
+with the costs up to it (:class:`server_app.target.TargetWatch`); they still run
+their G rounds.
 """
 
 from __future__ import annotations

@@ -214,3 +214,20 @@ def test_data_provenance_names_files_format_and_checksums(shared_data, tmp_path,
     if (shared_data / "cifar10-jpeg").is_dir() and \
             not (shared_data / "cifar-10-batches-py").is_dir():
         assert "not comparable" in data_provenance("cifar10", shared_data)["format"]
+
+
+@pytest.mark.parametrize(("clients", "shards", "k"), [(100, 4, 1), (100, 4, 4),
+                                                      (100, 4, 8), (8, 2, 2)])
+def test_impacted_shards_over_seeded_uniform_draws_match_the_paper(clients, shards, k):
+    from server_app.federation import assign_shards
+    from server_app.requests import expected_impacted, simulated_impacted
+
+    got = simulated_impacted(assign_shards(clients, shards, 0), k, draws=4000)
+    paper = expected_impacted(shards, k)
+    # distinct clients drawn without replacement: at least the paper's, close to it
+    # for large shards (C / S = 25), visibly above for tiny ones (C / S = 4)
+    assert got >= paper - 0.05
+    if clients // shards >= 25:
+        assert got == pytest.approx(paper, abs=0.1)
+    with pytest.raises(ValueError, match="num-requests"):
+        simulated_impacted(assign_shards(clients, shards, 0), clients + 1)
