@@ -265,7 +265,39 @@ def _concurrent_section(rows, summaries) -> list[str]:
     out.append(_table(["dataset", "mode", "distribution", "K", "impacted shards",
                        "shard retrains", "measured s", "expected s", "measured / expected",
                        "client-epochs", "impacted: paper / simulated"], table))
-    return out
+    return out + _concurrent_frameworks(rows)
+
+
+def _saving(se: dict, other: dict | None) -> str:
+    """``compute / modelled wall`` reductions of SE against ``other``'s row."""
+    if other is None:
+        return "n/a"
+    return " / ".join(_pct(collect.reduction(se.get(k), other.get(k)))
+                      for k in ("retrain_compute_s", "modelled_wall_s"))
+
+
+def _concurrent_frameworks(rows) -> list[str]:
+    """Every framework on the same concurrent batch: SE's saving against each."""
+    runs: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row["experiment"] == "concurrent" and row["request_mode"] == "concurrent" \
+                and row["framework"] in collect.FRAMEWORKS:
+            runs.setdefault(row["run"], {})[row["framework"]] = row
+    table = []
+    for fw in sorted(runs.values(), key=lambda f: (
+            f["SE"]["dataset"], f["SE"]["request_distribution"], f["SE"]["num_requests"])
+            if "SE" in f else ("", "", 0)):
+        se = fw.get("SE")
+        if se is None or len(fw) == 1:
+            continue
+        table.append([se["dataset"], se["request_distribution"], se["num_requests"]]
+                     + [_saving(se, fw.get(b)) for b in collect.BASELINES])
+    if not table:
+        return []
+    return ["", "SE's saving on the same concurrent batch, 1 - SE / baseline "
+            "(compute seconds / modelled wall seconds; the paper: about 70% less time "
+            "in the even case):", "",
+            _table(["dataset", "distribution", "K", "vs FR", "vs FE", "vs RR"], table)]
 
 
 def _impacted(point: dict) -> str:
