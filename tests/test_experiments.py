@@ -54,7 +54,8 @@ def test_plans_cover_the_paper_experiments():
     assert {(s.tags["mode"], s.tags["distribution"]) for s in conc} == {
         ("concurrent", "even"), ("concurrent", "adapt"), ("sequential", "even"),
         ("sequential", "adapt")}
-    assert all(s.config["frameworks"] == "SE" for s in conc)
+    assert all(s.config["frameworks"] == ("SE,FR,FE,RR" if s.tags["mode"] == "concurrent"
+                                          else "SE") for s in conc)
     storage = {s.config["storage"] for s in quick if s.experiment == "storage"}
     assert storage == {"uncoded", "coded"}
     paper = suites.plan("single", "paper")[0].config
@@ -130,7 +131,7 @@ def test_mia_stability_and_mnist_check():
 
 def test_concurrent_points_expectations():
     rows = [{"experiment": "concurrent", "framework": "SE", "run": "c", "dataset": "d",
-             "num_shards": 4, "request_distribution": "even",
+             "num_shards": 4, "num_clients": 100, "request_distribution": "even",
              "request_mode": "concurrent", "num_requests": 2,
              "se_mean_shard_cost_s": 2.0, "se_measured_shard_s": 4.0,
              "retrain_compute_s": 4.5, "client_epochs": 8.0, "impacted_shards": 2},
@@ -145,7 +146,11 @@ def test_concurrent_points_expectations():
                     impacted_shards=[1])]}
     points = collect.concurrent_points(rows, se_requests)
     conc = points[0]
+    # c from the other run's single-client first request (2.0), not its own row
+    assert conc["mean_shard_cost_s"] == 2.0 and conc["c_source"].startswith("1 other")
     assert conc["expected_s"] == pytest.approx(4 * 2.0 * (1 - 0.75 ** 2))
+    assert conc["impacted_expected"] == pytest.approx(4 * (1 - 0.75 ** 2))
+    assert conc["impacted_simulated"] == pytest.approx(conc["impacted_expected"], abs=0.1)
     seq = [p for p in points if p["mode"] == "sequential"]
     assert [p["K"] for p in seq] == [1, 2]
     assert [p["measured_s"] for p in seq] == [2.0, 6.0]
