@@ -240,7 +240,8 @@ def _concurrent_section(rows, summaries) -> list[str]:
     if not points:
         return []
     out = ["", "## Concurrent and sequential requests (paper Fig. 4)", "",
-           "SE's shards (every framework: the table after). Measured: the clients' training seconds of SE's retrained "
+           "SE's shards (every framework on the same batch: the table after). "
+           "Measured: the clients' training seconds of SE's retrained "
            "shards (summed over shards and, sequentially, over requests). Expected "
            "(paper Sec. 4.2, K requests uniform over S shards, c = the mean "
            "retraining seconds of one shard for one client's request, taken from the "
