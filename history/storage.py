@@ -57,8 +57,70 @@ def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int,
     }
 
 
-def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None
-                    ) -> dict:
+def shard_needs(history: TrainingHistory, shard: int, model_bytes: int) -> dict:
+    """Bytes one shard's server needs to unlearn, as the paper counts them.
+
+    W_s^0 plus every stored update U_m^g of the shard (one model's size each),
+    and, apart, the shard models W_s^1..W_s^G the uncoded store keeps as well
+    (``models_bytes``; with a FedAvg / FedProx shard they can be rebuilt from
+    the updates, see ``server_app.frameworks.rebuild_shard_model``).
+
+    Parameters
+    ----------
+    history : TrainingHistory
+        The federation's history (its catalog: rounds and participants).
+    shard : int
+        Which shard.
+    model_bytes : int
+        Bytes of one model's parameters (float32: 4 per parameter).
+
+    Returns
+    -------
+    dict
+        ``updates`` (count), ``bytes`` (W^0 + updates) and ``models_bytes``.
+    """
+    rounds = history.rounds(shard)
+    updates = sum(len(history.participants(shard, g)) for g in rounds)
+    return {"updates": updates, "bytes": model_bytes * (1 + updates),
+            "models_bytes": model_bytes * len(rounds)}
+
+
+def paper_counts(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None,
+                 model_bytes: int, coded: dict | None) -> dict:
+    """Per shard server and over the whole system (servers + clients), in bytes.
+
+    - FE: one server keeps W^0 and every update; clients keep nothing.
+    - SE uncoded: each of the S shard servers keeps its shard's W^0 and updates;
+      ``per_server_bytes`` is the largest shard's, ``system_bytes`` the sum.
+    - SE coded: each shard server keeps its key and its share of the catalog
+      (the measured server bytes / S); the system adds every client's slices.
+
+    ``per_server_bytes`` and ``system_bytes`` count what unlearning needs (the
+    paper's count, so FE / uncoded SE per server is about S, gamma);
+    ``stored_models_bytes`` is what the uncoded stores keep beyond it (the
+    shard model of every round).
+    """
+    shards = [shard_needs(sharded, s, model_bytes) for s in range(cfg.num_shards)]
+    out = {"model_bytes": model_bytes, "SE_uncoded": {
+        "per_server_bytes": max(n["bytes"] for n in shards),
+        "system_bytes": sum(n["bytes"] for n in shards),
+        "per_shard_bytes": [n["bytes"] for n in shards],
+        "stored_models_bytes": sum(n["models_bytes"] for n in shards)}}
+    if baseline is not None:
+        fe = [shard_needs(baseline, s, model_bytes)
+              for s in range(len(set(baseline.client_shard().values())))]
+        out["FE"] = {"per_server_bytes": max(n["bytes"] for n in fe),
+                     "system_bytes": sum(n["bytes"] for n in fe),
+                     "stored_models_bytes": sum(n["models_bytes"] for n in fe)}
+    if coded is not None:
+        out["SE_coded"] = {
+            "per_server_bytes": coded["server_bytes"] / cfg.num_shards,
+            "system_bytes": coded["server_bytes"] + coded["client_bytes"]["total"]}
+    return out
+
+
+def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None,
+                    model_bytes: int | None = None) -> dict:
     """The ``storage`` block of summary.json.
 
     Parameters
@@ -69,6 +131,8 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
         What SE's server keeps (``HistoryStore`` or ``CodedHistory``).
     baseline : TrainingHistory or None
         FedEraser's store (None when FE did not run).
+    model_bytes : int, optional
+        Bytes of one model's parameters; adds :func:`paper_counts`.
 
     Returns
     -------
@@ -81,7 +145,10 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
         ``efficiency`` (:func:`efficiency`). Bytes are measured: FE and uncoded
         SE from their stores (uncoded SE in coded mode: the serialized records
         the uncoded store would write, blobs only), coded SE from the catalog
-        and key files and from the bytes each client acknowledged.
+        and key files and from the bytes each client acknowledged. With
+        ``model_bytes`` (one model's parameter bytes), each of ``FE``,
+        ``SE_uncoded``, ``SE_coded`` also gets ``per_server_bytes`` and
+        ``system_bytes`` (:func:`paper_counts`).
     """
     no_clients = {"max": 0, "min": 0, "mean": 0.0, "total": 0}
     fe = baseline.total_bytes() if baseline is not None else None
@@ -111,6 +178,12 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
     used = (acc["blocks_per_shard"], acc["privacy_t"]) if acc is not None else \
         (cfg.coded_blocks_per_shard, cfg.privacy_t)  # the store's own K and T
     out["efficiency"] = efficiency(cfg.num_shards, used[0], cfg.num_clients, used[1])
+    if model_bytes:
+        for name, counts in paper_counts(cfg, sharded, baseline, model_bytes,
+                                         out["SE_coded"]).items():
+            if isinstance(counts, dict) and out.get(name) is not None:
+                out[name].update(counts)
+        out["model_bytes"] = model_bytes
     return out
 
 

@@ -49,6 +49,7 @@ from strategies.sharded import to_record
 from task.data import load_task_data, partition_sizes
 from task.locate import resolve_data_dir
 from task.model import build_model
+from task.provenance import data_provenance
 
 app = ServerApp()
 
@@ -261,7 +262,7 @@ def unlearn_stage(grid: Grid, run: Prepared, federation: Federation, store,
     stage = Stage(UnlearningSettings.from_config(cfg), federation, baseline, store,
                   baseline_store, learned_models,
                   initial_model(cfg, run.evaluator.num_classes),
-                  train_config(cfg, run.data_dir))
+                  train_config(cfg, run.data_dir), summary.learning.loss)
     results = unlearn_once(run.runlog, run.folder, grid, stage, run.requests,
                            run.evaluator, faults)
     summary.unlearning = UnlearningPlan(run.requests, run.noops, cfg.request_mode)
@@ -293,12 +294,16 @@ def main(grid: Grid, context: Context) -> None:
                          shards=federation.shards,
                          shard_strategy=shard_strategy_summary(cfg),
                          notes=run.notes,  # settings carried out in a reduced form
-                         learning=learned)
+                         learning=learned, data=data_provenance(cfg.dataset, run.data_dir))
+    log(INFO, "data: %s; sha256 %s over %d file(s) in %s", summary.data["format"],
+        summary.data["sha256"][:16], len(summary.data["files"]), run.data_dir)
     baseline_store = None
     if cfg.framework_list:
         baseline_store = unlearn_stage(grid, run, federation, store, learned_models,
                                        faults, summary)
-    summary.storage = storage_summary(cfg, store, baseline_store)  # retrievals count
+    summary.storage = storage_summary(  # after unlearning: retrievals count
+        cfg, store, baseline_store,
+        sum(a.numpy().nbytes for a in learned_models[0].values()))
     summary.faults = {"counts": faults.counts(), "entries": faults.entries}
     summary.warnings = summary.collect_warnings()
     if cfg.dataset == "shakespeare":

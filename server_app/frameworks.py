@@ -14,13 +14,23 @@ from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord
 
-from history import TrainingHistory
+from history import StoreError, TrainingHistory
 from server_app.config import RunConfig
 from server_app.federation import Federation
+from strategies.calibration import weighted_step
 from strategies.sharded import ShardedStrategy, to_record
-from strategies.unlearning import FedEraser, FedRetrain, RapidRetrain, ShardingEraser
+from strategies.unlearning import (
+    FedEraser,
+    FedRetrain,
+    RapidRetrain,
+    ShardingEraser,
+    first_participation,
+)
 
 FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR")
+# shard strategies whose round is W^g = W^(g-1) + sum n_m U_m^g / sum n_m, so a
+# shard model can be rebuilt from the stored record (coded storage keeps no W^g)
+REBUILDABLE = ("FedAvg", "FedProx")
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,8 @@ class Stage:
     sharded_models: list[ArrayRecord]
     initial: ArrayRecord
     train_config: ConfigRecord
+    target_loss: float | None = None
+    """FR / RR: the original model's test loss, for rounds-to-target."""
 
 
 @dataclass
@@ -110,6 +122,10 @@ class Framework:
         learning when forgetting left a shard too few).
     sampled : list[int], optional
         FR / RR: clients each shard samples per round.
+    replay : dict, optional
+        SE: per impacted shard, :meth:`CalibratedRetraining.replay_report`;
+        ``unchanged``: shards of the request whose clients never trained there
+        (left as they are); ``start_models``: where each W^(g0-1) came from.
     """
 
     strategy: ShardedStrategy
@@ -118,6 +134,7 @@ class Framework:
     impacted: list[int]
     clients_per_round: int | None = None
     sampled: list[int] | None = None
+    replay: dict | None = None
 
 
 def build_framework(name: str, stage: Stage, forget: set[int],
@@ -145,15 +162,71 @@ def build_framework(name: str, stage: Stage, forget: set[int],
 
 def _sharding_eraser(stage: Stage, forget: set[int], batch: Sequence[int] | None,
                      current: Sequence[ArrayRecord] | None) -> Framework:
-    settings, shard_of = stage.settings, stage.sharded.shard_of
-    strategy = ShardingEraser(stage.sharded_store, forget, stage.sharded.shards,
-                              stage.sharded.node_of, settings.retrain_epochs,
-                              settings.calibration_interval,
-                              impacted={shard_of[p] for p in (batch or forget)})
-    initial = [to_record(stage.sharded_store.shard_model(s, 0))
-               if s in strategy.impacted else model
+    """SE: replay each shard where a client of the request trained, from g0 - 1.
+
+    g0 is the first stored round in which a forgotten client took part; the
+    shard starts from the stored W^(g0-1) (coded storage keeps only W^0: rebuilt
+    from the decoded record when the shard strategy is a weighted mean of the
+    updates, :data:`REBUILDABLE`; otherwise the replay starts at round 1).
+    Shards where none of the request's clients ever trained keep their models.
+    """
+    settings, shard_of, store = stage.settings, stage.sharded.shard_of, stage.sharded_store
+    clients = set(batch or forget)
+    held = {shard_of[p] for p in clients}
+    trained = {s for s in held if first_participation(store, s, clients) is not None}
+
+    def build(late: bool) -> ShardingEraser:
+        return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
+                              settings.retrain_epochs, settings.calibration_interval,
+                              impacted=trained, from_first_participation=late)
+
+    strategy = build(True)
+    starts, sources = {}, {}
+    for s, g0 in strategy.start_rounds().items():
+        starts[s], sources[s] = _start_model(store, s, g0, settings.shard_strategy)
+    if any(model is None for model in starts.values()):  # cannot start late
+        strategy = build(False)
+        starts = {s: store.shard_model(s, 0) for s in strategy.impacted}
+        sources = dict.fromkeys(starts, "stored W^0 (replay from round 1)")
+    initial = [to_record(starts[s]) if s in starts else model
                for s, model in enumerate(current or stage.sharded_models)]
-    return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted))
+    replay = {"shards": strategy.replay_report(), "unchanged": sorted(held - trained),
+              "start_models": sources}
+    return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted),
+                     replay=replay)
+
+
+def _start_model(store: TrainingHistory, shard: int, g0: int | None,
+                 shard_strategy: str) -> tuple[dict | None, str]:
+    """W^(g0-1) of ``shard`` and where it came from; (None, why) if unavailable."""
+    start = (g0 or 1) - 1
+    try:
+        return store.shard_model(shard, start), f"stored W^{start}"
+    except StoreError:
+        if shard_strategy not in REBUILDABLE:
+            return None, f"no W^{start} and {shard_strategy} cannot be rebuilt"
+    return rebuild_shard_model(store, shard, start), f"W^{start} rebuilt from the record"
+
+
+def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
+    """W_s^rnd = W_s^0 + the FedAvg steps of stored rounds 1..rnd (float32).
+
+    Exact for a FedAvg / FedProx shard up to float32 rounding and, with coded
+    storage, the quantisation step (2^-quant-scale-bits) of each stored update.
+
+    Raises
+    ------
+    StoreError
+        The record of a round is missing.
+    """
+    model = store.shard_model(shard, 0)
+    for g in store.rounds(shard):
+        if g > rnd:
+            break
+        members = store.participants(shard, g)
+        model = weighted_step(model, [store.update(shard, g, p) for p, _ in members],
+                              [n for _, n in members])
+    return model
 
 
 def _fed_eraser(stage: Stage, forget: set[int]) -> Framework:
@@ -162,7 +235,8 @@ def _fed_eraser(stage: Stage, forget: set[int]) -> Framework:
     settings = stage.settings
     strategy = FedEraser(stage.baseline_store, forget, stage.baseline.shards,
                          stage.baseline.node_of, settings.retrain_epochs,
-                         settings.calibration_interval)
+                         settings.calibration_interval,
+                         from_first_participation=False)  # FedEraser: from round 1
     initial = [to_record(stage.baseline_store.shard_model(s, 0))
                for s in range(len(stage.baseline.shards))]
     return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted))

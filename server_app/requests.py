@@ -139,3 +139,55 @@ def expected_cost(mode: str, num_requests: int, num_shards: int,
     if mode == "concurrent":
         return num_shards * shard_cost * (1 - (1 - 1 / num_shards) ** num_requests)
     raise ValueError(f"request-mode = {mode!r}: sequential or concurrent")
+
+
+def expected_impacted(num_shards: int, num_requests: int) -> float:
+    """The paper's expected impacted shards for K uniform requests: S (1 - (1 - 1/S)^K)."""
+    return num_shards * (1 - (1 - 1 / num_shards) ** num_requests)
+
+
+def simulated_impacted(shards: Sequence[Sequence[int]], num_requests: int,
+                       draws: int = 10000, seed: int = 0) -> float:
+    """Mean impacted shards over ``draws`` seeded draws of K uniform requests.
+
+    Each draw names K distinct clients uniformly at random (one client per
+    request, as a real federation's clients would ask) and counts the shards
+    holding them. The paper's formula (:func:`expected_impacted`) draws shards
+    with replacement; distinct clients impact slightly more shards when shards
+    are small.
+
+    Parameters
+    ----------
+    shards : Sequence[Sequence[int]]
+        Partition ids of each shard.
+    num_requests : int
+        K, at most the number of clients.
+    draws : int
+        Draws (> 0).
+    seed : int
+        Seed of the draws.
+
+    Returns
+    -------
+    float
+        The mean number of impacted shards.
+
+    Raises
+    ------
+    ValueError
+        K above the number of clients, or ``draws`` < 1.
+    """
+    shard_of = _shard_array(shards)
+    if not 0 < num_requests <= len(shard_of) or draws < 1:
+        raise ValueError(f"num-requests = {num_requests} with {len(shard_of)} clients "
+                         f"and {draws} draws: need 1 <= K <= clients and draws >= 1")
+    rng = np.random.default_rng(seed)
+    counts = [len(set(shard_of[rng.choice(len(shard_of), num_requests, replace=False)]))
+              for _ in range(draws)]
+    return float(np.mean(counts))
+
+
+def _shard_array(shards: Sequence[Sequence[int]]) -> np.ndarray:
+    """Shard of each client, indexed by position in the sorted list of clients."""
+    pairs = sorted((p, s) for s, pids in enumerate(shards) for p in pids)
+    return np.array([s for _, s in pairs], dtype=np.int64)

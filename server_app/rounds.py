@@ -100,6 +100,10 @@ class CostMeter:
         Client replies accepted (screened and aggregated) over all rounds.
     wall_s : float
         Wall seconds, set by whoever drives the rounds.
+    modelled_wall_s : float
+        Modelled wall time of a real federation (:meth:`round_wall_s`, summed
+        over rounds): clients train in parallel, shards in parallel, each
+        participant on its own link.
     """
 
     link_rate_mbps: float = 100.0
@@ -114,9 +118,11 @@ class CostMeter:
     warnings: list[str] = field(default_factory=list)
     accepted: int = 0
     wall_s: float = 0.0
+    modelled_wall_s: float = 0.0
 
     def on_round(self, outcome: RoundOutcome) -> None:
         """Add the round's sent models, accepted replies and server seconds."""
+        self.modelled_wall_s += self.round_wall_s(outcome)
         for message in outcome.messages:
             self.contacted.append(message.metadata.dst_node_id)
             self._transfer(message.content["arrays"])
@@ -133,6 +139,32 @@ class CostMeter:
         self.compute_s += outcome.server_s
         self.warnings += outcome.warnings
         self.rounds += 1
+
+    def round_wall_s(self, outcome: RoundOutcome) -> float:
+        """Modelled wall seconds of one round in a real federation.
+
+        ``server_s + max over accepted replies m of (down_m + train_m + up_m)``,
+        where ``train_m`` is the reply's ``train-seconds``, ``down_m`` the
+        modelled transfer (:func:`history.comm.transfer_seconds`) of the model
+        sent to m and ``up_m`` that of m's reply. Clients of a shard train in
+        parallel and shards run in parallel, so the round lasts as long as its
+        slowest participant, plus the server's measured configure / aggregate
+        seconds. A round that contacts no client (SE's preparation) costs its
+        server seconds only; clients that did not answer are not waited for
+        (the timeout is not counted).
+        """
+        sent = {m.metadata.dst_node_id: m.content["arrays"].count_bytes()
+                for m in outcome.messages}
+        slowest = 0.0
+        for replies in outcome.by_shard:
+            for reply in replies:
+                down = sent.get(reply.metadata.src_node_id, 0)
+                path = (float(reply.content["metrics"]["train-seconds"])
+                        + transfer_seconds(reply.content["arrays"].count_bytes(),
+                                           self.link_rate_mbps)
+                        + (transfer_seconds(down, self.link_rate_mbps) if down else 0.0))
+                slowest = max(slowest, path)
+        return outcome.server_s + slowest
 
     def _transfer(self, arrays: ArrayRecord) -> None:
         self.transfers += 1

@@ -96,7 +96,9 @@ class RequestCost:
     """What one framework spent on one request (``frameworks.<F>.requests[k]``).
 
     A request whose clients were all forgotten before is a no-op: only
-    ``request``, ``clients`` (empty) and ``noop`` are set.
+    ``request``, ``clients`` (empty) and ``noop`` are set. ``modelled_wall_s``,
+    ``to_target`` (FR, RR), ``rounds_replayed`` and ``replay`` (SE) are as in
+    :class:`FrameworkSummary`, for this request alone.
     """
 
     request: int
@@ -111,6 +113,10 @@ class RequestCost:
     warnings: list[str] | None = None
     slice_retrieval: dict | None = None
     clients_per_round: int | None = None
+    modelled_wall_s: float | None = None
+    to_target: dict | None = None
+    rounds_replayed: int | None = None
+    replay: dict | None = None
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out)."""
@@ -178,6 +184,19 @@ class FrameworkSummary:
         FR, RR: clients sampled per round after forgetting.
     noop : bool, optional
         True when every request was a no-op (no model was produced).
+    modelled_wall_s : float, optional
+        Modelled wall seconds of a real federation
+        (:meth:`server_app.rounds.CostMeter.round_wall_s`, summed).
+    to_target : dict, optional
+        FR, RR: :meth:`server_app.target.TargetWatch.result` of the last request.
+    rounds_to_target : int, optional
+        FR, RR: first round whose test loss reached the original model's
+        (absent when not reached in G rounds).
+    rounds_replayed : int, optional
+        SE: stored rounds replayed, summed over requests and impacted shards.
+    replay : dict, optional
+        SE: ``rounds_replayed``, ``rounds_from_round1`` (what replay from round 1
+        would take), ``retrain_messages_saved`` and the shards left unchanged.
     audit : dict[str, float]
         Membership-inference scores, written as ``mia_<metric>``.
     perplexity : float, optional
@@ -199,6 +218,11 @@ class FrameworkSummary:
     noop: bool | None = None
     audit: dict[str, float] = field(default_factory=dict)
     perplexity: float | None = None
+    modelled_wall_s: float | None = None
+    to_target: dict | None = None
+    rounds_to_target: int | None = None
+    rounds_replayed: int | None = None
+    replay: dict | None = None
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out, audit as ``mia_<metric>``)."""
@@ -250,6 +274,9 @@ class RunSummary:
     original: ModelScores | None = None
     faults: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    data: dict | None = None
+    """The data read (:func:`task.provenance.data_provenance`): files, format,
+    checksums."""
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

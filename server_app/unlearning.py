@@ -14,6 +14,17 @@ storage SE first fetches and decodes the impacted shards' history from the
 clients' slices: its modelled transfer time, decoding seconds and wall seconds
 are added to SE's ``comm_time_s``, ``compute_s`` and ``wall_s`` and reported per
 request under ``slice_retrieval``.
+
+Two time measures (the paper does not define its own): ``retrain_compute_s`` sums
+every client's training seconds (so SE / FR is about 1 / (S r) whatever the
+data); ``modelled_wall_s`` models a real federation, where clients and shards
+train in parallel: per round the slowest participant's download + training +
+upload, plus the server's seconds
+(:meth:`server_app.rounds.CostMeter.round_wall_s`), summed over rounds (a coded
+retrieval adds one slice transfer and the decoding). FR and RR also report
+``to_target``: the first round whose test loss reached the original model's,
+with the costs up to it (:class:`server_app.target.TargetWatch`); they still run
+their G rounds.
 """
 
 from __future__ import annotations
@@ -27,9 +38,10 @@ from flwr.serverapp import Grid
 
 from server_app.frameworks import Framework, Stage, build_framework
 from server_app.requests import expected_cost
-from server_app.rounds import CostMeter, run_rounds
+from server_app.rounds import CostMeter, RoundObserver, run_rounds
 from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from server_app.summary import FrameworkSummary, RequestCost
+from server_app.target import TargetWatch
 from strategies.sharded import ShardedStrategy
 
 __all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "drive",
@@ -44,22 +56,24 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
           timeout: float | None = None, faults: FaultLog | None = None,
           stage: str = "unlearn", partition_of: Mapping[int, int] | None = None,
-          samples: Mapping[int, int] | None = None
+          samples: Mapping[int, int] | None = None, meter: CostMeter | None = None,
+          observers: Sequence[RoundObserver] = ()
           ) -> tuple[list[ArrayRecord], CostMeter]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
     The rounds go through :func:`server_app.rounds.run_rounds` (replies screened,
     rejected ones and missing answers recorded in ``faults``) with a
-    :class:`~server_app.rounds.CostMeter` as observer; its ``wall_s`` is set here.
+    :class:`~server_app.rounds.CostMeter` (``meter``, or a fresh one) as the
+    first observer, then ``observers``; the meter's ``wall_s`` is set here.
     ``samples`` (partition id -> samples held) and ``timeout`` (the most training
     seconds a reply may claim) bound the replies' numbers.
     """
     limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
-    meter = CostMeter(link_rate_mbps)
+    meter = meter if meter is not None else CostMeter(link_rate_mbps)
     t_start = time.perf_counter()
     models = run_rounds(grid, strategy, initial, num_rounds, config, timeout=timeout,
                         faults=faults, label=stage, partition_of=partition_of,
-                        limits=limits, observers=[meter])
+                        limits=limits, observers=[meter, *observers])
     meter.wall_s = time.perf_counter() - t_start
     return models, meter
 
@@ -109,13 +123,20 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
         forget |= set(batch)
         framework = build_framework(name, stage, forget, batch, models or None)
         label = f"{name} request {k}"
+        _log_unchanged(framework, label, log_fn)
+        meter = CostMeter(stage.settings.link_rate_mbps)
+        watch = TargetWatch(evaluate, stage.target_loss, meter) \
+            if name in ("FR", "RR") and stage.target_loss is not None else None
         models, stats = drive(grid, framework.strategy, framework.initial,
                               framework.num_rounds, stage.train_config,
                               stage.settings.link_rate_mbps,
                               stage.settings.round_timeout, faults, label,
-                              stage.sharded.partition_of, stage.sharded.samples)
+                              stage.sharded.partition_of, stage.sharded.samples,
+                              meter, [watch] if watch else [])
         _check_progress(label, stats, faults)
-        per_request.append(_request_cost(k, batch, framework, stats, stage, name))
+        cost = _request_cost(k, batch, framework, stats, stage, name)
+        cost.to_target = watch.result() if watch else None
+        per_request.append(cost)
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
         _accumulate(total, stats)
         log_fn(f"{label} (clients {sorted(batch)}): {stats.compute_s:.1f} s compute, "
@@ -150,12 +171,22 @@ def _request_cost(k: int, batch: Sequence[int], framework: Framework,
         stats.comm_time_s += retrieval["comm_time_s"]
         stats.compute_s += retrieval["decode_s"]
         stats.wall_s += retrieval["wall_s"]
+        stats.modelled_wall_s += _retrieval_wall_s(retrieval)
     return RequestCost(
         k, sorted(batch), impacted_shards=framework.impacted,
         compute_s=stats.compute_s, wall_s=stats.wall_s,
+        modelled_wall_s=stats.modelled_wall_s,
         client_epochs=stats.client_epochs, comm_time_s=stats.comm_time_s,
         shard_compute_s=stats.shard_compute_s, warnings=stats.warnings,
-        slice_retrieval=retrieval or None, clients_per_round=framework.clients_per_round)
+        slice_retrieval=retrieval or None, clients_per_round=framework.clients_per_round,
+        rounds_replayed=_rounds_replayed(framework.replay), replay=framework.replay)
+
+
+def _rounds_replayed(replay: dict | None) -> int | None:
+    """SE: stored rounds replayed over the request's impacted shards."""
+    if replay is None:
+        return None
+    return sum(r["rounds_replayed"] for r in replay["shards"].values())
 
 
 def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
@@ -163,16 +194,33 @@ def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
     store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
     sampled = [r.clients_per_round for r in per_request
                if r.clients_per_round is not None]
+    target = next((r.to_target for r in reversed(per_request) if r.to_target), None)
     return FrameworkSummary(
         accuracy=metrics["accuracy"], loss=metrics["loss"],
         shard_accuracy=metrics["shard_accuracy"],
         retrain_compute_s=total.compute_s, retrain_wall_s=total.wall_s,
+        modelled_wall_s=total.modelled_wall_s,
         client_epochs=total.client_epochs, comm_time_s=total.comm_time_s,
         server_storage_bytes=store.total_bytes() if store else 0,
         requests=per_request, warnings=total.warnings,
         expected=_expected(stage, per_request) if name == "SE" else None,
         # FR, RR: clients per round of the last request (the fewest)
-        clients_per_round=sampled[-1] if sampled else None)
+        clients_per_round=sampled[-1] if sampled else None,
+        # FR, RR: of the last request; absent when not reached in G rounds
+        to_target=target,
+        rounds_replayed=sum(r.rounds_replayed or 0 for r in per_request)
+        if name == "SE" else None,
+        replay=_replay_total(per_request) if name == "SE" else None,
+        rounds_to_target=target.get("round") if target else None)
+
+
+def _log_unchanged(framework: Framework, label: str, log_fn) -> None:
+    """SE: log the shards that stay as they are (the clients never trained there)."""
+    unchanged = (framework.replay or {}).get("unchanged")
+    if unchanged:
+        log_fn(f"{label}: the request's clients never trained in shard(s) "
+               f"{unchanged}: those shard models are unchanged"
+               + ("; nothing to replay" if not framework.num_rounds else ""))
 
 
 def _log_sampling(framework: Framework, clients_per_round: int, label: str,
@@ -194,9 +242,31 @@ def _slice_retrieval(stage: Stage) -> dict | None:
     return stage.sharded_store.take_retrieval()
 
 
+def _replay_total(per_request: Sequence[RequestCost]) -> dict:
+    """SE over all requests: rounds replayed against replay from round 1."""
+    shards = [r for c in per_request for r in ((c.replay or {}).get("shards") or {})
+              .values()]
+    return {"rounds_replayed": sum(r["rounds_replayed"] for r in shards),
+            "rounds_from_round1": sum(r["rounds_from_round1"] for r in shards),
+            "retrain_messages_saved": sum(r["retrain_messages_saved"] for r in shards),
+            "unchanged_shards": sorted({s for c in per_request
+                                        for s in (c.replay or {}).get("unchanged", [])})}
+
+
+def _retrieval_wall_s(retrieval: dict) -> float:
+    """Modelled wall seconds of a coded retrieval.
+
+    Slices arrive in parallel (one transfer's modelled time, the mean of those
+    made) and are then decoded.
+    """
+    per = retrieval["comm_time_s"] / retrieval["transfers"] if retrieval["transfers"] \
+        else 0.0
+    return per + retrieval["decode_s"]
+
+
 def _accumulate(total: CostMeter, stats: CostMeter) -> None:
     for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
-                "comm_time_s"):
+                "comm_time_s", "modelled_wall_s"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
     total.contacted.extend(stats.contacted)
     total.warnings.extend(stats.warnings)

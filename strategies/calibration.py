@@ -13,7 +13,7 @@ Models and updates are dicts of layer name -> float32 ndarray, with the same key
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -104,3 +104,40 @@ def difference(model: Arrays, base: Arrays) -> dict[str, np.ndarray]:
     _check_keys(base, model, "difference")
     return {k: (np.asarray(model[k], np.float32) - np.asarray(base[k], np.float32))
             for k in base}
+
+
+def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
+    """Stored rounds used by calibrated retraining: 1, 1 + dt, 1 + 2 dt, ...
+
+    FedEraser calibrates every ``interval`` (dt) rounds; round 1 is the
+    preparation round (eq. 2). Raises ValueError for ``interval < 1``.
+    """
+    if interval < 1:
+        raise ValueError(f"calibration-interval = {interval} is not allowed: >= 1")
+    return [r for r in rounds if (r - 1) % interval == 0]
+
+
+def first_participation(history, shard: int, clients: Iterable[int]
+                        ) -> int | None:
+    """The first stored round of ``shard`` in which one of ``clients`` took part.
+
+    Parameters
+    ----------
+    history : strategies.unlearning.HistoryReader
+        The shard's stored history (``rounds``, ``participants``).
+    shard : int
+        Which shard.
+    clients : Iterable[int]
+        Partition ids.
+
+    Returns
+    -------
+    int or None
+        The round (>= 1), or None when none of ``clients`` ever trained there:
+        the shard's models never depended on them.
+    """
+    clients = frozenset(clients)
+    for rnd in history.rounds(shard):
+        if any(p in clients for p, _ in history.participants(shard, rnd)):
+            return rnd
+    return None

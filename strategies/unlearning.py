@@ -25,11 +25,20 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import calibrate, difference, weighted_step
+from strategies.calibration import (
+    calibrate,
+    calibration_plan,
+    difference,
+    first_participation,
+    weighted_step,
+)
 from strategies.factory import make_stock_strategy
 from strategies.sharded import ShardedStrategy, to_numpy, to_record
 
 UNLEARN_MESSAGE = "train.unlearn"
+__all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
+           "HistoryReader", "RapidRetrain", "ShardingEraser", "UNLEARN_MESSAGE",
+           "calibration_plan", "first_participation"]
 
 
 class HistoryReader(Protocol):
@@ -49,24 +58,21 @@ class HistoryReader(Protocol):
         """Stored rounds (>= 1), ascending."""
 
 
-def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
-    """Stored rounds used by calibrated retraining: 1, 1 + dt, 1 + 2 dt, ...
-
-    FedEraser calibrates every ``interval`` (dt) rounds; round 1 is the
-    preparation round (eq. 2). Raises ValueError for ``interval < 1``.
-    """
-    if interval < 1:
-        raise ValueError(f"calibration-interval = {interval} is not allowed: >= 1")
-    return [r for r in rounds if (r - 1) % interval == 0]
-
-
 class CalibratedRetraining(Strategy):
     """Calibrated retraining of one shard from its stored history (FedEraser).
 
+    FedEraser's plan is 1, 1 + dt, 1 + 2 dt, ... With
+    ``from_first_participation`` replay starts at :attr:`start_round` p, the last
+    round of that plan at or before g0, the first stored round in which a
+    forgotten client took part (p = g0 when dt = 1): the shard's rounds before
+    g0 never saw a forgotten client, so the caller starts from the stored
+    W^(p-1) and the plan is the rest of FedEraser's from p. A shard whose
+    forgotten clients never trained has an empty plan (nothing to redo).
     Server round k replays stored round ``plan[k - 1]``:
 
-    - k = 1, preparation (eq. 2): W'^1 = W^0 + sum n_m U_m^1 / sum n_m over the
-      retained participants of stored round 1; no client is contacted.
+    - k = 1, preparation (eq. 2): W'^p = W^(p-1) + sum n_m U_m^p / sum n_m over
+      the retained participants of stored round p; no client is contacted (they
+      would start from W^(p-1), the model they started from in learning).
     - k > 1, calibration (eq. 3): the retained participants of stored round
       g = plan[k - 1] train ``retrain_epochs`` (L / r) local epochs from W'^(k-1)
       (``train.unlearn`` messages); each new update U^ is calibrated per layer
@@ -89,6 +95,9 @@ class CalibratedRetraining(Strategy):
         Local epochs of a retraining step, L / r.
     calibration_interval : int
         dt of FedEraser (1 = every stored round).
+    from_first_participation : bool
+        Start at the first round a forgotten client took part (default); False
+        replays from round 1 (when W^(g0-1) cannot be had).
 
     Raises
     ------
@@ -98,7 +107,8 @@ class CalibratedRetraining(Strategy):
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  node_of: Mapping[int, int], retrain_epochs: float,
-                 calibration_interval: int = 1) -> None:
+                 calibration_interval: int = 1,
+                 from_first_participation: bool = True) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
         self.history = history
@@ -106,7 +116,16 @@ class CalibratedRetraining(Strategy):
         self.forget = frozenset(forget)
         self.node_of = dict(node_of)
         self.retrain_epochs = float(retrain_epochs)
-        self.plan = calibration_plan(history.rounds(shard), calibration_interval)
+        rounds = history.rounds(shard)
+        self.full_plan = calibration_plan(rounds, calibration_interval)
+        first = first_participation(history, shard, self.forget)
+        self.start_round: int | None = 1
+        self.plan = list(self.full_plan)  # FedEraser's own rule: from round 1
+        if from_first_participation:  # the last plan round at or before g0 on
+            self.start_round = None if first is None else max(
+                r for r in self.full_plan if r <= first)
+            self.plan = [r for r in self.full_plan
+                         if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
         self._base: dict[str, np.ndarray] | None = None
         self._expected: dict[int, tuple[int, int]] = {}
@@ -115,6 +134,26 @@ class CalibratedRetraining(Strategy):
     def num_rounds(self) -> int:
         """Server rounds needed: one per planned stored round."""
         return len(self.plan)
+
+    def replay_report(self) -> dict:
+        """What starting at :attr:`start_round` saves against replay from round 1.
+
+        Returns
+        -------
+        dict
+            ``start_round`` (None: no forgotten client trained here),
+            ``rounds_replayed`` (len of the plan), ``rounds_from_round1`` (of
+            the plan from round 1) and ``retrain_messages_saved`` (retained
+            participants' retraining messages of the calibration rounds not
+            replayed).
+        """
+        def messages(plan: Sequence[int]) -> int:
+            return sum(len(self.retained(r)) for r in plan[1:])
+
+        return {"start_round": self.start_round if self.plan else None,
+                "rounds_replayed": len(self.plan),
+                "rounds_from_round1": len(self.full_plan),
+                "retrain_messages_saved": messages(self.full_plan) - messages(self.plan)}
 
     def retained(self, rnd: int) -> list[tuple[int, int]]:
         """(partition id, n) of stored round ``rnd``'s participants not forgotten."""
@@ -235,6 +274,8 @@ class ShardingEraser(ShardedStrategy):
         sequential series, request k retrains only the shards of its own
         clients, with ``forget`` = all clients forgotten so far (the other
         shards already excluded the earlier ones).
+    from_first_participation : bool
+        Passed to each :class:`CalibratedRetraining`.
 
     Raises
     ------
@@ -246,7 +287,8 @@ class ShardingEraser(ShardedStrategy):
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  retrain_epochs: float, calibration_interval: int = 1,
-                 impacted: Iterable[int] | None = None) -> None:
+                 impacted: Iterable[int] | None = None,
+                 from_first_participation: bool = True) -> None:
         forget = frozenset(forget)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
         unknown = sorted(forget - set(shard_of))
@@ -262,7 +304,7 @@ class ShardingEraser(ShardedStrategy):
                              "forgotten client: nothing to retrain there")
         subs: list[Strategy] = [
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
-                                 calibration_interval)
+                                 calibration_interval, from_first_participation)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))
         ]
@@ -274,6 +316,18 @@ class ShardingEraser(ShardedStrategy):
         """Server rounds: the longest plan of an impacted shard."""
         return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
                    default=0)
+
+    def start_rounds(self) -> dict[int, int | None]:
+        """Impacted shard -> g0, the stored round its replay starts at.
+
+        None: no forgotten client trained there; its model stays.
+        """
+        return {s: self.shard_strategies[s].start_round
+                if self.shard_strategies[s].plan else None for s in self.impacted}
+
+    def replay_report(self) -> dict[int, dict]:
+        """Impacted shard -> :meth:`CalibratedRetraining.replay_report`."""
+        return {s: self.shard_strategies[s].replay_report() for s in self.impacted}
 
 
 class FedEraser(ShardingEraser):
