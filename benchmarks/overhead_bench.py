@@ -62,7 +62,8 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:
             sampled = random.Random(f"{cfg.seed}:{rnd}:{s}").sample(pids, per_shard)
             updates, weights = [], []
             for pid in sampled:
-                x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed)
+                x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed,
+                                   cfg.partition_alpha, cfg.classes_per_client)
                 x, y = x[:cfg.client_samples or None], y[:cfg.client_samples or None]
                 model = build_model(cfg.dataset, task.num_classes)
                 model.load_state_dict({k: torch.from_numpy(v) for k, v in

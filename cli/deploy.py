@@ -34,6 +34,7 @@ from cli.deploy_parts import (
     stage_app,
     start_superlink,
     start_supernodes,
+    wait_for_nodes,
 )
 from cli.env import free_ports
 from cli.procs import Children
@@ -159,6 +160,7 @@ def _deploy(run_dir: Path, nodes: int, start: float) -> Path | None:
         try:
             procs = [start_superlink(children, run_dir, ports[0]),
                      *start_supernodes(children, run_dir, link, ports[1:])]
+            wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
         except DeployError as err:
             _say(str(err))
             return None

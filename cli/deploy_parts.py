@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from cli.procs import Children, tee
+from cli.progress import output_sink, wait_bar
 
 RUN_STARTED = re.compile(rb"Successfully started run (\d+)")
 # files of the app bundle `flwr run` would build (it walks the whole folder first)
@@ -66,6 +67,29 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
     _say(f"{len(procs)} SuperNodes, pids {' '.join(str(p.pid) for p in procs)}, "
          f"ports {' '.join(map(str, ports))}")
     return procs
+
+
+def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],
+                   seconds: float, run_dir: Path) -> None:
+    """Wait until every SuperNode listens on its port (a bar with the time left).
+
+    Raises
+    ------
+    DeployError
+        A SuperNode exited, or was not listening after ``seconds``.
+    """
+    progress, task = wait_bar("SuperNodes up", len(ports))
+    start = time.monotonic()
+    try:
+        for i, (proc, port) in enumerate(zip(procs, ports, strict=True)):
+            left = max(1.0, seconds - (time.monotonic() - start))
+            wait_for_port(port, proc, left, f"SuperNode {i}", run_dir)
+            if progress is not None:
+                progress.advance(task)
+    finally:
+        if progress is not None:
+            progress.stop()
+    _say(f"{len(ports)} SuperNodes listening after {time.monotonic() - start:.1f} s")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, seconds: float, name: str,
@@ -151,12 +175,12 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     """
     argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
     _say(f"flwr run {app} {name} --stream (log: {log})")
-    with open(log, "ab") as sink:
+    with open(log, "ab") as sink, output_sink() as out:
         for attempt in range(4):
             proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            pump = tee(proc.stdout, sys.stdout.buffer, sink)
+            pump = tee(proc.stdout, out, sink)
             while proc.poll() is None:
                 if _stop_reason(watched, start, timeout_s, log.parent):
                     return

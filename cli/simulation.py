@@ -21,6 +21,7 @@ from pathlib import Path
 from cli import config
 from cli.env import free_ports
 from cli.procs import Children, tee
+from cli.progress import output_sink
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.results import RunFolder
@@ -112,10 +113,10 @@ def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:
     argv = ["flwr", "run", str(config.PROJECT), "--stream",
             "--run-config", str(home / "run-config.toml"), "--federation-config",
             f"num-supernodes={supernodes} client-resources-num-cpus=1"]
-    with Children() as children, open(log_path, "wb") as log:
+    with Children() as children, open(log_path, "wb") as log, output_sink() as out:
         proc = children.start(argv, env=env, cwd=config.PROJECT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        pump = tee(proc.stdout, sys.stdout.buffer, log)
+        pump = tee(proc.stdout, out, log)
         status = proc.wait()
         pump.join(timeout=5)
     return status

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from cli import config as cli_config
 from cli.procs import Children, exit_on_signals
+from cli.progress import bar as progress_bar
 from experiments import suites
 from experiments.suites import RunSpec, StorageSweep
 
@@ -46,7 +47,10 @@ class Progress:
     """One line per step on stderr: experiment, step i/N, elapsed, time left.
 
     The time left is the seconds per unit of estimated cost so far times the
-    estimated cost still to run (weights from :mod:`experiments.suites`).
+    estimated cost still to run (weights from :mod:`experiments.suites`).  On a
+    terminal a rich bar over the same weights stays below the lines
+    (:func:`cli.progress.bar`); elsewhere only the lines are written.  Call
+    :meth:`close` at the end.
     """
 
     def __init__(self, weights: list[float], stream=None) -> None:
@@ -54,10 +58,21 @@ class Progress:
         self.done_weight = 0.0
         self.spent = 0.0
         self.t0 = time.perf_counter()
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
+        self.bar = progress_bar(self.stream)
+        if self.bar is not None:
+            self.task = self.bar.add_task("experiments (by cost)", total=sum(weights))
 
     def _say(self, text: str) -> None:
-        print(text, file=self.stream if self.stream is not None else sys.stderr, flush=True)
+        if self.bar is not None:
+            self.bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """Stop the bar (no-op off a terminal)."""
+        if self.bar is not None:
+            self.bar.stop()
 
     def start(self, i: int, experiment: str, label: str) -> None:
         """Announce step ``i`` (0-based)."""
@@ -70,6 +85,8 @@ class Progress:
         """Record step ``i``'s seconds and announce it."""
         self.done_weight += self.weights[i]
         self.spent += seconds
+        if self.bar is not None:
+            self.bar.advance(self.task, self.weights[i])
         self._say(f"[{experiment}] run {i + 1}/{len(self.weights)} {label}: {status} "
                   f"in {_clock(seconds)}; elapsed "
                   f"{_clock(time.perf_counter() - self.t0)}, left {self.left(i + 1)}")
@@ -247,6 +264,19 @@ def _run_spec(spec: RunSpec, out: Path, data_dir: str, engine: str,
     return entry, status
 
 
+def _run_step(i: int, step: RunSpec | StorageSweep, progress: Progress, results: dict,
+              out: Path, data_dir: str, engine: str, keep_history: bool) -> None:
+    progress.start(i, step.experiment, step.name)
+    t0 = time.perf_counter()
+    if isinstance(step, StorageSweep):
+        status = _run_sweep(step, out, results)
+    else:
+        entry, status = _run_spec(step, out, data_dir, engine, keep_history)
+        results["runs"].append(entry)
+    progress.finish(i, step.experiment, step.name, time.perf_counter() - t0, status)
+    _write_json(out / "results.json", results)
+
+
 def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
             datasets: tuple[str, ...] | None = None, stream=None) -> dict:
@@ -292,16 +322,11 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
                "storage_sweep_source": None, "machine": machine()}
     for why in skipped.values():
         print(f"skipping a dataset: {why}", file=stream, flush=True)
-    for i, step in enumerate(steps):
-        progress.start(i, step.experiment, step.name)
-        t0 = time.perf_counter()
-        if isinstance(step, StorageSweep):
-            status = _run_sweep(step, out, results)
-        else:
-            entry, status = _run_spec(step, out, data_dir, engine, keep_history)
-            results["runs"].append(entry)
-        progress.finish(i, step.experiment, step.name, time.perf_counter() - t0, status)
-        _write_json(out / "results.json", results)
+    try:
+        for i, step in enumerate(steps):
+            _run_step(i, step, progress, results, out, data_dir, engine, keep_history)
+    finally:
+        progress.close()
     results["wall_s"] = time.perf_counter() - t_start
     write_outputs(results, out)
     print(f"report: {(out / 'report.md').resolve()}", file=stream, flush=True)

@@ -226,8 +226,9 @@ def prepare(run_config) -> Prepared:
     for note in notes:
         log(INFO, "%s", note)
     # what each client holds bounds the num-examples its replies may claim
-    samples = dict(enumerate(partition_sizes(task, cfg.num_clients, cfg.partition,
-                                             cfg.seed, cfg.client_samples)))
+    samples = dict(enumerate(partition_sizes(
+        task, cfg.num_clients, cfg.partition, cfg.seed, cfg.client_samples,
+        cfg.partition_alpha, cfg.classes_per_client)))
     requests, noops = plan_requests(cfg)
     folder = RunFolder.start(cfg)
     # resolved paths: another spelling of the same folders is the same run

@@ -41,7 +41,8 @@ def ensemble_proba(models: Sequence[ArrayRecord], x: torch.Tensor, dataset: str,
 def _samples(cfg: RunConfig, task, clients: Sequence[int], limit: int, seed: int):
     xs, ys = [], []
     for pid in clients:
-        x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed)
+        x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed,
+                           cfg.partition_alpha, cfg.classes_per_client)
         cut = cfg.client_samples or None
         xs.append(x[:cut])
         ys.append(y[:cut])

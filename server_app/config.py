@@ -20,7 +20,7 @@ from pathlib import Path
 
 from history.coded_catalog import auto_blocks_per_shard
 from strategies.factory import SERVER_DEFAULTS
-from task.config import DATASETS, OPTIMIZERS, PARTITIONS
+from task.config import DATASETS, MAX_PARTITION_ALPHA, OPTIMIZERS, PARTITIONS
 
 # Stock Flower strategies a shard may use as its aggregator (run-config
 # ``shard-strategy``). Robust aggregators that need extra arguments are left out.
@@ -80,6 +80,8 @@ class RunConfig:
 
     dataset: str = "mnist"
     partition: str = "iid"
+    partition_alpha: float = 0.5
+    classes_per_client: int = 2
     num_clients: int = 100
     num_shards: int = 4
     clients_per_round: int = 20
@@ -203,7 +205,18 @@ class RunConfig:
             if not least <= value <= most and not (key == "server-lr" and value == 0):
                 raise _bad(key, value, f"a number in [{least:g}, {most:g}]")
 
+    def _validate_partition(self) -> None:
+        if not 0 < self.partition_alpha <= MAX_PARTITION_ALPHA:
+            raise _bad("partition-alpha", self.partition_alpha,
+                       f"a finite number in (0, {MAX_PARTITION_ALPHA:g}] (Dirichlet "
+                       "concentration of partition='dirichlet'; smaller = more skewed)")
+        if self.classes_per_client < 1:
+            raise _bad("classes-per-client", self.classes_per_client,
+                       "a positive integer, at most the task's classes (10), used by "
+                       "partition='pathological'")
+
     def _validate_topology(self) -> None:
+        self._validate_partition()
         if self.num_shards > self.num_clients:
             raise _bad("num-shards", self.num_shards,
                        f"at most num-clients = {self.num_clients}")

@@ -280,14 +280,18 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
     from task.data import partitions
 
     try:
-        parts = partitions(task, cfg.num_clients, cfg.partition, cfg.seed)
+        parts = partitions(task, cfg.num_clients, cfg.partition, cfg.seed,
+                           cfg.partition_alpha, cfg.classes_per_client)
     except ValueError as err:
         raise ConfigError(f"run-config 'num-clients' = {cfg.num_clients} with "
                           f"partition = {cfg.partition!r} is not allowed for "
                           f"{cfg.dataset}: {err}") from err
+    if task.kind == "text" and cfg.partition in ("dirichlet", "pathological"):
+        return [f"partition={cfg.partition!r} on text: the text's own non-IID buckets "
+                "(no classes to split)"]
     even = len(task.train_y) // cfg.num_clients
     size = len(parts[0])
-    if task.kind == "image" and size < even:
+    if task.kind == "image" and cfg.partition == "noniid" and size < even:
         return [f"partition='noniid' with {cfg.num_clients} clients: {size} samples "
                 f"per client (N // C = {even} needs more of one class than exists)"]
     return []

@@ -29,8 +29,15 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
 """Run-config ``dataset``: the four tasks of the paper."""
 
-PARTITIONS = ("iid", "noniid")
-"""Run-config ``partition``: how training samples (images) or blocks (text) are split."""
+PARTITIONS = ("iid", "noniid", "dirichlet", "pathological")
+"""Run-config ``partition``: how training samples (images) or blocks (text) are split.
+
+``dirichlet`` and ``pathological`` are Flower Datasets' partitioners
+(:mod:`task.partitioners`); text uses its ``noniid`` buckets for every non-IID
+scheme (it has no classes)."""
+
+MAX_PARTITION_ALPHA = 1e6
+"""Upper bound of run-config ``partition-alpha`` (larger is IID in all but name)."""
 
 OPTIMIZERS = ("sgd", "adam")
 """Run-config ``optimizer``: local optimizers of :func:`task.train.local_train`."""
@@ -126,6 +133,12 @@ class TaskConfig:
         ``block-size``: text block length in characters (>= 2; images ignore it).
     client_samples : int
         ``client-samples``: cap on a client's training samples, 0 = all (>= 0).
+    partition_alpha : float
+        ``partition-alpha``: Dirichlet concentration of ``dirichlet``, in
+        (0, :data:`MAX_PARTITION_ALPHA`].
+    classes_per_client : int
+        ``classes-per-client``: classes per client of ``pathological``, >= 1
+        (at most the task's classes, checked with the data).
     """
 
     dataset: str
@@ -135,6 +148,8 @@ class TaskConfig:
     data_dir: str
     block_size: int
     client_samples: int
+    partition_alpha: float = 0.5
+    classes_per_client: int = 2
 
     def __post_init__(self) -> None:
         text = self.dataset == "shakespeare"  # images ignore block-size
@@ -145,6 +160,7 @@ class TaskConfig:
         if not is_int(self.client_samples) or self.client_samples < 0:
             raise ValueError(f"client-samples={self.client_samples!r} must be an "
                              "integer >= 0 (0: all of the partition)")
+        check_partition_args(self.partition_alpha, self.classes_per_client)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> TaskConfig:
@@ -179,11 +195,35 @@ class TaskConfig:
         return cls(dataset=get("dataset", str), partition=get("partition", str),
                    num_clients=get("num-clients", int), seed=get("seed", int),
                    data_dir=get("data-dir", str), block_size=get("block-size", int),
-                   client_samples=get("client-samples", int))
+                   client_samples=get("client-samples", int),
+                   partition_alpha=get("partition-alpha", float),
+                   classes_per_client=get("classes-per-client", int))
+
+
+def check_partition_args(alpha: object, classes_per_client: object) -> None:
+    """Check ``partition-alpha`` and ``classes-per-client`` (every scheme checks both).
+
+    Raises
+    ------
+    ValueError
+        One line naming the key, the value and the allowed range.
+    """
+    ok = isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(
+        alpha, bool) and math.isfinite(alpha) and 0 < alpha <= MAX_PARTITION_ALPHA
+    if not ok:
+        raise ValueError(f"partition-alpha={alpha!r} must be a finite number in "
+                         f"(0, {MAX_PARTITION_ALPHA:g}]")
+    if not is_int(classes_per_client) or classes_per_client < 1:
+        raise ValueError(f"classes-per-client={classes_per_client!r} must be an "
+                         "integer >= 1")
 
 
 def _typed(key: str, value: object, kind: type) -> object:
-    """``value`` as ``kind`` (str or int; an integral float counts as an int)."""
+    """``value`` as ``kind`` (str, int or float; an integral float counts as an int)."""
+    if kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError(f"run-config '{key}' = {value!r} must be a number")
     if kind is str:
         if not isinstance(value, str):
             raise ValueError(f"run-config '{key}' = {value!r} must be a string")

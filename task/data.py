@@ -28,7 +28,7 @@ from task import text as text_task
 from task.cifar import load_cifar10
 from task.config import TaskConfig, check_dataset, check_split, validate_data_args
 from task.locate import cache_root, node_data_dir, resolve_data_dir
-from task.partition import partition_indices
+from task.partitioners import label_partition
 
 log = logging.getLogger("task.data")
 
@@ -157,16 +157,21 @@ load_task_data.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defin
 
 
 @functools.lru_cache(maxsize=32)
-def _partition(task: TaskData, num_clients: int, scheme: str, seed: int
-               ) -> tuple[np.ndarray, ...]:
+def _partition(task: TaskData, num_clients: int, scheme: str, seed: int, alpha: float,
+               classes_per_client: int) -> tuple[np.ndarray, ...]:
     if task.kind == "text":
-        parts = text_task.partition_text(len(task.train_x), num_clients, scheme, seed)
+        # No classes to skew: every non-IID scheme is the text's bucket scheme.
+        text_scheme = "iid" if scheme == "iid" else "noniid"
+        parts = text_task.partition_text(len(task.train_x), num_clients, text_scheme,
+                                         seed)
     else:
-        parts = partition_indices(task.train_y.numpy(), num_clients, scheme, seed)
+        parts = label_partition(task.train_y.numpy(), num_clients, scheme, seed,
+                                alpha, classes_per_client)
     return tuple(parts)
 
 
-def partitions(task: TaskData, num_clients: int, scheme: str, seed: int
+def partitions(task: TaskData, num_clients: int, scheme: str, seed: int,
+               alpha: float = 0.5, classes_per_client: int = 2
                ) -> tuple[np.ndarray, ...]:
     """Every client's rows of ``task.train_x`` (cached per task and arguments).
 
@@ -179,17 +184,22 @@ def partitions(task: TaskData, num_clients: int, scheme: str, seed: int
         From :func:`load_task_data`.
     num_clients : int
         Number of clients ``C``.
-    scheme : {"iid", "noniid"}
-        Partition scheme.
+    scheme : str
+        One of :data:`task.config.PARTITIONS`.
     seed : int
         Partition seed.
+    alpha : float
+        ``partition-alpha`` (``dirichlet`` only).
+    classes_per_client : int
+        ``classes-per-client`` (``pathological`` only).
 
     Returns
     -------
     tuple of np.ndarray
-        ``C`` sorted int64 index arrays, pairwise disjoint (images: equal
-        lengths, see :func:`task.partition.partition_indices`; text: see
-        :func:`task.text.partition_text`).
+        ``C`` sorted int64 index arrays, pairwise disjoint (images: see
+        :func:`task.partitioners.label_partition`; text: see
+        :func:`task.text.partition_text`, every non-IID scheme being its
+        ``noniid`` buckets).
 
     Raises
     ------
@@ -197,12 +207,14 @@ def partitions(task: TaskData, num_clients: int, scheme: str, seed: int
         Naming ``partition`` or ``num-clients`` when invalid or infeasible.
     """
     check_split(scheme, num_clients)
-    return _partition(task, num_clients, scheme, seed)
+    return _partition(task, num_clients, scheme, seed, float(alpha),
+                      int(classes_per_client))
 
 
 @functools.lru_cache(maxsize=128)
 def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str,
-                seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+                seed: int, alpha: float = 0.5, classes_per_client: int = 2
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """One client's training data.
 
     Images use :func:`task.partition.partition_indices`, text
@@ -217,10 +229,12 @@ def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str
         Client index in ``[0, num_clients)``.
     num_clients : int
         Number of clients ``C``.
-    scheme : {"iid", "noniid"}
-        Partition scheme.
+    scheme : str
+        One of :data:`task.config.PARTITIONS`.
     seed : int
         Partition seed.
+    alpha, classes_per_client :
+        As :func:`partitions`.
 
     Returns
     -------
@@ -236,12 +250,14 @@ def client_data(task: TaskData, partition_id: int, num_clients: int, scheme: str
         or when the partition is infeasible.
     """
     check_split(scheme, num_clients, partition_id)
-    idx = torch.from_numpy(partitions(task, num_clients, scheme, seed)[partition_id])
+    parts = partitions(task, num_clients, scheme, seed, alpha, classes_per_client)
+    idx = torch.from_numpy(parts[partition_id])
     return task.train_x[idx], task.train_y[idx]
 
 
 def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
-                    cap: int = 0) -> list[int]:
+                    cap: int = 0, alpha: float = 0.5, classes_per_client: int = 2
+                    ) -> list[int]:
     """Training samples each client holds, without copying any data.
 
     The same partition as :func:`client_data` (cached), so the server can bound
@@ -253,13 +269,15 @@ def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
         From :func:`load_task_data`.
     num_clients : int
         Number of clients ``C``.
-    scheme : {"iid", "noniid"}
-        Partition scheme.
+    scheme : str
+        One of :data:`task.config.PARTITIONS`.
     seed : int
         Partition seed.
     cap : int
         The run config's ``client-samples``: a client uses only its first
         ``cap`` samples (0 = all).
+    alpha, classes_per_client :
+        As :func:`partitions`.
 
     Returns
     -------
@@ -272,7 +290,8 @@ def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
         As :func:`client_data`, naming ``partition`` or ``num-clients``.
     """
     check_split(scheme, num_clients, None)
-    sizes = [len(part) for part in partitions(task, num_clients, scheme, seed)]
+    parts = partitions(task, num_clients, scheme, seed, alpha, classes_per_client)
+    sizes = [len(part) for part in parts]
     return [min(size, cap) if cap > 0 else size for size in sizes]
 
 
@@ -306,6 +325,7 @@ def load_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str = 
     """
     folder = node_data_dir(cfg.dataset, cfg.data_dir, server_data_dir)
     task = load_task_data(cfg.dataset, folder, cfg.block_size)
-    x, y = client_data(task, partition_id, cfg.num_clients, cfg.partition, cfg.seed)
+    x, y = client_data(task, partition_id, cfg.num_clients, cfg.partition, cfg.seed,
+                       cfg.partition_alpha, cfg.classes_per_client)
     limit = cfg.client_samples or None  # 0: all of the partition
     return x[:limit], y[:limit], task

@@ -17,9 +17,13 @@ import logging
 
 import numpy as np
 
-from task.config import PARTITIONS, is_int
+from task.config import is_int
 
 log = logging.getLogger(__name__)
+
+OWN_SCHEMES = ("iid", "noniid")
+"""The schemes split here; the others of :data:`task.config.PARTITIONS` are Flower
+Datasets' partitioners (:mod:`task.partitioners`)."""
 
 
 def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
@@ -72,8 +76,9 @@ def partition_indices(labels: np.ndarray, num_clients: int, scheme: str, seed: i
     """
     labels = np.asarray(labels).reshape(-1)
     n = len(labels)
-    if scheme not in PARTITIONS:
-        raise ValueError(f"partition={scheme!r} is not one of {PARTITIONS}")
+    if scheme not in OWN_SCHEMES:
+        raise ValueError(f"partition={scheme!r} is not one of {OWN_SCHEMES} (the "
+                         "others: task.partitioners.label_partition)")
     if not is_int(num_clients) or not 1 <= num_clients <= n:
         raise ValueError(f"num-clients={num_clients!r} must be an integer in [1, {n}]")
     if not 0.0 <= primary_fraction <= 1.0:

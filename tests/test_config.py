@@ -17,7 +17,12 @@ def test_defaults_are_valid_and_match_pyproject():
 
 @pytest.mark.parametrize("key, value, words", [
     ("dataset", "imagenet", "mnist, fmnist, cifar10"),
-    ("partition", "dirichlet", "iid, noniid"),
+    ("partition", "lda", "iid, noniid, dirichlet, pathological"),
+    ("partition-alpha", 0.0, "(0, 1e+06]"),
+    ("partition-alpha", -1.0, "smaller = more skewed"),
+    ("partition-alpha", float("nan"), "a finite number"),
+    ("classes-per-client", 0, "a positive integer"),
+    ("classes-per-client", 1.5, "an integer"),
     ("num-shards", 101, "at most num-clients"),
     ("clients-per-round", 22, "multiple of num-shards"),
     ("clients-per-round", 104, "at most 100"),
