@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strategies.factory import SERVER_DEFAULTS
+from task.backdoor import MAX_TRIGGER
 from task.config import DATASETS, OPTIMIZERS, PARTITIONS
 
 # Stock Flower strategies a shard may use as its aggregator (run-config
@@ -101,6 +102,10 @@ class RunConfig:
     storage: str = "uncoded"
     blocks_per_shard: int = 5
     quant_scale_bits: int = 24
+    mia_shadows: int = 0
+    backdoor_trigger: int = 0
+    backdoor_fraction: float = 0.5
+    backdoor_target: int = 0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -169,6 +174,7 @@ class RunConfig:
         self._validate_unlearning()
         self._validate_forget_clients()
         self._validate_storage()
+        self._validate_backdoor()
         if self.run_name and (os.sep in self.run_name or self.run_name.startswith(".")):
             raise _bad("run-name", self.run_name,
                        "a plain folder name (no path separator, no leading dot)")
@@ -294,6 +300,33 @@ class RunConfig:
                        f"{self.num_clients // self.num_shards} with storage='coded': "
                        f"the num-shards x blocks-per-shard = {k} data blocks of a round "
                        f"need at least as many clients holding slices")
+
+    def _validate_backdoor(self) -> None:
+        """``backdoor-*`` and ``mia-shadows``: ranges, images only, forget-clients."""
+        if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
+            raise _bad("backdoor-trigger", self.backdoor_trigger,
+                       f"0 (off) or a square side in pixels, 1..{MAX_TRIGGER}")
+        if not 0.0 <= self.backdoor_fraction <= 1.0:
+            raise _bad("backdoor-fraction", self.backdoor_fraction,
+                       "a share of a poisoned client's images in [0, 1]")
+        if not 0 <= self.backdoor_target <= 9:
+            raise _bad("backdoor-target", self.backdoor_target,
+                       "a class index in 0..9")
+        if not 0 <= self.mia_shadows <= 32:
+            raise _bad("mia-shadows", self.mia_shadows,
+                       "0 (attack fit on the original model) or 1..32 shadow models")
+        if self.mia_shadows and (self.dataset == "shakespeare" or not self.mia):
+            raise _bad("mia-shadows", self.mia_shadows,
+                       "0 unless mia = true and the dataset has classes (images)")
+        if self.backdoor_trigger == 0:
+            return
+        if self.dataset == "shakespeare":
+            raise _bad("backdoor-trigger", self.backdoor_trigger,
+                       "0 with dataset='shakespeare' (image datasets only)")
+        if not self.forget_client_list:
+            raise _bad("backdoor-trigger", self.backdoor_trigger,
+                       "0 unless forget-clients names the poisoned clients (the "
+                       "clients of the one unlearning request)")
 
     @property
     def framework_list(self) -> list[str]:
