@@ -70,8 +70,10 @@ class BackdoorProbe:
         probas = [self._proba(m) for m in models]
         target = self.backdoor.target
         impacted = [s for s, pids in enumerate(shards) if poisoned & set(pids)]
+        if not impacted:
+            raise ValueError(f"no shard holds the poisoned clients {sorted(poisoned)}")
         out = {"backdoor_asr": float(np.mean(
-            [attack_success_rate(probas[s], target) for s in impacted or [0]]))}
+            [attack_success_rate(probas[s], target) for s in impacted]))}
         if len(models) > 1:
             out["backdoor_asr_ensemble"] = attack_success_rate(
                 np.mean(probas, axis=0), target)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from server_app.config import ConfigError, RunConfig
+from server_app.report import render
 from task.backdoor import Backdoor, attack_success_rate, poison, stamp, triggered_test_set
 from task.config import fused_run_config
 
@@ -88,3 +89,5 @@ def test_run_reports_the_asr_of_every_model_and_forgetting_removes_it(run_server
     assert original["backdoor_asr"] > 0.5
     assert frameworks["FR"]["backdoor_asr"] < 0.2
     assert frameworks["SE"]["backdoor_asr"] < 0.2
+    text = render(summary)
+    assert "backdoor ASR" in text and "ASR ensemble" in text and "client 3: 3" in text

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from server_app.config import ConfigError, RunConfig
+from server_app.report import render
 from server_app.shadow import ShadowAttack, matched_heldout, shadow_splits, tpr_at_fpr
 from task.config import fused_run_config
 
@@ -77,3 +78,5 @@ def test_run_reports_shadow_mia_for_each_model(run_server):
     assert verification["forgotten_rounds"]["3"] >= 0
     assert verification["mia"]["targets"] == \
         ([3] if verification["forgotten_rounds"]["3"] else [])
+    text = render(summary)
+    assert "TPR@1%FPR" in text and "membership inference: shadow models" in text
