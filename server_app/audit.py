@@ -120,6 +120,34 @@ def _shadow_pool(cfg: RunConfig, task, shard_size: int):
     return task.test_x[:half], task.test_y[:half], "first half of the test set"
 
 
+def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
+                       clients: int, seed: int):
+    """A shadow shard: ``x, y`` split over ``clients`` and trained as the run's shards.
+
+    G rounds of FedAvg (equal parts, so equal weights), ``clients-per-round /
+    num-shards`` clients a round drawn with ``seed``, L local epochs each with the
+    run's optimizer (:func:`task.train.local_train`), from a seeded initial model.
+    """
+    torch.manual_seed(seed)
+    model = build_model(cfg.dataset, task.num_classes)
+    parts = np.array_split(np.arange(len(y)), clients)
+    per_round = min(clients, max(1, cfg.clients_per_round // cfg.num_shards))
+    rng = np.random.default_rng(seed)
+    for rnd in range(cfg.num_rounds):
+        states = []
+        for c in rng.choice(clients, size=per_round, replace=False):
+            local = build_model(cfg.dataset, task.num_classes)
+            local.load_state_dict(model.state_dict())
+            idx = torch.from_numpy(parts[c])
+            local_train(local, x[idx], y[idx], epochs=cfg.local_epochs,
+                        batch_size=cfg.batch_size, lr=cfg.lr, momentum=cfg.momentum,
+                        seed=seed * 1000 + rnd * 100 + int(c), optimizer=cfg.optimizer)
+            states.append(local.state_dict())
+        model.load_state_dict({k: sum(s[k] for s in states) / len(states)
+                               for k in states[0]})
+    return model
+
+
 def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
                       ) -> tuple[ShadowAttack, dict]:
     """Train ``mia-shadows`` shadow models with the run's recipe; fit the attack.
@@ -132,17 +160,11 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
     shard_size = sum(sizes) // len(shards)
     x_pool, y_pool, source = _shadow_pool(cfg, task, shard_size)
     m = min(shard_size, len(y_pool) // 2)
-    epochs = max(1.0, cfg.local_epochs * cfg.num_rounds * cfg.clients_per_round
-                 / cfg.num_clients)
     probas, labels, is_in = [], [], []
     for i, (inside, outside) in enumerate(shadow_splits(len(y_pool), m, cfg.mia_shadows,
                                                         cfg.seed)):
-        torch.manual_seed(cfg.seed + 1 + i)
-        model = build_model(cfg.dataset, task.num_classes)
         x_in, y_in = x_pool[torch.from_numpy(inside)], y_pool[torch.from_numpy(inside)]
-        local_train(model, x_in, y_in, epochs=epochs, batch_size=cfg.batch_size,
-                    lr=cfg.lr, momentum=cfg.momentum, seed=cfg.seed + 1 + i,
-                    optimizer=cfg.optimizer)
+        model = _shadow_federation(cfg, task, x_in, y_in, len(shards[0]), cfg.seed + 1 + i)
         x_out = x_pool[torch.from_numpy(outside)]
         probas += [predict_proba(model, x_in), predict_proba(model, x_out)]
         labels += [y_in.numpy(), y_pool[torch.from_numpy(outside)].numpy()]
@@ -151,7 +173,10 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
         np.concatenate(probas), np.concatenate(labels), np.concatenate(is_in))
     return attack, {"attack": "shadow models, one attack model per class",
                     "shadows": cfg.mia_shadows, "shadow_in_samples": m,
-                    "shadow_epochs": epochs, "shadow_pool": source}
+                    "shadow_recipe": f"FedAvg of {len(shards[0])} clients, "
+                    f"{cfg.clients_per_round // cfg.num_shards} a round, "
+                    f"{cfg.num_rounds} rounds x {cfg.local_epochs} local epochs",
+                    "shadow_pool": source}
 
 
 def _scored_sets(cfg: RunConfig, task, shard_models, shards, targets):

@@ -157,8 +157,8 @@ def _verification_lines(summary: RunSummary) -> list[str]:
     mia = verification.get("mia")
     if mia:
         out.append(f"membership inference: {mia['attack']}; {mia['shadows']} shadows "
-                   f"of {mia['shadow_in_samples']} samples x {mia['shadow_epochs']:g} "
-                   f"epochs ({mia['shadow_pool']}); targets: clients {mia['targets']}")
+                   f"of {mia['shadow_in_samples']} samples, {mia['shadow_recipe']} "
+                   f"({mia['shadow_pool']}); targets: clients {mia['targets']}")
     rounds = verification.get("forgotten_rounds")
     if rounds:
         out.append("learning rounds each forgotten client took part in: "

@@ -1,14 +1,15 @@
 """Membership inference with shadow models (Shokri et al., IEEE S&P 2017).
 
 ``mia-shadows`` = k >= 1 replaces the audit's attack (fit on the original model)
-with Shokri's: k shadow models are trained with the run's own recipe
-(:func:`task.train.local_train`: the same model, optimizer, learning rate,
-momentum, batch size, and L x G x (clients-per-round / num-clients) epochs, the
-passes a client's sample gets in expectation) on data disjoint from every
-client's, each on its own random "in" half of a shadow pool; one attack model per
-class learns, from the shadows' outputs, to tell their "in" samples from their
-"out" samples. The attack is then applied to each evaluated model on its own
-(never fit on one model and applied to another's outputs as if they were its
+with Shokri's: k shadow models are trained with the run's own recipe on data
+disjoint from every client's (:func:`server_app.audit.fit_shadow_attack`): each
+shadow is a shard of its own, its random "in" half of a shadow pool split over as
+many clients as a shard has, trained by FedAvg for G rounds of
+``clients-per-round / num-shards`` clients x L local epochs with the run's
+optimizer (:func:`task.train.local_train`). One attack model per class learns,
+from the shadows' outputs, to tell their "in" samples from their "out" samples.
+The attack is then applied to each evaluated model on its own (never fit on one
+model and applied to another's outputs as if they were its
 own): its outputs on the targets (the forgotten clients' training samples; only
 clients that took part in at least one learning round) against as many held-out
 test samples of the same classes.
