@@ -25,7 +25,8 @@ COLUMNS = [
     "num_requests", "requests", "framework", "accuracy", "loss",
     "retrain_compute_s", "retrain_wall_s", "client_epochs", "comm_time_s",
     "server_storage_bytes", "mia_f1", "mia_precision", "mia_recall", "mia_auc",
-    "mia_tpr_at_1fpr", "backdoor_asr", "backdoor_asr_ensemble", "impacted_shards", "se_measured_shard_s", "se_expected_shard_s",
+    "mia_tpr_at_1fpr", "backdoor_asr", "backdoor_asr_ensemble", "impacted_shards",
+    "se_measured_shard_s", "se_expected_shard_s",
     "se_mean_shard_cost_s", "learning_compute_s", "learning_wall_s", "run_wall_s",
 ]
 _CONFIG_COLUMNS = {
