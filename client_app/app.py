@@ -39,6 +39,7 @@ from flwr.app import (
 from flwr.clientapp import ClientApp
 
 from history import slices
+from task.backdoor import Backdoor, poison
 from task.config import TaskConfig
 from task.data import load_client_data
 from task.model import build_model
@@ -77,6 +78,9 @@ def _received(message: Message, context: Context):
     cfg = TaskConfig.from_run_config(context.run_config)
     server_dir = str(message.content["config"].get("data-dir", "") or "")
     x, y, task = load_client_data(cfg, partition_id(context), server_dir)
+    # a client of the unlearning request stamps its own data (task.backdoor)
+    x, y, _ = poison(x, y, Backdoor.from_run_config(context.run_config), cfg.seed,
+                     partition_id(context))
     model = build_model(cfg.dataset, task.num_classes)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())
     return x, y, model

@@ -25,7 +25,7 @@ from history import (
     HistoryStore,
     storage_summary,
 )
-from server_app.audit import membership_audit
+from server_app.audit import membership_audit, shadow_audit
 from server_app.config import RunConfig
 from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
@@ -43,6 +43,7 @@ from server_app.summary import (
     UnlearningPlan,
 )
 from server_app.unlearning import FrameworkResult, run_unlearning
+from server_app.verification import BackdoorProbe, participation
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
@@ -255,9 +256,9 @@ def unlearn_stage(grid: Grid, run: Prepared, federation: Federation, store,
     cfg = run.cfg
     baseline = Federation(federation.node_of, assign_shards(
         cfg.num_clients, cfg.baseline_shards, cfg.seed), run.samples)
-    baseline_store = None
+    baseline_store, baseline_models = None, None
     if "FE" in cfg.framework_list:
-        summary.baseline_learning, _, baseline_store = learn_once(
+        summary.baseline_learning, baseline_models, baseline_store = learn_once(
             run.runlog, grid, cfg, baseline, run.folder, "baseline", run.evaluator,
             run.data_dir, faults)
     stage = Stage(UnlearningSettings.from_config(cfg), federation, baseline, store,
@@ -269,15 +270,52 @@ def unlearn_stage(grid: Grid, run: Prepared, federation: Federation, store,
     summary.unlearning = UnlearningPlan(run.requests, run.noops, cfg.request_mode)
     summary.frameworks = {n: r.summary for n, r in results.items()}
     summary.original = ModelScores(summary.learning.accuracy, summary.learning.loss)
+    audit_stage(run, summary, store, learned_models, baseline, baseline_models, results)
+    return baseline_store
+
+
+def audit_stage(run: Prepared, summary: RunSummary, store, learned_models, baseline,
+                baseline_models, results: dict[str, FrameworkResult]) -> None:
+    """The membership-inference audit and the backdoor verification, into ``summary``."""
+    cfg = run.cfg
     forget = sorted({p for r in run.requests for p in r})
-    if cfg.mia and forget:
-        unlearned = {n: r.models for n, r in results.items() if r.models}
+    if not forget:
+        return
+    rounds = participation(store, forget, cfg.num_rounds)
+    if cfg.backdoor_trigger or cfg.mia_shadows:
+        summary.verification = {"forgotten_rounds": rounds}
+    unlearned = {n: r.models for n, r in results.items() if r.models}
+    if cfg.mia and cfg.mia_shadows:
+        shards = {n: run.shards if n == "SE" else baseline.shards for n in unlearned}
+        audit, summary.verification["mia"] = shadow_audit(
+            cfg, run.data_dir, rounds,
+            {"original": (learned_models, run.shards),
+             **{n: (m, shards[n]) for n, m in unlearned.items()}})
+    elif cfg.mia:
         audit = membership_audit(cfg, run.data_dir, run.shards, forget, learned_models,
                                  unlearned, cfg.mia_samples)
-        for name, scores in audit.items():
-            target = summary.original if name == "original" else summary.frameworks[name]
-            target.audit.update(scores)
-    return baseline_store
+    for name, scores in (audit if cfg.mia else {}).items():
+        target = summary.original if name == "original" else summary.frameworks[name]
+        target.audit.update(scores)
+    if cfg.backdoor_trigger:
+        verify_backdoor(run, summary, learned_models, baseline, baseline_models,
+                        results)
+
+
+def verify_backdoor(run: Prepared, summary: RunSummary, learned_models, baseline,
+                    baseline_models, results: dict[str, FrameworkResult]) -> None:
+    """ASR of the original, FE's own original and every framework (``backdoor_*``)."""
+    probe = BackdoorProbe(run.cfg, load_task_data(run.cfg.dataset, run.data_dir,
+                                                  run.cfg.block_size))
+    summary.original.set_backdoor(probe.scores(learned_models, run.shards))
+    if baseline_models is not None:
+        summary.baseline_learning.backdoor_asr = probe.scores(
+            baseline_models, baseline.shards)["backdoor_asr"]
+    for name, result in results.items():
+        if result.models:
+            shards = run.shards if name == "SE" else baseline.shards
+            summary.frameworks[name].set_backdoor(probe.scores(result.models, shards))
+    summary.verification["backdoor"] = probe.settings()
 
 
 @app.main()

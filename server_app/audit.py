@@ -7,6 +7,9 @@ framework's unlearned models) is then scored on the forgotten clients' training
 samples against as many samples of the second half of the test set. As the
 auditor, the server rebuilds the clients' partitions from the run config; it
 never sees them in learning.
+
+With ``mia-shadows`` >= 1, :func:`shadow_audit` runs Shokri's shadow-model attack
+instead (:mod:`server_app.shadow`), on each model separately.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
 from server_app.mia import MembershipAttack
-from task.data import client_data, load_task_data
+from server_app.shadow import ShadowAttack, matched_heldout, shadow_splits
+from task.data import client_data, load_task_data, partition_sizes, partitions
 from task.model import build_model
-from task.train import predict_proba
+from task.train import local_train, predict_proba
 
 MIA_KEYS = ("f1", "precision", "recall", "auc")
 
@@ -102,3 +106,139 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
                               proba(models, x_out), y_out.numpy())
         results[name] = {k: float(scores[k]) for k in MIA_KEYS}
     return results
+
+
+def _shadow_pool(cfg: RunConfig, task, shard_size: int):
+    """(x, y, source): training samples no client holds, else the test set's first half."""
+    cap = cfg.client_samples or None
+    used = np.concatenate([p[:cap] for p in partitions(
+        task, cfg.num_clients, cfg.partition, cfg.seed)])
+    free = np.setdiff1d(np.arange(len(task.train_y)), used)
+    if len(free) >= 2 * shard_size:
+        idx = torch.from_numpy(free)
+        return task.train_x[idx], task.train_y[idx], "training samples no client holds"
+    half = len(task.test_y) // 2
+    return task.test_x[:half], task.test_y[:half], "first half of the test set"
+
+
+def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
+                       clients: int, seed: int):
+    """A shadow shard: ``x, y`` split over ``clients`` and trained as the run's shards.
+
+    G rounds of FedAvg (equal parts, so equal weights), ``clients-per-round /
+    num-shards`` clients a round drawn with ``seed``, L local epochs each with the
+    run's optimizer (:func:`task.train.local_train`), from a seeded initial model.
+    """
+    torch.manual_seed(seed)
+    model = build_model(cfg.dataset, task.num_classes)
+    parts = np.array_split(np.arange(len(y)), clients)
+    per_round = min(clients, max(1, cfg.clients_per_round // cfg.num_shards))
+    rng = np.random.default_rng(seed)
+    for rnd in range(cfg.num_rounds):
+        states = []
+        for c in rng.choice(clients, size=per_round, replace=False):
+            local = build_model(cfg.dataset, task.num_classes)
+            local.load_state_dict(model.state_dict())
+            idx = torch.from_numpy(parts[c])
+            local_train(local, x[idx], y[idx], epochs=cfg.local_epochs,
+                        batch_size=cfg.batch_size, lr=cfg.lr, momentum=cfg.momentum,
+                        seed=seed * 1000 + rnd * 100 + int(c), optimizer=cfg.optimizer)
+            states.append(local.state_dict())
+        model.load_state_dict({k: sum(s[k] for s in states) / len(states)
+                               for k in states[0]})
+    return model
+
+
+def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
+                      ) -> tuple[ShadowAttack, dict]:
+    """Train ``mia-shadows`` shadow models with the run's recipe; fit the attack.
+
+    Returns the fitted :class:`ShadowAttack` and the settings used (for
+    ``verification.mia``).
+    """
+    sizes = partition_sizes(task, cfg.num_clients, cfg.partition, cfg.seed,
+                            cfg.client_samples)
+    shard_size = sum(sizes) // len(shards)
+    x_pool, y_pool, source = _shadow_pool(cfg, task, shard_size)
+    m = min(shard_size, len(y_pool) // 2)
+    probas, labels, is_in = [], [], []
+    for i, (inside, outside) in enumerate(shadow_splits(len(y_pool), m, cfg.mia_shadows,
+                                                        cfg.seed)):
+        x_in, y_in = x_pool[torch.from_numpy(inside)], y_pool[torch.from_numpy(inside)]
+        model = _shadow_federation(cfg, task, x_in, y_in, len(shards[0]), cfg.seed + 1 + i)
+        x_out = x_pool[torch.from_numpy(outside)]
+        probas += [predict_proba(model, x_in), predict_proba(model, x_out)]
+        labels += [y_in.numpy(), y_pool[torch.from_numpy(outside)].numpy()]
+        is_in += [np.ones(m, np.int64), np.zeros(m, np.int64)]
+    attack = ShadowAttack(task.num_classes, cfg.seed).fit(
+        np.concatenate(probas), np.concatenate(labels), np.concatenate(is_in))
+    return attack, {"attack": "shadow models, one attack model per class",
+                    "shadows": cfg.mia_shadows, "shadow_in_samples": m,
+                    "shadow_recipe": f"FedAvg of {len(shards[0])} clients, "
+                    f"{cfg.clients_per_round // cfg.num_shards} a round, "
+                    f"{cfg.num_rounds} rounds x {cfg.local_epochs} local epochs",
+                    "shadow_pool": source}
+
+
+def _scored_sets(cfg: RunConfig, task, shard_models, shards, targets):
+    """A model's outputs on the targets and on class-matched held-out samples.
+
+    Each target is scored by its own shard's model; None if no target is in ``shards``.
+    """
+    half = len(task.test_y) // 2
+    t_p, t_y, h_p, h_y = [], [], [], []
+    for s, pids in enumerate(shards):
+        mine = [p for p in targets if p in set(pids)]
+        if not mine:
+            continue
+        x_t, y_t = _samples(cfg, task, mine, cfg.mia_samples, cfg.seed + 1)
+        idx = torch.from_numpy(matched_heldout(y_t, task.test_y[half:], cfg.seed + 2)
+                               + half)
+        t_p.append(ensemble_proba([shard_models[s]], x_t, cfg.dataset, task.num_classes))
+        h_p.append(ensemble_proba([shard_models[s]], task.test_x[idx], cfg.dataset,
+                                  task.num_classes))
+        t_y.append(y_t.numpy())
+        h_y.append(task.test_y[idx].numpy())
+    if not t_p:
+        return None
+    return (np.concatenate(t_p), np.concatenate(t_y), np.concatenate(h_p),
+            np.concatenate(h_y))
+
+
+def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int],
+                 models: Mapping[str, tuple[Sequence[ArrayRecord], Sequence[Sequence[int]]]]
+                 ) -> tuple[dict[str, dict[str, float]], dict]:
+    """Shokri's attack on each model separately: the forgotten clients' samples.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run (``mia-shadows`` >= 1, ``mia-samples`` caps the targets).
+    data_dir : str
+        Dataset folder.
+    forget_rounds : Mapping[str, int]
+        Forgotten partition id (str) -> learning rounds it took part in; clients
+        with 0 rounds give no targets.
+    models : Mapping[str, (models, shards)]
+        Name -> its shard models and the partition ids of each shard. A target
+        is scored by the model of its client's shard (sharded: the impacted
+        shard's model; unsharded: the single model).
+
+    Returns
+    -------
+    (scores, settings)
+        Per name ``auc``, ``f1``, ``tpr_at_1fpr``, ``n_target``, ``n_heldout``;
+        and the ``verification.mia`` block.
+    """
+    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
+    first = next(iter(models.values()))[1]
+    attack, settings = fit_shadow_attack(cfg, task, first)
+    targets = sorted(int(p) for p, n in forget_rounds.items() if n > 0)
+    results = {}
+    for name, (shard_models, shards) in models.items():
+        sets = _scored_sets(cfg, task, shard_models, shards, targets)
+        if sets is not None:
+            results[name] = attack.score(*sets)
+    settings.update(targets=targets, heldout="second half of the test set, the "
+                    "targets' classes", scored="each model on its own")
+    return results, settings

@@ -12,13 +12,28 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from history.coded_catalog import auto_blocks_per_shard
+from server_app.config_features import check_backdoor, check_storage
+from server_app.config_values import (  # noqa: F401 (ConfigError is this module's API)
+    EPOCHS_PER_RATIO,
+    FLOAT_RANGE,
+    INT64_MAX,
+    MAX_CLIENTS,
+    MAX_INT,
+    MAX_LR,
+    MAX_SEED,
+    MAX_SERVER_LR,
+    RUN_NAME,
+    TEXT_CONTEXT,
+    ConfigError,
+    bad,
+    coerce,
+)
 from strategies.factory import SERVER_DEFAULTS
 from task.config import DATASETS, MAX_PARTITION_ALPHA, OPTIMIZERS, PARTITIONS
 
@@ -39,35 +54,6 @@ SHARD_STRATEGIES = (
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
-STORAGE_MODES = ("uncoded", "coded")
-
-
-MAX_SEED = 2**32 - 1
-MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images);
-# the ServerApp refines it with the data (server_app.preflight.check_partition)
-MAX_LR = 10.0  # a local step size above this diverges for every model of this app
-TEXT_CONTEXT = 64  # task.nanogpt.GPTConfig.block_size: the GPT's context
-INT64_MAX = 2**63 - 1  # Flower's protobuf carries ints as int64
-
-# Largest value of each integer key (sanity ceilings, far above any useful run).
-MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
-           "block-size": 2**16, "client-samples": 2**31 - 1,
-           "test-samples": 2**31 - 1,
-           "calibration-interval": 100_000, "mia-samples": 10_000_000,
-           "blocks-per-shard": 100_000}
-# Range of each float key (sanity ranges; lr and momentum have their own checks).
-FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
-               "server-lr": (0.0, 1e3), "link-rate-mbps": (1e-3, 1e9)}
-EPOCHS_PER_RATIO = (1e-3, 1000.0)  # allowed L / r: the epochs of retraining
-RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
-
-
-class ConfigError(ValueError):
-    """A run-config value that is not allowed; the message names key and value."""
-
-
-def _bad(key: str, value: object, allowed: str) -> ConfigError:
-    return ConfigError(f"run-config '{key}' = {value!r} is not allowed: {allowed}")
 
 
 @dataclass(frozen=True)
@@ -120,6 +106,10 @@ class RunConfig:
     quant_scale_bits: int = 24
     privacy_t: int = 0
     coded_loss_budget: float = 0.5
+    mia_shadows: int = 0
+    backdoor_trigger: int = 0
+    backdoor_fraction: float = 0.5
+    backdoor_target: int = 0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -146,7 +136,7 @@ class RunConfig:
             if name not in fields:
                 continue  # keys of later features or of the user; ignored here
             default = fields[name].default
-            values[name] = _coerce(key, raw, type(default))
+            values[name] = coerce(key, raw, type(default))
         cfg = cls(**values)
         cfg.validate()
         return cfg
@@ -160,203 +150,172 @@ class RunConfig:
         allowed.
         """
         if self.dataset not in DATASETS:
-            raise _bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+            raise bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
         if self.partition not in PARTITIONS:
-            raise _bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
+            raise bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
         for key in ("num-clients", "num-shards", "clients-per-round", "local-epochs",
                     "num-rounds", "batch-size", "block-size"):
             value = getattr(self, key.replace("-", "_"))
             if value < 1:
-                raise _bad(key, value, "a positive integer")
+                raise bad(key, value, "a positive integer")
         for key in ("client-samples", "test-samples"):
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
-                raise _bad(key, value, "0 (all) or a positive integer")
+                raise bad(key, value, "0 (all) or a positive integer")
         self._validate_bounds()
         if self.num_clients > MAX_CLIENTS:
-            raise _bad("num-clients", self.num_clients,
-                       f"at most {MAX_CLIENTS} (one SuperNode and at least one "
-                       "training sample each)")
+            raise bad("num-clients", self.num_clients,
+                      f"at most {MAX_CLIENTS} (one SuperNode and at least one "
+                      "training sample each)")
         if not 0 <= self.seed <= MAX_SEED:
-            raise _bad("seed", self.seed, f"an integer in [0, {MAX_SEED}]")
+            raise bad("seed", self.seed, f"an integer in [0, {MAX_SEED}]")
         if self.dataset == "shakespeare" and not 2 <= self.block_size <= TEXT_CONTEXT:
-            raise _bad("block-size", self.block_size,
-                       f"an integer in [2, {TEXT_CONTEXT}] with dataset='shakespeare' "
-                       f"(the character GPT's context is {TEXT_CONTEXT})")
+            raise bad("block-size", self.block_size,
+                      f"an integer in [2, {TEXT_CONTEXT}] with dataset='shakespeare' "
+                      f"(the character GPT's context is {TEXT_CONTEXT})")
         self._validate_topology()
         self._validate_training()
         self._validate_server()
         self._validate_unlearning()
         self._validate_forget_clients()
-        self._validate_storage()
+        check_storage(self)
+        check_backdoor(self)
         if self.run_name and not RUN_NAME.fullmatch(self.run_name):
-            raise _bad("run-name", self.run_name,
-                       "a plain folder name of 1..100 characters A-Z a-z 0-9 . _ - "
-                       "(no leading dot)")
+            raise bad("run-name", self.run_name,
+                      "a plain folder name of 1..100 characters A-Z a-z 0-9 . _ - "
+                      "(no leading dot)")
 
     def _validate_bounds(self) -> None:
         """Each numeric key in its sanity range (:data:`MAX_INT`, :data:`FLOAT_RANGE`)."""
         for key, most in MAX_INT.items():
             value = getattr(self, key.replace("-", "_"))
             if value > most:
-                raise _bad(key, value, f"at most {most}")
+                raise bad(key, value, f"at most {most}")
         for key, (least, most) in FLOAT_RANGE.items():
             value = getattr(self, key.replace("-", "_"))
             if not least <= value <= most and not (key == "server-lr" and value == 0):
-                raise _bad(key, value, f"a number in [{least:g}, {most:g}]")
+                raise bad(key, value, f"a number in [{least:g}, {most:g}]")
 
     def _validate_partition(self) -> None:
         if not 0 < self.partition_alpha <= MAX_PARTITION_ALPHA:
-            raise _bad("partition-alpha", self.partition_alpha,
-                       f"a finite number in (0, {MAX_PARTITION_ALPHA:g}] (Dirichlet "
-                       "concentration of partition='dirichlet'; smaller = more skewed)")
+            raise bad("partition-alpha", self.partition_alpha,
+                      f"a finite number in (0, {MAX_PARTITION_ALPHA:g}] (Dirichlet "
+                      "concentration of partition='dirichlet'; smaller = more skewed)")
         if self.classes_per_client < 1:
-            raise _bad("classes-per-client", self.classes_per_client,
-                       "a positive integer, at most the task's classes (10), used by "
-                       "partition='pathological'")
+            raise bad("classes-per-client", self.classes_per_client,
+                      "a positive integer, at most the task's classes (10), used by "
+                      "partition='pathological'")
 
     def _validate_topology(self) -> None:
         self._validate_partition()
         if self.num_shards > self.num_clients:
-            raise _bad("num-shards", self.num_shards,
-                       f"at most num-clients = {self.num_clients}")
+            raise bad("num-shards", self.num_shards,
+                      f"at most num-clients = {self.num_clients}")
         if self.clients_per_round % self.num_shards:
-            raise _bad("clients-per-round", self.clients_per_round,
-                       f"a multiple of num-shards = {self.num_shards}, so every "
-                       "shard samples the same number of clients")
+            raise bad("clients-per-round", self.clients_per_round,
+                      f"a multiple of num-shards = {self.num_shards}, so every "
+                      "shard samples the same number of clients")
         smallest = self.num_clients // self.num_shards
         if self.clients_per_round // self.num_shards > smallest:
-            raise _bad("clients-per-round", self.clients_per_round,
-                       f"at most {smallest * self.num_shards}: each of the "
-                       f"{self.num_shards} shards has only {smallest} clients")
+            raise bad("clients-per-round", self.clients_per_round,
+                      f"at most {smallest * self.num_shards}: each of the "
+                      f"{self.num_shards} shards has only {smallest} clients")
 
     def _validate_training(self) -> None:
         if not 0 < self.lr <= MAX_LR:
-            raise _bad("lr", self.lr, f"a positive number, at most {MAX_LR:g} "
-                       "(larger steps diverge for every model here)")
+            raise bad("lr", self.lr, f"a positive number, at most {MAX_LR:g} "
+                      "(larger steps diverge for every model here)")
         if not self.round_timeout > 0:
-            raise _bad("round-timeout", self.round_timeout, "a positive number")
+            raise bad("round-timeout", self.round_timeout, "a positive number")
         if self.optimizer not in OPTIMIZERS:
-            raise _bad("optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
+            raise bad("optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
         if not 0 <= self.momentum < 1:
-            raise _bad("momentum", self.momentum, "a number in [0, 1)")
+            raise bad("momentum", self.momentum, "a number in [0, 1)")
         if not self.proximal_mu >= 0:
-            raise _bad("proximal-mu", self.proximal_mu, "a number >= 0")
+            raise bad("proximal-mu", self.proximal_mu, "a number >= 0")
         if self.shard_strategy not in SHARD_STRATEGIES:
-            raise _bad("shard-strategy", self.shard_strategy,
-                       f"one of {', '.join(SHARD_STRATEGIES)}")
+            raise bad("shard-strategy", self.shard_strategy,
+                      f"one of {', '.join(SHARD_STRATEGIES)}")
 
     def _validate_server(self) -> None:
         """``server-lr`` and ``server-momentum``: range, and only where they apply."""
-        if not (math.isfinite(self.server_lr) and self.server_lr >= 0):
-            raise _bad("server-lr", self.server_lr,
-                       "0 (the shard strategy's own default) or a finite number > 0")
+        if not (math.isfinite(self.server_lr) and 0 <= self.server_lr <= MAX_SERVER_LR):
+            raise bad("server-lr", self.server_lr,
+                      "0 (the shard strategy's own default) or a finite number in "
+                      f"(0, {MAX_SERVER_LR:g}]")
         if not (self.server_momentum == -1 or 0 <= self.server_momentum < 1):
-            raise _bad("server-momentum", self.server_momentum,
-                       "-1 (the shard strategy's own default) or a number in [0, 1)")
+            raise bad("server-momentum", self.server_momentum,
+                      "-1 (the shard strategy's own default) or a number in [0, 1)")
         own = SERVER_DEFAULTS.get(self.shard_strategy, {})
         for key, unset in (("server-lr", 0.0), ("server-momentum", -1.0)):
             name = key.replace("-", "_")
             value = getattr(self, name)
             if value != unset and name not in own:
                 users = [n for n, d in SERVER_DEFAULTS.items() if name in d]
-                raise _bad(key, value, f"{unset:g} (unset) with shard-strategy "
-                           f"{self.shard_strategy}, which has no such setting; it "
-                           f"applies to {', '.join(users)}")
+                raise bad(key, value, f"{unset:g} (unset) with shard-strategy "
+                          f"{self.shard_strategy}, which has no such setting; it "
+                          f"applies to {', '.join(users)}")
 
     def _validate_unlearning(self) -> None:
         names = self.framework_list
         unknown = [f for f in names if f not in FRAMEWORKS]
         empty = not names and self.frameworks.strip().lower() != "none"
         if unknown or empty or len(set(names)) != len(names):
-            raise _bad("frameworks", self.frameworks,
-                       f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
-                       "or 'none'" if not empty
-                       else "at least one framework, or 'none'")
+            raise bad("frameworks", self.frameworks,
+                      f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
+                      "or 'none'" if not empty
+                      else "at least one framework, or 'none'")
         for key in ("num-requests", "clients-per-request", "calibration-interval",
                     "baseline-shards", "mia-samples"):
             value = getattr(self, key.replace("-", "_"))
             if value < 1:
-                raise _bad(key, value, "a positive integer")
+                raise bad(key, value, "a positive integer")
         if self.request_distribution not in REQUEST_DISTRIBUTIONS:
-            raise _bad("request-distribution", self.request_distribution,
-                       f"one of {', '.join(REQUEST_DISTRIBUTIONS)}")
+            raise bad("request-distribution", self.request_distribution,
+                      f"one of {', '.join(REQUEST_DISTRIBUTIONS)}")
         if self.request_mode not in REQUEST_MODES:
-            raise _bad("request-mode", self.request_mode,
-                       f"one of {', '.join(REQUEST_MODES)}")
+            raise bad("request-mode", self.request_mode,
+                      f"one of {', '.join(REQUEST_MODES)}")
         least, most = EPOCHS_PER_RATIO
         if not (self.retrain_ratio > 0
                 and least <= self.local_epochs / self.retrain_ratio <= most):
-            raise _bad("retrain-ratio", self.retrain_ratio,
-                       f"a positive number r with local-epochs / r in [{least:g}, "
-                       f"{most:g}] (retained clients train L/r epochs; "
-                       f"L = {self.local_epochs})")
+            raise bad("retrain-ratio", self.retrain_ratio,
+                      f"a positive number r with local-epochs / r in [{least:g}, "
+                      f"{most:g}] (retained clients train L/r epochs; "
+                      f"L = {self.local_epochs})")
         if self.clients_per_round % self.baseline_shards or (
                 self.clients_per_round // self.baseline_shards
                 > self.num_clients // self.baseline_shards):
-            raise _bad("baseline-shards", self.baseline_shards,
-                       f"a divisor of clients-per-round = {self.clients_per_round} "
-                       "whose shards are large enough to sample from")
+            raise bad("baseline-shards", self.baseline_shards,
+                      f"a divisor of clients-per-round = {self.clients_per_round} "
+                      "whose shards are large enough to sample from")
 
     def _validate_forget_clients(self) -> None:
         tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
         if not tokens:
             return
         if not all(t.isascii() and t.isdigit() for t in tokens):
-            raise _bad("forget-clients", self.forget_clients,
-                       f"comma-separated partition ids in 0..{self.num_clients - 1}, "
-                       "e.g. '3,17'")
+            raise bad("forget-clients", self.forget_clients,
+                      f"comma-separated partition ids in 0..{self.num_clients - 1}, "
+                      "e.g. '3,17'")
         ids = [int(t) for t in tokens]
         if max(ids) >= self.num_clients:
-            raise _bad("forget-clients", self.forget_clients,
-                       f"partition ids in 0..{self.num_clients - 1} "
-                       f"(num-clients = {self.num_clients})")
+            raise bad("forget-clients", self.forget_clients,
+                      f"partition ids in 0..{self.num_clients - 1} "
+                      f"(num-clients = {self.num_clients})")
         if len(set(ids)) != len(ids):
-            raise _bad("forget-clients", self.forget_clients, "each id once")
+            raise bad("forget-clients", self.forget_clients, "each id once")
         if not self.framework_list:
-            raise _bad("forget-clients", self.forget_clients,
-                       "'' with frameworks = 'none' (nothing would forget them)")
+            raise bad("forget-clients", self.forget_clients,
+                      "'' with frameworks = 'none' (nothing would forget them)")
         generator = {"num-requests": (self.num_requests, 1),
                      "clients-per-request": (self.clients_per_request, 1),
                      "request-distribution": (self.request_distribution, "even")}
         for key, (value, default) in generator.items():
             if value != default:
-                raise _bad(key, value, f"{default!r} when forget-clients is set "
-                           "(forget-clients is the one request; this key is for "
-                           "generated requests)")
-
-    def _validate_storage(self) -> None:
-        if self.storage not in STORAGE_MODES:
-            raise _bad("storage", self.storage, f"one of {', '.join(STORAGE_MODES)}")
-        if self.blocks_per_shard < 0:
-            raise _bad("blocks-per-shard", self.blocks_per_shard,
-                       "0 (chosen from num-clients) or a positive integer")
-        if not 1 <= self.quant_scale_bits <= 30:
-            raise _bad("quant-scale-bits", self.quant_scale_bits,
-                       "an integer in [1, 30] (fractional bits of the fixed point)")
-        if self.privacy_t < 0:
-            raise _bad("privacy-t", self.privacy_t,
-                       "an integer >= 0 (colluding clients that learn nothing)")
-        if not (math.isfinite(self.coded_loss_budget) and
-                0 <= self.coded_loss_budget < 1):
-            raise _bad("coded-loss-budget", self.coded_loss_budget,
-                       "a number in [0, 1) (fraction of slices that may be lost)")
-        if self.storage == "coded":
-            self._validate_code_size()
-
-    def _validate_code_size(self) -> None:
-        """K >= 1 and K + T <= C: every shard's round decodes from K + T slices."""
-        k, t, c = self.coded_blocks_per_shard, self.privacy_t, self.num_clients
-        if self.blocks_per_shard == 0 and k < 1:
-            raise _bad("coded-loss-budget", self.coded_loss_budget,
-                       f"a budget that leaves data blocks with storage='coded': "
-                       f"floor((1 - budget) x num-clients = {c}) - privacy-t = {t} "
-                       f"= {k} blocks a shard; lower it or privacy-t")
-        if k + t > c:  # explicit K only: a chosen K + T is at most floor((1 - f) C)
-            raise _bad("blocks-per-shard", self.blocks_per_shard,
-                       f"at most num-clients - privacy-t = {c - t} blocks a shard with "
-                       f"storage='coded': each shard's round decodes from "
-                       f"blocks-per-shard + privacy-t = {k + t} slices, one a client")
+                raise bad(key, value, f"{default!r} when forget-clients is set "
+                          "(forget-clients is the one request; this key is for "
+                          "generated requests)")
 
     @property
     def coded_blocks_per_shard(self) -> int:
@@ -411,31 +370,3 @@ class RunConfig:
     def as_dict(self) -> dict[str, object]:
         """The settings with their kebab-case run-config keys (for summary.json)."""
         return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
-
-
-def _coerce(key: str, raw: object, kind: type) -> object:
-    """Convert a run-config value to the field's type, or raise ConfigError.
-
-    Numbers must be finite: NaN and infinities are refused for every numeric
-    key, naming it (NaN passes every ``<`` / ``>`` range check unnoticed).
-    """
-    if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        raise _bad(key, raw, "true or false")
-    if kind in (int, float) and isinstance(raw, float) and not math.isfinite(raw):
-        raise _bad(key, raw, "a finite number" if kind is float else "an integer")
-    if kind is int:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) \
-                or int(raw) != raw:
-            raise _bad(key, raw, "an integer")
-        if abs(int(raw)) > INT64_MAX:
-            raise _bad(key, raw, f"an integer within int64 (|value| <= {INT64_MAX})")
-        return int(raw)
-    if kind is float:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise _bad(key, raw, "a number")
-        return float(raw)
-    if not isinstance(raw, str):
-        raise _bad(key, raw, "a string")
-    return raw.strip()

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from server_app.config import ConfigError, RunConfig, _bad
+from server_app.config import ConfigError, RunConfig
+from server_app.config_values import bad as _bad
 from server_app.federation import assign_shards
 from server_app.requests import RequestError, generate_requests, validate_requests
 

@@ -107,7 +107,9 @@ FRAMEWORK_COLUMNS = [
     ("accuracy", "accuracy"), ("loss", "loss"), ("retrain_compute_s", "compute s"),
     ("retrain_wall_s", "wall s"), ("client_epochs", "client-epochs"),
     ("comm_time_s", "comm s"), ("server_storage_bytes", "server bytes"),
-    ("mia_f1", "MIA F1"),
+    ("mia_f1", "MIA F1"), ("mia_auc", "MIA AUC"), ("mia_tpr_at_1fpr", "TPR@1%FPR"),
+    ("backdoor_asr", "backdoor ASR"),
+    ("backdoor_asr_ensemble", "ASR ensemble"),
 ]
 
 
@@ -125,6 +127,7 @@ def frameworks_table(summary: RunSummary) -> str:
     out = [f"unlearning ({plan.mode if plan else ''}): requests "
            f"{plan.requests if plan else None}", "",
            table(["framework"] + [h for _, h in columns], rows, cell=_cell)]
+    out += _verification_lines(summary)
     se, fr = (summary.frameworks or {}).get("SE"), (summary.frameworks or {}).get("FR")
     if se and fr and se.retrain_compute_s and fr.retrain_compute_s:
         out.append(f"\nSE / FR retraining compute: "
@@ -136,6 +139,31 @@ def frameworks_table(summary: RunSummary) -> str:
                    f"{e['expected_total_s']:.1f} s (mean shard cost "
                    f"{e['mean_shard_cost_s']:.1f} s)")
     return "\n".join(out)
+
+
+def _verification_lines(summary: RunSummary) -> list[str]:
+    """Backdoor and shadow-attack settings, FE's original's ASR, the targets' rounds."""
+    verification = summary.verification or {}
+    out = []
+    backdoor = verification.get("backdoor")
+    if backdoor:
+        out.append(f"backdoor: {backdoor['trigger']} on {backdoor['fraction']:g} of the "
+                   f"images of clients {backdoor['poisoned_clients']}, relabelled "
+                   f"{backdoor['target']}; ASR on {backdoor['triggered_test_images']} "
+                   "triggered test images of other classes (sharded: impacted shard)")
+    base = summary.baseline_learning
+    if base is not None and base.backdoor_asr is not None:
+        out.append(f"FE's own original (unsharded): backdoor ASR {base.backdoor_asr:.4f}")
+    mia = verification.get("mia")
+    if mia:
+        out.append(f"membership inference: {mia['attack']}; {mia['shadows']} shadows "
+                   f"of {mia['shadow_in_samples']} samples, {mia['shadow_recipe']} "
+                   f"({mia['shadow_pool']}); targets: clients {mia['targets']}")
+    rounds = verification.get("forgotten_rounds")
+    if rounds:
+        out.append("learning rounds each forgotten client took part in: "
+                   + ", ".join(f"client {p}: {n}" for p, n in rounds.items()))
+    return ["", *out] if out else []
 
 
 def main(argv: list[str]) -> int:

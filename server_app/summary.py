@@ -68,6 +68,9 @@ class LearningSummary:
         Shard rounds without an accepted reply; shards that never moved.
     perplexity : float, optional
         exp(loss), for the character model.
+    backdoor_asr : float, optional
+        With ``backdoor-trigger``: the attack success rate of this stage's model
+        (set for FE's own original, ``baseline_learning``; see ``verification``).
     """
 
     accuracy: float
@@ -80,6 +83,7 @@ class LearningSummary:
     rounds: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     perplexity: float | None = None
+    backdoor_asr: float | None = None
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out)."""
@@ -133,12 +137,23 @@ class RequestCost:
 
 @dataclass
 class ModelScores:
-    """Test scores of one model, with its audit (``original``)."""
+    """Test scores of one model, with its audit (``original``).
+
+    ``backdoor_asr`` (the impacted shard's model) and ``backdoor_asr_ensemble``
+    (the shard ensemble) are set with ``backdoor-trigger``.
+    """
 
     accuracy: float | None = None
     loss: float | None = None
     audit: dict[str, float] = field(default_factory=dict)
     perplexity: float | None = None
+    backdoor_asr: float | None = None
+    backdoor_asr_ensemble: float | None = None
+
+    def set_backdoor(self, scores: dict[str, float]) -> None:
+        """Set ``backdoor_asr`` (and ``backdoor_asr_ensemble`` if given)."""
+        self.backdoor_asr = scores["backdoor_asr"]
+        self.backdoor_asr_ensemble = scores.get("backdoor_asr_ensemble")
 
     def to_json(self) -> dict:
         """The JSON dict, the audit as flat ``mia_<metric>`` keys."""
@@ -201,6 +216,11 @@ class FrameworkSummary:
         Membership-inference scores, written as ``mia_<metric>``.
     perplexity : float, optional
         exp(loss), for the character model.
+    backdoor_asr : float, optional
+        With ``backdoor-trigger``: attack success rate (SE: the impacted shard's
+        model; FR, FE, RR: the single model).
+    backdoor_asr_ensemble : float, optional
+        SE: the ASR of the mean-softmax ensemble of its shard models.
     """
 
     accuracy: float | None = None
@@ -223,6 +243,10 @@ class FrameworkSummary:
     rounds_to_target: int | None = None
     rounds_replayed: int | None = None
     replay: dict | None = None
+    backdoor_asr: float | None = None
+    backdoor_asr_ensemble: float | None = None
+
+    set_backdoor = ModelScores.set_backdoor
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out, audit as ``mia_<metric>``)."""
@@ -277,6 +301,7 @@ class RunSummary:
     data: dict | None = None
     """The data read (:func:`task.provenance.data_provenance`): files, format,
     checksums."""
+    verification: dict | None = None  # backdoor settings, forgotten clients' rounds
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

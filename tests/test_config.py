@@ -56,7 +56,7 @@ def test_defaults_are_valid_and_match_pyproject():
     ("num-rounds", 100_001, "at most 100000"),
     ("link-rate-mbps", 5e-324, "a number in [0.001, 1e+09]"),
     ("round-timeout", 1e300, "a number in [0.001, 1e+07]"),
-    ("server-lr", 1e9, "a number in [0, 1000]"),
+    ("server-lr", 1e9, "or a finite number in (0, 1000]"),
     ("forget-clients", "\u00b2", "comma-separated partition ids"),
     ("forget-clients", "\u0661", "comma-separated partition ids"),
     ("frameworks", ",", "at least one framework, or 'none'"),

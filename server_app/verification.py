@@ -1,0 +1,115 @@
+"""Verification of forgetting: the backdoor the forgotten clients planted.
+
+With ``backdoor-trigger`` > 0 the clients of ``forget-clients`` trained on
+triggered, relabelled images (:mod:`task.backdoor`). Here the server measures,
+for the original model and every framework's models, the attack success rate
+(ASR) on the test images of the other classes, stamped with the trigger:
+
+- ``backdoor_asr``: sharded models (the original, SE): the impacted shard's model
+  (the shard holding the poisoned clients; the mean over impacted shards if
+  several); unsharded models (FR, FE, RR, FE's own original): the single model;
+- ``backdoor_asr_ensemble``: the mean-softmax ensemble of the S shard models,
+  which may dilute a backdoor that only one shard learned.
+
+It also counts in how many learning rounds each forgotten client took part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord
+
+from server_app.config import RunConfig
+from task.backdoor import Backdoor, attack_success_rate, triggered_test_set
+from task.data import TaskData
+from task.model import build_model
+from task.train import predict_proba
+
+
+def backdoor_of(cfg: RunConfig) -> Backdoor:
+    """The run's :class:`Backdoor`, read from the same keys the clients read."""
+    return Backdoor.from_run_config(cfg.as_dict())
+
+
+class BackdoorProbe:
+    """Measures the ASR of shard models on the triggered test set.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run (dataset, ``backdoor-*``, ``forget-clients``, ``test-samples``).
+    task : TaskData
+        The loaded task (its test set is stamped).
+    """
+
+    def __init__(self, cfg: RunConfig, task: TaskData) -> None:
+        self.backdoor = backdoor_of(cfg)
+        cut = cfg.test_samples or None
+        self.x = triggered_test_set(task.test_x[:cut], task.test_y[:cut], self.backdoor)
+        self._model = build_model(cfg.dataset, task.num_classes)
+
+    def _proba(self, arrays: ArrayRecord) -> np.ndarray:
+        self._model.load_state_dict(arrays.to_torch_state_dict())
+        return predict_proba(self._model, self.x)
+
+    def scores(self, models: Sequence[ArrayRecord], shards: Sequence[Sequence[int]]
+               ) -> dict[str, float]:
+        """ASR of ``models`` (one per shard of ``shards``), in [0, 1].
+
+        Returns
+        -------
+        dict
+            ``backdoor_asr`` (impacted shards' mean, or the single model's) and,
+            with more than one model, ``backdoor_asr_ensemble``.
+        """
+        if len(models) != len(shards):
+            raise ValueError(f"{len(models)} models for {len(shards)} shards")
+        poisoned = set(self.backdoor.clients)
+        probas = [self._proba(m) for m in models]
+        target = self.backdoor.target
+        impacted = [s for s, pids in enumerate(shards) if poisoned & set(pids)]
+        if not impacted:
+            raise ValueError(f"no shard holds the poisoned clients {sorted(poisoned)}")
+        out = {"backdoor_asr": float(np.mean(
+            [attack_success_rate(probas[s], target) for s in impacted]))}
+        if len(models) > 1:
+            out["backdoor_asr_ensemble"] = attack_success_rate(
+                np.mean(probas, axis=0), target)
+        return out
+
+    def settings(self) -> dict:
+        """The ``verification.backdoor`` block: the settings and the test set size."""
+        b = self.backdoor
+        return {"trigger": f"{b.trigger}x{b.trigger} white square, bottom-right",
+                "trigger_pixels": b.trigger, "fraction": b.fraction, "target": b.target,
+                "poisoned_clients": list(b.clients), "triggered_test_images": len(self.x)}
+
+
+def participation(store, forget: Sequence[int], num_rounds: int) -> dict[str, int]:
+    """Learning rounds (1..G) in which each client of ``forget`` took part.
+
+    Parameters
+    ----------
+    store : history.TrainingHistory
+        The learning stage's history (``participants(shard, round)``).
+    forget : Sequence[int]
+        Partition ids.
+    num_rounds : int
+        G.
+
+    Returns
+    -------
+    dict
+        ``{str(partition id): rounds}`` (JSON keys are strings).
+    """
+    shard_of = store.client_shard()
+    out = {}
+    for pid in forget:
+        shard = shard_of[pid]
+        out[str(pid)] = sum(
+            any(p == pid for p, _ in store.participants(shard, g))
+            for g in range(1, num_rounds + 1))
+    return out
+
