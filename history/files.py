@@ -38,9 +38,9 @@ def decode_arrays(data: bytes) -> dict[str, np.ndarray]:
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
-    # damaged bytes fail in many ways (BadZipFile, ValueError, EOFError,
-    # tokenize.TokenError from a garbled header, NotImplementedError for an
-    # unknown compression, AttributeError for a bare .npy): all are damage
+    # damaged bytes fail in many ways (BadZipFile, ValueError, EOFError, a
+    # tokenizer error from a garbled header, an unknown compression method, an
+    # AttributeError for a bare .npy): all of them are damage
     except Exception as err:
         raise DamagedFileError(f"not a readable .npz archive of {len(data)} bytes "
                                f"({type(err).__name__}: {err})") from err

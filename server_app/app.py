@@ -31,7 +31,12 @@ from server_app.evaluation import CentralEvaluator
 from server_app.federation import Federation, assign_shards, discover
 from server_app.frameworks import Stage, UnlearningSettings
 from server_app.learning import LearningResult, run_learning
-from server_app.preflight import check_run, plan_requests, validate_run_config
+from server_app.preflight import (
+    baseline_sampling_notes,
+    check_partition,
+    plan_requests,
+    validate_run_config,
+)
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
@@ -220,17 +225,18 @@ def prepare(run_config) -> Prepared:
     Everything that can fail without a node fails here, before any folder or
     node (:mod:`server_app.preflight`).
     """
-    cfg = validate_run_config(run_config, files=False)  # no data, no nodes
+    cfg = validate_run_config(run_config, files=False)  # every check without data
+    requests, noops = plan_requests(cfg)
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early
-    notes = check_run(cfg, task)
+    # what needs the data: the partition (once); the rest was checked just above
+    notes = baseline_sampling_notes(cfg, requests) + check_partition(cfg, task)
     for note in notes:
         log(INFO, "%s", note)
     # what each client holds bounds the num-examples its replies may claim
     samples = dict(enumerate(partition_sizes(
         task, cfg.num_clients, cfg.partition, cfg.seed, cfg.client_samples,
         cfg.partition_alpha, cfg.classes_per_client)))
-    requests, noops = plan_requests(cfg)
     folder = RunFolder.start(cfg)
     # resolved paths: another spelling of the same folders is the same run
     settings = {**cfg.as_dict(), "results-dir": str(folder.path.parent),

@@ -265,19 +265,11 @@ def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
 
     Parameters
     ----------
-    task : TaskData
-        From :func:`load_task_data`.
-    num_clients : int
-        Number of clients ``C``.
-    scheme : str
-        One of :data:`task.config.PARTITIONS`.
-    seed : int
-        Partition seed.
+    task, num_clients, scheme, seed, alpha, classes_per_client :
+        As :func:`partitions`.
     cap : int
         The run config's ``client-samples``: a client uses only its first
         ``cap`` samples (0 = all).
-    alpha, classes_per_client :
-        As :func:`partitions`.
 
     Returns
     -------
