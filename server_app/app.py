@@ -40,6 +40,7 @@ from server_app.preflight import (
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
+from server_app.staged_app import run_staged, staged_summary
 from server_app.summary import (
     FrameworkSummary,
     LearningSummary,
@@ -226,7 +227,8 @@ def prepare(run_config) -> Prepared:
     node (:mod:`server_app.preflight`).
     """
     cfg = validate_run_config(run_config, files=False)  # every check without data
-    requests, noops = plan_requests(cfg)
+    # a staged run takes its requests stage by stage (server_app.staged)
+    requests, noops = plan_requests(cfg) if cfg.num_stages == 1 else ([], [])
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early
     # what needs the data: the partition (once); the rest was checked just above
@@ -330,8 +332,10 @@ def main(grid: Grid, context: Context) -> None:
     run = prepare(context.run_config)
     cfg = run.cfg
     node_of = discover(grid, cfg.num_clients, timeout=cfg.round_timeout)
-    federation = Federation(node_of, run.shards, run.samples)
     faults = FaultLog()
+    if cfg.num_stages > 1:
+        return main_staged(grid, run, node_of, faults)
+    federation = Federation(node_of, run.shards, run.samples)
     learned, learned_models, store = learn_once(
         run.runlog, grid, cfg, federation, run.folder, "sharded", run.evaluator,
         run.data_dir, faults, coded=cfg.storage == "coded")
@@ -349,9 +353,31 @@ def main(grid: Grid, context: Context) -> None:
     summary.storage = storage_summary(  # after unlearning: retrievals count
         cfg, store, baseline_store,
         sum(a.numpy().nbytes for a in learned_models[0].values()))
+    finish(run, summary, faults)
+
+
+def finish(run: Prepared, summary: RunSummary, faults: FaultLog) -> None:
+    """Faults, warnings and perplexity into ``summary``; write summary.json."""
     summary.faults = {"counts": faults.counts(), "entries": faults.entries}
     summary.warnings = summary.collect_warnings()
-    if cfg.dataset == "shakespeare":
+    if run.cfg.dataset == "shakespeare":
         summary.add_perplexity()
     path = run.folder.finish(summary.to_json())
     log(INFO, "summary: %s", path)
+
+
+def main_staged(grid: Grid, run: Prepared, node_of: dict[int, int],
+                faults: FaultLog) -> None:
+    """A run of ``num-stages`` > 1 stages (:mod:`server_app.staged_app`)."""
+    cfg = run.cfg
+    staged = run_staged(grid, run, node_of,
+                        initial_model(cfg, run.evaluator.num_classes),
+                        train_config(cfg, run.data_dir), faults)
+    summary = RunSummary(config=cfg.as_dict(), data_dir=run.data_dir,
+                         shards=staged.federation.shards,
+                         shard_strategy=shard_strategy_summary(cfg), notes=run.notes,
+                         learning=None, data=data_provenance(cfg.dataset, run.data_dir))
+    staged_summary(staged, summary)
+    summary.storage = storage_summary(cfg, staged.store, None, sum(
+        a.numpy().nbytes for a in staged.models[0].values()))
+    finish(run, summary, faults)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from history.coded_catalog import auto_blocks_per_shard
 from server_app.config_features import check_backdoor, check_storage
+from server_app.config_stages import check_stages
 from server_app.config_values import (  # noqa: F401 (ConfigError is this module's API)
     EPOCHS_PER_RATIO,
     FLOAT_RANGE,
@@ -110,6 +111,10 @@ class RunConfig:
     backdoor_trigger: int = 0
     backdoor_fraction: float = 0.5
     backdoor_target: int = 0
+    num_stages: int = 1
+    joins_per_stage: int = 0
+    leaves_per_stage: int = 0
+    requests_per_stage: int = 0
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -180,6 +185,7 @@ class RunConfig:
         self._validate_forget_clients()
         check_storage(self)
         check_backdoor(self)
+        check_stages(self)
         if self.run_name and not RUN_NAME.fullmatch(self.run_name):
             raise bad("run-name", self.run_name,
                       "a plain folder name of 1..100 characters A-Z a-z 0-9 . _ - "

@@ -141,6 +141,7 @@ def run_learning(
     timeout: float | None = None,
     label: str = "learn",
     faults: FaultLog | None = None,
+    first_round: int = 1,
 ) -> LearningResult:
     """Run ``num_rounds`` rounds of ``strategy`` and record the history.
 
@@ -170,6 +171,9 @@ def run_learning(
         Prefix of the progress lines.
     faults : FaultLog, optional
         Receives rejected replies and dropouts (they are left out of aggregation).
+    first_round : int
+        Number of the first round; W^0 is stored only when it is 1 (a later
+        stage of a staged run goes on from the stored rounds before it).
 
     Raises
     ------
@@ -181,16 +185,18 @@ def run_learning(
     limits = ReplyLimits(federation.samples, timeout or MAX_TRAIN_SECONDS,
                          store.max_update)
     t_start = time.perf_counter()
-    for s, arrays in enumerate(initial):
-        store.put_shard_model(s, 0, to_numpy(arrays))
-    store.end_round(0, grid)
+    if first_round == 1:
+        for s, arrays in enumerate(initial):
+            store.put_shard_model(s, 0, to_numpy(arrays))
+        store.end_round(0, grid)
     result = LearningResult(models=list(initial))
-    progress = LearningProgress(result, num_rounds, evaluate, label)
+    progress = LearningProgress(result, first_round + num_rounds - 1, evaluate, label)
     observers = [HistoryRecorder(store, federation, grid), progress]
     result.models = run_rounds(grid, strategy, initial, num_rounds, train_config,
                                timeout=timeout, faults=faults, label=label,
                                partition_of=federation.partition_of,
-                               limits=limits, observers=observers)
+                               limits=limits, observers=observers,
+                               first_round=first_round)
     if not any(progress.moved):
         raise LearningStalledError(stalled_message(label, num_rounds, faults))
     for shard in (s for s, m in enumerate(progress.moved) if not m):

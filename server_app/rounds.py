@@ -176,7 +176,8 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
                faults: FaultLog | None = None, label: str = "round",
                partition_of: Mapping[int, int] | None = None,
                limits: ReplyLimits | None = None,
-               observers: Sequence[RoundObserver] = ()) -> list[ArrayRecord]:
+               observers: Sequence[RoundObserver] = (),
+               first_round: int = 1) -> list[ArrayRecord]:
     """Run ``num_rounds`` training rounds of ``strategy``; return the shard models.
 
     Parameters
@@ -203,6 +204,9 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
         Bounds of a reply's numbers (samples held, seconds, update size).
     observers : Sequence[RoundObserver]
         Told about each round, in order, once it is aggregated.
+    first_round : int
+        Number of the first round (a later stage of a staged run goes on from
+        the rounds before it: sampling, client seeds and the history use it).
 
     Returns
     -------
@@ -212,7 +216,7 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
     faults = faults if faults is not None else FaultLog()
     arrays = pack_shards(initial)
     models = list(initial)
-    for rnd in range(1, num_rounds + 1):
+    for rnd in range(first_round, first_round + num_rounds):
         started = time.perf_counter()
         messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config)),
                                                  grid))

@@ -302,6 +302,8 @@ class RunSummary:
     """The data read (:func:`task.provenance.data_provenance`): files, format,
     checksums."""
     verification: dict | None = None  # backdoor settings, forgotten clients' rounds
+    stages: list[dict] | None = None
+    """Staged runs: one entry per stage (:func:`server_app.staged.run_stages`)."""
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

@@ -57,7 +57,7 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           timeout: float | None = None, faults: FaultLog | None = None,
           stage: str = "unlearn", partition_of: Mapping[int, int] | None = None,
           samples: Mapping[int, int] | None = None, meter: CostMeter | None = None,
-          observers: Sequence[RoundObserver] = ()
+          observers: Sequence[RoundObserver] = (), first_round: int = 1
           ) -> tuple[list[ArrayRecord], CostMeter]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
@@ -66,14 +66,16 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
     :class:`~server_app.rounds.CostMeter` (``meter``, or a fresh one) as the
     first observer, then ``observers``; the meter's ``wall_s`` is set here.
     ``samples`` (partition id -> samples held) and ``timeout`` (the most training
-    seconds a reply may claim) bound the replies' numbers.
+    seconds a reply may claim) bound the replies' numbers; ``first_round`` numbers
+    the rounds (:func:`~server_app.rounds.run_rounds`).
     """
     limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
     meter = meter if meter is not None else CostMeter(link_rate_mbps)
     t_start = time.perf_counter()
     models = run_rounds(grid, strategy, initial, num_rounds, config, timeout=timeout,
                         faults=faults, label=stage, partition_of=partition_of,
-                        limits=limits, observers=[meter, *observers])
+                        limits=limits, observers=[meter, *observers],
+                        first_round=first_round)
     meter.wall_s = time.perf_counter() - t_start
     return models, meter
 

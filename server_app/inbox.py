@@ -1,0 +1,146 @@
+"""Requests to be forgotten that arrive while a staged run lives (its inbox).
+
+The inbox is a table of the run's catalog ``run.sqlite``: the ``forget`` command
+(:mod:`cli.forget`) adds a request with :meth:`RequestInbox.submit` while the
+ServerApp runs, and the ServerApp takes every pending request at the next stage
+boundary (:meth:`RequestInbox.claim`). A request moves ``pending`` -> ``claimed``
+(bound to a stage) -> ``done`` or ``refused``; all in SQLite transactions, so a
+request survives a crash of either process and is handled once: a resumed run
+handles the requests claimed by the stage it redoes, and no others.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from history.catalog import SQLiteCatalog
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
+    clients TEXT NOT NULL, source TEXT NOT NULL, received REAL NOT NULL,
+    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT);
+"""
+STATES = ("pending", "claimed", "done", "refused")
+
+
+class InboxError(ValueError):
+    """A request that cannot be taken; nothing was recorded."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to be forgotten.
+
+    Attributes
+    ----------
+    id : str
+        ``r<seq>`` (e.g. ``r0003``), unique in the run.
+    clients : list[int]
+        Partition ids to forget.
+    source : str
+        ``command`` (the ``forget`` command) or ``planned`` (``requests-per-stage``).
+    received : float
+        UNIX time (seconds) at which it was recorded.
+    state : str
+        One of :data:`STATES`.
+    stage : int or None
+        The stage whose boundary handles it (None while pending).
+    """
+
+    id: str
+    clients: list[int]
+    source: str
+    received: float
+    state: str
+    stage: int | None
+
+
+class RequestInbox(SQLiteCatalog):
+    """The inbox table of a run catalog (``<run folder>/run.sqlite``).
+
+    Raises
+    ------
+    history.StoreError
+        The file cannot be opened as SQLite.
+    """
+
+    SCHEMA = _SCHEMA
+    META_TABLE = "settings"
+    KIND = "run catalog"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(Path(path), self.connect(path))
+        self._conn.execute("PRAGMA busy_timeout = 30000")  # the other process writes
+        self.create_schema(self._conn)
+
+    def settings(self) -> dict:
+        """The run's settings as recorded by the ServerApp ({} if none yet)."""
+        text = self.get_meta("settings")
+        return json.loads(text) if text else {}
+
+    def submit(self, clients: Sequence[int], source: str = "command",
+               stage: int | None = None) -> Request:
+        """Record a request (``pending``, or ``claimed`` by ``stage``); return it."""
+        state = "pending" if stage is None else "claimed"
+        now = time.time()
+        with self._conn:
+            cur = self._conn.execute(
+                "INSERT INTO inbox (id, clients, source, received, state, stage) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
+                 now, state, stage))
+            rid = f"r{cur.lastrowid:04d}"
+            self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
+        return self.get(rid)
+
+    def claim(self, stage: int) -> list[Request]:
+        """Bind every pending request to ``stage``; return the stage's requests.
+
+        Returns the requests claimed by ``stage`` now or before (a resumed run),
+        in arrival order, done ones included.
+        """
+        with self._conn:
+            self._conn.execute("UPDATE inbox SET state='claimed', stage=? "
+                               "WHERE state='pending'", (stage,))
+        return self._select("WHERE stage=? ORDER BY seq", (stage,))
+
+    def finish(self, rid: str, state: str, note: str = "") -> None:
+        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``)."""
+        if state not in ("done", "refused"):
+            raise ValueError(f"request state {state!r}: done or refused")
+        with self._conn:
+            self._conn.execute("UPDATE inbox SET state=?, finished=?, note=? WHERE id=?",
+                               (state, time.time(), note, rid))
+
+    def get(self, rid: str) -> Request:
+        """The request ``rid``. Raises KeyError if there is none."""
+        found = self._select("WHERE id=?", (rid,))
+        if not found:
+            raise KeyError(rid)
+        return found[0]
+
+    def all(self) -> list[Request]:
+        """Every request, in arrival order."""
+        return self._select("ORDER BY seq", ())
+
+    def named_clients(self, states: Iterable[str] = ("pending", "claimed", "done")
+                      ) -> set[int]:
+        """Clients named by requests in ``states`` (taken or forgotten)."""
+        return {p for r in self.all() if r.state in set(states) for p in r.clients}
+
+    def _select(self, where: str, args: tuple) -> list[Request]:
+        try:
+            rows = self._conn.execute(
+                "SELECT id, clients, source, received, state, stage FROM inbox "
+                + where, args).fetchall()
+        except sqlite3.Error as err:
+            raise InboxError(f"{self.catalog_path}: the inbox cannot be read: {err}") \
+                from None
+        return [Request(i, json.loads(c), s, r, st, g) for i, c, s, r, st, g in rows]
