@@ -14,19 +14,24 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} test [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
        {prog} experiments single|concurrent|storage|all [--suite quick|paper] ...
+       {prog} forget --run NAME --clients 3,17 [--results-dir DIR]
+       {prog} receipts --run NAME [--results-dir DIR]
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
 test         the test suite (pytest)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1
 experiments  the paper's experiments: runs, CSV, figures, report.md
+forget       ask a staged run (num-stages > 1) to forget clients at its next
+             stage boundary; prints the request id
+receipts     list a staged run's receipts (one per request) and waiting requests
 
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
 stops the command before anything starts: one line on stderr, exit status 2.
 `{prog} COMMAND --help` for a command's options.
 """
-COMMANDS = ("run", "test", "deploy", "experiments")
+COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +65,11 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
         from cli import deploy
 
         return deploy.main(rest, prog)
+    if command in ("forget", "receipts"):
+        from cli import forget
+
+        return (forget.main_forget if command == "forget" else forget.main_receipts)(
+            rest, prog)
     from cli import simulation
 
     return simulation.main(rest, prog)

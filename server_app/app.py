@@ -373,9 +373,11 @@ def main_staged(grid: Grid, run: Prepared, node_of: dict[int, int],
     staged = run_staged(grid, run, node_of,
                         initial_model(cfg, run.evaluator.num_classes),
                         train_config(cfg, run.data_dir), faults)
+    notes = run.notes + (["mia = true: the membership-inference audit does not run "
+                          "in a staged run (not staged yet)"] if cfg.mia else [])
     summary = RunSummary(config=cfg.as_dict(), data_dir=run.data_dir,
                          shards=staged.federation.shards,
-                         shard_strategy=shard_strategy_summary(cfg), notes=run.notes,
+                         shard_strategy=shard_strategy_summary(cfg), notes=notes,
                          learning=None, data=data_provenance(cfg.dataset, run.data_dir))
     staged_summary(staged, summary)
     summary.storage = storage_summary(cfg, staged.store, None, sum(

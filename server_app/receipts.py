@@ -40,6 +40,15 @@ def models_sha256(models: Sequence[ArrayRecord]) -> str:
     return digest.hexdigest()
 
 
+def shard_digests(models: Sequence[ArrayRecord]) -> dict:
+    """``{"models": digest of all, "shards": [digest of each]}`` (:func:`models_sha256`).
+
+    A shard that was not retrained keeps its digest, bit for bit.
+    """
+    return {"models": models_sha256(models),
+            "shards": [models_sha256([record]) for record in models]}
+
+
 def utc(seconds: float | None) -> str | None:
     """UNIX seconds -> ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (None stays None)."""
     if seconds is None:

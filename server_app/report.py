@@ -47,6 +47,8 @@ def render(summary: RunSummary | dict) -> str:
                    f"perplexity {learning.perplexity:.2f}")
     if summary.storage.get("SE_uncoded"):
         out += ["", storage_table(summary.storage)]
+    if summary.stages:
+        out += ["", stages_table(summary.stages)]
     if summary.frameworks:
         out += ["", frameworks_table(summary)]
     if summary.warnings:
@@ -111,6 +113,23 @@ FRAMEWORK_COLUMNS = [
     ("backdoor_asr", "backdoor ASR"),
     ("backdoor_asr_ensemble", "ASR ensemble"),
 ]
+
+
+def stages_table(stages: list[dict]) -> str:
+    """A staged run, one row per stage: clients, requests, accuracy, unlearning cost."""
+    def cost(entry: dict, name: str) -> object:
+        spent = entry["unlearning"].get(name)
+        return f"{spent['client_epochs']:.1f}" if spent else ""
+
+    rows = [[e["stage"], f"{e['rounds'][0]}-{e['rounds'][1]}", e["present"],
+             ",".join(map(str, e["joined"])) or "-", ",".join(map(str, e["left"])) or "-",
+             ",".join(map(str, e["forgotten"])) or "-", e["learning"]["accuracy"],
+             e["accuracy"], " ".join(f"{a:.3f}" for a in e["shard_accuracy"]),
+             cost(e, "SE"), cost(e, "FR")] for e in stages]
+    return "stages (accuracy: ensemble after learning / after the stage's requests)\n" + \
+        table(["stage", "rounds", "clients", "joined", "left", "forgotten",
+               "learned", "after", "shards after", "SE client-epochs",
+               "FR client-epochs"], rows, cell=_cell)
 
 
 def frameworks_table(summary: RunSummary) -> str:

@@ -40,7 +40,7 @@ from server_app.federation import Federation
 from server_app.frameworks import Stage, UnlearningSettings
 from server_app.inbox import Request, RequestInbox
 from server_app.learning import LearningResult, run_learning
-from server_app.receipts import models_sha256, utc, write_receipt
+from server_app.receipts import shard_digests, utc, write_receipt
 from server_app.rounds import CostMeter
 from server_app.screening import FaultLog
 from server_app.unlearning import drive, run_unlearning
@@ -222,7 +222,7 @@ class StagedRun:
                 "unlearning": {}, "warnings": member.warnings + result.warnings}
 
     def _claim(self, member: Membership, entry: dict) -> list[Request]:
-        """The stage's requests: its seeded ones (once), then the pending ones."""
+        """The stage's requests: the pending ones, then its seeded ones (drawn once)."""
         claimed = self.inbox.claim(member.stage)
         if self.cfg.requests_per_stage and not any(r.source == "planned"
                                                    for r in claimed):
@@ -237,7 +237,8 @@ class StagedRun:
             for clients in planned:
                 self.inbox.submit(clients, "planned", stage=member.stage)
             claimed = self.inbox.claim(member.stage)
-        order = {"planned": 0, "command": 1}
+        # requests that arrived during the stage first, then the seeded draw
+        order = {"command": 0, "planned": 1}
         return sorted(claimed, key=lambda r: order.get(r.source, 2))
 
     def refusal(self, member: Membership, request: Request) -> str | None:
@@ -283,7 +284,7 @@ class StagedRun:
 
     def _unlearn(self, member: Membership, request: Request) -> dict:
         """SE (and FR) for one request; the run goes on from SE's models."""
-        before = models_sha256(self.models)
+        before = shard_digests(self.models)
         accuracy_before = self.evaluator.evaluate(self.models)["accuracy"]
         stage = Stage(UnlearningSettings.from_config(self.cfg), self.federation,
                       self.baseline, self.store, None, self.models, self.initial,
@@ -297,7 +298,7 @@ class StagedRun:
         out = {"shards_retrained": cost.impacted_shards,
                "rounds_replayed": cost.rounds_replayed,
                "replay": cost.replay,
-               "models_sha256": {"before": before, "after": models_sha256(se.models)},
+               "models_sha256": {"before": before, "after": shard_digests(se.models)},
                "accuracy": {"before": accuracy_before, "after": se.summary.accuracy},
                "cost": {"SE": {"client_epochs": cost.client_epochs,
                                "compute_s": cost.compute_s,

@@ -12,7 +12,7 @@ with the final models' accuracy and the costs summed over requests.
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
@@ -23,7 +23,12 @@ from history.catalog import CATALOG_FILE
 from server_app.receipts import list_receipts
 from server_app.screening import FaultLog
 from server_app.staged import StagedRun, staged_federations
-from server_app.summary import FrameworkSummary, LearningSummary, ModelScores
+from server_app.summary import (
+    FrameworkSummary,
+    LearningSummary,
+    ModelScores,
+    UnlearningPlan,
+)
 
 __all__ = ["run_staged", "staged_summary"]
 
@@ -57,7 +62,10 @@ def run_staged(grid: Grid, run, node_of: dict[int, int], initial: ArrayRecord,
             log(INFO, "resumed: stage %d already done", t)
             continue
         run.runlog.begin(name)
+        staged.fr_models = []
         entry = staged.run_stage()
+        if staged.fr_models:  # FR's models after the stage's last request
+            run.folder.save_models(f"stage{t}-FR", staged.fr_models)
         saved = run.folder.save_models(f"stage{t}", staged.models)
         run.runlog.record_models(f"stage{t}", saved["sha256"], saved["shards"])
         run.runlog.finish(name, entry)
@@ -65,6 +73,12 @@ def run_staged(grid: Grid, run, node_of: dict[int, int], initial: ArrayRecord,
             "accuracy %.4f", t, cfg.num_stages, entry["present"], entry["joined"],
             entry["left"], entry["forgotten"], entry["accuracy"])
     store.mark_complete()
+    for request in staged.inbox.all():
+        if request.state == "pending":  # arrived after the last boundary
+            staged.stages[-1]["warnings"].append(
+                f"request {request.id} (clients {request.clients}) arrived after the "
+                "last stage boundary: not handled")
+            log(WARNING, "%s", staged.stages[-1]["warnings"][-1])
     return staged
 
 
@@ -86,6 +100,10 @@ def staged_summary(staged: StagedRun, summary) -> None:
     receipts = [r for r in list_receipts(staged.folder.path) if r["status"] == "done"]
     summary.frameworks = {name: _framework(name, receipts, last)
                           for name in staged.cfg.framework_list}
+    refused = [{"request": r["request_id"], "clients": r["clients"], "reason": r["reason"]}
+               for r in list_receipts(staged.folder.path) if r["status"] == "refused"]
+    summary.unlearning = UnlearningPlan([r["clients"] for r in receipts], refused,
+                                        "staged")
 
 
 def _framework(name: str, receipts: list[dict], last: dict) -> FrameworkSummary:
