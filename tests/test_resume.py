@@ -87,3 +87,63 @@ def _settings(config, run_name):
     from server_app.config import RunConfig
 
     return RunConfig.from_run_config({**config, "run-name": run_name}).as_dict()
+
+
+STAGED_CHILD = CHILD.replace("set_task_identity()\n", textwrap.dedent("""\
+    set_task_identity()
+    from cli.forget import submit
+    from server_app.staged import StagedRun
+    real = StagedRun.run_stage
+    def run_stage(self):  # the request arrives while stage 3 learns
+        if len(self.members) == 2:
+            submit(config["run-name"], sys.argv[2], config["results-dir"])
+        return real(self)
+    StagedRun.run_stage = run_stage
+"""))
+
+
+def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
+        tmp_path, shared_data):
+    """Killed in stage 3, a request recorded while it was down: handled once, and
+    the models are those of a run that was never killed."""
+    from conftest import TINY
+
+    from cli.forget import submit
+    from server_app.inbox import RequestInbox
+
+    config = {**TINY, "num-clients": 12, "num-stages": 3, "joins-per-stage": 2,
+              "leaves-per-stage": 1, "requests-per-stage": 1, "frameworks": "SE,FR",
+              "mia": False, "data-dir": str(shared_data), "results-dir": str(tmp_path)}
+    code, out = run_child({**config, "run-name": "crash"}, kill_on="stage 3 learn round 5")
+    assert code == -signal.SIGKILL, out[-2000:]
+    run = tmp_path / "crash"
+    log = RunLog(run / "run.sqlite", _settings(config, "crash"))
+    stage2 = log.done("stage:2")
+    assert stage2 is not None and log.done("stage:3") is None
+    log.close()
+    client = next(p for p in stage2["present_clients"] if p not in stage2["forgotten"])
+    rid = submit("crash", str(client), str(tmp_path))  # while the ServerApp is down
+    code, out = run_child({**config, "run-name": "crash"})
+    assert code == 0, out[-3000:]
+    assert "stage 1 already done" in out and "stage 2 already done" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert rid in summary["stages"][2]["requests"]
+    inbox = RequestInbox(run / "run.sqlite")
+    assert [r.state for r in inbox.all()] == ["done"] * 4
+    inbox.close()
+    # the same requests, never killed: the same models and receipts
+    script = STAGED_CHILD.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    whole = {**config, "run-name": "whole"}
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(whole), str(client)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("stage3", "stage3-FR"):
+        a, b = models(run / "models" / f"{name}.npz"), models(
+            tmp_path / "whole" / "models" / f"{name}.npz")
+        assert a.keys() == b.keys()
+        assert all(a[k].tobytes() == b[k].tobytes() for k in a), name
+    receipts = [sorted((f / "receipts").glob("*.json")) for f in (run, tmp_path / "whole")]
+    fields = [[{k: json.loads(p.read_text())[k] for k in ("clients", "stage", "status")}
+               for p in found] for found in receipts]
+    assert len(fields[0]) == 4
+    assert sorted(map(str, fields[0])) == sorted(map(str, fields[1]))
