@@ -143,8 +143,10 @@ def frameworks_table(summary: RunSummary) -> str:
         original = summary.original.to_json()
         rows.insert(0, ["original"] + [original.get(k, "") for k, _ in columns])
     plan = summary.unlearning
+    staged = " (accuracy right before / after the last request; final models: " \
+        "the stages table)" if summary.stages else ""
     out = [f"unlearning ({plan.mode if plan else ''}): requests "
-           f"{plan.requests if plan else None}", "",
+           f"{plan.requests if plan else None}{staged}", "",
            table(["framework"] + [h for _, h in columns], rows, cell=_cell)]
     out += _verification_lines(summary)
     se, fr = (summary.frameworks or {}).get("SE"), (summary.frameworks or {}).get("FR")

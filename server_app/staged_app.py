@@ -7,7 +7,8 @@ in. :func:`staged_summary` turns the stage entries and the receipts into
 summary.json: ``stages`` (per stage: clients present, joined, left, forgotten,
 requests, learning and accuracy per shard and of the ensemble, unlearning
 cost), ``learning`` over all rounds, and ``frameworks.SE`` / ``frameworks.FR``
-with the final models' accuracy and the costs summed over requests.
+with the accuracy right after the last request (``original``: right before it)
+and the costs summed over requests.
 """
 
 from __future__ import annotations
@@ -95,25 +96,29 @@ def staged_summary(staged: StagedRun, summary) -> None:
         compute_s=sum(e["learning"]["compute_s"] for e in entries),
         client_epochs=sum(e["learning"]["client_epochs"] for e in entries),
         rounds=rounds, warnings=[w for e in entries for w in e["warnings"]])
-    summary.original = ModelScores(last["learning"]["accuracy"], last["learning"]["loss"])
     summary.stages = entries
     receipts = [r for r in list_receipts(staged.folder.path) if r["status"] == "done"]
-    summary.frameworks = {name: _framework(name, receipts, last)
-                          for name in staged.cfg.framework_list}
+    if receipts:  # compared at the last request: the models just before and after it
+        summary.original = ModelScores(receipts[-1]["accuracy"]["before"])
+        summary.frameworks = {name: _framework(name, receipts)
+                              for name in staged.cfg.framework_list}
     refused = [{"request": r["request_id"], "clients": r["clients"], "reason": r["reason"]}
                for r in list_receipts(staged.folder.path) if r["status"] == "refused"]
     summary.unlearning = UnlearningPlan([r["clients"] for r in receipts], refused,
                                         "staged")
 
 
-def _framework(name: str, receipts: list[dict], last: dict) -> FrameworkSummary:
-    """SE / FR over every request of the run (costs summed)."""
+def _framework(name: str, receipts: list[dict]) -> FrameworkSummary:
+    """SE / FR over every request of the run: costs summed, accuracy after the last.
+
+    ``accuracy`` is the ensemble's (SE) or the model's (FR) test accuracy right after
+    the run's last request (``original``: right before it); the final models'
+    scores are the last entry of ``stages``.
+    """
     costs = [r["cost"][name] for r in receipts if name in r["cost"]]
-    accuracy = last["accuracy"] if name == "SE" else next(
-        (r["accuracy"]["FR"] for r in reversed(receipts) if "FR" in r["accuracy"]), None)
+    last = receipts[-1]["accuracy"]
     return FrameworkSummary(
-        accuracy=accuracy, loss=last["loss"] if name == "SE" else None,
-        shard_accuracy=last["shard_accuracy"] if name == "SE" else None,
+        accuracy=last["after"] if name == "SE" else last.get("FR"),
         retrain_compute_s=sum(c["compute_s"] for c in costs),
         retrain_wall_s=sum(c["wall_s"] for c in costs),
         modelled_wall_s=sum(c["modelled_wall_s"] for c in costs),
