@@ -229,3 +229,12 @@ def test_forget_command_refuses_bad_requests_and_records_nothing(staged_run, tmp
         inbox.set_meta("settings", json.dumps({"num-stages": 1, "num-clients": 12}))
     with pytest.raises(ConfigError, match="num-stages = 1"):
         submit("live", "4", str(tmp_path))
+
+
+def test_forget_command_line_exits_2_with_one_line(tmp_path, capsys):
+    from cli.main import main as cli_main
+
+    assert cli_main(["forget", "--run", "nope", "--clients", "1", "--results-dir",
+                     str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no run of that name" in err
