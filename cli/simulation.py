@@ -27,6 +27,9 @@ from server_app.preflight import validate_run_config
 from server_app.results import RunFolder
 
 SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
+# flwr gives its local SuperLink 15 s to start; on a loaded machine that can pass
+NO_SUPERLINK = b"Failed to start local SuperLink"
+START_ATTEMPTS = 3
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -64,7 +67,7 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     try:
         (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
-        status = _flwr_run(home, supernodes, log_path)
+        status = _run_with_retries(home, supernodes, log_path)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return _finish(log_path, status)
@@ -102,6 +105,22 @@ def preflight(run_config: dict):
         raise ConfigError(str(err)) from None
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
     return validate_run_config(run_config, task)
+
+
+def _run_with_retries(home: Path, supernodes: int, log_path: Path) -> int:
+    """:func:`_flwr_run`, again (fresh ports) when the local SuperLink did not start.
+
+    Nothing of the run started then, so starting again is safe; at most
+    :data:`START_ATTEMPTS` tries.
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        status = _flwr_run(home, supernodes, log_path)
+        if status == 0 or NO_SUPERLINK not in log_path.read_bytes():
+            return status
+        if attempt < START_ATTEMPTS:
+            print(f"flwr's local SuperLink did not start in time (a loaded machine?); "
+                  f"starting again ({attempt + 1}/{START_ATTEMPTS})", file=sys.stderr)
+    return status
 
 
 def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:

@@ -116,12 +116,12 @@ def test_deploy_shrinks_a_preset_but_not_explicit_values():
         deploy_config(3, None, ["num-clients=5"])
 
 
-def _cli(args, tmp_path, extra_env=None, timeout=60):
-    """``python -m cli ARGS`` with a fake flwr that records its calls."""
+def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
+    """``python -m cli ARGS`` with a fake flwr that records its calls (then ``then``)."""
     fake = tmp_path / "fakebin"
     fake.mkdir(exist_ok=True)
     record = tmp_path / "flwr-called"
-    (fake / "flwr").write_text(f'#!/bin/sh\necho "$@" >> "{record}"\n')
+    (fake / "flwr").write_text(f'#!/bin/sh\necho "$@" >> "{record}"\n{then}')
     (fake / "flwr").chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join(
         [str(fake), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -152,6 +152,15 @@ def test_good_config_reaches_flwr(tmp_path):
     call = record.read_text()
     assert call.startswith("run ") and "--stream" in call and "num-supernodes=8" in call
     assert not list((tmp_path / "flwr_home").glob("sim-*"))  # its FLWR_HOME is gone
+
+
+def test_a_superlink_that_does_not_start_in_time_is_started_again(tmp_path):
+    """flwr's 15 s start-up limit of its local SuperLink: tried 3 times, then failed."""
+    proc, record = _cli(["--run-config", TINY_RUN], tmp_path, then=(
+        'echo "Failed to start local SuperLink within 15s."\nexit 1\n'))
+    assert proc.returncode == 1 and "no summary.json" in proc.stderr
+    assert len(record.read_text().splitlines()) == 3
+    assert proc.stderr.count("starting again") == 2
 
 
 # ---- the run lock ----------------------------------------------------------------
