@@ -27,6 +27,7 @@ import numpy as np
 from history.catalog import CATALOG_FILE, ParticipationCatalog, StoreError
 from history.files import atomic_write, decode_arrays, encode_arrays
 from history.protocols import RoundRecorder, TrainingHistory
+from history.retention import needed_models
 
 __all__ = ["HistoryStore", "StoreError", "CorruptBlobError"]
 
@@ -158,6 +159,43 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
         (The learning loop calls it after each round; the coded recorder codes
         and distributes the round there.)
         """
+
+    def prune_models(self, interval: int | None) -> int:
+        """Drop every stored shard model that unlearning can no longer need.
+
+        Keeps W^0, the last model and, with SE's calibration ``interval``, each
+        W^(p - 1) a replay from a first participation can start from
+        (:func:`history.retention.needed_models`; None: FedEraser's, W^0 only).
+        Updates are never dropped. Returns the bytes freed.
+        """
+        freed = 0
+        for shard in sorted({s for (s,) in self._conn.execute(
+                "SELECT DISTINCT shard FROM shard_models")}):
+            stored = [r for (r,) in self._conn.execute(
+                "SELECT round FROM shard_models WHERE shard=? ORDER BY round", (shard,))]
+            first = self._first_rounds(shard)
+            keep = needed_models(self.rounds(shard), first, max(stored), interval)
+            for rnd in (r for r in stored if r not in keep):
+                freed += self._drop_model(shard, rnd)
+        return freed
+
+    def _first_rounds(self, shard: int) -> list[int]:
+        """Each client's first round with an update in ``shard``."""
+        return [r for (r,) in self._conn.execute(
+            "SELECT MIN(round) FROM updates WHERE shard=? GROUP BY partition_id",
+            (shard,))]
+
+    def _drop_model(self, shard: int, rnd: int) -> int:
+        """Delete W_shard^rnd (catalog row, blob entry, file); return its bytes."""
+        name = f"model_s{shard}_r{rnd}.npz"
+        row = self._conn.execute("SELECT nbytes FROM blobs WHERE name=?",
+                                 (name,)).fetchone()
+        with self._conn:
+            self._conn.execute("DELETE FROM shard_models WHERE shard=? AND round=?",
+                               (shard, rnd))
+            self._conn.execute("DELETE FROM blobs WHERE name=?", (name,))
+        (self.root / "blobs" / name).unlink(missing_ok=True)
+        return int(row[0]) if row else 0
 
     # ---- reading ----------------------------------------------------------
     def _get_blob(self, name: str, what: str) -> Arrays:

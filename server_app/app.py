@@ -119,6 +119,11 @@ def learn(grid: Grid, cfg: RunConfig, federation: Federation, folder: RunFolder,
         [w0] * len(federation.shards), cfg.num_rounds, train_config(cfg, data_dir),
         store, evaluate=evaluator.evaluate, timeout=cfg.round_timeout, label=name,
         faults=faults)
+    if not coded:  # SE replays from first participations; FedEraser from round 1
+        freed = store.prune_models(cfg.calibration_interval if name == "sharded"
+                                   else None)
+        log(INFO, "%s history: %d bytes of shard models no replay can start from "
+            "dropped", name, freed)
     store.mark_complete()
     if coded:
         store.close()

@@ -83,12 +83,19 @@ def learn_stage(grid: Grid, cfg: RunConfig, federation: Federation, store,
                 models: list[ArrayRecord], member: Membership, train_config: ConfigRecord,
                 evaluator: CentralEvaluator | None = None,
                 faults: FaultLog | None = None) -> LearningResult:
-    """G rounds of stage ``member.stage`` over its present clients, into ``store``."""
+    """G rounds of stage ``member.stage`` over its present clients, into ``store``.
+
+    Then the stored shard models no replay can start from are dropped
+    (:meth:`history.HistoryStore.prune_models`).
+    """
     strategy = stage_strategy(cfg, federation.shards, member.present, federation.node_of)
-    return run_learning(grid, strategy, federation, models, cfg.num_rounds, train_config,
-                        store, evaluate=evaluator.evaluate if evaluator else None,
-                        timeout=cfg.round_timeout, label=f"stage {member.stage} learn",
-                        faults=faults, first_round=first_round(cfg, member.stage))
+    result = run_learning(grid, strategy, federation, models, cfg.num_rounds,
+                          train_config, store,
+                          evaluate=evaluator.evaluate if evaluator else None,
+                          timeout=cfg.round_timeout, label=f"stage {member.stage} learn",
+                          faults=faults, first_round=first_round(cfg, member.stage))
+    store.prune_models(cfg.calibration_interval)  # only what a replay can start from
+    return result
 
 
 def retrain_stages(grid: Grid, cfg: RunConfig, baseline: Federation,

@@ -231,3 +231,23 @@ def test_impacted_shards_over_seeded_uniform_draws_match_the_paper(clients, shar
         assert got == pytest.approx(paper, abs=0.1)
     with pytest.raises(ValueError, match="num-requests"):
         simulated_impacted(assign_shards(clients, shards, 0), clients + 1)
+
+
+def test_the_uncoded_store_keeps_only_models_a_replay_can_start_from(run_server, tmp_path):
+    """After learning, every single-client request still starts from a stored model,
+    and the models no replay can start from are gone (issue 14, item 7)."""
+    from history import HistoryStore
+    from server_app.frameworks import _start_model
+    from strategies.unlearning import first_participation
+
+    summary, _ = run_server({"num-rounds": 4, "frameworks": "none", "mia": False})
+    store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
+    kept = {s: [r for (r,) in store._conn.execute(
+        "SELECT round FROM shard_models WHERE shard=?", (s,))] for s in range(2)}
+    assert sum(len(k) for k in kept.values()) < 2 * 5  # W^0..W^4 for 2 shards before
+    for s in range(2):
+        for client in summary["shards"][s]:
+            g0 = first_participation(store, s, {client})
+            if g0 is not None:
+                model, source = _start_model(store, s, g0, "FedAvg")
+                assert model is not None and source == f"stored W^{g0 - 1}"
