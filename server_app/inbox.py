@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS inbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
     clients TEXT NOT NULL, source TEXT NOT NULL, received REAL NOT NULL,
-    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT);
+    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT, receipt TEXT);
 """
 STATES = ("pending", "claimed", "done", "refused")
 
@@ -78,7 +78,15 @@ class RequestInbox(SQLiteCatalog):
     def __init__(self, path: Path) -> None:
         super().__init__(Path(path), self.connect(path))
         self._conn.execute("PRAGMA busy_timeout = 30000")  # the other process writes
-        self.create_schema(self._conn)
+        try:
+            self.create_schema(self._conn)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
+            if "receipt" not in columns:  # a catalog from before receipts were kept
+                with self._conn:
+                    self._conn.execute("ALTER TABLE inbox ADD COLUMN receipt TEXT")
+        except sqlite3.Error as err:
+            self._conn.close()
+            raise InboxError(f"{path}: the inbox cannot be opened: {err}") from None
 
     def settings(self) -> dict:
         """The run's settings as recorded by the ServerApp ({} if none yet)."""
@@ -87,10 +95,28 @@ class RequestInbox(SQLiteCatalog):
 
     def submit(self, clients: Sequence[int], source: str = "command",
                stage: int | None = None) -> Request:
-        """Record a request (``pending``, or ``claimed`` by ``stage``); return it."""
+        """Record a request (``pending``, or ``claimed`` by ``stage``); return it.
+
+        The check that no client is named by another request (pending, claimed
+        or done) and the insert are one write transaction, so two processes
+        submitting at once cannot both name a client; ids stay unique.
+
+        Raises
+        ------
+        InboxError
+            A client already forgotten or requested (naming it and the request);
+            nothing was recorded.
+        """
         state = "pending" if stage is None else "claimed"
         now = time.time()
         with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")  # take the write lock before checking
+            taken = {p: r.id for r in self.all() if r.state != "refused"
+                     for p in r.clients}
+            again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
+            if again:
+                raise InboxError("already forgotten or requested: " + ", ".join(
+                    f"{p} ({rid})" for p, rid in sorted(again.items())))
             cur = self._conn.execute(
                 "INSERT INTO inbox (id, clients, source, received, state, stage) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -111,13 +137,29 @@ class RequestInbox(SQLiteCatalog):
                                "WHERE state='pending'", (stage,))
         return self._select("WHERE stage=? ORDER BY seq", (stage,))
 
-    def finish(self, rid: str, state: str, note: str = "") -> None:
-        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``)."""
+    def finish(self, rid: str, state: str, note: str = "",
+               receipt: dict | None = None) -> None:
+        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``).
+
+        ``receipt`` (a JSON-able dict) is kept with the request in the same
+        transaction: the catalog, not the receipt files, is the record that
+        summary.json is built from (:meth:`receipts`).
+        """
         if state not in ("done", "refused"):
             raise ValueError(f"request state {state!r}: done or refused")
+        text = None if receipt is None else json.dumps(receipt, allow_nan=False)
         with self._conn:
-            self._conn.execute("UPDATE inbox SET state=?, finished=?, note=? WHERE id=?",
-                               (state, time.time(), note, rid))
+            self._conn.execute("UPDATE inbox SET state=?, finished=?, note=?, receipt=? "
+                               "WHERE id=?", (state, time.time(), note, text, rid))
+
+    def receipts(self) -> list[dict]:
+        """The receipts kept by :meth:`finish`, in arrival order.
+
+        Requests not finished yet have none and are left out.
+        """
+        rows = self._conn.execute("SELECT receipt FROM inbox WHERE receipt IS NOT NULL "
+                                  "ORDER BY seq").fetchall()
+        return [json.loads(text) for (text,) in rows]
 
     def get(self, rid: str) -> Request:
         """The request ``rid``. Raises KeyError if there is none."""

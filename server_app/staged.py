@@ -45,31 +45,36 @@ from server_app.rounds import CostMeter
 from server_app.screening import FaultLog
 from server_app.unlearning import drive, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
+from strategies.unlearning import FrozenShard
 
 __all__ = ["StagedRun", "learn_stage", "retrain_stages", "stage_strategy",
            "staged_federations"]
 
 
 def stage_strategy(cfg: RunConfig, shards: Sequence[Sequence[int]],
-                   present: Sequence[int], node_of: dict[int, int]) -> ShardedStrategy:
+                   present: Sequence[int], node_of: dict[int, int],
+                   keep_empty: bool = False) -> ShardedStrategy:
     """One stock ``shard-strategy`` per shard over its ``present`` clients.
 
     Each shard samples ``min(clients-per-round / S, its present clients)``
-    clients a round (seeded by the run seed and the round number).
+    clients a round (seeded by the run seed and the round number). With
+    ``keep_empty`` a shard with no present client keeps its model
+    (:class:`strategies.unlearning.FrozenShard`): FR retraining an earlier stage
+    whose clients of that shard were all forgotten since.
 
     Raises
     ------
     ValueError
-        A shard with no present client.
+        A shard with no present client (unless ``keep_empty``).
     """
     per_round = cfg.clients_per_round // len(shards)
     here = present_shards(shards, present)
     for s, pids in enumerate(here):
-        if not pids:
+        if not pids and not keep_empty:
             raise ValueError(f"shard {s} has no client present in this stage")
     subs = [make_stock_strategy(cfg.shard_strategy, min(per_round, len(pids)),
                                 len(pids), **cfg.shard_strategy_options)
-            for pids in here]
+            if pids else FrozenShard() for pids in here]
     return ShardedStrategy(subs, [[node_of[p] for p in pids] for pids in here],
                            seed=cfg.seed)
 
@@ -100,14 +105,16 @@ def retrain_stages(grid: Grid, cfg: RunConfig, baseline: Federation,
 
     Stage t's rounds sample from its present clients minus ``forgotten``, with
     the learning's strategy, seeds and round numbers (:func:`stage_strategy`), so
-    the models are those of a run in which the forgotten clients never existed.
+    the models are those of a run in which the forgotten clients never existed;
+    a shard none of whose clients of stage t remains keeps its model in t.
     Returns the shard models (``baseline-shards`` of them) and the summed costs.
     """
     models = [initial] * len(baseline.shards)
     total = CostMeter(cfg.link_rate_mbps)
     for member in members:
         present = [p for p in member.present if p not in forgotten]
-        strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of)
+        strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of,
+                                  keep_empty=True)
         models, meter = drive(grid, strategy, models, cfg.num_rounds, train_config,
                               cfg.link_rate_mbps, cfg.round_timeout, faults,
                               f"{label} stage {member.stage}", baseline.partition_of,
@@ -264,14 +271,14 @@ class StagedRun:
                    "stage": member.stage}
         reason = self.refusal(member, request)
         if reason is not None:
-            self.inbox.finish(request.id, "refused", reason)
             receipt.update(status="refused", reason=reason, done_at=utc(time.time()))
+            self.inbox.finish(request.id, "refused", reason, receipt)
             write_receipt(self.folder.path, receipt)
             entry["warnings"].append(f"request {request.id} refused: {reason}")
             return
         receipt.update(self._unlearn(member, request))
-        self.inbox.finish(request.id, "done")
         receipt.update(status="done", done_at=utc(time.time()))
+        self.inbox.finish(request.id, "done", receipt=receipt)  # the record, then the file
         write_receipt(self.folder.path, receipt)
         entry["forgotten"] += sorted(set(request.clients))
         for name, cost in receipt["cost"].items():
