@@ -159,9 +159,11 @@ def main_receipts(argv: list[str], prog: str) -> int:
         waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
     for receipt in receipts:
         print(receipt_line(receipt))
+    late = "not handled: it arrived after the last stage boundary" if (
+        folder / SUMMARY).exists() else "not done yet"
     for request in waiting:
         print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  clients "
-              f"{request.clients}  (not done yet)")
+              f"{request.clients}  ({late})")
     if not receipts and not waiting:
         print(f"run {args.run}: no request yet")
     print(f"receipts: {folder / 'receipts'}")
