@@ -107,24 +107,36 @@ class RequestInbox(SQLiteCatalog):
             A client already forgotten or requested (naming it and the request);
             nothing was recorded.
         """
+        return self.submit_all([clients], source, stage)[0]
+
+    def submit_all(self, requests: Sequence[Sequence[int]], source: str,
+                   stage: int | None = None) -> list[Request]:
+        """Record several requests in one transaction (all or none), as :meth:`submit`.
+
+        A stage's seeded requests go in together: a crash between two of them
+        cannot leave the stage with part of its draw.
+        """
         state = "pending" if stage is None else "claimed"
-        now = time.time()
+        now, ids = time.time(), []
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")  # take the write lock before checking
             taken = {p: r.id for r in self.all() if r.state != "refused"
                      for p in r.clients}
-            again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
-            if again:
-                raise InboxError("already forgotten or requested: " + ", ".join(
-                    f"{p} ({rid})" for p, rid in sorted(again.items())))
-            cur = self._conn.execute(
-                "INSERT INTO inbox (id, clients, source, received, state, stage) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
-                 now, state, stage))
-            rid = f"r{cur.lastrowid:04d}"
-            self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
-        return self.get(rid)
+            for clients in requests:
+                again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
+                if again:
+                    raise InboxError("already forgotten or requested: " + ", ".join(
+                        f"{p} ({rid})" for p, rid in sorted(again.items())))
+                cur = self._conn.execute(
+                    "INSERT INTO inbox (id, clients, source, received, state, stage) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
+                     now, state, stage))
+                ids.append(f"r{cur.lastrowid:04d}")
+                self._conn.execute("UPDATE inbox SET id=? WHERE seq=?",
+                                   (ids[-1], cur.lastrowid))
+                taken.update({int(p): ids[-1] for p in clients})
+        return [self.get(rid) for rid in ids]
 
     def claim(self, stage: int) -> list[Request]:
         """Bind every pending request to ``stage``; return the stage's requests.

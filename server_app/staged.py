@@ -241,8 +241,7 @@ class StagedRun:
             except ValueError as err:
                 entry["warnings"].append(f"{err}: no seeded request this stage")
                 planned = []
-            for clients in planned:
-                self.inbox.submit(clients, "planned", stage=member.stage)
+            self.inbox.submit_all(planned, "planned", stage=member.stage)  # all or none
             claimed = self.inbox.claim(member.stage)
         # requests that arrived during the stage first, then the seeded draw
         order = {"command": 0, "planned": 1}

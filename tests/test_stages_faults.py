@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sqlite3
+import time
 
 import pytest
 from flwr.app import Context, RecordDict
@@ -127,6 +128,14 @@ def test_receipts_command_names_a_damaged_receipt_in_one_line(tmp_path, capsys, 
 
 
 def _submit_many(root: str, clients: list[int], barrier, out) -> None:
+    real = RequestInbox.all
+
+    def slow(self):  # widen the gap between reading the requests and writing one
+        found = real(self)
+        time.sleep(0.05)
+        return found
+
+    RequestInbox.all = slow  # in this child process only
     barrier.wait()
     for p in clients:
         try:
@@ -140,7 +149,7 @@ def test_two_forget_commands_at_once_name_each_client_once(tmp_path):
     folder = _catalog(tmp_path, "live")
     context = multiprocessing.get_context("fork")
     barrier, out = context.Barrier(2), context.Queue()
-    clients = list(range(12))
+    clients = list(range(6))
     procs = [context.Process(target=_submit_many, args=(str(tmp_path), clients,
                                                         barrier, out))
              for _ in range(2)]
@@ -241,3 +250,16 @@ def test_run_whose_requests_were_all_refused_or_late_reports_it(
     assert out.count("refused") == 2 and "r0003" in out and "not handled" in out
     assert sorted(p.name for p in (folder / "receipts").iterdir()) == \
         ["r0001.json", "r0002.json"]
+
+
+def test_a_stages_seeded_requests_are_recorded_all_or_none(tmp_path):
+    """A fault between two requests of one draw (here: the second names a client
+    the first took) leaves none of them, so a resumed stage draws them again."""
+    inbox = RequestInbox(_catalog(tmp_path, "live") / "run.sqlite")
+    with pytest.raises(ValueError, match=r"already forgotten or requested: 1 \(r0001\)"):
+        inbox.submit_all([[1], [2, 1]], "planned", stage=1)
+    assert inbox.all() == []
+    done = inbox.submit_all([[1], [2]], "planned", stage=1)
+    assert [(r.id, r.clients, r.state) for r in done] == [
+        ("r0001", [1], "claimed"), ("r0002", [2], "claimed")]
+    inbox.close()
