@@ -272,13 +272,13 @@ class StagedRun:
         if reason is not None:
             receipt.update(status="refused", reason=reason, done_at=utc(time.time()))
             self.inbox.finish(request.id, "refused", reason, receipt)
-            write_receipt(self.folder.path, receipt)
+            self.file_receipt(receipt, entry["warnings"])
             entry["warnings"].append(f"request {request.id} refused: {reason}")
             return
         receipt.update(self._unlearn(member, request))
         receipt.update(status="done", done_at=utc(time.time()))
         self.inbox.finish(request.id, "done", receipt=receipt)  # the record, then the file
-        write_receipt(self.folder.path, receipt)
+        self.file_receipt(receipt, entry["warnings"])
         entry["forgotten"] += sorted(set(request.clients))
         for name, cost in receipt["cost"].items():
             into = entry["unlearning"].setdefault(name, {"compute_s": 0.0,
@@ -287,6 +287,18 @@ class StagedRun:
             for key in into:
                 into[key] += cost[key]
             self.costs.setdefault(name, []).append({"request": request.id, **cost})
+
+    def file_receipt(self, receipt: dict, warnings: list[str]) -> None:
+        """Write ``receipt``'s file; one it cannot write is a warning, not a crash.
+
+        The receipt is already kept in ``run.sqlite`` (:meth:`RequestInbox.finish`),
+        from which summary.json is built and the file is written again at the end.
+        """
+        try:
+            write_receipt(self.folder.path, receipt)
+        except OSError as err:
+            warnings.append(f"receipt of request {receipt['request_id']} not written "
+                            f"({err}); it is kept in {self.inbox.catalog_path}")
 
     def _unlearn(self, member: Membership, request: Request) -> dict:
         """SE (and FR) for one request; the run goes on from SE's models."""

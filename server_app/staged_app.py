@@ -21,7 +21,6 @@ from flwr.supercore import log
 
 from history import HistoryStore
 from history.catalog import CATALOG_FILE
-from server_app.receipts import write_receipt
 from server_app.screening import FaultLog
 from server_app.staged import StagedRun, staged_federations
 from server_app.summary import (
@@ -75,7 +74,7 @@ def run_staged(grid: Grid, run, node_of: dict[int, int], initial: ArrayRecord,
             entry["left"], entry["forgotten"], entry["accuracy"])
     store.mark_complete()
     for receipt in staged.inbox.receipts():  # a receipt file lost or damaged meanwhile
-        write_receipt(run.folder.path, receipt)
+        staged.file_receipt(receipt, staged.stages[-1]["warnings"])
     for request in staged.inbox.all():
         if request.state == "pending":  # arrived after the last boundary
             staged.stages[-1]["warnings"].append(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 import sqlite3
 import time
 
@@ -179,9 +180,15 @@ def test_stage_strategy_keeps_a_shard_without_present_clients_only_when_asked():
     assert kept.shard_nodes == [[], [102, 103]]
 
 
-def _run_small(tmp_path, shared_data, overrides, plan, late=()):
+def _damage_a_receipt(folder):
+    (folder / "receipts" / "r0001.json").write_text("{oops")
+
+
+def _run_small(tmp_path, shared_data, overrides, plan, late=(),
+               damage=_damage_a_receipt):
     """A 2-stage run; ``plan[t]``: forget commands sent while stage t learns,
-    ``late``: sent after the last boundary. Returns the run folder and summary."""
+    ``late``: sent after the last boundary; ``damage(run folder)`` before stage 2.
+    Returns the run folder and summary."""
     from client_app.app import app as client_app
     from experiments.grid import InProcessGrid, set_task_identity
 
@@ -193,8 +200,8 @@ def _run_small(tmp_path, shared_data, overrides, plan, late=()):
 
     def run_stage(self):
         stage = len(self.members) + 1
-        if stage == 2:  # an operator damages a receipt file while the run lives
-            (folder / "receipts" / "r0001.json").write_text("{oops")
+        if stage == 2:  # an operator damages the receipts while the run lives
+            damage(folder)
         for clients in plan.get(stage, ()):
             submit("r", clients, str(tmp_path))
         return real_stage(self)
@@ -230,6 +237,22 @@ def test_fr_over_stages_after_a_stage_lost_every_client_of_a_shard(
     assert [r["status"] for r in receipts] == ["done", "done"]
     assert all(set(r["cost"]) == {"SE", "FR"} for r in receipts)
     assert set(summary["frameworks"]) == {"SE", "FR"}
+
+
+def test_a_receipts_folder_that_cannot_be_written_is_a_warning_not_a_crash(
+        tmp_path, shared_data):
+    """The receipts folder replaced by a file during stage 1: the run finishes, says
+    so, and builds summary.json from the receipts kept in run.sqlite."""
+    def replace_by_a_file(folder):
+        shutil.rmtree(folder / "receipts")
+        (folder / "receipts").write_text("not a folder")
+
+    _, summary = _run_small(tmp_path, shared_data, {"frameworks": "SE"},
+                            {1: ["0"], 2: ["1"]}, damage=replace_by_a_file)
+    assert [e["forgotten"] for e in summary["stages"]] == [[0], [1]]
+    assert any("receipt of request r0002 not written" in w for w in summary["warnings"])
+    assert summary["unlearning"]["requests"] == [[0], [1]]
+    assert summary["frameworks"]["SE"]["accuracy"] is not None
 
 
 def test_run_whose_requests_were_all_refused_or_late_reports_it(
