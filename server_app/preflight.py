@@ -174,6 +174,7 @@ def check_stage_requests(cfg: RunConfig) -> None:
         return churn.requests(churn.first(), (), k, per, cfg.request_distribution)
 
     if _feasible(draw, cfg.requests_per_stage, cfg.clients_per_request):
+        _check_stage_baseline(cfg, draw(cfg.requests_per_stage, cfg.clients_per_request))
         return
     if not _feasible(draw, 1, cfg.clients_per_request):
         raise _bad("clients-per-request", cfg.clients_per_request,
@@ -184,6 +185,21 @@ def check_stage_requests(cfg: RunConfig) -> None:
                f" with clients-per-request = {cfg.clients_per_request} and "
                f"request-distribution = {cfg.request_distribution!r}: stage 1 has "
                f"{first} clients in {cfg.num_shards} shards and each shard keeps one")
+
+
+def _check_stage_baseline(cfg: RunConfig, requests: list[list[int]]) -> None:
+    """Stage 1's seeded ``requests`` leave each FR shard a client (if FR runs)."""
+    if "FR" not in cfg.framework_list:
+        return
+    first = initial_clients(cfg)
+    base = [[p for p in pids if p < first] for pids in lineage_shards(
+        cfg.num_clients, first, cfg.baseline_shards, cfg.seed)]
+    try:
+        validate_requests(requests, base)
+    except RequestError as err:
+        raise _bad("baseline-shards", cfg.baseline_shards,
+                   f"fewer baseline shards, so each keeps a client of stage 1 after "
+                   f"its seeded requests {requests}: {err}") from err
 
 
 def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:

@@ -42,6 +42,8 @@ SMALL = {**TINY, "num-clients": 6, "clients-per-round": 2, "num-stages": 2,
     ({"requests-per-stage": 1, "clients-per-request": 4}, "clients-per-request"),
     ({"requests-per-stage": 1, "joins-per-stage": 3}, "clients-per-request"),
     ({"baseline-shards": 4, "joins-per-stage": 3}, "joins-per-stage"),
+    ({"baseline-shards": 4, "joins-per-stage": 2, "requests-per-stage": 1},
+     "baseline-shards"),  # stage 1's seeded request would empty an FR shard
     ({"num-stages": 2.5}, "num-stages"),
     ({"leaves-per-stage": True}, "leaves-per-stage"),
     ({"requests-per-stage": float("nan")}, "requests-per-stage"),
