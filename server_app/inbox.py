@@ -110,11 +110,14 @@ class RequestInbox(SQLiteCatalog):
         return self.submit_all([clients], source, stage)[0]
 
     def submit_all(self, requests: Sequence[Sequence[int]], source: str,
-                   stage: int | None = None) -> list[Request]:
+                   stage: int | None = None, unique: bool = True) -> list[Request]:
         """Record several requests in one transaction (all or none), as :meth:`submit`.
 
         A stage's seeded requests go in together: a crash between two of them
-        cannot leave the stage with part of its draw.
+        cannot leave the stage with part of its draw. They go in with
+        ``unique=False``: drawn among clients no request named, they may meet a
+        command that arrived since the draw; that command waits for the next
+        boundary, which refuses it if its clients are forgotten by then.
         """
         state = "pending" if stage is None else "claimed"
         now, ids = time.time(), []
@@ -124,7 +127,7 @@ class RequestInbox(SQLiteCatalog):
                      for p in r.clients}
             for clients in requests:
                 again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
-                if again:
+                if again and unique:
                     raise InboxError("already forgotten or requested: " + ", ".join(
                         f"{p} ({rid})" for p, rid in sorted(again.items())))
                 cur = self._conn.execute(

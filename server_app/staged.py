@@ -241,7 +241,8 @@ class StagedRun:
             except ValueError as err:
                 entry["warnings"].append(f"{err}: no seeded request this stage")
                 planned = []
-            self.inbox.submit_all(planned, "planned", stage=member.stage)  # all or none
+            self.inbox.submit_all(planned, "planned", stage=member.stage,  # all or none
+                                  unique=False)
             claimed = self.inbox.claim(member.stage)
         # requests that arrived during the stage first, then the seeded draw
         order = {"command": 0, "planned": 1}

@@ -278,7 +278,7 @@ def test_run_whose_requests_were_all_refused_or_late_reports_it(
 
 
 def test_a_stages_seeded_requests_are_recorded_all_or_none(tmp_path):
-    """A fault between two requests of one draw (here: the second names a client
+    """A fault between two requests of one batch (here: the second names a client
     the first took) leaves none of them, so a resumed stage draws them again."""
     inbox = RequestInbox(_catalog(tmp_path, "live") / "run.sqlite")
     with pytest.raises(ValueError, match=r"already forgotten or requested: 1 \(r0001\)"):
@@ -288,3 +288,38 @@ def test_a_stages_seeded_requests_are_recorded_all_or_none(tmp_path):
     assert [(r.id, r.clients, r.state) for r in done] == [
         ("r0001", [1], "claimed"), ("r0002", [2], "claimed")]
     inbox.close()
+
+
+def test_a_command_arriving_between_the_seeded_draw_and_its_record_is_no_crash(
+        tmp_path, monkeypatch):
+    """The command names the client just drawn: both are recorded and taken at this
+    boundary; the first handled forgets the client, the other is refused."""
+    from types import SimpleNamespace
+
+    from server_app.churn import Churn, Membership, lineage_shards
+    from server_app.config import RunConfig
+
+    cfg = RunConfig.from_run_config({**SMALL, "requests-per-stage": 1})
+    folder = _catalog(tmp_path, "live")
+    shards = lineage_shards(6, 4, 2, seed=1)
+    churn = Churn(shards, 4, 2, 0, seed=1)
+    real = Churn.requests
+
+    def draw_then_command(self, *args, **kw):
+        drawn = real(self, *args, **kw)
+        submit("live", str(drawn[0][0]), str(tmp_path))  # lands in between
+        return drawn
+
+    monkeypatch.setattr(Churn, "requests", draw_then_command)
+    run = SimpleNamespace(cfg=cfg, churn=churn, forgotten=set(),
+                          inbox=RequestInbox(folder / "run.sqlite"),
+                          federation=SimpleNamespace(shards=shards),
+                          baseline=SimpleNamespace(shards=[sorted(range(6))]))
+    member = Membership(1, [0, 1, 2, 3])
+    claimed = StagedRun._claim(run, member, {"warnings": []})
+    assert [r.source for r in claimed] == ["command", "planned"]
+    assert claimed[0].clients == claimed[1].clients
+    assert StagedRun.refusal(run, member, claimed[0]) is None
+    run.forgotten |= set(claimed[0].clients)
+    assert "already forgotten" in StagedRun.refusal(run, member, claimed[1])
+    run.inbox.close()
