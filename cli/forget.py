@@ -14,10 +14,15 @@ on stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from history.catalog import StoreError
 from server_app.config import ConfigError, RunConfig
-from server_app.inbox import RequestInbox
+from server_app.config_values import RUN_NAME
+from server_app.inbox import InboxError, RequestInbox
 from server_app.receipts import list_receipts, receipt_line
 
 SUMMARY = "summary.json"
@@ -32,13 +37,44 @@ def run_folder(name: str, results_dir: str | None) -> Path:
         No such run (no ``run.sqlite`` there) or a bad name.
     """
     root = RunConfig(results_dir=results_dir or "").resolved_results_dir()
-    if not name or "/" in name or name.startswith("."):
+    if not RUN_NAME.fullmatch(name):  # what run-name allows: no path, no ..
         raise ConfigError(f"--run {name!r} is not a run name: a folder name in {root}")
     folder = root / name
     if not (folder / "run.sqlite").is_file():
         raise ConfigError(f"--run {name!r}: no run of that name in {root} (no "
                           "run.sqlite); give --results-dir if it was run elsewhere")
     return folder
+
+
+@contextmanager
+def open_inbox(folder: Path) -> Iterator[RequestInbox]:
+    """The run catalog's inbox, closed on exit; catalog faults become one line.
+
+    Raises
+    ------
+    ConfigError
+        ``run.sqlite`` is not an SQLite file, is damaged, or stays locked by
+        another process (naming the file); a client already requested
+        (:meth:`RequestInbox.submit`).
+    """
+    path = folder / "run.sqlite"
+    try:
+        inbox = RequestInbox(path)
+    except (StoreError, InboxError) as err:
+        raise ConfigError(_busy(err, path)) from None
+    try:
+        yield inbox
+    except (InboxError, sqlite3.Error) as err:
+        raise ConfigError(_busy(err, path)) from None
+    finally:
+        inbox.close()
+
+
+def _busy(err: Exception, path: Path) -> str:
+    if "locked" in str(err) or "busy" in str(err):
+        return (f"{path} is locked by another process (the ServerApp writing?): "
+                "nothing was recorded; try again")
+    return str(err) if str(path) in str(err) else f"{path}: {err}"
 
 
 def parse_clients(text: str, num_clients: int) -> list[int]:
@@ -76,22 +112,21 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
     if (folder / SUMMARY).exists():
         raise ConfigError(f"--run {name!r} has finished ({folder / SUMMARY}); requests "
                           "are taken while a staged run lives")
-    inbox = RequestInbox(folder / "run.sqlite")
-    try:
+    with open_inbox(folder) as inbox:
         settings = inbox.settings()
+        if not settings:
+            raise ConfigError(f"--run {name!r} has not recorded its settings yet (it "
+                              "is starting, or was stopped before): try again once "
+                              "it runs")
         stages = int(settings.get("num-stages", 1))
         if stages < 2:
             raise ConfigError(f"--run {name!r} has num-stages = {stages}: requests are "
                               "taken at stage boundaries, so only by a staged run")
         ids = parse_clients(clients, int(settings["num-clients"]))
-        taken = {p: r.id for r in inbox.all() if r.state != "refused" for p in r.clients}
-        again = {p: taken[p] for p in ids if p in taken}
-        if again:
-            raise ConfigError(f"--clients {clients!r}: already forgotten or requested: "
-                              + ", ".join(f"{p} ({rid})" for p, rid in again.items()))
-        return inbox.submit(ids).id
-    finally:
-        inbox.close()
+        try:
+            return inbox.submit(ids).id
+        except InboxError as err:  # checked and recorded in one transaction
+            raise ConfigError(f"--clients {clients!r}: {err}") from None
 
 
 def main_forget(argv: list[str], prog: str) -> int:
@@ -116,15 +151,19 @@ def main_receipts(argv: list[str], prog: str) -> int:
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args(argv)
     folder = run_folder(args.run, args.results_dir)
-    receipts = list_receipts(folder)
+    try:
+        receipts = list_receipts(folder)
+    except ValueError as err:  # a damaged receipt file: one line naming it
+        raise ConfigError(str(err)) from None
+    with open_inbox(folder) as inbox:
+        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
     for receipt in receipts:
         print(receipt_line(receipt))
-    inbox = RequestInbox(folder / "run.sqlite")
-    waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
-    inbox.close()
+    late = "not handled: it arrived after the last stage boundary" if (
+        folder / SUMMARY).exists() else "not done yet"
     for request in waiting:
         print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  clients "
-              f"{request.clients}  (not done yet)")
+              f"{request.clients}  ({late})")
     if not receipts and not waiting:
         print(f"run {args.run}: no request yet")
     print(f"receipts: {folder / 'receipts'}")

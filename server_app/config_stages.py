@@ -43,12 +43,12 @@ def check_stages(cfg) -> None:
     if cfg.num_stages == 1:
         return
     _check_staged_settings(cfg)
-    first = initial_clients(cfg)
-    if first < max(cfg.num_shards, cfg.baseline_shards):
+    first, shards = initial_clients(cfg), max(cfg.num_shards, cfg.baseline_shards)
+    if first < shards:  # SE's shards and FR's baseline-shards
         raise bad("joins-per-stage", cfg.joins_per_stage,
-                  f"at most {(cfg.num_clients - cfg.num_shards) // (cfg.num_stages - 1)}"
+                  f"at most {(cfg.num_clients - shards) // (cfg.num_stages - 1)}"
                   f": num-clients = {cfg.num_clients} counts every client that ever "
-                  f"exists, and stage 1 must give each of the {cfg.num_shards} shards "
+                  f"exists, and stage 1 must give each of the {shards} shards "
                   f"a client (it has {first})")
 
 

@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS inbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
     clients TEXT NOT NULL, source TEXT NOT NULL, received REAL NOT NULL,
-    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT);
+    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT, receipt TEXT);
 """
 STATES = ("pending", "claimed", "done", "refused")
 
@@ -78,7 +78,15 @@ class RequestInbox(SQLiteCatalog):
     def __init__(self, path: Path) -> None:
         super().__init__(Path(path), self.connect(path))
         self._conn.execute("PRAGMA busy_timeout = 30000")  # the other process writes
-        self.create_schema(self._conn)
+        try:
+            self.create_schema(self._conn)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
+            if "receipt" not in columns:  # a catalog from before receipts were kept
+                with self._conn:
+                    self._conn.execute("ALTER TABLE inbox ADD COLUMN receipt TEXT")
+        except sqlite3.Error as err:
+            self._conn.close()
+            raise InboxError(f"{path}: the inbox cannot be opened: {err}") from None
 
     def settings(self) -> dict:
         """The run's settings as recorded by the ServerApp ({} if none yet)."""
@@ -87,18 +95,51 @@ class RequestInbox(SQLiteCatalog):
 
     def submit(self, clients: Sequence[int], source: str = "command",
                stage: int | None = None) -> Request:
-        """Record a request (``pending``, or ``claimed`` by ``stage``); return it."""
+        """Record a request (``pending``, or ``claimed`` by ``stage``); return it.
+
+        The check that no client is named by another request (pending, claimed
+        or done) and the insert are one write transaction, so two processes
+        submitting at once cannot both name a client; ids stay unique.
+
+        Raises
+        ------
+        InboxError
+            A client already forgotten or requested (naming it and the request);
+            nothing was recorded.
+        """
+        return self.submit_all([clients], source, stage)[0]
+
+    def submit_all(self, requests: Sequence[Sequence[int]], source: str,
+                   stage: int | None = None, unique: bool = True) -> list[Request]:
+        """Record several requests in one transaction (all or none), as :meth:`submit`.
+
+        A stage's seeded requests go in together: a crash between two of them
+        cannot leave the stage with part of its draw. They go in with
+        ``unique=False``: drawn among clients no request named, they may meet a
+        command that arrived since the draw; that command waits for the next
+        boundary, which refuses it if its clients are forgotten by then.
+        """
         state = "pending" if stage is None else "claimed"
-        now = time.time()
+        now, ids = time.time(), []
         with self._conn:
-            cur = self._conn.execute(
-                "INSERT INTO inbox (id, clients, source, received, state, stage) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
-                 now, state, stage))
-            rid = f"r{cur.lastrowid:04d}"
-            self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
-        return self.get(rid)
+            self._conn.execute("BEGIN IMMEDIATE")  # take the write lock before checking
+            taken = {p: r.id for r in self.all() if r.state != "refused"
+                     for p in r.clients}
+            for clients in requests:
+                again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
+                if again and unique:
+                    raise InboxError("already forgotten or requested: " + ", ".join(
+                        f"{p} ({rid})" for p, rid in sorted(again.items())))
+                cur = self._conn.execute(
+                    "INSERT INTO inbox (id, clients, source, received, state, stage) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
+                     now, state, stage))
+                ids.append(f"r{cur.lastrowid:04d}")
+                self._conn.execute("UPDATE inbox SET id=? WHERE seq=?",
+                                   (ids[-1], cur.lastrowid))
+                taken.update({int(p): ids[-1] for p in clients})
+        return [self.get(rid) for rid in ids]
 
     def claim(self, stage: int) -> list[Request]:
         """Bind every pending request to ``stage``; return the stage's requests.
@@ -111,13 +152,29 @@ class RequestInbox(SQLiteCatalog):
                                "WHERE state='pending'", (stage,))
         return self._select("WHERE stage=? ORDER BY seq", (stage,))
 
-    def finish(self, rid: str, state: str, note: str = "") -> None:
-        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``)."""
+    def finish(self, rid: str, state: str, note: str = "",
+               receipt: dict | None = None) -> None:
+        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``).
+
+        ``receipt`` (a JSON-able dict) is kept with the request in the same
+        transaction: the catalog, not the receipt files, is the record that
+        summary.json is built from (:meth:`receipts`).
+        """
         if state not in ("done", "refused"):
             raise ValueError(f"request state {state!r}: done or refused")
+        text = None if receipt is None else json.dumps(receipt, allow_nan=False)
         with self._conn:
-            self._conn.execute("UPDATE inbox SET state=?, finished=?, note=? WHERE id=?",
-                               (state, time.time(), note, rid))
+            self._conn.execute("UPDATE inbox SET state=?, finished=?, note=?, receipt=? "
+                               "WHERE id=?", (state, time.time(), note, text, rid))
+
+    def receipts(self) -> list[dict]:
+        """The receipts kept by :meth:`finish`, in arrival order.
+
+        Requests not finished yet have none and are left out.
+        """
+        rows = self._conn.execute("SELECT receipt FROM inbox WHERE receipt IS NOT NULL "
+                                  "ORDER BY seq").fetchall()
+        return [json.loads(text) for (text,) in rows]
 
     def get(self, rid: str) -> Request:
         """The request ``rid``. Raises KeyError if there is none."""

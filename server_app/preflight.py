@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from server_app.churn import Churn, lineage_shards
 from server_app.config import ConfigError, RunConfig
+from server_app.config_stages import initial_clients
 from server_app.config_values import bad as _bad
 from server_app.federation import assign_shards
 from server_app.requests import RequestError, generate_requests, validate_requests
@@ -89,7 +91,11 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     ConfigError
         A request, coded-storage, file or partition setting that cannot work.
     """
-    requests, _ = plan_requests(cfg)
+    if cfg.num_stages > 1:  # requests come stage by stage (server_app.staged)
+        check_stage_requests(cfg)
+        requests = []
+    else:
+        requests, _ = plan_requests(cfg)
     notes = baseline_sampling_notes(cfg, requests)
     if cfg.storage == "coded":
         num_classes = task.num_classes if task is not None else \
@@ -142,6 +148,58 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
                        f"forgetting {sorted({p for r in requests for p in r})}: "
                        f"{err}") from err
     return requests, noops
+
+
+def check_stage_requests(cfg: RunConfig) -> None:
+    """Stage 1's ``requests-per-stage`` seeded requests can be drawn (a staged run).
+
+    The draw is the ServerApp's own (:meth:`server_app.churn.Churn.requests`
+    over stage 1's clients), so a run whose seeded requests could never be drawn
+    is refused before any engine starts; later stages, whose clients change,
+    skip a draw that fails with a warning.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``clients-per-request`` (not even one request fits) or
+        ``requests-per-stage`` (with the most that fit).
+    """
+    if not cfg.requests_per_stage:
+        return
+    first = initial_clients(cfg)
+    churn = Churn(lineage_shards(cfg.num_clients, first, cfg.num_shards, cfg.seed),
+                  first, 0, 0, cfg.seed)
+
+    def draw(k: int, per: int) -> list[list[int]]:
+        return churn.requests(churn.first(), (), k, per, cfg.request_distribution)
+
+    if _feasible(draw, cfg.requests_per_stage, cfg.clients_per_request):
+        _check_stage_baseline(cfg, draw(cfg.requests_per_stage, cfg.clients_per_request))
+        return
+    if not _feasible(draw, 1, cfg.clients_per_request):
+        raise _bad("clients-per-request", cfg.clients_per_request,
+                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: stage 1 has "
+                   f"{first} clients in {cfg.num_shards} shards and each shard keeps one")
+    raise _bad("requests-per-stage", cfg.requests_per_stage,
+               f"at most {_most(lambda k: _feasible(draw, k, cfg.clients_per_request))}"
+               f" with clients-per-request = {cfg.clients_per_request} and "
+               f"request-distribution = {cfg.request_distribution!r}: stage 1 has "
+               f"{first} clients in {cfg.num_shards} shards and each shard keeps one")
+
+
+def _check_stage_baseline(cfg: RunConfig, requests: list[list[int]]) -> None:
+    """Stage 1's seeded ``requests`` leave each FR shard a client (if FR runs)."""
+    if "FR" not in cfg.framework_list:
+        return
+    first = initial_clients(cfg)
+    base = [[p for p in pids if p < first] for pids in lineage_shards(
+        cfg.num_clients, first, cfg.baseline_shards, cfg.seed)]
+    try:
+        validate_requests(requests, base)
+    except RequestError as err:
+        raise _bad("baseline-shards", cfg.baseline_shards,
+                   f"fewer baseline shards, so each keeps a client of stage 1 after "
+                   f"its seeded requests {requests}: {err}") from err
 
 
 def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:

@@ -23,6 +23,8 @@ from flwr.app import ArrayRecord
 from history.files import atomic_write
 
 RECEIPTS_DIR = "receipts"
+REQUIRED = frozenset({"request_id", "clients", "status", "stage"})
+"""Keys every receipt has (done or refused)."""
 
 
 def models_sha256(models: Sequence[ArrayRecord]) -> str:
@@ -74,14 +76,19 @@ def list_receipts(run_folder: Path) -> list[dict]:
     Raises
     ------
     ValueError
-        A receipt file that is not JSON (one line, naming the file).
+        A receipt file that cannot be read, is not JSON, or is not a receipt
+        (an object with :data:`REQUIRED` keys); one line, naming the file.
     """
     out = []
     for path in sorted((Path(run_folder) / RECEIPTS_DIR).glob("r*.json")):
         try:
-            out.append(json.loads(path.read_text()))
+            receipt = json.loads(path.read_text())
         except (OSError, ValueError) as err:
             raise ValueError(f"receipt {path} cannot be read: {err}") from None
+        if not isinstance(receipt, dict) or not REQUIRED <= set(receipt):
+            raise ValueError(f"receipt {path} is damaged: a JSON object with keys "
+                             f"{', '.join(sorted(REQUIRED))} was expected")
+        out.append(receipt)
     return out
 
 

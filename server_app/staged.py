@@ -45,31 +45,36 @@ from server_app.rounds import CostMeter
 from server_app.screening import FaultLog
 from server_app.unlearning import drive, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
+from strategies.unlearning import FrozenShard
 
 __all__ = ["StagedRun", "learn_stage", "retrain_stages", "stage_strategy",
            "staged_federations"]
 
 
 def stage_strategy(cfg: RunConfig, shards: Sequence[Sequence[int]],
-                   present: Sequence[int], node_of: dict[int, int]) -> ShardedStrategy:
+                   present: Sequence[int], node_of: dict[int, int],
+                   keep_empty: bool = False) -> ShardedStrategy:
     """One stock ``shard-strategy`` per shard over its ``present`` clients.
 
     Each shard samples ``min(clients-per-round / S, its present clients)``
-    clients a round (seeded by the run seed and the round number).
+    clients a round (seeded by the run seed and the round number). With
+    ``keep_empty`` a shard with no present client keeps its model
+    (:class:`strategies.unlearning.FrozenShard`): FR retraining an earlier stage
+    whose clients of that shard were all forgotten since.
 
     Raises
     ------
     ValueError
-        A shard with no present client.
+        A shard with no present client (unless ``keep_empty``).
     """
     per_round = cfg.clients_per_round // len(shards)
     here = present_shards(shards, present)
     for s, pids in enumerate(here):
-        if not pids:
+        if not pids and not keep_empty:
             raise ValueError(f"shard {s} has no client present in this stage")
     subs = [make_stock_strategy(cfg.shard_strategy, min(per_round, len(pids)),
                                 len(pids), **cfg.shard_strategy_options)
-            for pids in here]
+            if pids else FrozenShard() for pids in here]
     return ShardedStrategy(subs, [[node_of[p] for p in pids] for pids in here],
                            seed=cfg.seed)
 
@@ -107,14 +112,16 @@ def retrain_stages(grid: Grid, cfg: RunConfig, baseline: Federation,
 
     Stage t's rounds sample from its present clients minus ``forgotten``, with
     the learning's strategy, seeds and round numbers (:func:`stage_strategy`), so
-    the models are those of a run in which the forgotten clients never existed.
+    the models are those of a run in which the forgotten clients never existed;
+    a shard none of whose clients of stage t remains keeps its model in t.
     Returns the shard models (``baseline-shards`` of them) and the summed costs.
     """
     models = [initial] * len(baseline.shards)
     total = CostMeter(cfg.link_rate_mbps)
     for member in members:
         present = [p for p in member.present if p not in forgotten]
-        strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of)
+        strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of,
+                                  keep_empty=True)
         models, meter = drive(grid, strategy, models, cfg.num_rounds, train_config,
                               cfg.link_rate_mbps, cfg.round_timeout, faults,
                               f"{label} stage {member.stage}", baseline.partition_of,
@@ -241,8 +248,8 @@ class StagedRun:
             except ValueError as err:
                 entry["warnings"].append(f"{err}: no seeded request this stage")
                 planned = []
-            for clients in planned:
-                self.inbox.submit(clients, "planned", stage=member.stage)
+            self.inbox.submit_all(planned, "planned", stage=member.stage,  # all or none
+                                  unique=False)
             claimed = self.inbox.claim(member.stage)
         # requests that arrived during the stage first, then the seeded draw
         order = {"command": 0, "planned": 1}
@@ -271,15 +278,15 @@ class StagedRun:
                    "stage": member.stage}
         reason = self.refusal(member, request)
         if reason is not None:
-            self.inbox.finish(request.id, "refused", reason)
             receipt.update(status="refused", reason=reason, done_at=utc(time.time()))
-            write_receipt(self.folder.path, receipt)
+            self.inbox.finish(request.id, "refused", reason, receipt)
+            self.file_receipt(receipt, entry["warnings"])
             entry["warnings"].append(f"request {request.id} refused: {reason}")
             return
         receipt.update(self._unlearn(member, request))
-        self.inbox.finish(request.id, "done")
         receipt.update(status="done", done_at=utc(time.time()))
-        write_receipt(self.folder.path, receipt)
+        self.inbox.finish(request.id, "done", receipt=receipt)  # the record, then the file
+        self.file_receipt(receipt, entry["warnings"])
         entry["forgotten"] += sorted(set(request.clients))
         for name, cost in receipt["cost"].items():
             into = entry["unlearning"].setdefault(name, {"compute_s": 0.0,
@@ -288,6 +295,18 @@ class StagedRun:
             for key in into:
                 into[key] += cost[key]
             self.costs.setdefault(name, []).append({"request": request.id, **cost})
+
+    def file_receipt(self, receipt: dict, warnings: list[str]) -> None:
+        """Write ``receipt``'s file; one it cannot write is a warning, not a crash.
+
+        The receipt is already kept in ``run.sqlite`` (:meth:`RequestInbox.finish`),
+        from which summary.json is built and the file is written again at the end.
+        """
+        try:
+            write_receipt(self.folder.path, receipt)
+        except OSError as err:
+            warnings.append(f"receipt of request {receipt['request_id']} not written "
+                            f"({err}); it is kept in {self.inbox.catalog_path}")
 
     def _unlearn(self, member: Membership, request: Request) -> dict:
         """SE (and FR) for one request; the run goes on from SE's models."""

@@ -21,7 +21,6 @@ from flwr.supercore import log
 
 from history import HistoryStore
 from history.catalog import CATALOG_FILE
-from server_app.receipts import list_receipts
 from server_app.screening import FaultLog
 from server_app.staged import StagedRun, staged_federations
 from server_app.summary import (
@@ -74,6 +73,8 @@ def run_staged(grid: Grid, run, node_of: dict[int, int], initial: ArrayRecord,
             "accuracy %.4f", t, cfg.num_stages, entry["present"], entry["joined"],
             entry["left"], entry["forgotten"], entry["accuracy"])
     store.mark_complete()
+    for receipt in staged.inbox.receipts():  # a receipt file lost or damaged meanwhile
+        staged.file_receipt(receipt, staged.stages[-1]["warnings"])
     for request in staged.inbox.all():
         if request.state == "pending":  # arrived after the last boundary
             staged.stages[-1]["warnings"].append(
@@ -97,13 +98,14 @@ def staged_summary(staged: StagedRun, summary) -> None:
         client_epochs=sum(e["learning"]["client_epochs"] for e in entries),
         rounds=rounds, warnings=[w for e in entries for w in e["warnings"]])
     summary.stages = entries
-    receipts = [r for r in list_receipts(staged.folder.path) if r["status"] == "done"]
+    kept = staged.inbox.receipts()  # the catalog's copy: the files may be damaged
+    receipts = [r for r in kept if r["status"] == "done"]
     if receipts:  # compared at the last request: the models just before and after it
         summary.original = ModelScores(receipts[-1]["accuracy"]["before"])
         summary.frameworks = {name: _framework(name, receipts)
                               for name in staged.cfg.framework_list}
     refused = [{"request": r["request_id"], "clients": r["clients"], "reason": r["reason"]}
-               for r in list_receipts(staged.folder.path) if r["status"] == "refused"]
+               for r in kept if r["status"] == "refused"]
     summary.unlearning = UnlearningPlan([r["clients"] for r in receipts], refused,
                                         "staged")
 
