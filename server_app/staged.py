@@ -167,7 +167,6 @@ class StagedRun:
     members: list[Membership] = field(default_factory=list)
     forgotten: set[int] = field(default_factory=set)
     stages: list[dict] = field(default_factory=list)
-    costs: dict[str, list[dict]] = field(default_factory=dict)
     fr_models: list[ArrayRecord] = field(default_factory=list)
 
     @classmethod
@@ -294,7 +293,6 @@ class StagedRun:
                                                          "modelled_wall_s": 0.0})
             for key in into:
                 into[key] += cost[key]
-            self.costs.setdefault(name, []).append({"request": request.id, **cost})
 
     def file_receipt(self, receipt: dict, warnings: list[str]) -> None:
         """Write ``receipt``'s file; one it cannot write is a warning, not a crash.
