@@ -22,8 +22,9 @@ from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
 from server_app.mia import MembershipAttack
-from server_app.shadow import ShadowAttack, matched_heldout, shadow_splits
-from task.data import client_data, load_task_data, partition_sizes, partitions
+from server_app.mia_sets import MiaSets, choose_sets
+from server_app.shadow import ShadowAttack, shadow_splits
+from task.data import client_data, load_task_data, partition_sizes
 from task.model import build_model
 from task.train import local_train, predict_proba
 
@@ -108,19 +109,6 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
     return results
 
 
-def _shadow_pool(cfg: RunConfig, task, shard_size: int):
-    """(x, y, source): training samples no client holds, else the test set's first half."""
-    cap = cfg.client_samples or None
-    used = np.concatenate([p[:cap] for p in partitions(
-        task, cfg.num_clients, cfg.partition, cfg.seed)])
-    free = np.setdiff1d(np.arange(len(task.train_y)), used)
-    if len(free) >= 2 * shard_size:
-        idx = torch.from_numpy(free)
-        return task.train_x[idx], task.train_y[idx], "training samples no client holds"
-    half = len(task.test_y) // 2
-    return task.test_x[:half], task.test_y[:half], "first half of the test set"
-
-
 def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
                        clients: int, seed: int):
     """A shadow shard: ``x, y`` split over ``clients`` and trained as the run's shards.
@@ -149,18 +137,18 @@ def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
     return model
 
 
-def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
+def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
+                      x_pool: torch.Tensor, y_pool: torch.Tensor, m: int
                       ) -> tuple[ShadowAttack, dict]:
     """Train ``mia-shadows`` shadow models with the run's recipe; fit the attack.
+
+    Each shadow's "in" and "out" sets are ``m`` samples each of the pool ``x_pool``
+    (N, ...), ``y_pool`` (N,) (N >= 2 m), data no client holds and no target or
+    non-member (:func:`server_app.mia_sets.choose_sets`).
 
     Returns the fitted :class:`ShadowAttack` and the settings used (for
     ``verification.mia``).
     """
-    sizes = partition_sizes(task, cfg.num_clients, cfg.partition, cfg.seed,
-                            cfg.client_samples)
-    shard_size = sum(sizes) // len(shards)
-    x_pool, y_pool, source = _shadow_pool(cfg, task, shard_size)
-    m = min(shard_size, len(y_pool) // 2)
     probas, labels, is_in = [], [], []
     for i, (inside, outside) in enumerate(shadow_splits(len(y_pool), m, cfg.mia_shadows,
                                                         cfg.seed)):
@@ -176,29 +164,33 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]]
                     "shadows": cfg.mia_shadows, "shadow_in_samples": m,
                     "shadow_recipe": f"FedAvg of {len(shards[0])} clients, "
                     f"{cfg.clients_per_round // cfg.num_shards} a round, "
-                    f"{cfg.num_rounds} rounds x {cfg.local_epochs} local epochs",
-                    "shadow_pool": source}
+                    f"{cfg.num_rounds} rounds x {cfg.local_epochs} local epochs"}
 
 
-def _scored_sets(cfg: RunConfig, task, shard_models, shards, targets):
-    """A model's outputs on the targets and on class-matched held-out samples.
+def _rows(task, split: str, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = (task.train_x, task.train_y) if split == "train" else (task.test_x, task.test_y)
+    i = torch.from_numpy(np.asarray(idx, np.int64))
+    return x[i], y[i]
 
-    Each target is scored by its own shard's model; None if no target is in ``shards``.
+
+def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
+    """A model's outputs on the targets and on their paired non-members.
+
+    Each target, and its non-member, is scored by the model of its client's shard;
+    None if no target is in ``shards``.
     """
-    half = len(task.test_y) // 2
     t_p, t_y, h_p, h_y = [], [], [], []
     for s, pids in enumerate(shards):
-        mine = [p for p in targets if p in set(pids)]
-        if not mine:
+        mine = np.isin(sets.owner, list(pids))
+        if not mine.any():
             continue
-        x_t, y_t = _samples(cfg, task, mine, cfg.mia_samples, cfg.seed + 1)
-        idx = torch.from_numpy(matched_heldout(y_t, task.test_y[half:], cfg.seed + 2)
-                               + half)
+        x_t, y_t = _rows(task, "train", sets.target[mine])
+        partner = sets.partner[mine]
+        x_h, y_h = _rows(task, sets.heldout_split, partner[partner >= 0])
         t_p.append(ensemble_proba([shard_models[s]], x_t, cfg.dataset, task.num_classes))
-        h_p.append(ensemble_proba([shard_models[s]], task.test_x[idx], cfg.dataset,
-                                  task.num_classes))
+        h_p.append(ensemble_proba([shard_models[s]], x_h, cfg.dataset, task.num_classes))
         t_y.append(y_t.numpy())
-        h_y.append(task.test_y[idx].numpy())
+        h_y.append(y_h.numpy())
     if not t_p:
         return None
     return (np.concatenate(t_p), np.concatenate(t_y), np.concatenate(h_p),
@@ -232,13 +224,23 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
     """
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
     first = next(iter(models.values()))[1]
-    attack, settings = fit_shadow_attack(cfg, task, first)
+    sizes = partition_sizes(task, cfg.num_clients, cfg.partition, cfg.seed,
+                            cfg.client_samples)
+    shard_size = sum(sizes) // len(first)
     targets = sorted(int(p) for p, n in forget_rounds.items() if n > 0)
+    sets = choose_sets(cfg, task, targets, shard_size)
+    x_pool, y_pool = _rows(task, sets.shadow_split, sets.shadow)
+    attack, settings = fit_shadow_attack(cfg, task, first, x_pool, y_pool,
+                                         min(shard_size, len(y_pool) // 2))
     results = {}
     for name, (shard_models, shards) in models.items():
-        sets = _scored_sets(cfg, task, shard_models, shards, targets)
-        if sets is not None:
-            results[name] = attack.score(*sets)
-    settings.update(targets=targets, heldout="second half of the test set, the "
-                    "targets' classes", scored="each model on its own")
+        scored = _scored_sets(cfg, task, shard_models, shards, sets)
+        if scored is not None:
+            results[name] = attack.score(*scored)
+    settings.update(
+        targets=targets, n_targets=int(len(sets.target)),
+        target_rounds={str(p): int(forget_rounds[str(p)]) for p in targets},
+        heldout=sets.heldout_source, shadow_pool=sets.shadow_source,
+        disjoint="targets, non-members and shadow data share no sample",
+        scored="each model on its own")
     return results, settings

@@ -180,6 +180,8 @@ def _verification_lines(summary: RunSummary) -> list[str]:
         out.append(f"membership inference: {mia['attack']}; {mia['shadows']} shadows "
                    f"of {mia['shadow_in_samples']} samples, {mia['shadow_recipe']} "
                    f"({mia['shadow_pool']}); targets: clients {mia['targets']}")
+        if "n_targets" in mia:
+            out.append(f"  {mia['n_targets']} targets; non-members: {mia['heldout']}")
     rounds = verification.get("forgotten_rounds")
     if rounds:
         out.append("learning rounds each forgotten client took part in: "

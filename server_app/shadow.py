@@ -12,12 +12,15 @@ The attack is then applied to each evaluated model on its own (never fit on one
 model and applied to another's outputs as if they were its
 own): its outputs on the targets (the forgotten clients' training samples; only
 clients that took part in at least one learning round) against as many held-out
-test samples of the same classes.
+samples of the same classes.
 
-The shadow pool is the training images no client holds (``client-samples`` caps
-each client's share); where fewer than 2 m remain (m = a shadow's "in" set, the
-training samples of one shard), the first half of the test set. The held-out
-non-members come from the second half of the test set.
+Which samples (:mod:`server_app.mia_sets`): the non-members are training images
+that no client holds (the rows past each client's ``client-samples`` cap: same
+split and distribution as the targets), or, where they hold too few of a target
+class, the second half of the test set; the shadow pool is the free training
+images left, or, where fewer than 2 m remain (m = a shadow's "in" set, the
+training samples of one shard), the first half of the test set. Targets,
+non-members and shadow data share no sample.
 
 Metrics: ROC AUC, F1 of the class "member" at the attack's 0.5 decision, and the
 true-positive rate at 1% false positives (Carlini et al. 2022's low-FPR view).
@@ -28,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import f1_score, roc_auc_score, roc_curve
 from threadpoolctl import threadpool_limits
@@ -135,27 +137,6 @@ class ShadowAttack:
                 "f1": float(f1_score(truth, score > 0.5, zero_division=0.0)),
                 "tpr_at_1fpr": tpr_at_fpr(truth, score),
                 "n_target": int(len(s_t)), "n_heldout": int(len(s_h))}
-
-
-def matched_heldout(target_labels: torch.Tensor, pool_labels: torch.Tensor,
-                    seed: int) -> np.ndarray:
-    """Indices into the pool: for each target, a distinct pool sample of its class.
-
-    Where a class runs short, the samples it has (so the counts may differ).
-
-    Returns
-    -------
-    numpy.ndarray, int64
-        Sorted indices into ``pool_labels``.
-    """
-    rng = np.random.default_rng(seed)
-    t, p = target_labels.numpy(), pool_labels.numpy()
-    picks = []
-    for c in np.unique(t):
-        have = np.flatnonzero(p == c)
-        picks.append(rng.choice(have, size=min(int((t == c).sum()), len(have)),
-                                replace=False))
-    return np.sort(np.concatenate(picks)).astype(np.int64)
 
 
 def shadow_splits(pool_size: int, in_size: int, shadows: int, seed: int

@@ -7,6 +7,7 @@ of summary.json. The same app and ClientApp as ``flwr run``, without Ray.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def run(preset: str, out: str, pairs: list[str]) -> Path:
     root = Path(__file__).resolve().parents[3]
     overrides = tomllib.loads((root / "presets" / f"{preset}.toml").read_text())
     overrides.update(tomllib.loads("\n".join(pairs)))
-    name = "-".join([preset] + [p.replace("=", "") for p in pairs]) or preset
+    name = re.sub(r"[^A-Za-z0-9._-]", "", "-".join([preset, *pairs]))[:100]
     config = fused_run_config({**overrides, "results-dir": out, "run-name": name})
     set_task_identity()
     grid = InProcessGrid(client_app, int(config["num-clients"]), config, ())

@@ -1,0 +1,158 @@
+"""The samples of the shadow-model membership inference (issue 13), chosen disjoint.
+
+Three sets, each a list of row indices into one split of the dataset:
+
+* targets: the forgotten clients' training rows (each client's first
+  ``client-samples`` rows of its partition), at most ``mia-samples`` of them;
+* non-members: for each target, a distinct sample of its class that no model was
+  trained on. Training rows that no client holds (the rows past each client's
+  ``client-samples`` cap) where the free rows hold enough of every target class,
+  so members and non-members come from the same split and distribution; else the
+  second half of the test set (then members are training images and non-members
+  test images, and the attack may separate the two splits rather than members);
+* the shadow pool: the free training rows left after the non-members where at
+  least 2 m remain (m: a shadow's "in" set), else the first half of the test set.
+
+:func:`choose_sets` checks that the three are pairwise disjoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from server_app.config import RunConfig
+from task.data import partitions
+
+#: ``verification.mia.shadow_pool`` (and ``heldout``) when from the training split.
+FREE_TRAIN = "training samples no client holds"
+
+
+@dataclass(frozen=True)
+class MiaSets:
+    """Row indices of the audit's sets (int64 numpy arrays).
+
+    Attributes
+    ----------
+    target : numpy.ndarray, shape (n,)
+        Training rows of the targets.
+    owner : numpy.ndarray, shape (n,)
+        The partition id holding each target.
+    partner : numpy.ndarray, shape (n,)
+        Each target's non-member: a row of ``heldout_split`` of the same class,
+        or -1 where that class ran short (only with the test-set fallback).
+    heldout_split, shadow_split : str
+        ``"train"`` or ``"test"``: the split ``partner`` / ``shadow`` index.
+    shadow : numpy.ndarray
+        Rows of the shadow pool.
+    heldout_source, shadow_source : str
+        In words, for ``verification.mia``.
+    """
+
+    target: np.ndarray
+    owner: np.ndarray
+    partner: np.ndarray
+    heldout_split: str
+    heldout_source: str
+    shadow: np.ndarray
+    shadow_split: str
+    shadow_source: str
+
+
+def client_rows(cfg: RunConfig, task) -> list[np.ndarray]:
+    """Each client's training rows as it trains on them (``client-samples`` applied)."""
+    cap = cfg.client_samples or None
+    return [p[:cap] for p in partitions(task, cfg.num_clients, cfg.partition, cfg.seed,
+                                        cfg.partition_alpha, cfg.classes_per_client)]
+
+
+def pair_by_class(target_labels: np.ndarray, pool_labels: np.ndarray, seed: int
+                  ) -> np.ndarray:
+    """For each target, a distinct pool index of its class; -1 where a class runs short.
+
+    Parameters
+    ----------
+    target_labels : numpy.ndarray, int, shape (n,)
+        The targets' classes.
+    pool_labels : numpy.ndarray, int, shape (m,)
+        The pool's classes.
+    seed : int
+        Seeds the draw.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (n,)
+    """
+    rng = np.random.default_rng(seed)
+    out = np.full(len(target_labels), -1, np.int64)
+    for c in np.unique(target_labels):
+        mine = np.flatnonzero(target_labels == c)
+        have = rng.permutation(np.flatnonzero(pool_labels == c))
+        k = min(len(mine), len(have))
+        out[mine[:k]] = have[:k]
+    return out
+
+
+def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> MiaSets:
+    """Targets of the clients ``targets``, their non-members and the shadow pool.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        Partition, ``client-samples``, ``mia-samples`` and the seed.
+    task : TaskData
+        The image task.
+    targets : list of int
+        Forgotten partition ids whose rows are targets.
+    shadow_in : int
+        m, the size of a shadow's "in" set (the pool must hold 2 m).
+
+    Raises
+    ------
+    RuntimeError
+        If two of the sets share a row (a fault of this module, never expected).
+    """
+    rows = client_rows(cfg, task)
+    target = np.concatenate([rows[p] for p in targets] or [np.zeros(0, np.int64)])
+    owner = np.concatenate([np.full(len(rows[p]), p) for p in targets]
+                           or [np.zeros(0, np.int64)])
+    if len(target) > cfg.mia_samples:
+        keep = np.sort(np.random.default_rng(cfg.seed + 1).permutation(
+            len(target))[:cfg.mia_samples])
+        target, owner = target[keep], owner[keep]
+    train_y, test_y = task.train_y.numpy(), task.test_y.numpy()
+    free = np.random.default_rng([cfg.seed, 0xF2EE]).permutation(
+        np.setdiff1d(np.arange(len(train_y)), np.concatenate(rows)))
+    half = len(test_y) // 2
+    partner = pair_by_class(train_y[target], train_y[free], cfg.seed + 2)
+    if len(target) and (partner >= 0).all():
+        partner = free[partner]
+        heldout = ("train", FREE_TRAIN + ", the targets' classes")
+        free = np.setdiff1d(free, partner)
+    else:
+        partner = pair_by_class(train_y[target], test_y[half:], cfg.seed + 2)
+        partner = np.where(partner >= 0, partner + half, -1)
+        heldout = ("test", "second half of the test set, the targets' classes (too few "
+                   "training samples no client holds)")
+    shadow = (np.sort(free), "train", FREE_TRAIN) if len(free) >= 2 * shadow_in \
+        else (np.arange(half), "test", "first half of the test set")
+    sets = MiaSets(target, owner.astype(np.int64), partner, *heldout, *shadow)
+    check_disjoint(sets, np.concatenate(rows))
+    return sets
+
+
+def check_disjoint(sets: MiaSets, client_held: np.ndarray) -> None:
+    """Raise RuntimeError if two sets share a row or a client holds a free row."""
+    named = {"target": ("train", sets.target),
+             "non-member": (sets.heldout_split, sets.partner[sets.partner >= 0]),
+             "shadow": (sets.shadow_split, sets.shadow)}
+    for a, (split_a, rows_a) in named.items():
+        for b, (split_b, rows_b) in named.items():
+            if a < b and split_a == split_b and np.intersect1d(rows_a, rows_b).size:
+                raise RuntimeError(f"membership-inference sets '{a}' and '{b}' share "
+                                   f"{split_a} rows")
+    for name in ("non-member", "shadow"):
+        split, rows = named[name]
+        if split == "train" and np.intersect1d(rows, client_held).size:
+            raise RuntimeError(f"membership-inference '{name}' rows are held by a client")
