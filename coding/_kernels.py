@@ -270,8 +270,8 @@ def _flat_rows(out: np.ndarray) -> tuple[np.ndarray, int]:
     contiguous (a strided 2-D view would compile to scatter instructions).
     """
     n, d = out.shape
-    if n <= 1 or d == 0:
-        return out.reshape(-1), d
+    if n == 0 or d == 0:
+        return np.zeros(0, out.dtype), d  # nothing to write
     rstride = out.strides[0] // out.itemsize
     span = (n - 1) * rstride + d
     return np.lib.stride_tricks.as_strided(out, (span,), (out.itemsize,)), rstride
