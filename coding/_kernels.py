@@ -94,8 +94,9 @@ def _emit_rows(gu, xu, out, rstride, c0, w, acc):  # pragma: no cover - compiled
 def _combine_nb(coef, x, rows, out, rstride, chunk):  # pragma: no cover - compiled
     """out[i, :] = sum_s coef[i, s] * x[rows[s], :]  (mod p).
 
-    coef (r, k) int64, x (m, d) int64, rows (k,) int64 indices into x, out
-    int64 or uint32, 1-D, row i at [i rstride, i rstride + d), chunk: column-chunk width.
+    coef (r, k) int64, x (m, d) int64, rows (k,) int64 indices into x; out
+    int64 or uint32, 1-D, row i at [i rstride, i rstride + d); chunk: the
+    column-chunk width.
     """
     k = coef.shape[1]
     d = x.shape[1]
@@ -142,8 +143,8 @@ def _encode_real_nb(coef, record, scale, limit, block, pad, out, rstride,
 
     coef (r, K + T) int64; record (L,) float32/64, L <= K block, data block j
     is record[j block:(j + 1) block] (zero-padded); pad (T, block) int64 field
-    elements; out as for _combine_nb (r rows of block).  Values v = rint(x scale) with
-    |v| > limit (or not finite) are counted and coded as 0.
+    elements; out as for _combine_nb (r rows of block).  Values v =
+    rint(x scale) with |v| > limit (or not finite) are counted and coded as 0.
     """
     k = coef.shape[1]
     kd = k - pad.shape[0]
