@@ -58,36 +58,51 @@ def _coef32(coef):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, inline="always")
+def _coefs4(g, i, s):  # pragma: no cover - compiled
+    """g[i, s:s + 4] as four uint64 scalars (hoisted: the stores may alias g)."""
+    return (np.uint64(g[i, s]), np.uint64(g[i, s + 1]), np.uint64(g[i, s + 2]),
+            np.uint64(g[i, s + 3]))
+
+
+@numba.njit(cache=True, inline="always")
 def _emit_rows(gu, xu, out, rstride, c0, w, acc):  # pragma: no cover - compiled
     """Row i of out: out[i rstride + c0:][:w] = sum_s gu[i, s] xu[s, :w] (mod p).
 
-    gu (r, m4) and xu (m4, >= w) uint32 below p, m4 a multiple of 4; acc (>= w)
-    uint64 scratch.  Four products (each < 2**62, zero-extended 32-bit operands:
-    one ``vpmuludq`` each) sum below 2**64 without reduction; each group of four
-    is folded once (``(t & p) + (t >> 31) < 2**34``) into acc, reduced at the end.
+    gu (r, m4) and xu (m4, >= w) uint32 below p, m4 a multiple of 4; acc
+    (2, >= w) uint64 scratch.  Rows go in pairs sharing each load of xu (an
+    odd last row is computed twice).  Four products (each < 2**62, zero-extended
+    32-bit operands: one ``vpmuludq`` each) sum below 2**64 without reduction;
+    with m4 > 4 each group of four is folded once (``(t & p) + (t >> 31) <
+    2**34``) into acc and reduced at the end.
     """
     r, m4 = gu.shape
-    for i in range(r):
+    for i in range(0, r, 2):
+        j = min(i + 1, r - 1)
         row = out[i * rstride + c0:i * rstride + c0 + w]  # from 0: vector stores
+        row2 = out[j * rstride + c0:j * rstride + c0 + w]
         if m4 == 4:  # one group: no accumulator pass
-            g0, g1 = np.uint64(gu[i, 0]), np.uint64(gu[i, 1])
-            g2, g3 = np.uint64(gu[i, 2]), np.uint64(gu[i, 3])
+            g0, g1, g2, g3 = _coefs4(gu, i, 0)
+            h0, h1, h2, h3 = _coefs4(gu, j, 0)
             for c in range(w):
-                t = (g0 * np.uint64(xu[0, c]) + g1 * np.uint64(xu[1, c])
-                     + g2 * np.uint64(xu[2, c]) + g3 * np.uint64(xu[3, c]))
-                row[c] = _reduce(t)
+                x0, x1 = np.uint64(xu[0, c]), np.uint64(xu[1, c])
+                x2, x3 = np.uint64(xu[2, c]), np.uint64(xu[3, c])
+                row[c] = _reduce(g0 * x0 + g1 * x1 + g2 * x2 + g3 * x3)
+                row2[c] = _reduce(h0 * x0 + h1 * x1 + h2 * x2 + h3 * x3)
             continue
-        for c in range(w):
-            acc[c] = 0
+        acc[:, :w] = 0
         for s in range(0, m4, 4):
-            g0, g1 = np.uint64(gu[i, s]), np.uint64(gu[i, s + 1])
-            g2, g3 = np.uint64(gu[i, s + 2]), np.uint64(gu[i, s + 3])
+            g0, g1, g2, g3 = _coefs4(gu, i, s)
+            h0, h1, h2, h3 = _coefs4(gu, j, s)
             for c in range(w):
-                t = (g0 * np.uint64(xu[s, c]) + g1 * np.uint64(xu[s + 1, c])
-                     + g2 * np.uint64(xu[s + 2, c]) + g3 * np.uint64(xu[s + 3, c]))
-                acc[c] += (t & _P) + (t >> _S31)
+                x0, x1 = np.uint64(xu[s, c]), np.uint64(xu[s + 1, c])
+                x2, x3 = np.uint64(xu[s + 2, c]), np.uint64(xu[s + 3, c])
+                t = g0 * x0 + g1 * x1 + g2 * x2 + g3 * x3
+                u = h0 * x0 + h1 * x1 + h2 * x2 + h3 * x3
+                acc[0, c] += (t & _P) + (t >> _S31)
+                acc[1, c] += (u & _P) + (u >> _S31)
         for c in range(w):
-            row[c] = _reduce(acc[c])
+            row[c] = _reduce(acc[0, c])
+            row2[c] = _reduce(acc[1, c])
 
 
 @numba.njit(parallel=True, cache=True)
@@ -105,7 +120,7 @@ def _combine_nb(coef, x, rows, out, rstride, chunk):  # pragma: no cover - compi
     for b in numba.prange(nch):
         c0 = b * chunk
         w = min(d, c0 + chunk) - c0
-        acc = np.empty(w, np.uint64)
+        acc = np.empty((2, w), np.uint64)
         xu = np.zeros((gu.shape[1], w), np.uint32)
         for s in range(k):
             _load_into(xu[s], x[rows[s], c0:c0 + w])
@@ -154,7 +169,7 @@ def _encode_real_nb(coef, record, scale, limit, block, pad, out, rstride,
     for b in numba.prange(nch):
         c0 = b * chunk
         w = min(block, c0 + chunk) - c0
-        acc = np.empty(w, np.uint64)
+        acc = np.empty((2, w), np.uint64)
         xu = np.zeros((gu.shape[1], w), np.uint32)
         for s in range(kd):  # rows past the record's end stay 0 (zero padding)
             start = min(record.shape[0], s * block + c0)
