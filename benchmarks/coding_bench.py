@@ -8,7 +8,12 @@ Work: ``k`` data blocks of ``d`` float32 parameters each (quantised to
 GF(2**31 - 1)), encoded into ``n`` Lagrange-coded slices.  Every row reports
 DATA PARAMETERS PER SECOND = ``k * d / seconds`` (for a galois row:
 ``k * columns / seconds``), whatever the operation touches: encode writes
-``n * d`` slice elements, the error decoder reads ``n * d``.
+``n * d`` slice elements (``n k d`` multiply-adds), the error decoder reads
+``n * d``.  The "fused" rows start from the float32 parameters and quantise
+inside the encoder (:func:`coding.encode_quantized`, the coded recorder's
+path); the plain encode rows start from quantised int64 blocks.  Column
+"load": the 1-minute load average after the row's runs (2 CPUs; above about 1
+the encoder did not have both cores).
 
 Timing: each function first runs on a small input (numba and galois JIT
 compilation excluded), then once untimed at full size (on this VM the first
@@ -47,6 +52,7 @@ from server_app.tables import table  # noqa: E402
 
 Row = tuple[str, str, float, float, float | None]
 CPU_SECONDS: list[float] = []
+LOADS: list[float] = []
 
 
 def median_time(fn: Callable[[], Any], repeat: int, warm: bool = True) -> tuple[float, Any]:
@@ -54,7 +60,8 @@ def median_time(fn: Callable[[], Any], repeat: int, warm: bool = True) -> tuple[
 
     Also records the median process CPU seconds in ``CPU_SECONDS[-1]``: with
     2 numba threads, CPU/wall near 2 means the run had both cores to itself;
-    much lower means other processes competed for the CPUs.
+    much lower means other processes competed for the CPUs; and the 1-minute
+    load average after the runs in ``LOADS[-1]``.
     """
     result = fn() if warm else None
     times, cpus = [], []
@@ -65,6 +72,7 @@ def median_time(fn: Callable[[], Any], repeat: int, warm: bool = True) -> tuple[
         times.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     CPU_SECONDS.append(statistics.median(cpus))
+    LOADS.append(os.getloadavg()[0])
     return statistics.median(times), result
 
 
@@ -116,6 +124,7 @@ def ours(args: argparse.Namespace, rows: list[Row]) -> dict[str, Any]:
     sec, _ = median_time(lambda: coding.encode(blocks, om, al, out=buf), rep)
     assert np.array_equal(buf, slices)
     rows.append((f"encode (n={n}), out= uint32 buffer", mat, sec, k * d / sec, 35e6))
+    fused(args, x, slices, buf, rows)
     buf = None
 
     pick = np.sort(rng.choice(n, k, replace=False))
@@ -147,12 +156,48 @@ def ours(args: argparse.Namespace, rows: list[Row]) -> dict[str, Any]:
         verdict = "DecodingError"
     sec = time.perf_counter() - t0
     CPU_SECONDS.append(time.process_time() - c0)
+    LOADS.append(os.getloadavg()[0])
     work = f"{n} slices, {t + 1} wrong"
     rows.append((f"  {t + 1} wrong -> {verdict}", work, sec, k * d / sec, None))
 
     step = coding.quantization_step()
     assert np.max(np.abs(coding.dequantize(dec) - x)) <= step, "round trip"
     return {"om": om, "al": al, "blocks": blocks, "slices": slices, "bad": bad}
+
+
+def fused(args: argparse.Namespace, x: np.ndarray, slices: np.ndarray,
+          buf: np.ndarray, rows: list[Row]) -> None:
+    """Time quantise + encode in one kernel (float32 in, uint32 slices out).
+
+    The path :class:`history.coded_recorder.CodedRecorder` takes each round:
+    the k blocks are one float32 record cut into blocks of d; into a reused
+    buffer, into a new array (first-touch page faults included), and with the
+    recorder's own K = n / 2 blocks (coded-loss-budget 0.5, T = 0) for the same
+    k d parameters.  The floor row only writes the same bytes (one thread): the
+    memory-bandwidth bound of an encoder that writes n d uint32 elements.
+    """
+    k, n, d, rep = args.k, args.n, args.d, args.repeat
+    om, al = coding.evaluation_points(k, n)
+    record = x.reshape(-1)
+    mat = f"({n}x{k}) @ q({k}x{d})"
+    sec, _ = median_time(lambda: coding.encode_quantized(record, om, al, 24, d, out=buf),
+                         rep)
+    assert np.array_equal(buf, slices)
+    rows.append(("quantize+encode fused, out= uint32", mat, sec, k * d / sec, 35e6))
+    sec, _ = median_time(lambda: buf.fill(1), rep)
+    rows.append(("  floor: fill that buffer (numpy, 1 thread)", f"{n}x{d} uint32", sec,
+                 k * d / sec, None))
+    sec, _ = median_time(lambda: coding.encode_quantized(
+        record, om, al, 24, d, out=np.empty((n, d), np.uint32)), rep)
+    rows.append(("quantize+encode fused, new uint32 array", mat, sec, k * d / sec, None))
+    kk = max(1, n // 2)
+    om, al = coding.evaluation_points(kk, n)
+    width = -(-k * d // kk)
+    out = np.empty((n, width), np.uint32)
+    sec, _ = median_time(lambda: coding.encode_quantized(record, om, al, 24, width,
+                                                         out=out), rep)
+    rows.append((f"  ... K = n/2 = {kk} blocks (recorder's K)",
+                 f"({n}x{kk}) @ q({kk}x{width})", sec, k * d / sec, None))
 
 
 def shard_rows(args: argparse.Namespace, rows: list[Row]) -> str:
@@ -249,12 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     st = None  # free the full-size slices before the shard rows
     note += "\n" + shard_rows(args, rows)
     cells = []
-    for (name, work, sec, rate, target), cpu in zip(rows, CPU_SECONDS, strict=True):
+    for (name, work, sec, rate, target), cpu, load in zip(rows, CPU_SECONDS, LOADS,
+                                                          strict=True):
         tgt = "" if target is None else f">={target / 1e6:g}M"
         ok = "" if target is None else ("ok" if rate >= target else "BELOW")
-        cells.append([name, work, f"{sec:.4f}", f"{cpu:.3f}", f"{rate:.3g}", tgt, ok])
-    print(table(["operation", "work", "wall s", "cpu s", "params/s", "target", "met"],
-                cells, align="<<"))
+        cells.append([name, work, f"{sec:.4f}", f"{cpu:.3f}", f"{rate:.3g}", tgt, ok,
+                      f"{load:.2f}"])
+    print(table(["operation", "work", "wall s", "cpu s", "params/s", "target", "met",
+                 "load"], cells, align="<<"))
     print("\n" + note)
     print("galois rows are extrapolated linearly from their column slice.")
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)")

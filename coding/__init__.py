@@ -26,6 +26,7 @@ from .field import (
 )
 from .lagrange import (
     encode,
+    encode_quantized,
     encoding_matrix,
     evaluation_points,
     lagrange_matrix,
@@ -46,6 +47,7 @@ __all__ = [
     "encoding_matrix",
     "lagrange_matrix",
     "encode",
+    "encode_quantized",
     "pad_private",
     "random_field_elements",
     "DecodingError",

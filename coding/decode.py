@@ -84,9 +84,7 @@ def decode_erasures(slices: Any, alphas_present: Any, omegas: Any) -> np.ndarray
     used = as_field_array(y[:k], "slices", ndim=2)
     dec = lagrange_matrix(al[:k], om)
     out = np.empty((k, used.shape[1]), dtype=np.int64)
-    _kernels.combine(
-        dec, used, np.arange(k, dtype=np.int64), out, _kernels.chunk_columns(k)
-    )
+    _kernels.combine(dec, used, np.arange(k, dtype=np.int64), out)
     return out
 
 
@@ -291,7 +289,7 @@ def decode_errors(
         used = good[:k]
         dec = lagrange_matrix(al[used], om)
         blocks = np.empty((k, d), dtype=np.int64)
-        _kernels.combine(dec, y, used, blocks, _kernels.chunk_columns(k))
+        _kernels.combine(dec, y, used, blocks)
         check = np.setdiff1d(np.arange(m, dtype=np.int64), used)
         gen = lagrange_matrix(om, al[check])
         mism = _kernels.mismatch_rows(gen, blocks, y, check, _kernels.chunk_columns(k))

@@ -55,7 +55,16 @@ class QuantizationRangeError(ValueError):
     """
 
 
-def _check_scale_bits(scale_bits: int) -> int:
+def check_scale_bits(scale_bits: int) -> int:
+    """Return ``scale_bits`` as an int after checking it lies in ``[0, 30]``.
+
+    Raises
+    ------
+    TypeError
+        If it is not an integer.
+    ValueError
+        If it is outside ``[0, 30]``.
+    """
     try:
         b = operator.index(scale_bits)
     except TypeError:
@@ -88,7 +97,7 @@ def quantization_step(scale_bits: int = DEFAULT_SCALE_BITS) -> float:
     ValueError
         If ``scale_bits`` is outside ``[0, 30]``.
     """
-    return float(2.0 ** -_check_scale_bits(scale_bits))
+    return float(2.0 ** -check_scale_bits(scale_bits))
 
 
 def quantize(x: Any, scale_bits: int = DEFAULT_SCALE_BITS) -> np.ndarray:
@@ -121,7 +130,7 @@ def quantize(x: Any, scale_bits: int = DEFAULT_SCALE_BITS) -> np.ndarray:
     ValueError
         If ``scale_bits`` is outside ``[0, 30]``.
     """
-    b = _check_scale_bits(scale_bits)
+    b = check_scale_bits(scale_bits)
     arr = np.asarray(x)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise TypeError(f"quantize expects a float array, got dtype {arr.dtype}")
@@ -174,7 +183,7 @@ def dequantize(q: Any, scale_bits: int = DEFAULT_SCALE_BITS) -> np.ndarray:
     TypeError
         If ``q`` is not an integer array.
     """
-    b = _check_scale_bits(scale_bits)
+    b = check_scale_bits(scale_bits)
     arr = as_field_array(q, "q", ndim=None)
     signed = np.where(arr > PRIME // 2, arr - PRIME, arr)
     return (signed.astype(np.float64) * 2.0**-b).astype(np.float32)

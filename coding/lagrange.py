@@ -24,10 +24,18 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from .field import PRIME, as_field_array, gf
+from .field import (
+    DEFAULT_SCALE_BITS,
+    PRIME,
+    QuantizationRangeError,
+    as_field_array,
+    check_scale_bits,
+    gf,
+    quantize,
+)
 
 __all__ = ["evaluation_points", "encoding_matrix", "lagrange_matrix", "encode",
-           "random_field_elements", "pad_private"]
+           "encode_quantized", "random_field_elements", "pad_private"]
 
 
 def evaluation_points(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -168,8 +176,9 @@ def encode(
 
     Slice ``i`` is ``u(alpha_i) = sum_s G[i, s] * blocks[s]`` (mod p) with
     ``G = encoding_matrix(omegas, alphas)``.  The ``O(n k d)`` product runs in
-    a parallel numba kernel with Mersenne reduction, in column chunks, so the
-    only memory of size ``d`` is the output.
+    a parallel numba kernel (sums of four 32x32->64 bit products, one Mersenne
+    fold per four) in column chunks, so the only memory of size ``d`` is the
+    output.  :func:`encode_quantized` also fuses the quantisation.
 
     Parameters
     ----------
@@ -182,10 +191,12 @@ def encode(
     alphas : array_like of int, shape (n,)
         Distinct slice points, disjoint from ``omegas``.
     out : numpy.ndarray of int64 or uint32, shape (n, d), optional
-        C-contiguous, writeable buffer to write the slices into (reusing a
-        buffer avoids first-touch page faults of a fresh allocation); must not
-        overlap ``blocks``. A uint32 buffer (every element of GF(p) fits 31
-        bits) halves the bytes written: the slices as they are stored and sent.
+        Writeable buffer to write the slices into, each row contiguous (rows
+        may be strided: a column range of a wider C-contiguous array); reusing
+        a buffer avoids first-touch page faults of a fresh allocation; must
+        not overlap ``blocks``. A uint32 buffer (every element of GF(p) fits
+        31 bits) halves the bytes written: the slices as they are stored and
+        sent.
 
     Returns
     -------
@@ -205,23 +216,24 @@ def encode(
     n, k = gen.shape
     if x.shape[0] != k:
         raise ValueError(f"blocks has {x.shape[0]} rows but there are {k} omegas")
+    out = _output(out, (n, x.shape[1]), x)
+    _kernels.combine(gen, x, np.arange(k, dtype=np.int64), out)
+    return out
+
+
+def _output(out: np.ndarray | None, shape: tuple[int, int], *inputs: np.ndarray
+            ) -> np.ndarray:
+    """``out`` checked (or a new int64 array): the encoders' output buffer."""
     if out is None:
-        out = np.empty((n, x.shape[1]), dtype=np.int64)
-    elif not (
-        isinstance(out, np.ndarray)
-        and out.dtype in (np.int64, np.uint32)
-        and out.shape == (n, x.shape[1])
-        and out.flags.c_contiguous
-        and out.flags.writeable
-    ):
+        return np.empty(shape, dtype=np.int64)
+    if not (isinstance(out, np.ndarray) and out.dtype in (np.int64, np.uint32)
+            and out.shape == shape and out.flags.writeable
+            and (shape[1] <= 1 or out.strides[1] == out.itemsize)):
         raise ValueError(
-            "out must be a writeable C-contiguous int64 or uint32 array of shape "
-            f"{(n, x.shape[1])}"
-        )
-    elif np.may_share_memory(out, x):
-        raise ValueError("out must not overlap blocks")
-    rows = np.arange(k, dtype=np.int64)
-    _kernels.combine(gen, x, rows, out, _kernels.chunk_columns(k))
+            "out must be a writeable int64 or uint32 array of shape "
+            f"{shape} with contiguous rows")
+    if any(np.may_share_memory(out, a) for a in inputs):
+        raise ValueError("out must not overlap the encoder's input")
     return out
 
 
@@ -295,3 +307,94 @@ def pad_private(blocks: Any, t: int, rng: np.random.Generator | None = None
     if t == 0:
         return x
     return np.concatenate([x, random_field_elements((t, x.shape[1]), rng)])
+
+
+def encode_quantized(
+    record: Any, omegas: Any, alphas: Any, scale_bits: int = DEFAULT_SCALE_BITS,
+    block_len: int | None = None, padding: Any = None, out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Quantise a real record, cut it into blocks and encode them, in one pass.
+
+    Equals ``encode(pad_private(blocks, T), omegas, alphas)`` where ``blocks``
+    is ``quantize(record, scale_bits)`` zero-padded to ``K * block_len``
+    elements and reshaped to ``(K, block_len)``, ``K = len(omegas) - T`` and
+    the ``T`` padding blocks are ``padding``; but the quantised blocks are
+    formed column chunk by column chunk inside the encoding kernel (no int64
+    copy of the record, no float64 temporaries).
+
+    Parameters
+    ----------
+    record : array_like of float, shape (L,)
+        Real values (float32 normally; float64 is read as is, integers as
+        float64), ``L <= K * block_len``.
+    omegas : array_like of int, shape (K + T,)
+        Distinct block points; the first K carry the data, the last T the padding.
+    alphas : array_like of int, shape (n,)
+        Distinct slice points, disjoint from ``omegas``.
+    scale_bits : int, default 24
+        Fractional bits of the fixed point, in ``[0, 30]`` (see :func:`coding.quantize`).
+    block_len : int, optional
+        Elements per block, ``>= 1``; default ``max(1, ceil(L / K))``.
+    padding : array_like of int, shape (T, block_len), optional
+        Padding blocks as GF(p) elements (e.g. :func:`random_field_elements`);
+        default none (T = 0).
+    out : numpy.ndarray of int64 or uint32, shape (n, block_len), optional
+        As for :func:`encode` (contiguous rows, may be a column range of a
+        wider array); must not overlap ``record`` or ``padding``.
+
+    Returns
+    -------
+    numpy.ndarray of int64 or uint32, shape (n, block_len)
+        Coded slices in ``[0, p)`` (``out`` when given, else int64).
+
+    Raises
+    ------
+    coding.QuantizationRangeError
+        A value is NaN, infinite or beyond the quantisation range (the message
+        of :func:`coding.quantize`); ``out`` then holds no valid slices.
+    ValueError
+        Bad points or ``scale_bits``, ``record`` not 1-D, ``block_len < 1`` or
+        too short for ``record``, ``padding`` of the wrong shape or outside
+        ``[0, p)``, no data block left (``T >= len(omegas)``), or unsuitable ``out``.
+    TypeError
+        ``record`` is not a float or integer array.
+    """
+    b = check_scale_bits(scale_bits)
+    rec = np.asarray(record)
+    if not (np.issubdtype(rec.dtype, np.floating) or np.issubdtype(rec.dtype, np.integer)):
+        raise TypeError(f"record must be a float array, got dtype {rec.dtype}")
+    if rec.ndim != 1:
+        raise ValueError(f"record must be 1-dimensional, got shape {rec.shape}")
+    if rec.dtype not in (np.float32, np.float64):
+        rec = rec.astype(np.float64)
+    rec = np.ascontiguousarray(rec)
+    gen = encoding_matrix(omegas, alphas)
+    pad, block_len = _padding(padding, gen.shape[1], rec.size, block_len)
+    out = _output(out, (gen.shape[0], block_len), rec, pad)
+    if _kernels.encode_real(gen, rec, b, block_len, pad, out):
+        quantize(rec, b)  # raises QuantizationRangeError naming the largest value
+        raise QuantizationRangeError(
+            f"record has values outside GF({PRIME}) at scale 2**{b}")
+    return out
+
+
+def _padding(padding: Any, k: int, size: int, block_len: int | None
+             ) -> tuple[np.ndarray, int]:
+    """The (T, block_len) padding blocks and block_len, checked against K = k - T."""
+    if padding is not None and np.ndim(padding) != 2:
+        raise ValueError(f"padding must be 2-dimensional, got shape {np.shape(padding)}")
+    t = 0 if padding is None else np.shape(padding)[0]
+    if t >= k:
+        raise ValueError(f"{t} padding blocks leave no data block among {k} omegas")
+    if block_len is None:
+        block_len = max(1, -(-size // (k - t)))
+    block_len = operator.index(block_len)
+    if block_len < 1 or size > (k - t) * block_len:
+        raise ValueError(f"block_len = {block_len}: need >= 1 and K * block_len >= "
+                         f"record length {size} (K = {k - t} data blocks)")
+    if padding is None:
+        return np.zeros((0, block_len), np.int64), block_len
+    pad = as_field_array(padding, "padding", ndim=2)
+    if pad.shape[1] != block_len:
+        raise ValueError(f"padding has {pad.shape[1]} columns, block_len is {block_len}")
+    return pad, block_len

@@ -10,11 +10,13 @@ With ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et al., IJCAI
   kept; B^g is the longest shard's), K chosen from C when the key is 0
   (:func:`history.coded_catalog.auto_blocks_per_shard`);
 - each shard is coded on its own: its K blocks and T = ``privacy-t`` uniformly
-  random padding blocks (:func:`coding.pad_private`) sit at omega_1..omega_{K+T}
-  and client i (partition id i) gets u_s(alpha_i), n = C slices per shard, where
+  random padding blocks (:func:`coding.random_field_elements`) sit at
+  omega_1..omega_{K+T} and client i (partition id i) gets u_s(alpha_i), n = C
+  slices per shard, where
   u_s(z) = sum_j X_{s,j} prod_{l != j} (z - omega_l) / (omega_j - omega_l)
-  (:func:`coding.encode`; Yu et al., AISTATS 2019); any K + T of them decode
-  shard s alone, any T of them are uniform whatever the data;
+  (:func:`coding.encode_quantized`, quantisation fused with the encoding; Yu
+  et al., AISTATS 2019); any K + T of them decode shard s alone, any T of them
+  are uniform whatever the data;
 - client i's slice of round g is its S shard slices side by side (uint32, S B^g
   elements, shard s's at ``[s B^g, (s + 1) B^g)``); shard s's part carries the
   tag ``coding.slice_tag(key_s, s, g, i, part)`` under shard s's key only, and
@@ -48,11 +50,10 @@ from coding import (
     PRIME,
     QuantizationRangeError,
     access_key,
-    encode,
+    encode_quantized,
     evaluation_points,
     new_key,
-    pad_private,
-    quantize,
+    random_field_elements,
     slice_tag,
 )
 from history.catalog import CATALOG_FILE, StoreError
@@ -253,30 +254,30 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
 
         Shard s's record is its buffered arrays in ascending partition id (W^0
         first), quantised and split into K blocks of B elements (zero padding;
-        B is the longest shard's), padded with T random blocks and coded alone.
-        Returns the S record lengths and the C slices, uint32 (C, S B), client
-        i's in row i with shard s's part at columns [s B, (s + 1) B).
+        B is the longest shard's), padded with T random blocks and coded alone
+        (:func:`coding.encode_quantized`: quantisation fused with the encoding,
+        written straight into shard s's columns). Returns the S record lengths
+        and the C slices, uint32 (C, S B), client i's in row i with shard s's
+        part at columns [s B, (s + 1) B).
         """
         records = []
         for s in range(self.num_shards):
             items = sorted(self._records.get(s, []), key=lambda item: item[0])
-            flat = np.concatenate([f for _, f in items]) if items \
-                else np.zeros(0, np.float32)
+            records.append(np.concatenate([f for _, f in items]) if items
+                           else np.zeros(0, np.float32))
+        block_len = max(1, max(math.ceil(r.size / self.blocks_per_shard)
+                               for r in records))
+        slices = np.empty((len(self.alphas), self.num_shards * block_len), np.uint32)
+        for s, record in enumerate(records):
+            padding = random_field_elements((self.privacy_t, block_len),
+                                            self.padding_rng) if self.privacy_t else None
             try:
-                records.append(quantize(flat, self.scale_bits))
+                encode_quantized(record, self.omegas, self.alphas, self.scale_bits,
+                                 block_len, padding,
+                                 out=slices[:, s * block_len:(s + 1) * block_len])
             except QuantizationRangeError as err:
                 raise CodedStorageError(f"round {rnd}, shard {s}: {err}") from err
-        per = self.blocks_per_shard
-        block_len = max(1, max(math.ceil(q.size / per) for q in records))
-        slices = np.empty((len(self.alphas), self.num_shards * block_len), np.uint32)
-        coded = np.empty((len(self.alphas), block_len), np.uint32)
-        for s, q in enumerate(records):
-            blocks = np.zeros((per, block_len), dtype=np.int64)
-            blocks.reshape(-1)[:q.size] = q
-            padded = pad_private(blocks, self.privacy_t, self.padding_rng)
-            encode(padded, self.omegas, self.alphas, out=coded)
-            slices[:, s * block_len:(s + 1) * block_len] = coded
-        return [q.size for q in records], slices
+        return [r.size for r in records], slices
 
     def _slice_messages(self, rnd: int, slices: np.ndarray
                         ) -> tuple[list[Message], float]:
