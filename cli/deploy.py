@@ -69,8 +69,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
                     help="process isolation: at most K ClientApp processes at once "
                     "over all SuperNodes (default: the CPUs this process may use, "
                     "as the simulation's one CPU per client; 0 = no limit)")
-    ap.add_argument("--node-poll", type=_seconds, default=0.5, metavar="S",
-                    help="seconds an idle SuperNode waits between pulls (default 0.5; "
+    ap.add_argument("--node-poll", type=_seconds, default=1.0, metavar="S",
+                    help="seconds an idle SuperNode waits between pulls (default 1; "
                     "3 or more: Flower's own flower-supernode, which waits 3 s)")
     return ap
 
@@ -170,7 +170,7 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
 
 
 def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
-            slots: int = 0, node_poll_s: float = 0.5) -> Path | None:
+            slots: int = 0, node_poll_s: float = 1.0) -> Path | None:
     """SuperLink, SuperNodes (and warm executors), the run; all stopped after."""
     log = run_dir / "logs" / "flwr-run.log"
     ports = free_ports(nodes + 1)

@@ -50,7 +50,7 @@ def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
                      ports: Sequence[int], isolation: str = "process",
-                     node_poll_s: float = 0.5) -> list[subprocess.Popen]:
+                     node_poll_s: float = 1.0) -> list[subprocess.Popen]:
     """One ``flower-supernode`` per port; SuperNode i has partition-id i.
 
     ``isolation`` is the SuperNodes' ``--isolation``: ``subprocess`` (each

@@ -19,7 +19,7 @@ Usage: ``python -m cli.warm_exec --runtime-api-address 127.0.0.1:PORT
 starts; with ``--slots`` at most K ClientApp processes run at once among all
 SuperExecs given the same DIR, see :class:`Slots`). SIGTERM or SIGINT stop the
 children, then this process. ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` (seconds,
-default here 0.1) is the wait between polls when no task is pending.
+default here 0.25) is the wait between polls when no task is pending.
 """
 
 from __future__ import annotations
@@ -254,7 +254,12 @@ def serve(address: str, poll_s: float, slots: Slots | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Warm up, then serve; SIGTERM / SIGINT / SIGHUP end it with status 0."""
+    """Warm up, then serve; SIGTERM / SIGINT / SIGHUP end it with status 0.
+
+    After its ClientApp processes are stopped it leaves with ``os._exit``: the
+    interpreter's teardown of torch and numba took 3 s and more under load,
+    past the launcher's 5-s grace before SIGKILL.
+    """
     ap = argparse.ArgumentParser(prog="python -m cli.warm_exec",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--runtime-api-address", required=True,
@@ -267,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots < 0 or (args.slots and args.slots_dir is None):
         ap.error(f"--slots {args.slots} is not allowed: use 0 (no limit), or >= 1 "
                  "with --slots-dir")
-    raw = os.environ.get(POLL_ENV) or "0.1"
+    raw = os.environ.get(POLL_ENV) or "0.25"
     try:
         poll_s = float(raw)
     except ValueError:
@@ -287,8 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"imported {', '.join(names)} in {time.monotonic() - t0:.1f} s; serving "
          f"{args.runtime_api_address}")
     slots = Slots(args.slots_dir, args.slots) if args.slots else None
-    serve(args.runtime_api_address, poll_s, slots)
-    return 0
+    try:
+        serve(args.runtime_api_address, poll_s, slots)
+    finally:  # children stopped (serve's finally); skip torch's slow teardown
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

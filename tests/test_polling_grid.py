@@ -1,4 +1,4 @@
-"""server_app.polling_grid: replies pulled every 0.1 s, as Flower's send_and_receive."""
+"""server_app.polling_grid: replies pulled every 0.2 s, as Flower's send_and_receive."""
 
 from __future__ import annotations
 
