@@ -254,7 +254,7 @@ def serve(address: str, poll_s: float, slots: Slots | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Warm up, then serve; SIGTERM / SIGINT / SIGHUP end it with status 0.
+    """Warm up, then serve; SIGTERM / SIGINT / SIGHUP end it with status 0, an error with 1.
 
     After its ClientApp processes are stopped it leaves with ``os._exit``: the
     interpreter's teardown of torch and numba took 3 s and more under load,
@@ -292,12 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"imported {', '.join(names)} in {time.monotonic() - t0:.1f} s; serving "
          f"{args.runtime_api_address}")
     slots = Slots(args.slots_dir, args.slots) if args.slots else None
+    code = 1
     try:
         serve(args.runtime_api_address, poll_s, slots)
+    except SystemExit as end:  # a signal (status 0)
+        code = end.code if isinstance(end.code, int) else 0
+    except BaseException:  # noqa: BLE001 - e.g. the SuperNode gone for good
+        traceback.print_exc()
     finally:  # children stopped (serve's finally); skip torch's slow teardown
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
 
 
 if __name__ == "__main__":
