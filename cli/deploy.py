@@ -4,7 +4,11 @@ Starts one ``flower-superlink`` and N ``flower-supernode``s (default 8;
 SuperNode i gets ``--node-config "partition-id=i num-partitions=N
 node-dir=<run>/nodes/i"``), adds a ``[superlink.<name>]`` entry for them to
 ``$FLWR_HOME/config.toml``, runs ``flwr run <app> <name> --stream`` and stops
-every process it started (also on failure, Ctrl-C and SIGTERM). Run settings:
+every process it started (also on failure, Ctrl-C and SIGTERM). With
+``--isolation process`` (the default) the SuperNodes start no ClientApp
+process themselves; a warm SuperExec per SuperNode (:mod:`cli.warm_exec`)
+forks one per message, so torch is imported once per node, not once per
+message; ``--isolation subprocess`` is Flower's own cold start. Run settings:
 pyproject defaults < deploy defaults (num-clients=N, num-shards=2,
 clients-per-round=4, as far as N allows) < preset < --run-config (later wins);
 num-clients is always N. Prints the summary tables, the wall time and, last,
@@ -32,6 +36,7 @@ from cli.deploy_parts import (
     connection_entry,
     follow_run,
     stage_app,
+    start_executors,
     start_superlink,
     start_supernodes,
     wait_for_nodes,
@@ -42,6 +47,8 @@ from cli.simulation import summary_path
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.results import RunFolder
+
+ISOLATIONS = ("process", "subprocess")
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -54,6 +61,17 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--run-config", "-c", action="append", default=[],
                     metavar='"k=v ..."|FILE.toml', help="repeatable; later wins")
     ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    ap.add_argument("--isolation", choices=ISOLATIONS, default="process",
+                    help="process (default): a warm SuperExec per SuperNode forks a "
+                    "ClientApp process per message (torch imported once); "
+                    "subprocess: Flower's own, a cold flwr-clientapp per message")
+    ap.add_argument("--clientapp-slots", type=_count, default=_cores(), metavar="K",
+                    help="process isolation: at most K ClientApp processes at once "
+                    "over all SuperNodes (default: the CPUs this process may use, "
+                    "as the simulation's one CPU per client; 0 = no limit)")
+    ap.add_argument("--node-poll", type=_seconds, default=1.0, metavar="S",
+                    help="seconds an idle SuperNode waits between pulls (default 1; "
+                    "3 or more: Flower's own flower-supernode, which waits 3 s)")
     return ap
 
 
@@ -132,7 +150,8 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     ok = False
     try:
         (run_dir / "run-config.toml").write_text(config.to_toml(merged.overrides))
-        summary = _deploy(run_dir, args.nodes, start)
+        summary = _deploy(run_dir, args.nodes, start, args.isolation,
+                          args.clientapp_slots, args.node_poll)
         ok = summary is not None
     finally:
         if ok and not args.keep:
@@ -150,8 +169,9 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     return 0
 
 
-def _deploy(run_dir: Path, nodes: int, start: float) -> Path | None:
-    """SuperLink, SuperNodes, connection entry and the run; all stopped after."""
+def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
+            slots: int = 0, node_poll_s: float = 1.0) -> Path | None:
+    """SuperLink, SuperNodes (and warm executors), the run; all stopped after."""
     log = run_dir / "logs" / "flwr-run.log"
     ports = free_ports(nodes + 1)
     link = f"127.0.0.1:{ports[0]}"
@@ -159,8 +179,11 @@ def _deploy(run_dir: Path, nodes: int, start: float) -> Path | None:
     with Children() as children:
         try:
             procs = [start_superlink(children, run_dir, ports[0]),
-                     *start_supernodes(children, run_dir, link, ports[1:])]
+                     *start_supernodes(children, run_dir, link, ports[1:], isolation,
+                                       node_poll_s)]
             wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
+            if isolation == "process":
+                procs += start_executors(children, run_dir, ports[1:], slots)
         except DeployError as err:
             _say(str(err))
             return None
@@ -201,6 +224,30 @@ def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"N must be a positive integer, got {text!r}")
     return int(text)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"K must be an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"S must be seconds > 0, got {text!r}")
+    return value
+
+
+def _cores() -> int:
+    """CPUs this process may run on (affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def _say(text: str) -> None:

@@ -49,10 +49,21 @@ def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.
 
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
-                     ports: Sequence[int]) -> list[subprocess.Popen]:
-    """One ``flower-supernode`` per port; SuperNode i has partition-id i."""
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS", "1")}
+                     ports: Sequence[int], isolation: str = "process",
+                     node_poll_s: float = 1.0) -> list[subprocess.Popen]:
+    """One ``flower-supernode`` per port; SuperNode i has partition-id i.
+
+    ``isolation`` is the SuperNodes' ``--isolation``: ``subprocess`` (each
+    starts a cold ``flwr-clientapp`` per message itself) or ``process`` (they
+    start none: :func:`start_executors` does, warm). With ``node_poll_s`` < 3
+    they run as :mod:`cli.supernode` (Flower's SuperNode, its 3-s idle wait
+    between pulls capped at ``node_poll_s``); else as plain ``flower-supernode``.
+    """
+    from cli.config import PROJECT
+
+    env = {**_thread_env(), "SE_NODE_POLL_S": str(node_poll_s)}
+    command = (["flower-supernode"] if node_poll_s >= 3
+               else [sys.executable, "-m", "cli.supernode"])
     procs = []
     for i, port in enumerate(ports):
         node_dir = run_dir / "nodes" / str(i)
@@ -61,12 +72,48 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                        f'node-dir="{node_dir}"')
         with open(run_dir / "logs" / f"supernode-{i}.log", "wb") as log:
             procs.append(children.start(
-                ["flower-supernode", "--insecure", "--superlink", link,
-                 "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-    _say(f"{len(procs)} SuperNodes, pids {' '.join(str(p.pid) for p in procs)}, "
-         f"ports {' '.join(map(str, ports))}")
+                [*command, "--insecure", "--superlink", link,
+                 "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config,
+                 "--isolation", isolation],
+                env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL))
+    _say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
+         f"{min(node_poll_s, 3.0):g} s when idle), pids "
+         f"{' '.join(str(p.pid) for p in procs)}, ports {' '.join(map(str, ports))}")
     return procs
+
+
+def start_executors(children: Children, run_dir: Path, ports: Sequence[int],
+                    slots: int = 0) -> list[subprocess.Popen]:
+    """One warm SuperExec (:mod:`cli.warm_exec`) per SuperNode Runtime API port.
+
+    Each imports torch and Flower once and forks a ClientApp process per
+    message; its output goes to ``logs/clientapp-<i>.log``. With ``slots`` > 0
+    at most that many ClientApp processes run at once over all of them (files
+    in ``<run>/slots``). They run in the project folder (for ``cli``); the
+    ClientApp itself is loaded from the FAB.
+    """
+    from cli.config import PROJECT
+
+    limit = ["--slots", str(slots), "--slots-dir", str(run_dir / "slots")] if slots else []
+    procs = []
+    for i, port in enumerate(ports):
+        with open(run_dir / "logs" / f"clientapp-{i}.log", "wb") as log:
+            procs.append(children.start(
+                [sys.executable, "-m", "cli.warm_exec", "--runtime-api-address",
+                 f"127.0.0.1:{port}", *limit],
+                env=_thread_env(), cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL))
+    _say(f"{len(procs)} warm ClientApp executors "
+         f"({f'at most {slots} ClientApps at once' if slots else 'no limit'}), pids "
+         f"{' '.join(str(p.pid) for p in procs)}")
+    return procs
+
+
+def _thread_env() -> dict:
+    """``os.environ`` with one OpenMP / MKL thread unless set (N processes, few cores)."""
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS", "1")}
 
 
 def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],

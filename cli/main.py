@@ -13,6 +13,7 @@ USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} test [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
+              [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
        {prog} experiments single|concurrent|storage|all [--suite quick|paper] ...
        {prog} forget --run NAME --clients 3,17 [--results-dir DIR]
        {prog} receipts --run NAME [--results-dir DIR]

@@ -41,8 +41,8 @@ from flwr.clientapp import ClientApp
 from history import slices
 from task.backdoor import Backdoor, poison
 from task.config import TaskConfig
-from task.data import load_client_data
 from task.model import build_model
+from task.node_cache import cached_client_data
 from task.train import (
     fisher_preconditioner,
     local_seed,
@@ -73,15 +73,18 @@ def _received(message: Message, context: Context):
 
     Returns ``(x, y, model)``: the node's share of the task (:class:`TaskConfig`
     from the run config; the server's ``data-dir`` where this node has it) and
-    the task's model holding the received weights.
+    the task's model holding the received weights. With ``node-dir`` in the node
+    config the share is cached there (:mod:`task.node_cache`): a deployed
+    ClientApp process loads the whole dataset only for its node's first message.
     """
     cfg = TaskConfig.from_run_config(context.run_config)
     server_dir = str(message.content["config"].get("data-dir", "") or "")
-    x, y, task = load_client_data(cfg, partition_id(context), server_dir)
+    x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
+                                           context.node_config.get("node-dir") or None)
     # a client of the unlearning request stamps its own data (task.backdoor)
     x, y, _ = poison(x, y, Backdoor.from_run_config(context.run_config), cfg.seed,
                      partition_id(context))
-    model = build_model(cfg.dataset, task.num_classes)
+    model = build_model(cfg.dataset, num_classes)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())
     return x, y, model
 
