@@ -12,9 +12,11 @@ Usage (from the project root, venv active or via .venv/bin/python)::
    the Ray simulation engine (one SuperNode per client, two Ray workers on two
    cores); per-round wall seconds are read from summary.json.
 
-The overhead per round is Flower's wall time minus the plain loop's wall time
-divided by the number of cores Ray uses (the ideal parallel time); both numbers
-are printed so the reader can judge.
+The ideal round spreads the clients' part of the plain loop (their data and
+training) over the cores Ray uses and adds the server's part (aggregation and
+central evaluation), which runs after the replies in both; the overhead is
+Flower's round minus that ideal. The ratio with everything divided by the cores
+(the server's part too) is printed as well, so the reader can judge.
 """
 
 from __future__ import annotations
@@ -43,9 +45,16 @@ from task.model import build_model  # noqa: E402
 from task.train import local_train  # noqa: E402
 
 
-def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:
-    """Seconds per round of the learning stage in a plain PyTorch loop."""
-    torch.set_num_threads(1)
+def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]:
+    """Seconds per round of the learning stage in a plain PyTorch loop.
+
+    Returns the clients' seconds (data, training with one thread, as the
+    ClientApp; what Ray spreads over its workers) and the server's seconds
+    (aggregation and central evaluation with torch's default threads, as the
+    ServerApp; after the replies in both), per round.
+    """
+    server_threads = torch.get_num_threads()  # the ServerApp's (torch's default)
+    torch.set_num_threads(1)  # a client's, as in the ClientApp
     task = load_task_data(cfg.dataset, cfg.data_dir or None, cfg.block_size)
     shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
     evaluator = CentralEvaluator(cfg.dataset, cfg.data_dir or None, cfg.block_size,
@@ -55,9 +64,10 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:
     models = [{k: v.numpy().copy() for k, v in base.state_dict().items()}
               for _ in shards]
     per_shard = cfg.clients_per_round // cfg.num_shards
-    times = []
+    times, serial = [], []
     for rnd in range(1, rounds + 1):
         t0 = time.perf_counter()
+        server = 0.0
         for s, pids in enumerate(shards):
             sampled = random.Random(f"{cfg.seed}:{rnd}:{s}").sample(pids, per_shard)
             updates, weights = [], []
@@ -74,12 +84,20 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> list[float]:
                 trained = {k: v.numpy() for k, v in model.state_dict().items()}
                 updates.append({k: trained[k] - models[s][k] for k in trained})
                 weights.append(len(x))
+            t1 = time.perf_counter()
             models[s] = weighted_step(models[s], updates, weights)
+            server += time.perf_counter() - t1
         from strategies.sharded import to_record
+        t1 = time.perf_counter()
+        torch.set_num_threads(server_threads)
         evaluator.evaluate([to_record(m) for m in models])
-        times.append(time.perf_counter() - t0)
-        print(f"plain PyTorch round {rnd}: {times[-1]:.1f} s", flush=True)
-    return times
+        torch.set_num_threads(1)
+        server += time.perf_counter() - t1
+        times.append(time.perf_counter() - t0 - server)
+        serial.append(server)
+        print(f"plain PyTorch round {rnd}: {times[-1] + server:.1f} s ({times[-1]:.1f} s "
+              f"clients, {server:.1f} s server)", flush=True)
+    return times, serial
 
 
 def flower_rounds(run_config: str, rounds: int) -> list[float]:
@@ -110,15 +128,20 @@ def main() -> None:
     if not config["data-dir"] and os.environ.get("SE_DATA_DIR"):
         config["data-dir"] = os.environ["SE_DATA_DIR"]
     cfg = RunConfig.from_run_config(config)
-    plain = plain_rounds(cfg, args.rounds)
+    clients, server = plain_rounds(cfg, args.rounds)
     flower = flower_rounds(args.run_config, args.rounds)
     # the first Flower round includes each Ray worker's data loading: skip it
-    p = sum(plain[1:]) / max(1, len(plain) - 1)
+    c, v = (sum(x[1:]) / max(1, len(x) - 1) for x in (clients, server))
     f = sum(flower[1:]) / max(1, len(flower) - 1)
-    print(f"\nrounds 2..{args.rounds} mean: plain PyTorch {p:.2f} s/round (1 core, "
-          f"sequential); Flower + Ray {f:.2f} s/round ({args.cores} workers)")
-    print(f"ideal parallel plain time {p / args.cores:.2f} s/round; Flower + Ray "
-          f"overhead {f - p / args.cores:.2f} s/round")
+    ideal = c / args.cores + v
+    print(f"\nrounds 2..{args.rounds} mean: plain PyTorch {c + v:.2f} s/round (1 core, "
+          f"sequential: {c:.2f} s clients + {v:.2f} s server); Flower + Ray {f:.2f} "
+          f"s/round ({args.cores} workers)")
+    print(f"ideal: the clients' part over {args.cores} cores, the server's after it: "
+          f"{ideal:.2f} s/round; Flower + Ray / ideal = {f / ideal:.2f}x "
+          f"(overhead {f - ideal:.2f} s/round)")
+    print(f"(all of it over {args.cores} cores, the server's part too: "
+          f"{(c + v) / args.cores:.2f} s/round, {f / ((c + v) / args.cores):.2f}x)")
 
 
 if __name__ == "__main__":
