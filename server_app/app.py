@@ -41,6 +41,7 @@ from server_app.preflight import (
 from server_app.results import RunFolder
 from server_app.runlog import RunLog
 from server_app.screening import FaultLog
+from server_app.staged import stage_strategy
 from server_app.staged_app import run_staged, staged_summary
 from server_app.summary import (
     FrameworkSummary,
@@ -51,7 +52,7 @@ from server_app.summary import (
 )
 from server_app.unlearning import FrameworkResult, run_unlearning
 from server_app.verification import BackdoorProbe, participation
-from strategies import ShardedStrategy, make_stock_strategy
+from strategies import ShardedStrategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
 from task.data import load_task_data, partition_sizes
@@ -78,12 +79,12 @@ def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
 
 
 def sharded_strategy(cfg: RunConfig, federation: Federation) -> ShardedStrategy:
-    """One fresh ``shard-strategy`` instance per shard of ``federation``."""
-    per_round = cfg.clients_per_round // len(federation.shards)
-    shards = [make_stock_strategy(cfg.shard_strategy, per_round, len(pids),
-                                  **cfg.shard_strategy_options)
-              for pids in federation.shards]
-    return ShardedStrategy(shards, federation.shard_nodes(), seed=cfg.seed)
+    """One fresh ``shard-strategy`` instance per shard of ``federation``.
+
+    Every client is present (:func:`server_app.staged.stage_strategy`).
+    """
+    return stage_strategy(cfg, federation.shards, list(federation.node_of),
+                          federation.node_of)
 
 
 def shard_strategy_summary(cfg: RunConfig) -> dict:

@@ -43,7 +43,7 @@ from server_app.learning import LearningResult, run_learning
 from server_app.receipts import shard_digests, utc, write_receipt
 from server_app.rounds import CostMeter
 from server_app.screening import FaultLog
-from server_app.unlearning import drive, run_unlearning
+from server_app.unlearning import accumulate, drive, run_unlearning
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.unlearning import FrozenShard
 
@@ -126,10 +126,7 @@ def retrain_stages(grid: Grid, cfg: RunConfig, baseline: Federation,
                               cfg.link_rate_mbps, cfg.round_timeout, faults,
                               f"{label} stage {member.stage}", baseline.partition_of,
                               baseline.samples, first_round=first_round(cfg, member.stage))
-        for key in ("compute_s", "wall_s", "client_epochs", "modelled_wall_s"):
-            setattr(total, key, getattr(total, key) + getattr(meter, key))
-        total.contacted.extend(meter.contacted)
-        total.accepted += meter.accepted
+        accumulate(total, meter)
     return models, total
 
 
@@ -168,6 +165,8 @@ class StagedRun:
     forgotten: set[int] = field(default_factory=set)
     stages: list[dict] = field(default_factory=list)
     fr_models: list[ArrayRecord] = field(default_factory=list)
+    scores: dict = field(default_factory=dict)
+    """Accuracy, loss and shard accuracy of :attr:`models` (evaluated once each)."""
 
     @classmethod
     def create(cls, grid: Grid, cfg: RunConfig, federations: tuple[Federation, Federation],
@@ -193,6 +192,7 @@ class StagedRun:
         self.forgotten |= set(entry["forgotten"])
         self.stages.append(entry)
         self.models = models
+        self.scores = {k: entry[k] for k in ("accuracy", "loss", "shard_accuracy")}
 
     def next_member(self) -> Membership:
         """Membership of the next stage (stage 1, or the last one advanced)."""
@@ -208,13 +208,13 @@ class StagedRun:
                              self.models, member, self.train_config, self.evaluator,
                              self.faults)
         self.models = result.models
+        last = result.rounds[-1]  # the models' scores, kept up to date per request
+        self.scores = {k: last[k] for k in ("accuracy", "loss", "shard_accuracy")}
         entry = self._entry(member, result)
         for request in self._claim(member, entry):
             entry["requests"].append(request.id)
             self._handle(member, request, entry)
-        metrics = self.evaluator.evaluate(self.models)
-        entry.update(accuracy=metrics["accuracy"], loss=metrics["loss"],
-                     shard_accuracy=metrics["shard_accuracy"])
+        entry.update(self.scores)
         self.stages.append(entry)
         return entry
 
@@ -309,7 +309,7 @@ class StagedRun:
     def _unlearn(self, member: Membership, request: Request) -> dict:
         """SE (and FR) for one request; the run goes on from SE's models."""
         before = shard_digests(self.models)
-        accuracy_before = self.evaluator.evaluate(self.models)["accuracy"]
+        accuracy_before = self.scores["accuracy"]
         stage = Stage(UnlearningSettings.from_config(self.cfg), self.federation,
                       self.baseline, self.store, None, self.models, self.initial,
                       self.train_config)
@@ -318,6 +318,8 @@ class StagedRun:
                             faults=self.faults, frameworks=["SE"])["SE"]
         self.forgotten |= set(request.clients)
         self.models = se.models
+        self.scores = {"accuracy": se.summary.accuracy, "loss": se.summary.loss,
+                       "shard_accuracy": se.summary.shard_accuracy}
         cost = se.summary.requests[-1]
         out = {"shards_retrained": cost.impacted_shards,
                "rounds_replayed": cost.rounds_replayed,

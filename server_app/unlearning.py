@@ -44,8 +44,8 @@ from server_app.summary import FrameworkSummary, RequestCost
 from server_app.target import TargetWatch
 from strategies.sharded import ShardedStrategy
 
-__all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "drive",
-           "run_unlearning"]
+__all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "accumulate",
+           "drive", "run_unlearning"]
 
 
 class UnlearningStalledError(RuntimeError):
@@ -140,7 +140,7 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
         cost.to_target = watch.result() if watch else None
         per_request.append(cost)
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
-        _accumulate(total, stats)
+        accumulate(total, stats)
         log_fn(f"{label} (clients {sorted(batch)}): {stats.compute_s:.1f} s compute, "
                f"{stats.wall_s:.1f} s wall, {stats.client_epochs:.1f} client-epochs")
     if not models and name == "SE":  # only no-ops: the learned models stand
@@ -266,9 +266,10 @@ def _retrieval_wall_s(retrieval: dict) -> float:
     return per + retrieval["decode_s"]
 
 
-def _accumulate(total: CostMeter, stats: CostMeter) -> None:
+def accumulate(total: CostMeter, stats: CostMeter) -> None:
+    """Add the costs, contacts, accepted replies and warnings of ``stats`` to ``total``."""
     for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
-                "comm_time_s", "modelled_wall_s"):
+                "comm_time_s", "modelled_wall_s", "accepted"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
     total.contacted.extend(stats.contacted)
     total.warnings.extend(stats.warnings)
