@@ -74,6 +74,8 @@ def command(results: dict) -> str:
     cmd = f"./simulate.sh experiments {results['experiment']} --suite {suite(results)}"
     if results.get("engine", "inprocess") != "inprocess":
         cmd += f" --engine {results['engine']}"
+    if int(results.get("jobs", 1)) > 1:
+        cmd += f" --jobs {results['jobs']}"
     return cmd
 
 

@@ -47,14 +47,16 @@ class Progress:
     """One line per step on stderr: experiment, step i/N, elapsed, time left.
 
     The time left is the seconds per unit of estimated cost so far times the
-    estimated cost still to run (weights from :mod:`experiments.suites`).  On a
+    estimated cost still to run (weights from :mod:`experiments.suites`),
+    divided by the ``jobs`` running side by side.  On a
     terminal a rich bar over the same weights stays below the lines
     (:func:`cli.progress.bar`); elsewhere only the lines are written.  Call
     :meth:`close` at the end.
     """
 
-    def __init__(self, weights: list[float], stream=None) -> None:
+    def __init__(self, weights: list[float], stream=None, jobs: int = 1) -> None:
         self.weights = weights
+        self.jobs = max(1, jobs)
         self.done_weight = 0.0
         self.spent = 0.0
         self.t0 = time.perf_counter()
@@ -78,7 +80,7 @@ class Progress:
         """Announce step ``i`` (0-based)."""
         self._say(f"[{experiment}] run {i + 1}/{len(self.weights)} {label}: started; "
                   f"elapsed {_clock(time.perf_counter() - self.t0)}, "
-                  f"left {self.left(i)}")
+                  f"left {self.left()}")
 
     def finish(self, i: int, experiment: str, label: str, seconds: float,
                status: str = "done") -> None:
@@ -89,16 +91,16 @@ class Progress:
             self.bar.advance(self.task, self.weights[i])
         self._say(f"[{experiment}] run {i + 1}/{len(self.weights)} {label}: {status} "
                   f"in {_clock(seconds)}; elapsed "
-                  f"{_clock(time.perf_counter() - self.t0)}, left {self.left(i + 1)}")
+                  f"{_clock(time.perf_counter() - self.t0)}, left {self.left()}")
 
-    def left(self, next_index: int) -> str:
-        """Estimated time for steps ``next_index`` onwards (``?`` before any)."""
-        remaining = sum(self.weights[next_index:])
-        if remaining <= 0:
+    def left(self) -> str:
+        """Estimated time for the steps not finished yet (``?`` before any)."""
+        remaining = sum(self.weights) - self.done_weight
+        if remaining <= 1e-9:
             return "0s"
         if self.done_weight <= 0:
             return "?"
-        return "~" + _clock(self.spent / self.done_weight * remaining)
+        return "~" + _clock(self.spent / self.done_weight * remaining / self.jobs)
 
 
 def _clock(seconds: float) -> str:
@@ -277,9 +279,50 @@ def _run_step(i: int, step: RunSpec | StorageSweep, progress: Progress, results:
     _write_json(out / "results.json", results)
 
 
+def _worker_threads(threads: int) -> None:
+    """A job process's torch threads (the ServerApp's evaluation; clients set their own)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: Path,
+                  data_dir: str, engine: str, keep_history: bool, jobs: int) -> None:
+    """Run ``specs`` in ``jobs`` worker processes; results.json keeps the plan's order.
+
+    Each job is its own process (spawned, so no torch or Flower state is shared)
+    with ``cores // jobs`` torch threads; a run's compute seconds are then its own
+    core's, as in the one-job loop.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    entries: dict[int, dict] = {}
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_threads, initargs=(threads,)) as pool:
+        futures = {}
+        for i, spec in enumerate(specs):
+            futures[pool.submit(_run_spec, spec, out, data_dir, engine,
+                                keep_history)] = i
+        started = min(jobs, len(specs))  # the pool takes the specs in order
+        for i in range(started):
+            progress.start(i, specs[i].experiment, specs[i].name)
+        for future in as_completed(futures):
+            i = futures[future]
+            entry, status = future.result()
+            entries[i] = entry
+            progress.finish(i, specs[i].experiment, specs[i].name, entry["wall_s"], status)
+            if started < len(specs):
+                progress.start(started, specs[started].experiment, specs[started].name)
+                started += 1
+            results["runs"] = [entries[k] for k in sorted(entries)]
+            _write_json(out / "results.json", results)
+
+
 def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
-            datasets: tuple[str, ...] | None = None, stream=None) -> dict:
+            datasets: tuple[str, ...] | None = None, stream=None, jobs: int = 1) -> dict:
     """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
 
     Parameters
@@ -301,6 +344,9 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
         A subset of the experiment's datasets.
     stream : file, optional
         Where progress lines go (default stderr).
+    jobs : int
+        Runs side by side, each in its own process (:func:`_run_parallel`);
+        1 runs them one after another in this process.
 
     Returns
     -------
@@ -315,15 +361,19 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     steps: list[RunSpec | StorageSweep] = list(specs)
     if experiment in ("storage", "all"):
         steps.append(suites.storage_sweep(suite))
-    progress = Progress([step.weight for step in steps], stream)
-    results = {"experiment": experiment, "suite": suite, "engine": engine,
+    progress = Progress([step.weight for step in steps], stream, jobs)
+    results = {"experiment": experiment, "suite": suite, "engine": engine, "jobs": jobs,
                "data_dir": data_dir, "settings": suites.suite_settings(suite),
                "skipped": skipped, "runs": [], "storage_sweep": [],
                "storage_sweep_source": None, "machine": machine()}
     for why in skipped.values():
         print(f"skipping a dataset: {why}", file=stream, flush=True)
     try:
-        for i, step in enumerate(steps):
+        if jobs > 1 and len(specs) > 1:
+            _run_parallel(specs, progress, results, out, data_dir, engine, keep_history,
+                          jobs)
+            steps = steps[len(specs):]  # the storage sweep, after the runs
+        for i, step in enumerate(steps, start=len(results["runs"])):
             _run_step(i, step, progress, results, out, data_dir, engine, keep_history)
     finally:
         progress.close()
@@ -397,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                     "or ../shared/data)")
     ap.add_argument("--datasets", default="", help="comma-separated subset of the "
                     "experiment's datasets (default: all of them)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs side by side, each in "
+                    "its own process with cores/jobs torch threads (default 1; "
+                    "engine inprocess only)")
     ap.add_argument("--keep-history", action="store_true",
                     help="keep each run's history stores and models")
     ap.add_argument("--report-only", action="store_true",
@@ -407,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--preset {args.preset}: the experiments take --suite "
                  f"{'|'.join(suites.SUITES)}; --preset names a run preset "
                  "(presets/NAME.toml) of ./simulate.sh [run|deploy]")
+    if not 1 <= args.jobs <= (os.cpu_count() or 1):
+        ap.error(f"--jobs {args.jobs}: allowed 1 to the machine's {os.cpu_count()} cores")
+    if args.jobs > 1 and args.engine != "inprocess":
+        ap.error(f"--jobs {args.jobs} with --engine {args.engine}: side-by-side runs "
+                 "need --engine inprocess (each flwr run starts its own SuperLink)")
     if args.report_only:
         if not args.out:
             ap.error("--report-only needs --out")
@@ -419,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         results_root / "experiments" / f"{args.name}-{args.suite}-{stamp}"
     datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
     results = execute(args.name, args.suite, out, args.data_dir or default_data_dir(),
-                      args.engine, args.keep_history, datasets)
+                      args.engine, args.keep_history, datasets, jobs=args.jobs)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
     print(f"{args.name} ({args.suite}): {len(results['runs']) - len(failed)} runs "
           f"done, {len(failed)} failed, {_clock(results['wall_s'])}; "

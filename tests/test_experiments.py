@@ -65,6 +65,44 @@ def test_plans_cover_the_paper_experiments():
         suites.plan("nope", "quick")
 
 
+def test_trained_suite_runs_the_quick_experiments_on_all_the_data():
+    def cells(suite):
+        return sorted((s.experiment, s.name) for s in suites.plan("all", suite))
+
+    assert cells("trained") == cells("quick")
+    for spec in suites.plan("all", "trained"):
+        assert spec.config.get("client-samples", 0) == 0  # every client's whole share
+        rounds = {"mnist": 12, "fmnist": 12}.get(spec.config["dataset"], 8)
+        if spec.experiment != "storage":
+            assert spec.config["num-rounds"] == rounds
+
+
+def test_parallel_jobs_give_the_sequential_results(tiny_all, tmp_path, shared_data):
+    results, out, _ = tiny_all
+    stream = io.StringIO()
+    parallel = execute("single", "tiny", tmp_path / "p", str(shared_data), stream=stream,
+                       jobs=2)
+    sequential = [r for r in results["runs"] if r["spec"]["experiment"] == "single"]
+    assert [r["spec"]["name"] for r in parallel["runs"]] == [
+        r["spec"]["name"] for r in sequential]  # the plan's order, not finishing order
+    for par, seq in zip(parallel["runs"], sequential, strict=True):
+        assert par["status"] == seq["status"] == "done"
+        a = json.loads((tmp_path / "p" / par["summary"]).read_text())
+        b = json.loads((out / seq["summary"]).read_text())
+        assert a["learning"]["shard_accuracy"] == b["learning"]["shard_accuracy"]
+        assert {f: v["accuracy"] for f, v in a["frameworks"].items()} == {
+            f: v["accuracy"] for f, v in b["frameworks"].items()}
+    assert stream.getvalue().count(": done in ") == len(parallel["runs"])
+
+
+def test_jobs_are_checked_before_any_run(capsys):
+    for argv in (["all", "--jobs", "0"], ["all", "--jobs", "2", "--engine", "flwr"]):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        assert "--jobs" in capsys.readouterr().err
+
+
 def test_shakespeare_takes_the_text_presets_training_keys():
     config = suites.dataset_config("quick", "shakespeare")
     preset = ROOT / "presets" / "shakespeare.toml"
@@ -283,7 +321,7 @@ def test_experiments_take_suites_not_run_presets(capsys):
         main(["all", "--preset", "quick"])
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert "--suite quick|paper|tiny" in err and "presets/NAME.toml" in err
+    assert "--suite quick|trained|paper|tiny" in err and "presets/NAME.toml" in err
     with pytest.raises(SystemExit):
         main(["all", "--suite", "glance"])
     assert "invalid choice: 'glance'" in capsys.readouterr().err
