@@ -7,7 +7,7 @@
 #   ./simulate.sh test [pytest args]       run the test suite
 #   ./simulate.sh deploy [N] [--preset NAME] [--run-config "..."]   real SuperLink
 #                                          + N SuperNodes on 127.0.0.1
-#   ./simulate.sh experiments NAME [--suite quick|paper]    single, concurrent,
+#   ./simulate.sh experiments NAME [--suite quick|trained|paper]  single, concurrent,
 #                                          storage or all: runs, figures, report.md
 #
 # On a fresh clone it creates .venv and installs the project, then hands over to

@@ -14,7 +14,8 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} test [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
-       {prog} experiments single|concurrent|storage|all [--suite quick|paper] ...
+       {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
+              [--jobs N] ...
        {prog} forget --run NAME --clients 3,17 [--results-dir DIR]
        {prog} receipts --run NAME [--results-dir DIR]
 

@@ -9,10 +9,14 @@ MNIST CNN (its real layers, 80,202 parameters). No training: the updates are
 random float32 of the model's shapes (N(0, 0.01)), W^0 the real initial model;
 they go through the real stores and coder:
 
-- FE: ``HistoryStore`` of the unsharded federation (W^0, the C / 5 updates and
-  the model of every round), bytes on disk (blobs + catalog);
-- uncoded SE: ``HistoryStore`` of the S shards (W_s^0, each shard's updates and
-  model every round), bytes on disk;
+- FE: ``HistoryStore`` of the unsharded federation (W^0, the C / 5 updates of
+  every round and the last model), bytes on disk (blobs + catalog);
+- uncoded SE: ``HistoryStore`` of the S shards (W_s^0, each shard's updates of
+  every round, its last model and the model before each client's first round),
+  bytes on disk;
+
+both pruned at each checkpoint as a run prunes them at the end of learning
+(``HistoryStore.prune_models``, :mod:`history.retention`);
 - coded SE: ``CodedRecorder`` (quantise, encode, tag, send; with the
   defaults' ``quant-scale-bits`` and ``link-rate-mbps`` of pyproject.toml);
   the server keeps ``catalog.sqlite`` + ``keys``; per-client bytes are the
@@ -143,6 +147,10 @@ def measure(num_clients: int, checkpoints: list[int], work: Path, seed: int = 0,
         fe.put_shard_model(0, rnd, model)
         coded.end_round(rnd, grid)
         if rnd in checkpoints:
+            # as a run ends its learning: drop the models no replay can start from
+            # (a model dropped after round g is not needed by a longer run either)
+            fe.prune_models(None)
+            se.prune_models(int(default_run_config()["calibration-interval"]))
             rows.append(_row(num_clients, rnd, w0, counts, (fe, se, coded),
                              time.perf_counter() - t0))
     for store in (fe, se, coded):

@@ -406,3 +406,22 @@ def test_no_module_loads_a_project_file_by_path():
                  if p.name != "test_experiments.py"
                  and any(word in p.read_text() for word in banned)]
     assert offenders == []
+
+
+def test_storage_sweep_prunes_the_stores_as_a_run_does(tmp_path, monkeypatch):
+    from experiments import storage
+    from history.store import HistoryStore
+
+    calls, prune = [], HistoryStore.prune_models
+
+    def recorded(store, interval):
+        calls.append((store.root.name, interval))
+        return prune(store, interval)
+
+    monkeypatch.setattr(HistoryStore, "prune_models", recorded)
+    rows = storage.measure(20, [1, 3], tmp_path)
+    assert calls == [("fe", None), ("se", 1)] * 2  # at each checkpoint, as learn() does
+    # FE keeps W^0 and the last model: two more rounds add only their updates
+    update_bytes = 4 * rows[0]["params"] * 4  # C / 5 = 4 float32 updates a round
+    grown = rows[1]["fe_server"] - rows[0]["fe_server"]
+    assert 2 * update_bytes <= grown < 2.2 * update_bytes
