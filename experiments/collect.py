@@ -335,6 +335,9 @@ def _impacted_checks(num_clients: int, num_shards: int, k: int) -> dict:
             "impacted_simulated": simulated_impacted(shards, k)}
 
 
+_STORAGE_KEYS = (("FE", "FE"), ("SE uncoded", "SE_uncoded"), ("SE coded", "SE_coded"))
+
+
 def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None:
     """FE, uncoded SE and coded SE: server bytes and communication seconds.
 
@@ -374,6 +377,12 @@ def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None
         "distribution_s": comm.get("distribution_s"),
         "retrieval_s": comm.get("retrieval_s"),
         "decode_s": comm.get("decode_s"),
+        # the paper's count: W^0 + updates a shard server keeps; and all servers +
+        # clients together
+        "per_server_bytes": {name: (block.get(key) or {}).get("per_server_bytes")
+                             for name, key in _STORAGE_KEYS},
+        "system_bytes": {name: (block.get(key) or {}).get("system_bytes")
+                         for name, key in _STORAGE_KEYS},
         "reduction_vs_FE": reduction(coded, fe),
         "uncoded_reduction_vs_FE": reduction(uncoded, fe),
         "efficiency": block.get("efficiency"),
