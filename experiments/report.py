@@ -124,12 +124,41 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
               "client-epochs. The paper does not define its time metric. FE runs "
               "at calibration interval 1; interval 2 is reported beside it.",
               "", _headline(rows, store)]
+    parts += _quality_section(rows)
     parts += _single_sections(rows)
     parts += _concurrent_section(rows, summaries)
     parts += _storage_section(store, results)
     parts += _figures(results)
     parts += _notes(rows, failed)
     return "\n".join(parts) + "\n"
+
+
+def _quality_section(rows: Sequence[dict]) -> list[str]:
+    """The original models against the trained suite's goals (suites.QUALITY_GOALS)."""
+    from experiments.suites import QUALITY_GOALS
+
+    table = []
+    for (dataset, partition), fw in sorted(collect.single_cells(rows).items()):
+        original = fw.get("original")
+        if original is None or dataset not in QUALITY_GOALS:
+            continue
+        metric, bound = QUALITY_GOALS[dataset]
+        value = original.get(metric)
+        met = "n/a" if value is None else (
+            "yes" if (value >= bound if metric == "accuracy" else value <= bound)
+            else "no")
+        goal = f"accuracy >= {bound:.2f}" if metric == "accuracy" else \
+            f"loss <= {bound:.2f} nats/char"
+        table.append([dataset, partition, _num(original.get("accuracy")),
+                      _num(original.get("loss")), goal, met])
+    if not table:
+        return []
+    return ["", "## Model quality", "",
+            "The original shard ensemble on the test set (seed 0) against what a "
+            "trained model must reach (the `trained` suite's goals; `quick` and "
+            "`tiny` models are not meant to).", "",
+            _table(["dataset", "partition", "accuracy", "test loss", "goal", "met"],
+                   table)]
 
 
 def _settings(results: dict) -> str:

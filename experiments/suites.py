@@ -184,6 +184,10 @@ _SETTINGS = {
         "fe_intervals": (2,),
     },
 }
+# What a trained model must reach (the original shard ensemble on the test set):
+# (metric, bound); accuracy at least, Tiny Shakespeare's loss (nats/char) at most.
+QUALITY_GOALS = {"mnist": ("accuracy", 0.97), "fmnist": ("accuracy", 0.85),
+                 "cifar10": ("accuracy", 0.45), "shakespeare": ("loss", 2.3)}
 # Relative training seconds per sample-epoch (Shakespeare: per 64-character block),
 # measured here in the trained suite's first rounds (MNIST 0.15 ms); and the
 # training-set sizes a client's share is cut from when client-samples is 0 (for

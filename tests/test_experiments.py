@@ -425,3 +425,18 @@ def test_storage_sweep_prunes_the_stores_as_a_run_does(tmp_path, monkeypatch):
     update_bytes = 4 * rows[0]["params"] * 4  # C / 5 = 4 float32 updates a round
     grown = rows[1]["fe_server"] - rows[0]["fe_server"]
     assert 2 * update_bytes <= grown < 2.2 * update_bytes
+
+
+def test_model_quality_is_checked_against_the_trained_goals():
+    rows = [_row("single", "original", dataset="cifar10", partition="iid", accuracy=0.44,
+                 loss=1.6),
+            _row("single", "original", dataset="shakespeare", partition="noniid",
+                 accuracy=0.37, loss=2.2),
+            _row("single", "SE", dataset="shakespeare", partition="noniid",
+                 accuracy=0.1, loss=9.0)]
+    lines = report._quality_section(rows)
+    table = [line for line in lines if line.startswith("| cifar10") or
+             line.startswith("| shakespeare")]
+    assert table == ["| cifar10 | iid | 0.440 | 1.600 | accuracy >= 0.45 | no |",
+                     "| shakespeare | noniid | 0.370 | 2.200 | loss <= 2.30 nats/char "
+                     "| yes |"]
