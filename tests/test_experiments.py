@@ -434,7 +434,7 @@ def test_model_quality_is_checked_against_the_trained_goals():
                  accuracy=0.37, loss=2.2),
             _row("single", "SE", dataset="shakespeare", partition="noniid",
                  accuracy=0.1, loss=9.0)]
-    lines = report._quality_section(rows)
+    lines = "\n".join(report._quality_section(rows)).splitlines()
     table = [line for line in lines if line.startswith("| cifar10") or
              line.startswith("| shakespeare")]
     assert table == ["| cifar10 | iid | 0.440 | 1.600 | accuracy >= 0.45 | no |",
