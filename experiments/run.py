@@ -310,7 +310,12 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
             progress.start(i, specs[i].experiment, specs[i].name)
         for future in as_completed(futures):
             i = futures[future]
-            entry, status = future.result()
+            try:
+                entry, status = future.result()
+            except Exception as err:  # noqa: BLE001 - e.g. a job process killed
+                status = f"failed ({type(err).__name__}: {err})"
+                entry = {"spec": asdict(specs[i]), "status": "failed", "summary": None,
+                         "error": traceback.format_exc(), "wall_s": 0.0}
             entries[i] = entry
             progress.finish(i, specs[i].experiment, specs[i].name, entry["wall_s"], status)
             if started < len(specs):

@@ -440,3 +440,31 @@ def test_model_quality_is_checked_against_the_trained_goals():
     assert table == ["| cifar10 | iid | 0.440 | 1.600 | accuracy >= 0.45 | no |",
                      "| shakespeare | noniid | 0.370 | 2.200 | loss <= 2.30 nats/char "
                      "| yes |"]
+
+
+def _die(*args, **kwargs):  # a job process killed mid-run (module level: picklable)
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_job_process_fails_its_runs_not_the_suite(tmp_path, shared_data,
+                                                           monkeypatch):
+    from concurrent.futures import ProcessPoolExecutor
+
+    from experiments import run as runner
+
+    class Killing(ProcessPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            return super().submit(_die, *args, **kwargs)
+
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", Killing)
+    specs = suites.plan("single", "tiny")[:2]
+    results = {"runs": []}
+    progress = Progress([1.0, 1.0], io.StringIO(), jobs=2)
+    runner._run_parallel(specs, progress, results, tmp_path, str(shared_data),
+                         "inprocess", False, 2)
+    assert [r["status"] for r in results["runs"]] == ["failed", "failed"]
+    assert "BrokenProcessPool" in results["runs"][0]["error"]
+    assert json.loads((tmp_path / "results.json").read_text())["runs"]
