@@ -149,8 +149,11 @@ def cached_install(install: Callable[..., Path], warm: WarmApp) -> Callable[...,
             return folder
         path = Path(install(fab_file, install_dir, skip_prompt=skip_prompt))
         tmp = path / f"{VERIFIED}.{os.getpid()}.tmp"  # children may install at once
-        tmp.write_text(digest)
-        tmp.replace(path / VERIFIED)
+        try:
+            tmp.write_text(digest)
+            tmp.replace(path / VERIFIED)
+        except OSError:  # e.g. a read-only app folder: the next child installs again
+            tmp.unlink(missing_ok=True)
         return path
 
     return install_once

@@ -112,3 +112,20 @@ def test_a_module_of_that_name_from_elsewhere_is_left_alone(home):
         assert sys.modules["warmtestpkg.client"].__file__.startswith(str(home / "v1"))
     finally:
         sys.path.remove(str(home / "v1"))
+
+
+def test_an_unwritable_app_folder_still_installs_every_time(home, monkeypatch):
+    fab = _fab(home / "v1", "v1")
+    install, calls = _counting()
+    install_once = cached_install(install, WarmApp())
+    real_write = type(home).write_text
+
+    def refuse(path, *args, **kwargs):
+        if VERIFIED in path.name:
+            raise PermissionError(f"read-only: {path}")
+        return real_write(path, *args, **kwargs)
+
+    monkeypatch.setattr(type(home), "write_text", refuse)
+    first = install_once(fab, skip_prompt=True)
+    assert install_once(fab, skip_prompt=True) == first and len(calls) == 2
+    assert not list(first.glob(f"{VERIFIED}*"))
