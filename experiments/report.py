@@ -172,6 +172,14 @@ def _settings(results: dict) -> str:
     if s.get("client-samples"):
         lines.append("- client-samples per dataset: " + ", ".join(
             f"{k} {v}" for k, v in s["client-samples"].items()))
+    else:
+        lines.append("- client-samples: every client's whole share of the data")
+    if s.get("text-training"):
+        lines.append("- shakespeare local training (presets/shakespeare.toml): "
+                     + ", ".join(f"`{k}={v}`" for k, v in s["text-training"].items()))
+    for dataset, keys in (s.get("dataset") or {}).items():
+        lines.append(f"- {dataset} (every experiment): " + ", ".join(
+            f"`{k}={v}`" for k, v in keys.items()))
     return "\n".join(lines)
 
 

@@ -366,4 +366,4 @@ def plan(experiment: str, suite: str, datasets: tuple[str, ...] | None = None
 
 def suite_settings(suite: str) -> dict:
     """What the suite sweeps and fixes (for report.md)."""
-    return {"base": base(suite), **_SETTINGS[suite]}
+    return {"base": base(suite), **_SETTINGS[suite], "text-training": text_training()}
