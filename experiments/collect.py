@@ -358,6 +358,10 @@ def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None
     block = next((storage[r] for r in (coded_run, uncoded_run) if storage.get(r)), None)
     if not block:
         return None
+    if storage.get(uncoded_run) and storage[uncoded_run].get("SE_uncoded"):
+        # the uncoded run's store itself (pruned after learning), not the coded
+        # run's estimate of every record an unpruned store would write
+        block = {**block, "SE_uncoded": storage[uncoded_run]["SE_uncoded"]}
     fe = (block.get("FE") or {}).get("server_bytes")
     uncoded = (block.get("SE_uncoded") or {}).get("server_bytes")
     coded = (block.get("SE_coded") or {}).get("server_bytes")

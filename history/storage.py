@@ -144,7 +144,7 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
         ``comm`` (modelled seconds of slice distribution and retrieval);
         ``efficiency`` (:func:`efficiency`). Bytes are measured: FE and uncoded
         SE from their stores (uncoded SE in coded mode: the serialized records
-        the uncoded store would write, blobs only), coded SE from the catalog
+        the uncoded store would write before pruning, blobs only), coded SE from the catalog
         and key files and from the bytes each client acknowledged. With
         ``model_bytes`` (one model's parameter bytes), each of ``FE``,
         ``SE_uncoded``, ``SE_coded`` also gets ``per_server_bytes`` and
@@ -165,7 +165,9 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
     else:
         out["SE_uncoded"] = {"server_bytes": acc["uncoded_bytes"],
                              "client_bytes": no_clients,
-                             "source": "serialized records (blobs; no catalog)"}
+                             "source": "serialized records of every update and "
+                                       "every shard model, not pruned (blobs; no "
+                                       "catalog)"}
         out["SE_coded"] = {
             "server_bytes": acc["server_bytes"], "catalog_bytes": acc["catalog_bytes"],
             "key_bytes": acc["key_bytes"], "client_bytes": acc["client_bytes"],

@@ -468,3 +468,15 @@ def test_a_killed_job_process_fails_its_runs_not_the_suite(tmp_path, shared_data
     assert [r["status"] for r in results["runs"]] == ["failed", "failed"]
     assert "BrokenProcessPool" in results["runs"][0]["error"]
     assert json.loads((tmp_path / "results.json").read_text())["runs"]
+
+
+def test_uncoded_storage_comes_from_the_uncoded_runs_own_store():
+    rows = [_row("storage", "SE", storage="coded", run="sc"),
+            _row("storage", "SE", storage="uncoded", run="su")]
+    coded_block = {"FE": {"server_bytes": 100}, "SE_coded": {"server_bytes": 1},
+                   "SE_uncoded": {"server_bytes": 150, "source": "serialized records"}}
+    uncoded_block = {"FE": {"server_bytes": 100},
+                     "SE_uncoded": {"server_bytes": 120, "source": "store"}}
+    block = collect.storage_block(rows, {"sc": coded_block, "su": uncoded_block})
+    assert block["server_bytes"] == {"FE": 100, "SE uncoded": 120, "SE coded": 1}
+    assert block["uncoded_reduction_vs_FE"] == pytest.approx(-0.2)
