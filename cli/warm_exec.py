@@ -10,11 +10,9 @@ starts that process cold, so every message pays the import of torch and Flower
 child per task; the child runs Flower's own ClientApp process body
 (:func:`flwr.supernode.runtime.run_clientapp.run_clientapp`: pull the message,
 install the FAB, load the ClientApp from it, reply, exit), so each message still
-gets a fresh process and the app's code still comes from the FAB. Once a child
-has installed a FAB, the same bytes are not unpacked and checked again, and this
-process imports that FAB's ClientApp module so the children inherit it
-(:mod:`cli.warm_app`); a task of another FAB drops those modules. Tasks of
-another type are started by Flower's subprocess executor.
+gets a fresh process, the app's code still comes from the FAB, and the project's
+modules are never imported here. Tasks of another type are started by Flower's
+subprocess executor.
 
 Usage: ``python -m cli.warm_exec --runtime-api-address 127.0.0.1:PORT
 [--slots K --slots-dir DIR]`` (insecure, as the SuperNodes ``cli deploy``
@@ -35,8 +33,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-
-from cli.warm_app import WarmApp, cached_install
 
 # Third-party modules imported once here, inherited by every forked ClientApp
 # process (none of the project's: the app comes from the FAB). torch._dynamo is
@@ -113,8 +109,6 @@ class ForkExecutor:
         self.other = SubprocessExecutor()
         self.slots = slots
         self.held: int | None = None  # the slot the next launch hands to its child
-        self.warm = WarmApp()  # the ClientApp module the children inherit
-        self.warm_logged: str | None = None
 
     def reserve(self) -> bool:
         """Hold a slot for the next launch; False when none is free (no limit: True)."""
@@ -146,19 +140,11 @@ class ForkExecutor:
         if spec.task_type != TaskType.CLIENT_APP:
             self.release()
             return self.other.launch(spec)
-        try:
-            if self.warm.prepare(spec.fab_hash) and spec.fab_hash != self.warm_logged:
-                self.warm_logged = spec.fab_hash
-                _log(f"ClientApp of FAB {spec.fab_hash[:8]} imported from "
-                     f"{self.warm.folder}")
-        except Exception:  # noqa: BLE001 - the child then loads the app as Flower does
-            traceback.print_exc()
-            self.warm.forget()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns (os._exit)
-            _child(spec, self.warm)
+            _child(spec)
         self.release()  # the child holds its own copy of the slot until it exits
         self.children[pid] = time.monotonic()
         _log(f"task {spec.task_id}: ClientApp process {pid}")
@@ -194,21 +180,13 @@ class ForkExecutor:
             self.children.pop(pid, None)
 
 
-def _child(spec, warm: WarmApp) -> None:  # pragma: no cover - runs in the forked child
-    """Flower's ClientApp process body for ``spec``; never returns.
-
-    Flower's FAB install is replaced by :func:`cli.warm_app.cached_install`
-    (bytes installed before are not unpacked and checked again).
-    """
+def _child(spec) -> None:  # pragma: no cover - runs in the forked child
+    """Flower's ClientApp process body for ``spec``; never returns."""
     code = 1
     try:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
-        import flwr.supernode.runtime.run_clientapp as flower_clientapp
         from flwr.supernode.runtime.run_clientapp import run_clientapp
-
-        flower_clientapp.install_from_fab = cached_install(
-            flower_clientapp.install_from_fab, warm)
 
         run_clientapp(runtime_api_address=spec.runtime_api_address, token=spec.token,
                       insecure=spec.insecure, certificates=None,
