@@ -148,6 +148,29 @@ def single_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, dict]]
     return cells
 
 
+def quality(rows: Sequence[dict]) -> list[dict]:
+    """Per seed-0 single cell: the original's accuracy and loss against its goal.
+
+    Goals: :data:`experiments.suites.QUALITY_GOALS` (accuracy at least, or
+    Tiny Shakespeare's loss at most). ``met`` is None without the value.
+    """
+    from experiments.suites import QUALITY_GOALS
+
+    out = []
+    for (dataset, partition), fw in sorted(single_cells(rows).items()):
+        original = fw.get("original")
+        if original is None or dataset not in QUALITY_GOALS:
+            continue
+        metric, bound = QUALITY_GOALS[dataset]
+        value = original.get(metric)
+        met = None if value is None else (
+            value >= bound if metric == "accuracy" else value <= bound)
+        out.append({"dataset": dataset, "partition": partition, "metric": metric,
+                    "bound": bound, "met": met, "accuracy": original.get("accuracy"),
+                    "loss": original.get("loss")})
+    return out
+
+
 def single_reductions(rows: Sequence[dict]) -> list[dict]:
     """Per (dataset, partition): SE's saving vs each baseline, seconds and epochs."""
     out = []

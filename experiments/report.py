@@ -134,23 +134,12 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
 
 
 def _quality_section(rows: Sequence[dict]) -> list[str]:
-    """The original models against the trained suite's goals (suites.QUALITY_GOALS)."""
-    from experiments.suites import QUALITY_GOALS
-
-    table = []
-    for (dataset, partition), fw in sorted(collect.single_cells(rows).items()):
-        original = fw.get("original")
-        if original is None or dataset not in QUALITY_GOALS:
-            continue
-        metric, bound = QUALITY_GOALS[dataset]
-        value = original.get(metric)
-        met = "n/a" if value is None else (
-            "yes" if (value >= bound if metric == "accuracy" else value <= bound)
-            else "no")
-        goal = f"accuracy >= {bound:.2f}" if metric == "accuracy" else \
-            f"loss <= {bound:.2f} nats/char"
-        table.append([dataset, partition, _num(original.get("accuracy")),
-                      _num(original.get("loss")), goal, met])
+    """The original models against the trained suite's goals (:func:`collect.quality`)."""
+    table = [[q["dataset"], q["partition"], _num(q["accuracy"]), _num(q["loss"]),
+              f"accuracy >= {q['bound']:.2f}" if q["metric"] == "accuracy" else
+              f"loss <= {q['bound']:.2f} nats/char",
+              {True: "yes", False: "no", None: "n/a"}[q["met"]]]
+             for q in collect.quality(rows)]
     if not table:
         return []
     return ["", "## Model quality", "",
@@ -399,6 +388,12 @@ def _storage_section(store, results) -> list[str]:
                    + (f"; measured data / slice elements: "
                       f"{_num(store.get('gamma_measured'), 2)}"
                       if store.get("gamma_measured") is not None else "") + ".")
+    return out + _sweep_section(results)
+
+
+def _sweep_section(results) -> list[str]:
+    """Storage against C and G (the sweep's rows), or nothing without a sweep."""
+    out: list[str] = []
     sweep = results.get("storage_sweep") or []
     if sweep:
         out += ["", f"### Storage against clients C and rounds G "
