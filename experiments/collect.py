@@ -382,8 +382,8 @@ def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None
     if not block:
         return None
     if storage.get(uncoded_run) and storage[uncoded_run].get("SE_uncoded"):
-        # the uncoded run's store itself (pruned after learning), not the coded
-        # run's estimate of every record an unpruned store would write
+        # the uncoded run's store itself (pruned after learning, with its
+        # catalog), not the coded run's estimate of its blobs
         block = {**block, "SE_uncoded": storage[uncoded_run]["SE_uncoded"]}
     fe = (block.get("FE") or {}).get("server_bytes")
     uncoded = (block.get("SE_uncoded") or {}).get("server_bytes")

@@ -152,6 +152,12 @@ class ParticipationCatalog(SQLiteCatalog):
         with self._conn:
             self.set_meta("state", "complete")
 
+    def first_rounds(self, shard: int) -> list[int]:
+        """Each client's first round with an update in ``shard`` (one per client)."""
+        return [r for (r,) in self._conn.execute(
+            "SELECT MIN(round) FROM updates WHERE shard=? GROUP BY partition_id",
+            (shard,))]
+
     def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
         """(partition id, example count) of round ``rnd``'s participants."""
         return [tuple(r) for r in self._conn.execute(

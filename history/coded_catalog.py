@@ -32,6 +32,7 @@ from flwr.app import RecordDict
 
 from history.catalog import CATALOG_FILE, ParticipationCatalog, StoreError
 from history.files import atomic_write
+from history.retention import needed_models
 
 Arrays = dict[str, np.ndarray]
 
@@ -176,6 +177,29 @@ class CodedCatalog(ParticipationCatalog):
         for rnd, pid in self._conn.execute("SELECT round, partition_id FROM slices"):
             out.setdefault(int(pid), set()).add(int(rnd))
         return out
+
+    def uncoded_needed_bytes(self, interval: int | None) -> int | None:
+        """Blob bytes the uncoded store would keep after pruning (bytes), or None.
+
+        Every update's blob plus the shard models
+        :func:`history.retention.needed_models` keeps for ``interval`` (SE's
+        calibration interval; None: FedEraser's W^0 and last only), as
+        :meth:`history.HistoryStore.prune_models` leaves them. None for a
+        catalog written before model blobs were counted one by one.
+        """
+        models = json.loads(self.get_meta("uncoded_model_bytes", "null") or "null")
+        if models is None:
+            return None
+        by_shard: dict[int, dict[int, int]] = {}
+        for shard, rnd, nbytes in models:
+            by_shard.setdefault(shard, {})[rnd] = nbytes
+        kept = 0
+        for shard, sizes in by_shard.items():
+            keep = needed_models(self.rounds(shard), self.first_rounds(shard),
+                                 max(sizes), interval)
+            kept += sum(n for r, n in sizes.items() if r in keep)
+        every_model = sum(nbytes for _, _, nbytes in models)
+        return int(self.meta("uncoded_bytes")) - every_model + kept
 
     def key_bytes(self) -> int:
         """Size of the ``keys`` file on disk."""

@@ -96,7 +96,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         self._round: int | None = None
         self._records: dict[int, list[tuple[int, np.ndarray]]] = {}
         self._rows: list[tuple[int, int, int, int, float]] = []
-        self._uncoded_bytes = 0
+        self._uncoded_bytes = 0  # every blob the uncoded store would write
+        self._model_bytes: dict[tuple[int, int], int] = {}  # (shard, round) -> blob
         self.padding_rng: np.random.Generator | None = None
         """Source of the T padding blocks; None (the default) is OS randomness."""
 
@@ -167,7 +168,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             "scale_bits": scale_bits, "num_slices": num_clients, "privacy_t": privacy_t,
             "code": "per-shard",
             "omegas": json.dumps(omegas.tolist()), "alphas": json.dumps(alphas.tolist()),
-            "layers": "null", "uncoded_bytes": 0, "field": f"GF({PRIME})"},
+            "layers": "null", "uncoded_bytes": 0,
+            "uncoded_model_bytes": "[]", "field": f"GF({PRIME})"},
             federation.shard_of)
         return cls(root, conn, keys, federation, link_rate_mbps, timeout, faults)
 
@@ -182,8 +184,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         return MAX_MAGNITUDE / 2.0 ** self.scale_bits * (1 - 1e-6)
 
     # ---- the recorder verbs ------------------------------------------------
-    def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray]) -> None:
-        """Check the round; count the blob the uncoded store would write for it."""
+    def _begin(self, rnd: int, arrays: Mapping[str, np.ndarray]) -> int:
+        """Check the round; count (and return) the blob the uncoded store would write."""
         if self._round is None:
             self._round = rnd
         elif rnd != self._round:
@@ -191,12 +193,14 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
                                     f"{self._round} was ended (end_round)")
         if self.layout is None:
             self.layout = Layout.of(arrays)
-        self._uncoded_bytes += len(encode_arrays(arrays))
+        nbytes = len(encode_arrays(arrays))
+        self._uncoded_bytes += nbytes
+        return nbytes
 
     def put_shard_model(self, shard: int, rnd: int, arrays: Mapping[str, np.ndarray]
                         ) -> None:
         """W_s^0 (rnd = 0) joins the round's record; later shard models are not kept."""
-        self._begin(rnd, arrays)
+        self._model_bytes[(shard, rnd)] = self._begin(rnd, arrays)
         if rnd == 0:
             flat = self.layout.flatten(arrays, f"shard {shard} model, round 0")
             self._records.setdefault(shard, []).append((-1, flat))
@@ -240,6 +244,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             self._conn.executemany("INSERT INTO slices VALUES (?, ?, ?, ?, ?)",
                                    [(rnd, i, *a) for i, a in sorted(acks.items())])
             self.set_meta("uncoded_bytes", str(self._uncoded_bytes))
+            self.set_meta("uncoded_model_bytes", json.dumps(sorted(
+                [s, r, n] for (s, r), n in self._model_bytes.items())))
             self.set_meta("layers", json.dumps(self.layout.layers if self.layout else None))
         missing = sorted(set(self.node_of) - set(acks))
         log(INFO, "coded round %d: %d shards x (K=%d + T=%d blocks of %d elements) -> "

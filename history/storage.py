@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from history.protocols import TrainingHistory
 
+_NO_CLIENTS = {"max": 0, "min": 0, "mean": 0.0, "total": 0}
+"""``client_bytes`` of a store that keeps nothing on the clients."""
+
 
 def efficiency(num_shards: int, blocks_per_shard: int, num_clients: int,
                privacy_t: int = 0) -> dict:
@@ -144,30 +147,25 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
         ``comm`` (modelled seconds of slice distribution and retrieval);
         ``efficiency`` (:func:`efficiency`). Bytes are measured: FE and uncoded
         SE from their stores (uncoded SE in coded mode: the serialized records
-        the uncoded store would write before pruning, blobs only), coded SE from the catalog
+        the uncoded store would keep after pruning, blobs only), coded SE from the catalog
         and key files and from the bytes each client acknowledged. With
         ``model_bytes`` (one model's parameter bytes), each of ``FE``,
         ``SE_uncoded``, ``SE_coded`` also gets ``per_server_bytes`` and
         ``system_bytes`` (:func:`paper_counts`).
     """
-    no_clients = {"max": 0, "min": 0, "mean": 0.0, "total": 0}
     fe = baseline.total_bytes() if baseline is not None else None
     out: dict = {
         "mode": cfg.storage, "server_bytes": sharded.total_bytes(),
-        "FE": {"server_bytes": fe, "client_bytes": no_clients if fe is not None
+        "FE": {"server_bytes": fe, "client_bytes": _NO_CLIENTS if fe is not None
                else None, "source": "baseline store" if fe is not None else "not run"},
     }
     acc = sharded.accounting()
     if acc is None:  # uncoded: the store itself is what SE keeps
         out["SE_uncoded"] = {"server_bytes": sharded.total_bytes(),
-                             "client_bytes": no_clients, "source": "store"}
+                             "client_bytes": _NO_CLIENTS, "source": "store"}
         out["SE_coded"] = None
     else:
-        out["SE_uncoded"] = {"server_bytes": acc["uncoded_bytes"],
-                             "client_bytes": no_clients,
-                             "source": "serialized records of every update and "
-                                       "every shard model, not pruned (blobs; no "
-                                       "catalog)"}
+        out["SE_uncoded"] = _uncoded_estimate(sharded, acc, cfg.calibration_interval)
         out["SE_coded"] = {
             "server_bytes": acc["server_bytes"], "catalog_bytes": acc["catalog_bytes"],
             "key_bytes": acc["key_bytes"], "client_bytes": acc["client_bytes"],
@@ -187,6 +185,24 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
                 out[name].update(counts)
         out["model_bytes"] = model_bytes
     return out
+
+
+def _uncoded_estimate(coded: TrainingHistory, acc: dict, interval: int) -> dict:
+    """What an uncoded SE store would keep, from a coded store's accounting.
+
+    The serialized blobs of every update and of the shard models a replay can
+    start from (as the uncoded store keeps after pruning); no catalog. A
+    catalog from before model blobs were counted one by one gives every
+    shard model, unpruned, and says so in ``source``.
+    """
+    pruned = coded.uncoded_needed_bytes(interval)
+    if pruned is None:
+        return {"server_bytes": acc["uncoded_bytes"], "client_bytes": _NO_CLIENTS,
+                "source": "serialized records of every update and every shard "
+                          "model, not pruned (blobs; no catalog)"}
+    return {"server_bytes": pruned, "client_bytes": _NO_CLIENTS,
+            "source": "serialized records of every update and of the shard models "
+                      "a replay can start from, as pruned (blobs; no catalog)"}
 
 
 def _comm(acc: dict, retrievals: list[dict], link_rate_mbps: float) -> dict:

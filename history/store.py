@@ -173,17 +173,11 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
                 "SELECT DISTINCT shard FROM shard_models")}):
             stored = [r for (r,) in self._conn.execute(
                 "SELECT round FROM shard_models WHERE shard=? ORDER BY round", (shard,))]
-            first = self._first_rounds(shard)
+            first = self.first_rounds(shard)
             keep = needed_models(self.rounds(shard), first, max(stored), interval)
             for rnd in (r for r in stored if r not in keep):
                 freed += self._drop_model(shard, rnd)
         return freed
-
-    def _first_rounds(self, shard: int) -> list[int]:
-        """Each client's first round with an update in ``shard``."""
-        return [r for (r,) in self._conn.execute(
-            "SELECT MIN(round) FROM updates WHERE shard=? GROUP BY partition_id",
-            (shard,))]
 
     def _drop_model(self, shard: int, rnd: int) -> int:
         """Delete W_shard^rnd (catalog row, blob entry, file); return its bytes."""

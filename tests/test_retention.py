@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,3 +54,36 @@ def test_every_replay_start_is_kept(participation, interval, cut, forget):
     assert start - 1 in _kept(participation, interval)
     if start - 1 <= cut:  # it existed when the prefix was pruned: it must have stayed
         assert start - 1 in _kept(participation[:cut], interval)
+
+
+def test_coded_estimate_of_uncoded_se_counts_what_pruning_keeps(tmp_path):
+    """The coded run's SE_uncoded bytes equal an uncoded store's after pruning."""
+    from conftest import InProcessGrid, set_task_identity
+
+    from client_app.app import app as client_app
+    from history import CodedRecorder, HistoryStore
+    from server_app.federation import Federation
+
+    set_task_identity()
+    node_of = {p: 1000 + p for p in range(6)}
+    federation = Federation(node_of, [[0, 1, 2], [3, 4, 5]])
+    coded = CodedRecorder.create(tmp_path / "coded", federation, blocks_per_shard=2)
+    plain = HistoryStore.create(tmp_path / "plain", federation.shard_of, num_shards=2)
+    grid, rng = InProcessGrid(client_app, 6, {}), np.random.default_rng(3)
+    # shard s: client 3s in rounds 1-4, 3s+1 from round 3 on; 3s+2 never
+    for rnd in range(5):
+        for s in range(2):
+            for pid in [3 * s] * (rnd >= 1) + [3 * s + 1] * (rnd >= 3):
+                update = {"w": rng.normal(size=(50,)).astype(np.float32)}
+                for store in (coded, plain):
+                    store.put_update(s, rnd, pid, update, 10, 0.1)
+            model = {"w": rng.normal(size=(50,)).astype(np.float32)}
+            for store in (coded, plain):
+                store.put_shard_model(s, rnd, model)
+        coded.end_round(rnd, grid)
+    every = plain.total_bytes() - plain.catalog_bytes()  # blobs before pruning
+    freed = plain.prune_models(1)  # keeps W^0, W^2 (before round 3), W^4
+    coded.mark_complete()
+    assert int(coded.meta("uncoded_bytes")) == every
+    assert freed > 0 and coded.uncoded_needed_bytes(1) == every - freed
+    assert coded.uncoded_needed_bytes(None) < every - freed  # FedEraser: W^0, W^4
