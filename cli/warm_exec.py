@@ -41,6 +41,8 @@ from pathlib import Path
 WARM_MODULES = ("numpy", "torch", "torch.nn", "torch.optim", "torch._dynamo", "numba",
                 "flwr.app", "flwr.clientapp", "flwr.supernode.runtime.run_clientapp")
 POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+SLOT_WAIT_S = 0.02
+"""Seconds between tries for a free slot: a local ``flock``, not a request."""
 
 
 def warm_up(modules=WARM_MODULES) -> list[str]:
@@ -212,7 +214,9 @@ def _signal_all(pids: dict, sig: int) -> None:
 
 
 def _log(text: str) -> None:
-    print(f"warm_exec {time.strftime('%H:%M:%S')}: {text}", flush=True)
+    now = time.time()  # milliseconds: a message's path takes a fraction of a second
+    print(f"warm_exec {time.strftime('%H:%M:%S', time.localtime(now))}"
+          f".{int(now % 1 * 1000):03d}: {text}", flush=True)
 
 
 def serve(address: str, poll_s: float, slots: Slots | None = None) -> None:
@@ -239,7 +243,7 @@ def serve(address: str, poll_s: float, slots: Slots | None = None) -> None:
         while True:
             executor.reconcile()
             if not executor.reserve():
-                time.sleep(poll_s)
+                time.sleep(SLOT_WAIT_S)  # a slot frees when a child ends: retry soon
                 continue
             res = client.AcquireTask(AcquireTaskRequest(
                 supported_task_types=[TaskType.CLIENT_APP]))

@@ -139,12 +139,21 @@ def reduction(se: float | None, other: float | None) -> float | None:
 
 
 def single_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, dict]]:
-    """Seed-0 ``single`` rows: ``{(dataset, partition): {framework: row}}``."""
+    """Seed-0 ``single`` rows: ``{(dataset, partition): {framework: row}}``.
+
+    A cell's runs share the learned model (FE at interval 2 is a run of its
+    own, without the audit): the first row of a framework wins, and a later
+    run's row only fills the values it left empty.
+    """
     cells: dict[tuple[str, str], dict[str, dict]] = {}
     for row in rows:
         if row["experiment"] != "single" or row.get("seed") not in (0, None):
             continue
-        cells.setdefault((row["dataset"], row["partition"]), {})[row["framework"]] = row
+        cell = cells.setdefault((row["dataset"], row["partition"]), {})
+        first = cell.setdefault(row["framework"], dict(row))
+        for key, value in row.items():
+            if first.get(key) in (None, "") and value not in (None, ""):
+                first[key] = value
     return cells
 
 

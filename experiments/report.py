@@ -355,8 +355,9 @@ def _storage_section(store, results) -> list[str]:
     table = []
     per_server = store.get("per_server_bytes") or {}
     system = store.get("system_bytes") or {}
-    per_server_saving = collect.reduction(per_server.get("SE uncoded"),
-                                          per_server.get("FE"))
+    per_server_saving, system_saving = (
+        collect.reduction(count.get("SE uncoded"), count.get("FE"))
+        for count in (per_server, system))
     for name in ("FE", "SE uncoded", "SE coded"):
         table.append([name, _bytes(store["server_bytes"].get(name)),
                       _bytes(per_server.get(name)), _bytes(system.get(name)),
@@ -371,11 +372,14 @@ def _storage_section(store, results) -> list[str]:
             "last, uncoded SE per shard W^0, the last and the model before each "
             "client's first round). Per shard server: W^0 and the updates one "
             "shard's server keeps, as the paper counts (FE: its one server). "
-            "System: every server plus every client.", "",
+            "System: the same count over every server (coded SE: its catalogs and "
+            "keys) plus every client's slices.", "",
             f"- Coded SE server storage vs FE: {_less(store['reduction_vs_FE'])} "
             f"(paper: ~98% less); uncoded SE vs FE: "
-            f"{_less(store['uncoded_reduction_vs_FE'])} in all, "
-            f"{_less(per_server_saving)} per shard server (the paper's gamma = S)."]
+            f"{_less(store['uncoded_reduction_vs_FE'])} on disk (the kept shard "
+            f"models and the catalog), {_less(system_saving)} over the system and "
+            f"{_less(per_server_saving)} per shard server (the paper's gamma = S) "
+            "by the paper's count."]
     if store.get("retrieval_s") is not None:
         out.append(f"- Coded SE slice retrieval: {_num(store['retrieval_s'], 2)} s "
                    f"modelled transfer, {_num(store['decode_s'], 2)} s decoding.")
@@ -408,10 +412,12 @@ def _sweep_section(results) -> list[str]:
               _bytes(r.get("se_coded_client_max"))]
              for r in sorted(sweep, key=lambda r: (r["clients"], r["rounds"]))]))
         if results.get("storage_sweep_source") in _SWEEP_SOURCES:
+            ks = ", ".join(f"{k} at C = {c}" for c, k in sorted(
+                {r["clients"]: r["blocks_per_shard"] for r in sweep}.items()))
             out += ["", "The sweep uses the real stores and coder with random "
                     "updates of the MNIST CNN's shapes (no training; see "
-                    "experiments/storage.py): S = 4, K = 5 blocks a shard, C / 5 "
-                    "clients a round."]
+                    f"experiments/storage.py): S = 4, K blocks a shard ({ks}), "
+                    "C / 5 clients a round."]
     return out
 
 

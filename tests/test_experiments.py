@@ -442,6 +442,19 @@ def test_model_quality_is_checked_against_the_trained_goals():
                      "| yes |"]
 
 
+def test_a_cells_later_run_fills_but_does_not_replace_the_original_row():
+    audited = _row("single", "original", dataset="mnist", partition="iid",
+                   accuracy=0.98, mia_f1=0.5)
+    fe2 = _row("single", "original", dataset="mnist", partition="iid", accuracy=0.98,
+               mia_f1=None, rounds_replayed=3, run="single-mnist-iid-s0-fe2")
+    cell = collect.single_cells([audited, fe2])[("mnist", "iid")]
+    assert cell["original"]["mia_f1"] == 0.5  # the FE(dt=2) run has no audit
+    assert cell["original"]["run"] == "single-mnist" and \
+        cell["original"]["rounds_replayed"] == 3
+    table = "\n".join(report._single_sections([audited, fe2]))
+    assert "| mnist | iid | original | 0.980 |" in table and "| 0.500 |" in table
+
+
 def _die(*args, **kwargs):  # a job process killed mid-run (module level: picklable)
     import os
     import signal

@@ -109,6 +109,10 @@ def test_the_supernode_loop_sleeps_at_most_the_cap(monkeypatch):
     t0 = time.monotonic()
     loop.time.sleep(3)  # Flower's idle wait
     assert time.monotonic() - t0 < 1.0
+    t0 = time.monotonic()
+    for _ in range(10):
+        loop.time.sleep(0.5)  # Flower's wait for the ClientApp's reply
+    assert time.monotonic() - t0 < 10 * 0.5 / 2
     assert loop.time.monotonic() > 0 and loop.time.time() > 0  # the rest is time's
     assert not supernode.shorten_waits(0.05)  # already replaced: not stacked
     with pytest.raises(ValueError, match="SE_NODE_POLL_S"):
