@@ -87,10 +87,11 @@ def frameworks(label: str, s: dict) -> list[str]:
 def ratios(label: str, s: dict) -> str:
     """SE against FR: compute, modelled wall, accuracy points."""
     se, fr = s["frameworks"]["SE"], s["frameworks"]["FR"]
+    gap = 100 * (fr["accuracy"] - se["accuracy"])
     return (f"- {label}: SE/FR compute {se['retrain_compute_s'] / fr['retrain_compute_s']:.3f},"
-            f" modelled wall {se['modelled_wall_s'] / fr['modelled_wall_s']:.3f}; SE "
-            f"{100 * (fr['accuracy'] - se['accuracy']):+.2f} points below FR "
-            f"(negative: above)")
+            f" modelled wall {se['modelled_wall_s'] / fr['modelled_wall_s']:.3f},"
+            f" client-epochs {se['client_epochs'] / fr['client_epochs']:.3f}; SE "
+            f"{abs(gap):.2f} points {'below' if gap >= 0 else 'above'} FR's accuracy")
 
 
 def main() -> None:

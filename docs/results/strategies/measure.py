@@ -1,0 +1,30 @@
+"""Accuracy per round of every shard strategy, the README's "Measured after 3 rounds".
+
+``PYTHONPATH=. .venv/bin/python docs/results/strategies/measure.py OUT > docs/results/strategies/accuracy.json``
+(from the project root; data from ``$SE_DATA_DIR`` or the usual lookup). The
+config is ``tests/test_strategies.py``'s: 8 MNIST clients x 64 samples, 2
+shards, all 8 clients every round, 1 local epoch, 3 rounds, 500 test images,
+batch 16, no unlearning, seed 0; the real ServerApp and ClientApp on the
+in-process grid. Prints JSON: strategy -> shard-ensemble test accuracy per round.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from experiments.grid import run_in_process
+from server_app.config import SHARD_STRATEGIES
+
+CONFIG = {"dataset": "mnist", "num-clients": 8, "num-shards": 2, "clients-per-round": 8,
+          "num-rounds": 3, "local-epochs": 1, "client-samples": 64, "test-samples": 500,
+          "batch-size": 16, "frameworks": "none", "mia": False}
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1])
+    accuracy = {}
+    for name in SHARD_STRATEGIES:
+        path = run_in_process({**CONFIG, "shard-strategy": name, "run-name": name,
+                               "results-dir": str(out)})
+        rounds = json.loads(path.read_text())["learning"]["rounds"]
+        accuracy[name] = [round(r["accuracy"], 4) for r in rounds]
+    print(json.dumps({"config": CONFIG, "accuracy_per_round": accuracy}, indent=1))
