@@ -156,13 +156,13 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
     fe = baseline.total_bytes() if baseline is not None else None
     out: dict = {
         "mode": cfg.storage, "server_bytes": sharded.total_bytes(),
-        "FE": {"server_bytes": fe, "client_bytes": _NO_CLIENTS if fe is not None
+        "FE": {"server_bytes": fe, "client_bytes": dict(_NO_CLIENTS) if fe is not None
                else None, "source": "baseline store" if fe is not None else "not run"},
     }
     acc = sharded.accounting()
     if acc is None:  # uncoded: the store itself is what SE keeps
         out["SE_uncoded"] = {"server_bytes": sharded.total_bytes(),
-                             "client_bytes": _NO_CLIENTS, "source": "store"}
+                             "client_bytes": dict(_NO_CLIENTS), "source": "store"}
         out["SE_coded"] = None
     else:
         out["SE_uncoded"] = _uncoded_estimate(sharded, acc, cfg.calibration_interval)
@@ -197,10 +197,10 @@ def _uncoded_estimate(coded: TrainingHistory, acc: dict, interval: int) -> dict:
     """
     pruned = coded.uncoded_needed_bytes(interval)
     if pruned is None:
-        return {"server_bytes": acc["uncoded_bytes"], "client_bytes": _NO_CLIENTS,
+        return {"server_bytes": acc["uncoded_bytes"], "client_bytes": dict(_NO_CLIENTS),
                 "source": "serialized records of every update and every shard "
                           "model, not pruned (blobs; no catalog)"}
-    return {"server_bytes": pruned, "client_bytes": _NO_CLIENTS,
+    return {"server_bytes": pruned, "client_bytes": dict(_NO_CLIENTS),
             "source": "serialized records of every update and of the shard models "
                       "a replay can start from, as pruned (blobs; no catalog)"}
 
