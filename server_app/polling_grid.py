@@ -8,10 +8,17 @@ SuperLink about 10 ms of CPU (measured on 2 cores), so 0.2 s (5 pulls a second
 while a round runs) is the compromise. :class:`PollingGrid`
 wraps any Grid and keeps everything but the wait: it pushes and pulls through
 the wrapped Grid's public ``push_messages`` / ``pull_messages``.
+
+A reply is a set of objects that its SuperNode pushes after the reply itself;
+Flower 1.42 retries an object the SuperLink does not have yet after 1 s,
+doubling up to 10 s, so the ServerApp often waited 1-2 s for the last reply's
+objects. :func:`fast_replies` makes the deployment Grid's pulls retry after
+``PULL_BACKOFF_S`` instead.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 
@@ -19,6 +26,7 @@ from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 POLL_S = 0.2  # Flower: 3 s deployed, 0.1 s in simulation (InMemoryGrid)
+PULL_BACKOFF_S = (0.05, 0.5)  # first and longest retry wait for a missing object
 
 
 class PollingGrid(Grid):
@@ -93,14 +101,19 @@ class PollingGrid(Grid):
 def fast_replies(grid: Grid) -> Grid:
     """``grid`` wrapped in :class:`PollingGrid` if it is Flower's 3-s polling one.
 
-    Flower's deployment Grid (``HttpGrid``) is wrapped; any other Grid (the
-    simulation's ``InMemoryGrid`` polls every 0.1 s already, the tests'
-    in-process Grid answers at once) is returned as it is.
+    Flower's deployment Grid (``HttpGrid``) is wrapped, and its module's
+    ``pull_objects`` retries a missing object after ``PULL_BACKOFF_S``; any
+    other Grid (the simulation's ``InMemoryGrid`` polls every 0.1 s already, the
+    tests' in-process Grid answers at once) is returned as it is.
     """
     try:
-        from flwr.superlink.grid.http_grid import HttpGrid
+        from flwr.superlink.grid import http_grid
     except ImportError:  # another Flower layout: match the class by name
         slow = type(grid).__name__ == "HttpGrid"
     else:
-        slow = isinstance(grid, HttpGrid)
+        slow = isinstance(grid, http_grid.HttpGrid)
+        pull = getattr(http_grid, "pull_objects", None)
+        if slow and callable(pull) and not isinstance(pull, functools.partial):
+            http_grid.pull_objects = functools.partial(
+                pull, initial_backoff=PULL_BACKOFF_S[0], backoff_cap=PULL_BACKOFF_S[1])
     return PollingGrid(grid) if slow else grid

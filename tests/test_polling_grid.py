@@ -62,9 +62,41 @@ def test_a_bad_interval_is_refused(poll_s):
         PollingGrid(SlowGrid([]), poll_s=poll_s)
 
 
-def test_only_flowers_deployment_grid_is_wrapped():
+def test_only_flowers_deployment_grid_is_wrapped(monkeypatch):
+    from flwr.superlink.grid import http_grid
+
+    monkeypatch.setattr(http_grid, "pull_objects", http_grid.pull_objects)  # restored
     other = SlowGrid([])
     assert fast_replies(other) is other
     deployed = HttpGrid.__new__(HttpGrid)  # no connection needed to tell its class
     wrapped = fast_replies(deployed)
     assert isinstance(wrapped, PollingGrid) and wrapped.inner is deployed
+
+
+def _flaky(misses: int):
+    """A pull_object_fn that finds the object only after ``misses`` tries."""
+    from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+
+    tries = []
+
+    def pull(object_id: str) -> bytes:
+        tries.append(time.monotonic())
+        if len(tries) <= misses:
+            raise ObjectUnavailableError(object_id)
+        return b"content"
+    return pull, tries
+
+
+def test_the_deployment_grid_retries_a_missing_reply_object_soon(monkeypatch):
+    from flwr.supercore.inflatable import inflatable_utils
+    from flwr.superlink.grid import http_grid
+
+    flowers = inflatable_utils.pull_objects
+    monkeypatch.setattr(http_grid, "pull_objects", flowers)  # restored after the test
+    fast_replies(SlowGrid([]))  # not Flower's deployment Grid: its pulls untouched
+    assert http_grid.pull_objects is flowers
+    fast_replies(HttpGrid.__new__(HttpGrid))
+    pull, tries = _flaky(misses=2)
+    assert http_grid.pull_objects(["a"], pull) == {"a": b"content"}
+    # Flower's own waits: 1 s, then 2 s (+-20%); here 0.05 s, then 0.1 s (+-20%)
+    assert len(tries) == 3 and tries[-1] - tries[0] < 1.0

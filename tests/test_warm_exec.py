@@ -117,3 +117,28 @@ def test_the_supernode_loop_sleeps_at_most_the_cap(monkeypatch):
     assert not supernode.shorten_waits(0.05)  # already replaced: not stacked
     with pytest.raises(ValueError, match="SE_NODE_POLL_S"):
         supernode.CappedSleep(float("nan"))
+
+
+def test_node_side_object_pulls_retry_soon_and_are_patched_once(monkeypatch):
+    import types
+
+    import flwr.supernode.start_client_internal as loop
+    from flwr.supercore.inflatable import inflatable_utils
+    from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+
+    from cli import supernode
+
+    monkeypatch.setattr(loop, "pull_objects", inflatable_utils.pull_objects)  # restored
+    assert supernode.shorten_object_pulls(loop, "pull_objects")
+    assert not supernode.shorten_object_pulls(loop, "pull_objects")  # not stacked
+    assert not supernode.shorten_object_pulls(types.ModuleType("x"), "pull_objects")
+    tries = []
+
+    def pull(object_id):
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise ObjectUnavailableError(object_id)
+        return b"c"
+
+    assert loop.pull_objects(["a"], pull) == {"a": b"c"}
+    assert tries[-1] - tries[0] < 1.0  # Flower's own: 1 s, then 2 s (+-20%)
