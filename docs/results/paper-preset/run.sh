@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 here=docs/results/paper-preset
-logs=${1:-$(mktemp -d)}
+logs=${1:-$here}   # times.log, mem.log (side_jobs.log: add other work by hand)
 mkdir -p "$logs"
 free -m | awk '/Mem:/{print "idle", $3}' > "$logs/mem.log"
 ( while true; do free -m | awk -v t="$(date +%s)" '/Mem:/{print t, $3}'; sleep 5; done ) \

@@ -32,7 +32,9 @@ def overview(runs: dict[str, dict], machine: dict) -> list[str]:
     rows = {
         "wall time, whole run (learning, FE's own unsharded learning, 4 frameworks, "
         "MIA audit)": lambda s, m: _minutes(m["wall_s"]),
-        "peak RAM above the idle machine": lambda s, m: f"{m['peak_above_idle_gb']:.1f} GB",
+        "peak RAM above the idle machine (with the side jobs)": lambda s, m:
+            f"{m.get('peak_above_idle_gb_without_side_jobs', m['peak_above_idle_gb']):.1f}"
+            f" GB ({m['peak_above_idle_gb']:.1f} GB)",
         "sharded learning: wall / client compute": lambda s, m:
             f"{s['learning']['wall_time_s']:.0f} s / {s['learning']['compute_s']:.0f} s",
         "shard-ensemble test accuracy": lambda s, m: f"{100 * s['learning']['accuracy']:.2f}%",
