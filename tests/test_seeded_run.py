@@ -2,10 +2,12 @@
 
 The restructure (task/, history/, one round loop, typed results) kept these numbers
 bit for bit; the model hashes were compared with the same run on the code before it
-(the commands are in the closing notes). Here the numbers are pinned to 1e-6, which a
-single changed training step, sample or aggregation weight moves by far more, and the
-counts exactly. A deliberate behaviour change updates ``tests/data/seeded_run.json``
-and says why in its commit.
+(the commands are in the closing notes). Here accuracies are pinned to 1e-6 and test
+losses to a relative 1e-4, which a single changed training step, sample or aggregation
+weight moves by far more, and the counts exactly. The loss tolerance is wider because
+the CPU's float kernels differ between hosts: the same commit gave FE a loss of
+2.1893651 on one host and 2.1893778 on another (the accuracies equal). A deliberate
+behaviour change updates ``tests/data/seeded_run.json`` and says why in its commit.
 """
 
 from __future__ import annotations
@@ -38,5 +40,5 @@ def test_seeded_in_process_run_gives_the_pinned_results(run_server, storage):
     assert sorted(got) == sorted(want)
     for name, (accuracy, loss, epochs, counts) in want.items():
         assert got[name][0] == pytest.approx(accuracy, abs=1e-6), name
-        assert got[name][1] == pytest.approx(loss, abs=1e-6), name
+        assert got[name][1] == pytest.approx(loss, rel=1e-4), name
         assert got[name][2] == epochs and got[name][3] == counts, name
