@@ -20,23 +20,22 @@ one by one; Flower 1.42 retries an object that is not there yet (the sender
 is still pushing it) after 1 s, doubling up to 10 s. The SuperNode often asks
 before the ServerApp has pushed everything, and its ClientApp before the
 SuperNode has it, so a round waited 1-3 s for nothing.
-:func:`shorten_object_pulls` retries after ``PULL_BACKOFF_S`` instead (used
+:func:`server_app.polling_grid.shorten_object_pulls` retries sooner (used
 here for the SuperNode's pulls and by :mod:`cli.warm_exec` for its ClientApps').
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
 import types
 
+from server_app.polling_grid import shorten_object_pulls
+
 POLL_ENV = "SE_NODE_POLL_S"
 LOCAL_WAIT_S = 0.05
 """Seconds a wait under 1 s (the node's own state, no network) sleeps at most."""
-PULL_BACKOFF_S = (0.05, 0.5)
-"""First and longest wait (s) before asking again for an object not there yet."""
 
 
 class CappedSleep(types.ModuleType):
@@ -78,23 +77,6 @@ def shorten_waits(cap_s: float) -> bool:
     if getattr(loop, "time", None) is not time:
         return False
     loop.time = clock
-    return True
-
-
-def shorten_object_pulls(module: types.ModuleType, name: str,
-                         backoff: tuple[float, float] = PULL_BACKOFF_S) -> bool:
-    """Make ``module.name`` retry a missing object after ``backoff`` seconds.
-
-    ``name`` is Flower's ``pull_objects`` or ``pull_and_inflate_object_from_tree``
-    as imported by ``module``: it becomes a partial with ``initial_backoff`` and
-    ``backoff_cap`` set (Flower 1.42: 1 s doubling to 10 s). Returns False, and
-    changes nothing, when ``module`` has no such function or it is done already.
-    """
-    original = getattr(module, name, None)
-    if not callable(original) or isinstance(original, functools.partial):
-        return False
-    setattr(module, name, functools.partial(original, initial_backoff=backoff[0],
-                                            backoff_cap=backoff[1]))
     return True
 
 

@@ -11,8 +11,9 @@ child per task; the child runs Flower's own ClientApp process body
 (:func:`flwr.supernode.runtime.run_clientapp.run_clientapp`: pull the message,
 install the FAB, load the ClientApp from it, reply, exit), so each message still
 gets a fresh process, the app's code still comes from the FAB, and the apps'
-modules are never imported here (only :mod:`cli.supernode`, for its retry
-waits). Tasks of another type are started by Flower's subprocess executor.
+modules are never imported here, except :mod:`server_app.polling_grid` for its
+Flower retry-wait patch (the ClientApp imports nothing of ``server_app``). Tasks
+of another type are started by Flower's subprocess executor.
 
 Usage: ``python -m cli.warm_exec --runtime-api-address 127.0.0.1:PORT
 [--slots K --slots-dir DIR]`` (insecure, as the SuperNodes ``cli deploy``
@@ -214,12 +215,12 @@ def _signal_all(pids: dict, sig: int) -> None:
 
 
 def _quick_pulls() -> None:
-    """The children's message pulls retry after 0.05 s, not 1 s (cli.supernode)."""
+    """The children's message pulls retry after 0.05 s, not 1 s (Flower: 1 s)."""
     try:
         from flwr.supernode.runtime import run_clientapp
     except ImportError:
         return
-    from cli.supernode import shorten_object_pulls
+    from server_app.polling_grid import shorten_object_pulls
 
     if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree"):
         _log("warning: this Flower's ClientApp process has no "

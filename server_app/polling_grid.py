@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import functools
 import time
+import types
 from collections.abc import Iterable
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
 POLL_S = 0.2  # Flower: 3 s deployed, 0.1 s in simulation (InMemoryGrid)
-PULL_BACKOFF_S = (0.05, 0.5)  # first and longest retry wait for a missing object
+PULL_BACKOFF_S = (0.05, 0.5)
+"""First and longest wait (s) before asking again for an object not there yet."""
 
 
 class PollingGrid(Grid):
@@ -98,6 +100,23 @@ class PollingGrid(Grid):
         return replies
 
 
+def shorten_object_pulls(module: types.ModuleType, name: str,
+                         backoff: tuple[float, float] = PULL_BACKOFF_S) -> bool:
+    """Make ``module.name`` retry a missing object after ``backoff`` seconds.
+
+    ``name`` is Flower's ``pull_objects`` or ``pull_and_inflate_object_from_tree``
+    as imported by ``module``: it becomes a partial with ``initial_backoff`` and
+    ``backoff_cap`` set (Flower 1.42: 1 s doubling to 10 s). Returns False, and
+    changes nothing, when ``module`` has no such function or it is done already.
+    """
+    original = getattr(module, name, None)
+    if not callable(original) or isinstance(original, functools.partial):
+        return False
+    setattr(module, name, functools.partial(original, initial_backoff=backoff[0],
+                                            backoff_cap=backoff[1]))
+    return True
+
+
 def fast_replies(grid: Grid) -> Grid:
     """``grid`` wrapped in :class:`PollingGrid` if it is Flower's 3-s polling one.
 
@@ -112,8 +131,6 @@ def fast_replies(grid: Grid) -> Grid:
         slow = type(grid).__name__ == "HttpGrid"
     else:
         slow = isinstance(grid, http_grid.HttpGrid)
-        pull = getattr(http_grid, "pull_objects", None)
-        if slow and callable(pull) and not isinstance(pull, functools.partial):
-            http_grid.pull_objects = functools.partial(
-                pull, initial_backoff=PULL_BACKOFF_S[0], backoff_cap=PULL_BACKOFF_S[1])
+        if slow:
+            shorten_object_pulls(http_grid, "pull_objects")
     return PollingGrid(grid) if slow else grid
