@@ -12,9 +12,11 @@ rounds x 2 local epochs, 500 samples a client, frameworks=none, mia=false) and
 prints a side-by-side table from the two summary.json files: seconds per
 learning round (mean of the rounds' wall ``seconds``), client compute (the
 learning stage's ``compute_s``: clients' training seconds summed), the learning
-stage's wall time, and the whole command's wall time (start-up to result).
-The two runs never overlap; on a shared machine the numbers are upper bounds,
-so the load average before each run is printed too.
+stage's wall time, and the whole command's wall time (start-up to result);
+then the CPU seconds each command's processes used, by role (SuperLink,
+SuperNodes, ClientApp processes, ...; :mod:`proc_cpu`). The two runs never
+overlap; on a shared machine the numbers are upper bounds, so the load
+average before each run is printed too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from proc_cpu import TreeCpu
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ("dataset='mnist' num-clients=4 num-shards=2 clients-per-round=4 "
@@ -43,13 +47,16 @@ def run(argv: list[str], label: str) -> dict:
     """
     load = os.getloadavg()[0]
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "cli", *argv], cwd=ROOT,
-                         capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *argv], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cpu = TreeCpu(proc.pid)
+    stdout, stderr = proc.communicate()
     wall = time.monotonic() - t0
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("summary: ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"{label} failed (exit {out.returncode}):\n"
-                         f"{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+    cpu_by_role = cpu.stop()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("summary: ")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{label} failed (exit {proc.returncode}):\n"
+                         f"{stdout[-2000:]}\n{stderr[-3000:]}")
     summary = json.loads(Path(lines[-1].split(" ", 1)[1]).read_text())
     learning = summary["learning"]
     rounds = [r["seconds"] for r in learning["rounds"]]
@@ -59,7 +66,8 @@ def run(argv: list[str], label: str) -> dict:
             "compute_s": round(learning["compute_s"], 2),
             "learning_wall_s": round(learning["wall_time_s"], 2),
             "command_wall_s": round(wall, 1),
-            "accuracy": [r.get("accuracy") for r in learning["rounds"]]}
+            "accuracy": [r.get("accuracy") for r in learning["rounds"]],
+            "cpu_s_by_role": cpu_by_role}
 
 
 def table(sim: dict, dep: dict) -> str:
@@ -75,6 +83,12 @@ def table(sim: dict, dep: dict) -> str:
         ratio = dep[key] / sim[key] if sim[key] else float("nan")
         out.append(f"| {name} | {sim[key]} | {dep[key]} | {ratio:.2f} |")
     out.append(f"| per-round seconds | {sim['round_s']} | {dep['round_s']} | |")
+    out += ["", "| CPU seconds of the whole command, by process | simulation "
+            "| deployment |", "|---|---|---|"]
+    roles = dict.fromkeys([*sim["cpu_s_by_role"], *dep["cpu_s_by_role"]])
+    for name in roles:
+        out.append(f"| {name} | {sim['cpu_s_by_role'].get(name, '-')} | "
+                   f"{dep['cpu_s_by_role'].get(name, '-')} |")
     return "\n".join(out)
 
 
