@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -27,14 +28,16 @@ class DeployError(RuntimeError):
     """A process of the deployment did not start or died."""
 
 
-def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.Popen:
+def start_superlink(children: Children, run_dir: Path, port: int,
+                    nice: int = 0) -> subprocess.Popen:
     """``flower-superlink`` on 127.0.0.1:``port`` (one port serves every API).
 
     Its state stays in memory (Flower's default, no ``--database``): the run
     dies with this SuperLink anyway, and with an SQLite file every request
     (each object of a message, each poll) went through SQLAlchemy: the
-    SuperLink used 42 s of CPU in a 3-round run instead of 15 s, taken from
-    the clients' training on 2 cores (docs/results/deploy/README.md).
+    SuperLink used 42 s of CPU in the 3-round deploy benchmark instead of
+    18-20 s, taken from the clients' training on 2 cores
+    (docs/results/deploy/README.md). ``nice``: see :func:`niced`.
 
     Raises
     ------
@@ -47,7 +50,8 @@ def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.
         proc = children.start(
             ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
              "--disable-runtime-dependency-installation"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=niced(nice))
     _say(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; run folder {run_dir}")
     wait_for_port(port, proc, 60.0, "SuperLink", run_dir)
     return proc
@@ -55,7 +59,7 @@ def start_superlink(children: Children, run_dir: Path, port: int) -> subprocess.
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
                      ports: Sequence[int], isolation: str = "process",
-                     node_poll_s: float = 1.0) -> list[subprocess.Popen]:
+                     node_poll_s: float = 1.0, nice: int = 0) -> list[subprocess.Popen]:
     """One ``flower-supernode`` per port; SuperNode i has partition-id i.
 
     ``isolation`` is the SuperNodes' ``--isolation``: ``subprocess`` (each
@@ -63,6 +67,7 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
     start none: :func:`start_executors` does, warm). With ``node_poll_s`` < 3
     they run as :mod:`cli.supernode` (Flower's SuperNode, its 3-s idle wait
     between pulls capped at ``node_poll_s``); else as plain ``flower-supernode``.
+    ``nice``: see :func:`niced`.
     """
     from cli.config import PROJECT
 
@@ -81,7 +86,7 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                  "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config,
                  "--isolation", isolation],
                 env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL))
+                stdin=subprocess.DEVNULL, preexec_fn=niced(nice)))
     _say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
          f"{min(node_poll_s, 3.0):g} s when idle), pids "
          f"{' '.join(str(p.pid) for p in procs)}, ports {' '.join(map(str, ports))}")
@@ -113,6 +118,18 @@ def start_executors(children: Children, run_dir: Path, ports: Sequence[int],
          f"({f'at most {slots} ClientApps at once' if slots else 'no limit'}), pids "
          f"{' '.join(str(p.pid) for p in procs)}")
     return procs
+
+
+def niced(nice: int):
+    """A ``preexec_fn`` adding ``nice`` to a child's niceness; None for 0.
+
+    The control plane (SuperLink and the ServerApp it starts, SuperNodes) at
+    a positive niceness yields the cores to the clients' training, which
+    runs one ClientApp process per core: its polls wait while a core is busy
+    and run when it frees (CFS still gives each its share). The ClientApp
+    processes (forked by :mod:`cli.warm_exec`) keep niceness 0.
+    """
+    return None if nice == 0 else functools.partial(os.nice, nice)
 
 
 def _thread_env() -> dict:

@@ -19,6 +19,7 @@ import tomllib
 
 from cli import config
 from cli.deploy import deploy_config
+from cli.deploy_parts import niced
 from cli.procs import Children, marked_processes
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
@@ -114,6 +115,26 @@ def test_deploy_shrinks_a_preset_but_not_explicit_values():
     assert explicit["num-shards"] == 2 and explicit["clients-per-round"] == 2
     with pytest.raises(ConfigError, match="'num-clients' = 5"):
         deploy_config(3, None, ["num-clients=5"])
+
+
+@pytest.mark.parametrize("value", ["20", "-1", "x", "2.5"])
+def test_deploy_control_nice_out_of_range_is_one_line_before_anything(tmp_path, value):
+    proc, record = _cli(["deploy", "2", "--control-nice", value, "--run-config",
+                         TINY_RUN], tmp_path)
+    assert proc.returncode == 2
+    assert f"N must be a niceness 0-19, got '{value}'" in proc.stderr
+    assert not record.exists()  # exits at parsing, before the run config or flwr
+
+
+@pytest.mark.parametrize("nice", [0, 3])
+def test_control_plane_processes_start_at_the_given_niceness(nice):
+    probe = "import os; print(os.nice(0))"
+    base = int(subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                              text=True, check=True).stdout)
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, preexec_fn=niced(nice)).stdout
+    assert int(got) == min(19, base + nice)
+    assert os.nice(0) == base  # this process is unchanged
 
 
 def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
