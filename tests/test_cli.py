@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ import tomllib
 
 from cli import config
 from cli.deploy import deploy_config
-from cli.deploy_parts import niced
+from cli.deploy_parts import niced, start_superlink
 from cli.procs import Children, marked_processes
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
@@ -135,6 +136,27 @@ def test_control_plane_processes_start_at_the_given_niceness(nice):
                          check=True, preexec_fn=niced(nice)).stdout
     assert int(got) == min(19, base + nice)
     assert os.nice(0) == base  # this process is unchanged
+
+
+def test_local_superlink_keeps_its_state_in_memory_at_the_given_niceness(tmp_path):
+    """No ``--database``: Flower's in-memory state (an SQLite file cost 42 s of CPU)."""
+    started = []
+
+    class Recorder:  # a Children that records what it would start
+        def start(self, argv, **kw):
+            started.append((list(argv), kw))
+            return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+
+    (tmp_path / "logs").mkdir()
+    with socket.socket() as listener:  # the "SuperLink" port accepts at once
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        proc = start_superlink(Recorder(), tmp_path, listener.getsockname()[1], nice=4)
+    proc.kill()
+    proc.wait()
+    (argv, kw), = started
+    assert argv[0] == "flower-superlink" and "--database" not in argv
+    assert kw["preexec_fn"].args == (4,)  # os.nice(4) in the child
 
 
 def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
