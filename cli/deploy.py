@@ -50,8 +50,8 @@ from server_app.results import RunFolder
 
 ISOLATIONS = ("process", "subprocess")
 CONTROL_NICE = 5
-"""Default niceness of the control plane: compute 1.04x the simulation's, not
-1.10x, in 3 + 6 runs of benchmarks/deploy_bench.py (docs/results/deploy)."""
+"""Default niceness of the control plane: client compute 1.02x the simulation's,
+not 1.10x, in 4 + 6 runs of benchmarks/deploy_bench.py (docs/results/deploy)."""
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -73,9 +73,10 @@ def parser(prog: str) -> argparse.ArgumentParser:
                     "over all SuperNodes (default: the CPUs this process may use, "
                     "as the simulation's one CPU per client; 0 = no limit)")
     ap.add_argument("--control-nice", type=_niceness, default=CONTROL_NICE, metavar="N",
-                    help="niceness of the SuperLink (and the ServerApp it starts) and "
-                    f"the SuperNodes, 0-19 (default {CONTROL_NICE}): the ClientApps' "
-                    "training (niceness 0) goes first on few cores; 0 = as started")
+                    help="niceness of the SuperLink (and the ServerApp it starts) and, "
+                    f"with process isolation, the SuperNodes, 0-19 (default {CONTROL_NICE}"
+                    "): the ClientApps' training (niceness 0) goes first on few cores; "
+                    "0 = as started")
     ap.add_argument("--node-poll", type=_seconds, default=1.0, metavar="S",
                     help="seconds an idle SuperNode waits between pulls (default 1; "
                     "3 or more: Flower's own flower-supernode, which waits 3 s)")
@@ -186,8 +187,9 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
     with Children() as children:
         try:
             procs = [start_superlink(children, run_dir, ports[0], nice),
+                     # subprocess isolation: a SuperNode's ClientApps inherit its niceness
                      *start_supernodes(children, run_dir, link, ports[1:], isolation,
-                                       node_poll_s, nice)]
+                                       node_poll_s, nice if isolation == "process" else 0)]
             wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
             if isolation == "process":
                 procs += start_executors(children, run_dir, ports[1:], slots)

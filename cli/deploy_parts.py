@@ -36,7 +36,7 @@ def start_superlink(children: Children, run_dir: Path, port: int,
     dies with this SuperLink anyway, and with an SQLite file every request
     (each object of a message, each poll) went through SQLAlchemy: the
     SuperLink used 42 s of CPU in the 3-round deploy benchmark instead of
-    18-20 s, taken from the clients' training on 2 cores
+    16-20 s, taken from the clients' training on 2 cores
     (docs/results/deploy/README.md). ``nice``: see :func:`niced`.
 
     Raises
