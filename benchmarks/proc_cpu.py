@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 PROC = Path("/proc")
+TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 ROLES = (("flower-superlink", "SuperLink"), ("cli.supernode", "SuperNode"),
          ("flower-supernode", "SuperNode"), ("flwr-serverapp", "ServerApp"),
          ("flwr-clientapp", "ClientApp process"), ("flwr run", "flwr run"),
@@ -45,7 +46,7 @@ def _read(pid: int) -> tuple[int, float, str] | None:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     ticks = int(fields[11]) + int(fields[12])  # utime + stime
-    return (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"),
+    return (int(fields[1]), ticks * TICK_S,
             cmd.replace(b"\0", b" ").decode(errors="replace").strip())
 
 

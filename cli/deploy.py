@@ -187,9 +187,8 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
     with Children() as children:
         try:
             procs = [start_superlink(children, run_dir, ports[0], nice),
-                     # subprocess isolation: a SuperNode's ClientApps inherit its niceness
                      *start_supernodes(children, run_dir, link, ports[1:], isolation,
-                                       node_poll_s, nice if isolation == "process" else 0)]
+                                       node_poll_s, nice)]
             wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
             if isolation == "process":
                 procs += start_executors(children, run_dir, ports[1:], slots)

@@ -67,7 +67,8 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
     start none: :func:`start_executors` does, warm). With ``node_poll_s`` < 3
     they run as :mod:`cli.supernode` (Flower's SuperNode, its 3-s idle wait
     between pulls capped at ``node_poll_s``); else as plain ``flower-supernode``.
-    ``nice``: see :func:`niced`.
+    ``nice``: see :func:`niced`; only with ``process`` isolation (with
+    ``subprocess`` a SuperNode's ClientApps would inherit it).
     """
     from cli.config import PROJECT
 
@@ -86,7 +87,8 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                  "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config,
                  "--isolation", isolation],
                 env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=niced(nice)))
+                stdin=subprocess.DEVNULL,
+                preexec_fn=niced(nice if isolation == "process" else 0)))
     _say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
          f"{min(node_poll_s, 3.0):g} s when idle), pids "
          f"{' '.join(str(p.pid) for p in procs)}, ports {' '.join(map(str, ports))}")
