@@ -47,8 +47,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import coding  # noqa: E402
+from cli.tables import table  # noqa: E402
 from coding import PRIME  # noqa: E402
-from server_app.tables import table  # noqa: E402
 
 Row = tuple[str, str, float, float, float | None]
 CPU_SECONDS: list[float] = []

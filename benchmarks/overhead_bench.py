@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from cli import config as cli_config  # noqa: E402
-from server_app.config import RunConfig  # noqa: E402
-from server_app.evaluation import CentralEvaluator  # noqa: E402
-from server_app.federation import assign_shards  # noqa: E402
+from server_app.config.run_config import RunConfig  # noqa: E402
+from server_app.evaluation.central import CentralEvaluator  # noqa: E402
+from server_app.rounds.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
 from task.data import client_data, load_task_data  # noqa: E402
 from task.model import build_model  # noqa: E402

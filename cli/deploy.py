@@ -44,9 +44,9 @@ from cli.deploy_parts import (
 from cli.env import free_ports
 from cli.procs import Children
 from cli.simulation import summary_path
-from server_app.config import ConfigError
+from server_app.config.run_config import ConfigError
 from server_app.preflight import validate_run_config
-from server_app.results import RunFolder
+from server_app.run.folder import RunFolder
 
 ISOLATIONS = ("process", "subprocess")
 CONTROL_NICE = 5
@@ -168,7 +168,7 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
             _say(f"run folder kept: {run_dir} (logs/)")
     if not ok:
         return 1
-    from server_app import report
+    from cli import report
 
     report.main([str(summary)])
     print(f"deploy wall time: {time.monotonic() - start:.1f} s ({args.nodes} SuperNodes, "

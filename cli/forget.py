@@ -1,7 +1,7 @@
 """``forget`` and ``receipts``: requests to a staged run while it lives, and what was done.
 
 ``forget --run NAME --clients 3,17`` records one request (the clients' partition
-ids) in the run's catalog (:class:`server_app.inbox.RequestInbox`) and prints its
+ids) in the run's catalog (:class:`server_app.run.inbox.RequestInbox`) and prints its
 id; the running ServerApp takes it at the next stage boundary and writes a
 receipt. ``receipts --run NAME`` lists the receipts and the requests still
 waiting. The run folder is ``<results-dir>/NAME`` (``--results-dir``, else
@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from history.catalog import StoreError
-from server_app.config import ConfigError, RunConfig
-from server_app.config_values import RUN_NAME
-from server_app.inbox import InboxError, RequestInbox
-from server_app.receipts import list_receipts, receipt_line
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config.values import RUN_NAME
+from server_app.run.inbox import InboxError, RequestInbox
+from server_app.run.receipts import list_receipts, receipt_line
 
 SUMMARY = "summary.json"
 

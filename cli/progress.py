@@ -28,7 +28,7 @@ from rich.progress import (
 from rich.text import Text
 
 ROUND = re.compile(r"(?:^|:\s+)(?P<stage>[^:]+?) round (?P<i>\d+)/(?P<n>\d+):")
-"""A round line of the ServerApp log (``server_app.learning``), after its level."""
+"""A round line of the ServerApp log (``server_app.rounds.learning``), after its level."""
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

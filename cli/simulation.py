@@ -22,9 +22,9 @@ from cli import config
 from cli.env import free_ports
 from cli.procs import Children, tee
 from cli.progress import output_sink
-from server_app.config import ConfigError
+from server_app.config.run_config import ConfigError
 from server_app.preflight import validate_run_config
-from server_app.results import RunFolder
+from server_app.run.folder import RunFolder
 
 SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
 # flwr gives its local SuperLink 15 s to start; on a loaded machine that can pass
@@ -149,7 +149,7 @@ def summary_path(log_path: Path) -> Path | None:
 
 
 def _finish(log_path: Path, status: int) -> int:
-    from server_app import report
+    from cli import report
 
     summary = summary_path(log_path)
     if summary is None:

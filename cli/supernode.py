@@ -20,7 +20,7 @@ one by one; Flower 1.42 retries an object that is not there yet (the sender
 is still pushing it) after 1 s, doubling up to 10 s. The SuperNode often asks
 before the ServerApp has pushed everything, and its ClientApp before the
 SuperNode has it, so a round waited 1-3 s for nothing.
-:func:`server_app.polling_grid.shorten_object_pulls` retries sooner (used
+:func:`server_app.rounds.polling_grid.shorten_object_pulls` retries sooner (used
 here for the SuperNode's pulls and by :mod:`cli.warm_exec` for its ClientApps').
 """
 
@@ -31,7 +31,7 @@ import sys
 import time
 import types
 
-from server_app.polling_grid import shorten_object_pulls
+from server_app.rounds.polling_grid import shorten_object_pulls
 
 POLL_ENV = "SE_NODE_POLL_S"
 LOCAL_WAIT_S = 0.05

@@ -11,7 +11,7 @@ child per task; the child runs Flower's own ClientApp process body
 (:func:`flwr.supernode.runtime.run_clientapp.run_clientapp`: pull the message,
 install the FAB, load the ClientApp from it, reply, exit), so each message still
 gets a fresh process, the app's code still comes from the FAB, and the apps'
-modules are never imported here, except :mod:`server_app.polling_grid` for its
+modules are never imported here, except :mod:`server_app.rounds.polling_grid` for its
 Flower retry-wait patch (the ClientApp imports nothing of ``server_app``). Tasks
 of another type are started by Flower's subprocess executor.
 
@@ -220,7 +220,7 @@ def _quick_pulls() -> None:
         from flwr.supernode.runtime import run_clientapp
     except ImportError:
         return
-    from server_app.polling_grid import shorten_object_pulls
+    from server_app.rounds.polling_grid import shorten_object_pulls
 
     if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree"):
         _log("warning: this Flower's ClientApp process has no "

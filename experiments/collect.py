@@ -14,9 +14,9 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from server_app.federation import assign_shards
-from server_app.requests import expected_impacted, simulated_impacted
-from server_app.summary import RequestCost, RunSummary
+from server_app.rounds.federation import assign_shards
+from server_app.run.summary import RequestCost, RunSummary
+from server_app.unlearning.requests import expected_impacted, simulated_impacted
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
 BASELINES = ("FR", "FE", "RR")
@@ -300,7 +300,7 @@ def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestC
     (``c_source`` says which; the run itself only where there is no other), so
     K = 1 rows are not 1.00 by construction. Concurrent points also give the
     paper's expected impacted shards beside the mean over 10,000 seeded draws of
-    K distinct uniform clients (:func:`server_app.requests.simulated_impacted`).
+    K distinct uniform clients (:func:`server_app.unlearning.requests.simulated_impacted`).
     """
     points = []
     singles = _single_shard_costs(rows, se_requests)

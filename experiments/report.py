@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from cli import tables
 from experiments import collect
-from server_app import tables
 
 PAPER = "Lin et al., *Scalable Federated Unlearning via Isolated and Coded Sharding*, " \
         "IJCAI 2024"
@@ -53,7 +53,7 @@ def _bytes(n) -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A markdown table (the project's one renderer, :mod:`server_app.tables`)."""
+    """A markdown table (the project's one renderer, :mod:`cli.tables`)."""
     return tables.table(header, rows, style="markdown")
 
 

@@ -43,12 +43,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cli.tables import table
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
 from history.coded_recorder import CodedRecorder
 from history.store import HistoryStore
-from server_app.federation import Federation, assign_shards
-from server_app.tables import table
+from server_app.rounds.federation import Federation, assign_shards
 from task.config import default_run_config
 from task.model import build_model
 

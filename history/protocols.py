@@ -149,7 +149,7 @@ class RoundRecorder(ABC):
 
 
 class FaultSink(Protocol):
-    """Where the run's faults go (``server_app.screening.FaultLog`` has this verb)."""
+    """Where the run's faults go (``server_app.rounds.screening.FaultLog`` has it)."""
 
     def add(self, stage: str, rnd: int | None, node: int, partition: int | None,
             kind: str, reason: str) -> None:

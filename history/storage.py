@@ -66,7 +66,7 @@ def shard_needs(history: TrainingHistory, shard: int, model_bytes: int) -> dict:
     W_s^0 plus every stored update U_m^g of the shard (one model's size each),
     and, apart, the shard models W_s^1..W_s^G the uncoded store keeps as well
     (``models_bytes``; with a FedAvg / FedProx shard they can be rebuilt from
-    the updates, see ``server_app.frameworks.rebuild_shard_model``).
+    the updates, see ``server_app.unlearning.frameworks.rebuild_shard_model``).
 
     Parameters
     ----------

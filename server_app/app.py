@@ -25,33 +25,33 @@ from history import (
     HistoryStore,
     storage_summary,
 )
-from server_app.audit import membership_audit, shadow_audit
-from server_app.config import RunConfig
-from server_app.evaluation import CentralEvaluator
-from server_app.federation import Federation, assign_shards, discover
-from server_app.frameworks import Stage, UnlearningSettings
-from server_app.learning import LearningResult, run_learning
-from server_app.polling_grid import fast_replies
+from server_app.config.run_config import RunConfig
+from server_app.evaluation.audit import membership_audit, shadow_audit
+from server_app.evaluation.backdoor import BackdoorProbe, participation
+from server_app.evaluation.central import CentralEvaluator
 from server_app.preflight import (
     baseline_sampling_notes,
     check_partition,
     plan_requests,
     validate_run_config,
 )
-from server_app.results import RunFolder
-from server_app.runlog import RunLog
-from server_app.screening import FaultLog
-from server_app.staged import stage_strategy
-from server_app.staged_app import run_staged, staged_summary
-from server_app.summary import (
+from server_app.rounds.federation import Federation, assign_shards, discover
+from server_app.rounds.learning import LearningResult, run_learning
+from server_app.rounds.polling_grid import fast_replies
+from server_app.rounds.screening import FaultLog
+from server_app.run.catalog import RunLog
+from server_app.run.folder import RunFolder
+from server_app.run.summary import (
     FrameworkSummary,
     LearningSummary,
     ModelScores,
     RunSummary,
     UnlearningPlan,
 )
-from server_app.unlearning import FrameworkResult, run_unlearning
-from server_app.verification import BackdoorProbe, participation
+from server_app.stages.runner import run_staged, staged_summary
+from server_app.stages.staged import stage_strategy
+from server_app.unlearning.driver import FrameworkResult, run_unlearning
+from server_app.unlearning.frameworks import Stage, UnlearningSettings
 from strategies import ShardedStrategy
 from strategies.factory import server_settings
 from strategies.sharded import to_record
@@ -81,7 +81,7 @@ def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
 def sharded_strategy(cfg: RunConfig, federation: Federation) -> ShardedStrategy:
     """One fresh ``shard-strategy`` instance per shard of ``federation``.
 
-    Every client is present (:func:`server_app.staged.stage_strategy`).
+    Every client is present (:func:`server_app.stages.staged.stage_strategy`).
     """
     return stage_strategy(cfg, federation.shards, list(federation.node_of),
                           federation.node_of)
@@ -234,7 +234,7 @@ def prepare(run_config) -> Prepared:
     node (:mod:`server_app.preflight`).
     """
     cfg = validate_run_config(run_config, files=False)  # every check without data
-    # a staged run takes its requests stage by stage (server_app.staged)
+    # a staged run takes its requests stage by stage (server_app.stages.staged)
     requests, noops = plan_requests(cfg) if cfg.num_stages == 1 else ([], [])
     data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
     task = load_task_data(cfg.dataset, data_dir, cfg.block_size)  # fail early
@@ -376,7 +376,7 @@ def finish(run: Prepared, summary: RunSummary, faults: FaultLog) -> None:
 
 def main_staged(grid: Grid, run: Prepared, node_of: dict[int, int],
                 faults: FaultLog) -> None:
-    """A run of ``num-stages`` > 1 stages (:mod:`server_app.staged_app`)."""
+    """A run of ``num-stages`` > 1 stages (:mod:`server_app.stages.runner`)."""
     cfg = run.cfg
     staged = run_staged(grid, run, node_of,
                         initial_model(cfg, run.evaluator.num_classes),

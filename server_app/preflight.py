@@ -14,7 +14,7 @@ settings but neither nodes nor (unless given) the dataset:
   finished run (``files=True``);
 - with the loaded task: the partition can be built for ``num-clients``.
 
-Every failure is a :class:`~server_app.config.ConfigError` whose one-line
+Every failure is a :class:`~server_app.config.run_config.ConfigError` whose one-line
 message names the key(s), the value and what is allowed. The ServerApp runs the
 same checks (with the task) before it creates the run folder or contacts a node.
 """
@@ -24,12 +24,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from server_app.churn import Churn, lineage_shards
-from server_app.config import ConfigError, RunConfig
-from server_app.config_stages import initial_clients
-from server_app.config_values import bad as _bad
-from server_app.federation import assign_shards
-from server_app.requests import RequestError, generate_requests, validate_requests
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config.stages import initial_clients
+from server_app.config.values import bad as _bad
+from server_app.rounds.federation import assign_shards
+from server_app.stages.churn import Churn, lineage_shards
+from server_app.unlearning.requests import (
+    RequestError,
+    generate_requests,
+    validate_requests,
+)
 
 if TYPE_CHECKING:
     from task.data import TaskData
@@ -91,7 +95,7 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     ConfigError
         A request, coded-storage, file or partition setting that cannot work.
     """
-    if cfg.num_stages > 1:  # requests come stage by stage (server_app.staged)
+    if cfg.num_stages > 1:  # requests come stage by stage (server_app.stages.staged)
         check_stage_requests(cfg)
         requests = []
     else:
@@ -112,13 +116,13 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
     """The run's unlearning requests, checked against both federations' shards.
 
     ``forget-clients`` as one request, or ``num-requests`` generated ones
-    (:func:`server_app.requests.generate_requests`); ``([], [])`` without
+    (:func:`server_app.unlearning.requests.generate_requests`); ``([], [])`` without
     frameworks.
 
     Returns
     -------
     (requests, noops)
-        As :func:`server_app.requests.validate_requests`.
+        As :func:`server_app.unlearning.requests.validate_requests`.
 
     Raises
     ------
@@ -153,7 +157,7 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
 def check_stage_requests(cfg: RunConfig) -> None:
     """Stage 1's ``requests-per-stage`` seeded requests can be drawn (a staged run).
 
-    The draw is the ServerApp's own (:meth:`server_app.churn.Churn.requests`
+    The draw is the ServerApp's own (:meth:`server_app.stages.churn.Churn.requests`
     over stage 1's clients), so a run whose seeded requests could never be drawn
     is refused before any engine starts; later stages, whose clients change,
     skip a draw that fails with a warning.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from server_app.config import ConfigError, RunConfig
-from server_app.report import render
+from cli.report import render
+from server_app.config.run_config import ConfigError, RunConfig
 from task.backdoor import Backdoor, attack_success_rate, poison, stamp, triggered_test_set
 from task.config import fused_run_config
 

@@ -22,10 +22,10 @@ from cli import config
 from cli.deploy import deploy_config
 from cli.deploy_parts import niced, start_superlink
 from cli.procs import Children, marked_processes
-from server_app.config import ConfigError, RunConfig
+from server_app.config.run_config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
-from server_app.results import RunFolder
-from server_app.runlog import RunLog
+from server_app.run.catalog import RunLog
+from server_app.run.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = ("num-clients=8 num-shards=2 clients-per-round=4 num-rounds=1 "
@@ -210,9 +210,9 @@ def test_a_superlink_that_does_not_start_in_time_is_started_again(tmp_path):
 HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from server_app.config import RunConfig
-    from server_app.results import RunFolder
-    from server_app.runlog import RunLog
+    from server_app.config.run_config import RunConfig
+    from server_app.run.folder import RunFolder
+    from server_app.run.catalog import RunLog
     cfg = RunConfig(results_dir={results!r}, run_name="live", num_clients=8,
                     num_shards=2, clients_per_round=4)
     folder = RunFolder.start(cfg)

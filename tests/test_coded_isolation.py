@@ -15,7 +15,7 @@ from conftest import InProcessGrid, set_task_identity
 
 from coding import dequantize, quantize
 from history import CodedHistory, CodedRecorder
-from server_app.federation import Federation
+from server_app.rounds.federation import Federation
 
 SHARDS = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
 NODE_OF = {p: 1000 + p for p in range(9)}

@@ -36,10 +36,10 @@ from history import (
     StoreError,
 )
 from history import slices as client_slices
-from server_app.config import ConfigError, RunConfig
-from server_app.federation import Federation
-from server_app.frameworks import Stage, UnlearningSettings
-from server_app.unlearning import run_unlearning
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.rounds.federation import Federation
+from server_app.unlearning.driver import run_unlearning
+from server_app.unlearning.frameworks import Stage, UnlearningSettings
 from strategies.sharded import to_record
 
 STEP = quantization_step(24)
@@ -557,7 +557,7 @@ def _recorded_on_disk(tmp_path):
 
 
 def test_damaged_node_files_cost_exactly_their_rounds(tmp_path):
-    from server_app.screening import FaultLog
+    from server_app.rounds.screening import FaultLog
 
     grid, node_of, truth, dirs = _recorded_on_disk(tmp_path)
     grid.absent = {1007, 1008}  # 7 reachable holders, k = 6: every good round counts

@@ -1,6 +1,6 @@
 import pytest
 
-from server_app.config import ConfigError, RunConfig
+from server_app.config.run_config import ConfigError, RunConfig
 
 
 def test_defaults_are_valid_and_match_pyproject():

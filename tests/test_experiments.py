@@ -16,7 +16,7 @@ import tomllib
 from experiments import collect, report, suites
 from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
 from server_app.preflight import validate_run_config
-from server_app.summary import RequestCost
+from server_app.run.summary import RequestCost
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -367,7 +367,7 @@ def test_storage_table_script_is_a_thin_caller():
 
 def test_run_in_process_takes_pyprojects_keys_only(tmp_path):
     from experiments.grid import run_in_process
-    from server_app.config import ConfigError
+    from server_app.config.run_config import ConfigError
 
     with pytest.raises(ConfigError, match="'num-client' is not known.*num-clients"):
         run_in_process({"num-client": 8, "results-dir": str(tmp_path),

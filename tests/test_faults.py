@@ -94,7 +94,7 @@ def test_dropout_is_recorded_and_the_round_goes_on(run_server, tmp_path):
 
 
 def test_shard_round_without_any_answer_keeps_the_model(run_server, tmp_path):
-    from server_app.federation import assign_shards
+    from server_app.rounds.federation import assign_shards
 
     # nobody of shard 0 answers (a learning run where no shard moves fails:
     # tests/test_strategies.py::test_learning_that_moves_no_model_fails)
@@ -146,7 +146,7 @@ def test_renamed_unlearning_replies_are_rejected_in_se_and_fr(run_server):
 
 
 def test_unlearning_that_accepts_no_reply_fails_the_run(run_server):
-    from server_app.unlearning import UnlearningStalledError
+    from server_app.unlearning.driver import UnlearningStalledError
 
     def refuse_unlearning(reply):  # learning works; every unlearning reply is broken
         if reply.metadata.message_type == "train.unlearn":

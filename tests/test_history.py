@@ -16,7 +16,7 @@ from history import (
 )
 from history.coded_catalog import CodedCatalog
 from history.store import CorruptBlobError, HistoryStore, StoreError
-from server_app.runlog import RunLog
+from server_app.run.catalog import RunLog
 from strategies.unlearning import HistoryReader
 
 ROOT = Path(__file__).resolve().parents[1]

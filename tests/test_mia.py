@@ -1,11 +1,11 @@
-"""Tests of server_app.mia: the membership inference attack (Shokri et al. 2017)."""
+"""Tests of server_app.evaluation.mia: the membership inference attack (Shokri 2017)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from server_app.mia import (
+from server_app.evaluation.mia import (
     MembershipAttack,
     attack_metrics,
     membership_features,

@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server_app import mia_sets
-from server_app.config import RunConfig
-from server_app.mia_sets import (
+from server_app.config.run_config import RunConfig
+from server_app.evaluation import mia_sets
+from server_app.evaluation.mia_sets import (
     FREE_TRAIN,
     MiaSets,
     check_disjoint,

@@ -7,9 +7,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 
 from history.comm import transfer_seconds
 from history.store import HistoryStore
-from server_app.frameworks import rebuild_shard_model
-from server_app.rounds import CostMeter, RoundOutcome
-from server_app.target import TargetWatch
+from server_app.rounds.loop import CostMeter, RoundOutcome
+from server_app.unlearning.frameworks import rebuild_shard_model
+from server_app.unlearning.target import TargetWatch
 from strategies.calibration import weighted_step
 from strategies.unlearning import CalibratedRetraining, first_participation
 
@@ -219,8 +219,8 @@ def test_data_provenance_names_files_format_and_checksums(shared_data, tmp_path,
 @pytest.mark.parametrize(("clients", "shards", "k"), [(100, 4, 1), (100, 4, 4),
                                                       (100, 4, 8), (8, 2, 2)])
 def test_impacted_shards_over_seeded_uniform_draws_match_the_paper(clients, shards, k):
-    from server_app.federation import assign_shards
-    from server_app.requests import expected_impacted, simulated_impacted
+    from server_app.rounds.federation import assign_shards
+    from server_app.unlearning.requests import expected_impacted, simulated_impacted
 
     got = simulated_impacted(assign_shards(clients, shards, 0), k, draws=4000)
     paper = expected_impacted(shards, k)
@@ -237,7 +237,7 @@ def test_the_uncoded_store_keeps_only_models_a_replay_can_start_from(run_server,
     """After learning, every single-client request still starts from a stored model,
     and the models no replay can start from are gone (issue 14, item 7)."""
     from history import HistoryStore
-    from server_app.frameworks import _start_model
+    from server_app.unlearning.frameworks import _start_model
     from strategies.unlearning import first_participation
 
     summary, _ = run_server({"num-rounds": 4, "frameworks": "none", "mia": False})

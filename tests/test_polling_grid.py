@@ -1,4 +1,4 @@
-"""server_app.polling_grid: replies pulled every 0.2 s, as Flower's send_and_receive."""
+"""server_app.rounds.polling_grid: replies pulled every 0.2 s, as send_and_receive."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from flwr.app import Message, RecordDict
 from flwr.superlink.grid.http_grid import HttpGrid
 
-from server_app.polling_grid import PollingGrid, fast_replies
+from server_app.rounds.polling_grid import PollingGrid, fast_replies
 
 
 class SlowGrid:

@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from server_app.config import TEXT_CONTEXT, ConfigError, RunConfig
-from server_app.federation import assign_shards
+from server_app.config.run_config import TEXT_CONTEXT, ConfigError, RunConfig
 from server_app.preflight import (
     check_run,
     initial_magnitude,
     largest_scale_bits,
     validate_run_config,
 )
+from server_app.rounds.federation import assign_shards
 from strategies.unlearning import FedRetrain
 
 FLOAT_KEYS = [f.name.replace("_", "-") for f in dataclasses.fields(RunConfig)

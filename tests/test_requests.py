@@ -1,6 +1,6 @@
 import pytest
 
-from server_app.requests import (
+from server_app.unlearning.requests import (
     RequestError,
     expected_cost,
     generate_requests,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from server_app.runlog import RunLog
+from server_app.run.catalog import RunLog
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
 
 
 def _settings(config, run_name):
-    from server_app.config import RunConfig
+    from server_app.config.run_config import RunConfig
 
     return RunConfig.from_run_config({**config, "run-name": run_name}).as_dict()
 
@@ -92,7 +92,7 @@ def _settings(config, run_name):
 STAGED_CHILD = CHILD.replace("set_task_identity()\n", textwrap.dedent("""\
     set_task_identity()
     from cli.forget import submit
-    from server_app.staged import StagedRun
+    from server_app.stages.staged import StagedRun
     real = StagedRun.run_stage
     def run_stage(self):  # the request arrives while stage 3 learns
         if len(self.members) == 2:
@@ -109,7 +109,7 @@ def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
     from conftest import TINY
 
     from cli.forget import submit
-    from server_app.inbox import RequestInbox
+    from server_app.run.inbox import RequestInbox
 
     config = {**TINY, "num-clients": 12, "num-stages": 3, "joins-per-stage": 2,
               "leaves-per-stage": 1, "requests-per-stage": 1, "frameworks": "SE,FR",

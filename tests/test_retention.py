@@ -62,7 +62,7 @@ def test_coded_estimate_of_uncoded_se_counts_what_pruning_keeps(tmp_path):
 
     from client_app.app import app as client_app
     from history import CodedRecorder, HistoryStore
-    from server_app.federation import Federation
+    from server_app.rounds.federation import Federation
 
     set_task_identity()
     node_of = {p: 1000 + p for p in range(6)}

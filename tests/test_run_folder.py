@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from server_app.config import ConfigError, RunConfig
-from server_app.results import ModelsFileError, RunFolder, strict_json
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.run.folder import ModelsFileError, RunFolder, strict_json
 
 
 def _cfg(results, name="r"):

@@ -1,6 +1,6 @@
 import pytest
 
-from server_app.runlog import RunLog, RunLogError
+from server_app.run.catalog import RunLog, RunLogError
 
 
 def test_requests_are_recorded_once_and_states_move(tmp_path):
@@ -39,7 +39,7 @@ def test_other_settings_are_refused(tmp_path):
 
 
 def test_a_damaged_stage_result_is_a_clear_error(tmp_path):
-    from server_app.summary import FrameworkSummary, RequestCost
+    from server_app.run.summary import FrameworkSummary, RequestCost
 
     log = RunLog(tmp_path / "run.sqlite", {})
     good = FrameworkSummary(requests=[RequestCost(0, [2])], noop=True)

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from experiments.grid import InProcessGrid
 from history.coded_recorder import CodedRecorder, ack_sizes
 from history.store import HistoryStore
-from server_app.federation import DiscoveryError, Federation, discover
-from server_app.learning import run_learning
-from server_app.screening import FaultLog, ReplyLimits, check_reply
+from server_app.rounds.federation import DiscoveryError, Federation, discover
+from server_app.rounds.learning import run_learning
+from server_app.rounds.screening import FaultLog, ReplyLimits, check_reply
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.sharded import to_numpy
 
@@ -316,7 +316,7 @@ def test_a_zip_layer_is_a_rejected_reply_not_a_crash():
 
 
 def test_any_exception_while_inspecting_is_a_rejection(monkeypatch):
-    import server_app.screening as screening
+    import server_app.rounds.screening as screening
 
     def boom(*args):
         raise KeyError("odd")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from server_app.config import ConfigError, RunConfig
+from server_app.config.run_config import ConfigError, RunConfig
 from task.model import build_model
 from task.train import fisher_preconditioner, local_train
 

@@ -11,10 +11,10 @@ from flwr.app import Context, RecordDict
 from cli.forget import main_receipts, submit
 from history import HistoryStore
 from server_app.app import initial_model, main, train_config
-from server_app.churn import Churn, Membership, lineage_shards
-from server_app.config import ConfigError, RunConfig
-from server_app.inbox import RequestInbox
-from server_app.staged import StagedRun, learn_stage, staged_federations
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.run.inbox import RequestInbox
+from server_app.stages.churn import Churn, Membership, lineage_shards
+from server_app.stages.staged import StagedRun, learn_stage, staged_federations
 from task.config import fused_run_config
 from tests.conftest import TINY
 

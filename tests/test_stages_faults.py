@@ -21,12 +21,12 @@ from flwr.app import Context, RecordDict
 
 from cli.forget import submit
 from cli.main import main as cli_main
+from cli.report import render
 from server_app.app import main
-from server_app.config import ConfigError
-from server_app.inbox import RequestInbox
+from server_app.config.run_config import ConfigError
 from server_app.preflight import validate_run_config
-from server_app.report import render
-from server_app.staged import StagedRun, stage_strategy
+from server_app.run.inbox import RequestInbox
+from server_app.stages.staged import StagedRun, stage_strategy
 from strategies.unlearning import FrozenShard
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -171,7 +171,7 @@ def test_two_forget_commands_at_once_name_each_client_once(tmp_path):
 
 
 def test_stage_strategy_keeps_a_shard_without_present_clients_only_when_asked():
-    from server_app.config import RunConfig
+    from server_app.config.run_config import RunConfig
 
     cfg = RunConfig.from_run_config(SMALL)
     shards, node_of = [[0, 1], [2, 3]], {p: 100 + p for p in range(4)}
@@ -296,8 +296,8 @@ def test_a_command_arriving_between_the_seeded_draw_and_its_record_is_no_crash(
     boundary; the first handled forgets the client, the other is refused."""
     from types import SimpleNamespace
 
-    from server_app.churn import Churn, Membership, lineage_shards
-    from server_app.config import RunConfig
+    from server_app.config.run_config import RunConfig
+    from server_app.stages.churn import Churn, Membership, lineage_shards
 
     cfg = RunConfig.from_run_config({**SMALL, "requests-per-stage": 1})
     folder = _catalog(tmp_path, "live")

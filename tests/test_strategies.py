@@ -10,11 +10,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import strategy as flwr_strategies
 from flwr.serverapp.strategy import FedAvg
 
+from cli.report import render
 from history.store import HistoryStore
-from server_app.config import SHARD_STRATEGIES, ConfigError, RunConfig
-from server_app.federation import assign_shards
-from server_app.learning import LearningStalledError
-from server_app.report import render
+from server_app.config.run_config import SHARD_STRATEGIES, ConfigError, RunConfig
+from server_app.rounds.federation import assign_shards
+from server_app.rounds.learning import LearningStalledError
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import SERVER_DEFAULTS, server_settings
 from strategies.sharded import keep_dtypes, pack_shards, unpack_shards

@@ -1,4 +1,4 @@
-"""The one table renderer (server_app/tables.py)."""
+"""The one table renderer (cli/tables.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server_app.tables import table
+from cli.tables import table
 
 
 def test_text_table_pads_right_aligned_columns():

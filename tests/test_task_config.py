@@ -41,7 +41,7 @@ def test_validate_data_args_optional_keys():
 
 
 def test_one_list_of_choices():
-    import server_app.config as server
+    import server_app.config.run_config as server
     from task import text, train
 
     assert server.DATASETS is DATASETS and server.PARTITIONS is PARTITIONS
@@ -58,7 +58,7 @@ def test_defaults_are_pyproject_toml():
 
 
 def test_server_defaults_match_pyproject_toml():
-    from server_app.config import RunConfig
+    from server_app.config.run_config import RunConfig
 
     assert RunConfig.from_run_config(default_run_config()) == RunConfig()
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from history.store import HistoryStore
-from server_app.config import ConfigError
+from server_app.config.run_config import ConfigError
 from strategies.sharded import to_record
 from strategies.unlearning import CalibratedRetraining, ShardingEraser
 
@@ -63,7 +63,7 @@ class RecordingHistory:
 def test_se_never_reads_forgotten_updates(run_server, tmp_path):
     from flwr.app import ConfigRecord
 
-    from server_app.unlearning import drive
+    from server_app.unlearning.driver import drive
 
     summary, grid = run_server({"frameworks": "none", "num-rounds": 3})
     store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
@@ -103,9 +103,9 @@ def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
     from conftest import TINY
 
     from server_app.app import initial_model, sharded_strategy, train_config
-    from server_app.config import RunConfig
-    from server_app.federation import Federation
-    from server_app.learning import run_learning
+    from server_app.config.run_config import RunConfig
+    from server_app.rounds.federation import Federation
+    from server_app.rounds.learning import run_learning
 
     summary, grid = run_server({"frameworks": "FR", "forget-clients": "5"})
     fr = load_models(tmp_path / "t" / "models" / "FR.npz")

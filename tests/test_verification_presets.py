@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from server_app.config import RunConfig
-from server_app.federation import assign_shards
+from server_app.config.run_config import RunConfig
+from server_app.rounds.federation import assign_shards
 from task.config import fused_run_config
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets"

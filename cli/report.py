@@ -1,11 +1,11 @@
-"""Print a summary.json as plain-text tables: ``python -m server_app.report FILE``."""
+"""Print a summary.json as plain-text tables: ``python -m cli.report FILE``."""
 
 from __future__ import annotations
 
 import sys
 
-from server_app.summary import RunSummary
-from server_app.tables import table
+from cli.tables import table
+from server_app.run.summary import RunSummary
 
 
 def _cell(value: object) -> str:
@@ -19,7 +19,7 @@ def _cell(value: object) -> str:
 def render(summary: RunSummary | dict) -> str:
     """The tables for one run's summary (learning, shards, storage), then warnings.
 
-    ``summary`` is a :class:`~server_app.summary.RunSummary` or the dict of a
+    ``summary`` is a :class:`~server_app.run.summary.RunSummary` or the dict of a
     ``summary.json`` (read back as one).
     """
     if isinstance(summary, dict):
@@ -192,7 +192,7 @@ def _verification_lines(summary: RunSummary) -> list[str]:
 def main(argv: list[str]) -> int:
     """Print the tables of the summary.json named in ``argv[0]``."""
     if len(argv) != 1:
-        print("usage: python -m server_app.report SUMMARY_JSON", file=sys.stderr)
+        print("usage: python -m cli.report SUMMARY_JSON", file=sys.stderr)
         return 2
     print(render(RunSummary.load(argv[0])))
     return 0

@@ -2,19 +2,19 @@
 
 A run with ``num-stages`` > 1 is a sequence of stages (paper Sec. 3.1). Stage t:
 
-1. its clients (:class:`server_app.churn.Membership`: clients that joined, minus
+1. its clients (:class:`server_app.stages.churn.Membership`: clients that joined, minus
    those that left or were forgotten) learn ``num-rounds`` rounds, numbered
    ``(t - 1) G + 1 .. t G``, from the shard models the previous stage ended
    with; every round goes to the one history store of the run, which so spans
    the stages;
 2. the requests received during the stage (``requests-per-stage`` seeded ones,
-   then those of the ``forget`` command, :mod:`server_app.inbox`) are handled
+   then those of the ``forget`` command, :mod:`server_app.run.inbox`) are handled
    one after the other: SE replays each impacted shard from the first stored
    round, in whatever stage, in which a forgotten client took part (forgetting
    is cumulative, so the stored models before that round never saw a forgotten
    client), and FR, if asked, retrains every stage so far from W^0 without the
    forgotten clients (:func:`retrain_stages`);
-3. a receipt is written per request (:mod:`server_app.receipts`), and the next
+3. a receipt is written per request (:mod:`server_app.run.receipts`), and the next
    stage goes on from SE's models.
 
 A stage's result and models are kept in the run catalog as soon as it ends, so a
@@ -32,18 +32,18 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from history import HistoryStore
-from server_app.churn import Churn, Membership, lineage_shards, present_shards
-from server_app.config import RunConfig
-from server_app.config_stages import initial_clients
-from server_app.evaluation import CentralEvaluator
-from server_app.federation import Federation
-from server_app.frameworks import Stage, UnlearningSettings
-from server_app.inbox import Request, RequestInbox
-from server_app.learning import LearningResult, run_learning
-from server_app.receipts import shard_digests, utc, write_receipt
-from server_app.rounds import CostMeter
-from server_app.screening import FaultLog
-from server_app.unlearning import accumulate, drive, run_unlearning
+from server_app.config.run_config import RunConfig
+from server_app.config.stages import initial_clients
+from server_app.evaluation.central import CentralEvaluator
+from server_app.rounds.federation import Federation
+from server_app.rounds.learning import LearningResult, run_learning
+from server_app.rounds.loop import CostMeter
+from server_app.rounds.screening import FaultLog
+from server_app.run.inbox import Request, RequestInbox
+from server_app.run.receipts import shard_digests, utc, write_receipt
+from server_app.stages.churn import Churn, Membership, lineage_shards, present_shards
+from server_app.unlearning.driver import accumulate, drive, run_unlearning
+from server_app.unlearning.frameworks import Stage, UnlearningSettings
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.unlearning import FrozenShard
 
@@ -134,7 +134,7 @@ def staged_federations(cfg: RunConfig, node_of: dict[int, int], samples: dict
                        ) -> tuple[Federation, Federation]:
     """SE's federation (``num-shards``) and FR's (``baseline-shards``), every client.
 
-    Shards are lineages (:func:`server_app.churn.lineage_shards`).
+    Shards are lineages (:func:`server_app.stages.churn.lineage_shards`).
     """
     first = initial_clients(cfg)
     return tuple(Federation(node_of, lineage_shards(cfg.num_clients, first, s, cfg.seed),

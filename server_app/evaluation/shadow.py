@@ -2,7 +2,7 @@
 
 ``mia-shadows`` = k >= 1 replaces the audit's attack (fit on the original model)
 with Shokri's: k shadow models are trained with the run's own recipe on data
-disjoint from every client's (:func:`server_app.audit.fit_shadow_attack`): each
+disjoint from every client's (:func:`server_app.evaluation.audit.fit_shadow_attack`): each
 shadow is a shard of its own, its random "in" half of a shadow pool split over as
 many clients as a shard has, trained by FedAvg for G rounds of
 ``clients-per-round / num-shards`` clients x L local epochs with the run's
@@ -14,7 +14,7 @@ own): its outputs on the targets (the forgotten clients' training samples; only
 clients that took part in at least one learning round) against as many held-out
 samples of the same classes.
 
-Which samples (:mod:`server_app.mia_sets`): the non-members are training images
+Which samples (:mod:`server_app.evaluation.mia_sets`): the non-members are training images
 that no client holds (the rows past each client's ``client-samples`` cap: same
 split and distribution as the targets), or, where they hold too few of a target
 class, the second half of the test set; the shadow pool is the free training
@@ -35,7 +35,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import f1_score, roc_auc_score, roc_curve
 from threadpoolctl import threadpool_limits
 
-from server_app.mia import membership_features
+from server_app.evaluation.mia import membership_features
 
 #: The false-positive rate at which ``tpr_at_1fpr`` is read.
 LOW_FPR = 0.01
@@ -91,7 +91,7 @@ class ShadowAttack:
         Raises
         ------
         ValueError
-            Bad shapes or values (see :func:`server_app.mia.membership_features`),
+            Bad shapes or values (:func:`server_app.evaluation.mia.membership_features`),
             or ``is_in`` without both classes.
         """
         features = membership_features(proba, labels)

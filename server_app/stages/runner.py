@@ -1,6 +1,6 @@
 """The ServerApp's staged run: stage after stage, resumable, then summary.json.
 
-:func:`run_staged` drives :class:`server_app.staged.StagedRun` through
+:func:`run_staged` drives :class:`server_app.stages.staged.StagedRun` through
 ``num-stages`` stages. Each finished stage is kept in the run catalog with its
 models (``models/stage<t>.npz``), so a killed run resumes at the stage it was
 in. :func:`staged_summary` turns the stage entries and the receipts into
@@ -21,14 +21,14 @@ from flwr.supercore import log
 
 from history import HistoryStore
 from history.catalog import CATALOG_FILE
-from server_app.screening import FaultLog
-from server_app.staged import StagedRun, staged_federations
-from server_app.summary import (
+from server_app.rounds.screening import FaultLog
+from server_app.run.summary import (
     FrameworkSummary,
     LearningSummary,
     ModelScores,
     UnlearningPlan,
 )
+from server_app.stages.staged import StagedRun, staged_federations
 
 __all__ = ["run_staged", "staged_summary"]
 

@@ -1,7 +1,7 @@
 """The unlearning stage: run each framework on the requests and measure it.
 
 For every framework (SE, FR, FE, RR) and request batch this builds the strategy
-(:mod:`server_app.frameworks`), drives its rounds over the grid through the
+(:mod:`server_app.unlearning.frameworks`), drives its rounds over the grid through the
 shared round loop and measures: retraining compute seconds (clients' training
 seconds plus the server's aggregation and calibration seconds), wall seconds,
 client-epochs, modelled communication time and server storage. The stored
@@ -20,10 +20,10 @@ every client's training seconds (so SE / FR is about 1 / (S r) whatever the
 data); ``modelled_wall_s`` models a real federation, where clients and shards
 train in parallel: per round the slowest participant's download + training +
 upload, plus the server's seconds
-(:meth:`server_app.rounds.CostMeter.round_wall_s`), summed over rounds (a coded
+(:meth:`server_app.rounds.loop.CostMeter.round_wall_s`), summed over rounds (a coded
 retrieval adds one slice transfer and the decoding). FR and RR also report
 ``to_target``: the first round whose test loss reached the original model's,
-with the costs up to it (:class:`server_app.target.TargetWatch`); they still run
+with the costs up to it (:class:`server_app.unlearning.target.TargetWatch`); they still run
 their G rounds.
 """
 
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
-from server_app.frameworks import Framework, Stage, build_framework
-from server_app.requests import expected_cost
-from server_app.rounds import CostMeter, RoundObserver, run_rounds
-from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
-from server_app.summary import FrameworkSummary, RequestCost
-from server_app.target import TargetWatch
+from server_app.rounds.loop import CostMeter, RoundObserver, run_rounds
+from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
+from server_app.run.summary import FrameworkSummary, RequestCost
+from server_app.unlearning.frameworks import Framework, Stage, build_framework
+from server_app.unlearning.requests import expected_cost
+from server_app.unlearning.target import TargetWatch
 from strategies.sharded import ShardedStrategy
 
 __all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "accumulate",
@@ -61,13 +61,13 @@ def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
           ) -> tuple[list[ArrayRecord], CostMeter]:
     """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
 
-    The rounds go through :func:`server_app.rounds.run_rounds` (replies screened,
+    The rounds go through :func:`server_app.rounds.loop.run_rounds` (replies screened,
     rejected ones and missing answers recorded in ``faults``) with a
-    :class:`~server_app.rounds.CostMeter` (``meter``, or a fresh one) as the
+    :class:`~server_app.rounds.loop.CostMeter` (``meter``, or a fresh one) as the
     first observer, then ``observers``; the meter's ``wall_s`` is set here.
     ``samples`` (partition id -> samples held) and ``timeout`` (the most training
     seconds a reply may claim) bound the replies' numbers; ``first_round`` numbers
-    the rounds (:func:`~server_app.rounds.run_rounds`).
+    the rounds (:func:`~server_app.rounds.loop.run_rounds`).
     """
     limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
     meter = meter if meter is not None else CostMeter(link_rate_mbps)

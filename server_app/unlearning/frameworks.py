@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from flwr.app import ArrayRecord, ConfigRecord
 
 from history import StoreError, TrainingHistory
-from server_app.config import RunConfig
-from server_app.federation import Federation
+from server_app.config.run_config import RunConfig
+from server_app.rounds.federation import Federation
 from strategies.calibration import weighted_step
 from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import (

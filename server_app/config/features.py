@@ -1,7 +1,7 @@
 """Checks of the run config's feature groups: coded storage, backdoor and shadow MIA.
 
-Each takes a :class:`server_app.config.RunConfig` and raises
-:class:`~server_app.config_values.ConfigError` naming the key, the value and what
+Each takes a :class:`server_app.config.run_config.RunConfig` and raises
+:class:`~server_app.config.values.ConfigError` naming the key, the value and what
 is allowed.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from server_app.config_values import bad
+from server_app.config.values import bad
 from task.backdoor import MAX_TRIGGER
 
 STORAGE_MODES = ("uncoded", "coded")

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from history.coded_catalog import auto_blocks_per_shard
-from server_app.config_features import check_backdoor, check_storage
-from server_app.config_stages import check_stages
-from server_app.config_values import (  # noqa: F401 (ConfigError is this module's API)
+from server_app.config.features import check_backdoor, check_storage
+from server_app.config.stages import check_stages
+from server_app.config.values import (  # noqa: F401 (ConfigError is this module's API)
     EPOCHS_PER_RATIO,
     FLOAT_RANGE,
     INT64_MAX,

@@ -1,6 +1,6 @@
 """The one table renderer: aligned plain text for terminals, or markdown.
 
-Used by the run summary (:mod:`server_app.report`), the experiment report
+Used by the run summary (:mod:`cli.report`), the experiment report
 (:mod:`experiments.report`) and the benchmarks' printed tables.
 """
 

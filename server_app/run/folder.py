@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from history.files import atomic_write, atomic_write_arrays, decode_arrays
-from server_app.config import ConfigError, RunConfig
-from server_app.runlock import LOCK_NAME, RunLock, RunLockedError
+from server_app.config.run_config import ConfigError, RunConfig
+from server_app.run.lock import LOCK_NAME, RunLock, RunLockedError
 
 
 class ModelsFileError(RuntimeError):
@@ -31,12 +31,12 @@ class RunFolder:
 
     @classmethod
     def start(cls, cfg: RunConfig) -> RunFolder:
-        """Create or reopen the run folder and take its lock (:mod:`server_app.runlock`).
+        """Create or reopen the run folder and take its lock (:mod:`server_app.run.lock`).
 
         A finished run of the same name is never overwritten, and a run that is
         still going (a live process holds the lock) is never joined. The folder
         of an unfinished run that has a run catalog (``run.sqlite``) is kept, so
-        the run resumes (see :mod:`server_app.runlog`); a folder that is not a
+        the run resumes (see :mod:`server_app.run.catalog`); a folder that is not a
         run folder of this app is never touched (:meth:`check_free`). The lock
         is held until :meth:`finish` or the end of the process.
 

@@ -27,9 +27,9 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from history import RoundRecorder
-from server_app.federation import Federation
-from server_app.rounds import RoundOutcome, run_rounds
-from server_app.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
+from server_app.rounds.federation import Federation
+from server_app.rounds.loop import RoundOutcome, run_rounds
+from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
 from strategies.sharded import ShardedStrategy, to_numpy
 
 

@@ -201,9 +201,9 @@ class FrameworkSummary:
         True when every request was a no-op (no model was produced).
     modelled_wall_s : float, optional
         Modelled wall seconds of a real federation
-        (:meth:`server_app.rounds.CostMeter.round_wall_s`, summed).
+        (:meth:`server_app.rounds.loop.CostMeter.round_wall_s`, summed).
     to_target : dict, optional
-        FR, RR: :meth:`server_app.target.TargetWatch.result` of the last request.
+        FR, RR: :meth:`server_app.unlearning.target.TargetWatch.result` of the last request.
     rounds_to_target : int, optional
         FR, RR: first round whose test loss reached the original model's
         (absent when not reached in G rounds).
@@ -303,7 +303,7 @@ class RunSummary:
     checksums."""
     verification: dict | None = None  # backdoor settings, forgotten clients' rounds
     stages: list[dict] | None = None
-    """Staged runs: one entry per stage (:func:`server_app.staged.run_stages`)."""
+    """Staged runs: one entry per stage (:func:`server_app.stages.staged.run_stages`)."""
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

@@ -1,6 +1,6 @@
 """Membership-inference audit: does a model still remember the forgotten data.
 
-One attack (:class:`server_app.mia.MembershipAttack`) is fit on the ORIGINAL
+One attack (:class:`server_app.evaluation.mia.MembershipAttack`) is fit on the ORIGINAL
 sharded ensemble's outputs: members are training samples of retained clients,
 non-members the first half of the test set. Every model (the original, and each
 framework's unlearned models) is then scored on the forgotten clients' training
@@ -9,7 +9,7 @@ auditor, the server rebuilds the clients' partitions from the run config; it
 never sees them in learning.
 
 With ``mia-shadows`` >= 1, :func:`shadow_audit` runs Shokri's shadow-model attack
-instead (:mod:`server_app.shadow`), on each model separately.
+instead (:mod:`server_app.evaluation.shadow`), on each model separately.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord
 
-from server_app.config import RunConfig
-from server_app.mia import MembershipAttack
-from server_app.mia_sets import MiaSets, choose_sets
-from server_app.shadow import ShadowAttack, shadow_splits
+from server_app.config.run_config import RunConfig
+from server_app.evaluation.mia import MembershipAttack
+from server_app.evaluation.mia_sets import MiaSets, choose_sets
+from server_app.evaluation.shadow import ShadowAttack, shadow_splits
 from task.data import client_data, load_task_data, partition_sizes
 from task.model import build_model
 from task.train import local_train, predict_proba
@@ -144,7 +144,7 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
 
     Each shadow's "in" and "out" sets are ``m`` samples each of the pool ``x_pool``
     (N, ...), ``y_pool`` (N,) (N >= 2 m), data no client holds and no target or
-    non-member (:func:`server_app.mia_sets.choose_sets`).
+    non-member (:func:`server_app.evaluation.mia_sets.choose_sets`).
 
     Returns the fitted :class:`ShadowAttack` and the settings used (for
     ``verification.mia``).

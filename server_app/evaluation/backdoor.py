@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord
 
-from server_app.config import RunConfig
+from server_app.config.run_config import RunConfig
 from task.backdoor import Backdoor, attack_success_rate, triggered_test_set
 from task.data import TaskData
 from task.model import build_model

@@ -1,7 +1,7 @@
 """The round loop that learning and every unlearning framework run through.
 
 One round: the strategy configures its messages, the grid delivers them, replies
-are screened (:mod:`server_app.screening`), the strategy aggregates the accepted
+are screened (:mod:`server_app.rounds.screening`), the strategy aggregates the accepted
 ones, and the round's outcome goes to each observer once: the history recorder
 (learning), the cost meter (compute seconds, client-epochs, modelled transfer
 time) and the evaluator. The shard models stay packed in one ``ArrayRecord``
@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from history.comm import transfer_seconds
-from server_app.screening import FaultLog, ReplyLimits, screen
+from server_app.rounds.screening import FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
 
 
@@ -255,7 +255,7 @@ def shard_warnings(strategy: ShardedStrategy, messages: Sequence[Message],
     messages, accepted : Sequence[Message]
         What was sent, and the replies that passed screening.
     new_faults : Sequence[dict]
-        This round's :class:`server_app.screening.FaultLog` entries (their
+        This round's :class:`server_app.rounds.screening.FaultLog` entries (their
         ``node`` and ``kind`` say why each reply is missing).
     label, rnd : str, int
         Stage and round, for the text.

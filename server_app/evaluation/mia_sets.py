@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server_app.config import RunConfig
+from server_app.config.run_config import RunConfig
 from task.data import partitions
 
 #: ``verification.mia.shadow_pool`` (and ``heldout``) when from the training split.

@@ -2,7 +2,7 @@
 
 RapidRetrain's claim is that it needs fewer rounds than FedRetrain, not less work
 per round. :class:`TargetWatch` is an observer of the round loop
-(:mod:`server_app.rounds`): after each round it scores the shard models with the
+(:mod:`server_app.rounds.loop`): after each round it scores the shard models with the
 central evaluator and notes the first round whose test loss is at most the
 original model's (the learned shard ensemble), with the cost meter's totals at
 that round. The framework still runs its G rounds (its final model and costs are
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from flwr.app import ArrayRecord
 
-from server_app.rounds import CostMeter, RoundOutcome
+from server_app.rounds.loop import CostMeter, RoundOutcome
 
 
 class TargetWatch:

@@ -1,4 +1,4 @@
-"""Checks of the stage keys (a federation that lives on; :mod:`server_app.staged`).
+"""Checks of the stage keys (a federation that lives on; :mod:`server_app.stages.staged`).
 
 The keys: ``num-stages``, ``joins-per-stage``, ``leaves-per-stage`` and
 ``requests-per-stage``. ``num-clients`` counts every client that ever exists:
@@ -10,7 +10,7 @@ what is allowed.
 
 from __future__ import annotations
 
-from server_app.config_values import bad
+from server_app.config.values import bad
 
 MAX_STAGES = 1000
 STAGED_FRAMEWORKS = ("SE", "FR")

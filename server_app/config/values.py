@@ -1,7 +1,7 @@
 """Run-config values: the error type, the sanity ranges, and type coercion.
 
-Shared by :mod:`server_app.config` and its feature checks
-(:mod:`server_app.config_features`), so neither imports the other's internals.
+Shared by :mod:`server_app.config.run_config` and its feature checks
+(:mod:`server_app.config.features`), so neither imports the other's internals.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Who is present in each stage of a staged run: joins, leaves and planned requests.
 
-A staged run (:mod:`server_app.staged`) starts with the clients
-``0 .. C0 - 1`` (C0 = :func:`server_app.config_stages.initial_clients`), split
-into shards by :func:`server_app.federation.assign_shards`; before stage t >= 2,
+A staged run (:mod:`server_app.stages.staged`) starts with the clients
+``0 .. C0 - 1`` (C0 = :func:`server_app.config.stages.initial_clients`), split
+into shards by :func:`server_app.rounds.federation.assign_shards`; before stage t >= 2,
 ``leaves-per-stage`` present clients leave and the next ``joins-per-stage``
 partition ids join. A joining client with partition id p joins shard ``p mod S``
 and stays there: a shard is a lineage across stages, so isolation holds across
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from server_app.federation import assign_shards
-from server_app.requests import RequestError, generate_requests
+from server_app.rounds.federation import assign_shards
+from server_app.unlearning.requests import RequestError, generate_requests
 
 
 def lineage_shards(num_clients: int, initial: int, num_shards: int, seed: int

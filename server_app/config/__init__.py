@@ -1,0 +1,1 @@
+"""The run configuration: typed, validated settings parsed once from the run config."""

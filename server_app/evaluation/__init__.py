@@ -1,0 +1,1 @@
+"""Evaluation: central test scores, the membership-inference audit, the backdoor check."""

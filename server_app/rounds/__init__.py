@@ -1,0 +1,1 @@
+"""The round loop: federation discovery, screening of replies, learning rounds."""

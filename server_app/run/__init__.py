@@ -1,0 +1,1 @@
+"""The run's folder: its lock, catalog, inbox, receipts and summary.json."""

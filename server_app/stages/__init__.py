@@ -1,0 +1,1 @@
+"""Stages: a federation that lives on, with joins, leaves and requests over time."""

@@ -1,0 +1,1 @@
+"""Unlearning: requests, the frameworks (SE, FR, FE, RR) and their driver."""
