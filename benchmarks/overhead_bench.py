@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from cli import config as cli_config  # noqa: E402
-from server_app.config.run_config import RunConfig  # noqa: E402
+from server_app.config import RunConfig  # noqa: E402
 from server_app.evaluation.central import CentralEvaluator  # noqa: E402
 from server_app.rounds.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
@@ -55,15 +55,16 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]
     """
     server_threads = torch.get_num_threads()  # the ServerApp's (torch's default)
     torch.set_num_threads(1)  # a client's, as in the ClientApp
-    task = load_task_data(cfg.dataset, cfg.data_dir or None, cfg.block_size)
-    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
-    evaluator = CentralEvaluator(cfg.dataset, cfg.data_dir or None, cfg.block_size,
-                                 cfg.test_samples or None)
+    data = cfg.data
+    task = load_task_data(data.dataset, data.data_dir or None, data.block_size)
+    shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
+    evaluator = CentralEvaluator(data.dataset, data.data_dir or None, data.block_size,
+                                 data.test_samples or None)
     torch.manual_seed(cfg.seed)
-    base = build_model(cfg.dataset, task.num_classes)
+    base = build_model(cfg.data.dataset, task.num_classes)
     models = [{k: v.numpy().copy() for k, v in base.state_dict().items()}
               for _ in shards]
-    per_shard = cfg.clients_per_round // cfg.num_shards
+    per_shard = cfg.training.clients_per_round // cfg.training.num_shards
     times, serial = [], []
     for rnd in range(1, rounds + 1):
         t0 = time.perf_counter()
@@ -72,15 +73,15 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]
             sampled = random.Random(f"{cfg.seed}:{rnd}:{s}").sample(pids, per_shard)
             updates, weights = [], []
             for pid in sampled:
-                x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed,
-                                   cfg.partition_alpha, cfg.classes_per_client)
-                x, y = x[:cfg.client_samples or None], y[:cfg.client_samples or None]
-                model = build_model(cfg.dataset, task.num_classes)
+                x, y = client_data(task, pid, data.num_clients, data.partition, cfg.seed,
+                                   data.partition_alpha, data.classes_per_client)
+                x, y = x[:data.client_samples or None], y[:data.client_samples or None]
+                model = build_model(cfg.data.dataset, task.num_classes)
                 model.load_state_dict({k: torch.from_numpy(v) for k, v in
                                        models[s].items()})
-                local_train(model, x, y, epochs=cfg.local_epochs,
-                            batch_size=cfg.batch_size, lr=cfg.lr,
-                            momentum=cfg.momentum, seed=rnd * 1000 + pid)
+                local_train(model, x, y, epochs=cfg.training.local_epochs,
+                            batch_size=cfg.training.batch_size, lr=cfg.training.lr,
+                            momentum=cfg.training.momentum, seed=rnd * 1000 + pid)
                 trained = {k: v.numpy() for k, v in model.state_dict().items()}
                 updates.append({k: trained[k] - models[s][k] for k in trained})
                 weights.append(len(x))

@@ -4,7 +4,7 @@ Every value goes through Flower's own parser
 (:func:`flwr.common.config.parse_config_args`, the one ``flwr run
 --run-config`` uses), so types are those a Flower run would see. The one source
 of defaults is ``[tool.flwr.app.config]`` in ``pyproject.toml``. Errors are
-:class:`server_app.config.run_config.ConfigError` with a one-line message naming the key or
+:class:`server_app.config.ConfigError` with a one-line message naming the key or
 the text that could not be read.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from flwr.common.config import parse_config_args
 
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 from task.config import default_run_config
 
 PROJECT = Path(__file__).resolve().parents[1]

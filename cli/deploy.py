@@ -44,7 +44,7 @@ from cli.deploy_parts import (
 from cli.env import free_ports
 from cli.procs import Children
 from cli.simulation import summary_path
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
 

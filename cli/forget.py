@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from history.catalog import StoreError
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError
+from server_app.config.output import OutputConfig
 from server_app.config.values import RUN_NAME
 from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.receipts import list_receipts, receipt_line
@@ -36,7 +37,7 @@ def run_folder(name: str, results_dir: str | None) -> Path:
     ConfigError
         No such run (no ``run.sqlite`` there) or a bad name.
     """
-    root = RunConfig(results_dir=results_dir or "").resolved_results_dir()
+    root = OutputConfig(results_dir=results_dir or "").resolved_results_dir()
     if not RUN_NAME.fullmatch(name):  # what run-name allows: no path, no ..
         raise ConfigError(f"--run {name!r} is not a run name: a folder name in {root}")
     folder = root / name

@@ -7,7 +7,7 @@ import sys
 
 from cli.env import setup_env
 from cli.procs import exit_on_signals
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 
 USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...

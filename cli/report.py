@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from cli.tables import table
-from server_app.run.summary import RunSummary
+from server_app.run.summary import RunSummary, StageSummary
 
 
 def _cell(value: object) -> str:
@@ -115,16 +115,18 @@ FRAMEWORK_COLUMNS = [
 ]
 
 
-def stages_table(stages: list[dict]) -> str:
+def stages_table(stages: list[StageSummary]) -> str:
     """A staged run, one row per stage: clients, requests, accuracy, unlearning cost."""
-    def cost(entry: dict, name: str) -> object:
-        spent = entry["unlearning"].get(name)
+    def cost(entry: StageSummary, name: str) -> object:
+        spent = entry.unlearning.get(name)
         return f"{spent['client_epochs']:.1f}" if spent else ""
 
-    rows = [[e["stage"], f"{e['rounds'][0]}-{e['rounds'][1]}", e["present"],
-             ",".join(map(str, e["joined"])) or "-", ",".join(map(str, e["left"])) or "-",
-             ",".join(map(str, e["forgotten"])) or "-", e["learning"]["accuracy"],
-             e["accuracy"], " ".join(f"{a:.3f}" for a in e["shard_accuracy"]),
+    def ids(pids: list[int]) -> str:
+        return ",".join(map(str, pids)) or "-"
+
+    rows = [[e.stage, f"{e.rounds[0]}-{e.rounds[1]}", e.present, ids(e.joined),
+             ids(e.left), ids(e.forgotten), e.learning["accuracy"], e.accuracy,
+             " ".join(f"{a:.3f}" for a in e.shard_accuracy or []),
              cost(e, "SE"), cost(e, "FR")] for e in stages]
     return "stages (accuracy: ensemble after learning / after the stage's requests)\n" + \
         table(["stage", "rounds", "clients", "joined", "left", "forgotten",

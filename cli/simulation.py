@@ -22,7 +22,7 @@ from cli import config
 from cli.env import free_ports
 from cli.procs import Children, tee
 from cli.progress import output_sink
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
 
@@ -58,8 +58,8 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     merged = absolute_paths(config.resolve(args.preset, args.run_config))
     cfg = preflight(merged.config)
     RunFolder.check_free(cfg)
-    supernodes = args.supernodes or cfg.num_clients
-    results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.resolved_results_dir())
+    supernodes = args.supernodes or cfg.data.num_clients
+    results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.output.resolved_results_dir())
     results.mkdir(parents=True, exist_ok=True)
     log_path = results / f".run-{os.getpid()}.log"
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
@@ -100,10 +100,10 @@ def preflight(run_config: dict):
 
     cfg = validate_run_config(run_config)
     try:
-        data_dir = str(resolve_data_dir(cfg.dataset, cfg.data_dir or None))
+        data_dir = str(resolve_data_dir(cfg.data.dataset, cfg.data.data_dir or None))
     except DatasetNotFoundError as err:  # one line, naming data-dir
         raise ConfigError(str(err)) from None
-    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
+    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
     return validate_run_config(run_config, task)
 
 

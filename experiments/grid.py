@@ -190,7 +190,7 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
     ------
     RuntimeError
         The run ended without writing ``summary.json``.
-    server_app.config.run_config.ConfigError
+    server_app.config.ConfigError
         A key that is not in pyproject.toml.
     """
     from client_app.app import app as client_app

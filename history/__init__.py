@@ -18,11 +18,11 @@ from history.coded_catalog import CodedStorageError
 from history.coded_reader import CodedHistory, CodedHistoryError
 from history.coded_recorder import CodedRecorder
 from history.protocols import RoundRecorder, TrainingHistory
-from history.storage import efficiency, storage_summary
+from history.storage import StorageSettings, efficiency, storage_summary
 from history.store import CorruptBlobError, HistoryStore
 
 __all__ = [
     "CodedHistory", "CodedHistoryError", "CodedRecorder", "CodedStorageError",
     "CorruptBlobError", "HistoryStore", "RoundRecorder", "SQLiteCatalog", "StoreError",
-    "TrainingHistory", "efficiency", "storage_summary",
+    "StorageSettings", "TrainingHistory", "efficiency", "storage_summary",
 ]

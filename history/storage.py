@@ -7,6 +7,8 @@ and throughput lambda are the paper's formulas (Lin et al., IJCAI 2024, Sec. 4).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from history.protocols import TrainingHistory
 
 _NO_CLIENTS = {"max": 0, "min": 0, "mean": 0.0, "total": 0}
@@ -88,8 +90,40 @@ def shard_needs(history: TrainingHistory, shard: int, model_bytes: int) -> dict:
             "models_bytes": model_bytes * len(rounds)}
 
 
-def paper_counts(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None,
-                 model_bytes: int, coded: dict | None) -> dict:
+@dataclass(frozen=True)
+class StorageSettings:
+    """What the storage report needs to know of a run (no app config here).
+
+    Attributes
+    ----------
+    mode : str
+        ``uncoded`` or ``coded``.
+    num_shards : int
+        S, shard servers.
+    num_clients : int
+        C, clients (each can hold slices).
+    blocks_per_shard : int
+        K of coded storage (used when the store does not say its own).
+    privacy_t : int
+        T of coded storage (likewise).
+    calibration_interval : int
+        FedEraser's interval (which stored models a replay can start from).
+    link_rate_mbps : float
+        Link rate of the communication model (Mbit/s).
+    """
+
+    mode: str
+    num_shards: int
+    num_clients: int
+    blocks_per_shard: int
+    privacy_t: int
+    calibration_interval: int
+    link_rate_mbps: float
+
+
+def paper_counts(cfg: StorageSettings, sharded: TrainingHistory,
+                 baseline: TrainingHistory | None, model_bytes: int,
+                 coded: dict | None) -> dict:
     """Per shard server and over the whole system (servers + clients), in bytes.
 
     - FE: one server keeps W^0 and every update; clients keep nothing.
@@ -122,14 +156,15 @@ def paper_counts(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None
     return out
 
 
-def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | None,
+def storage_summary(cfg: StorageSettings, sharded: TrainingHistory,
+                    baseline: TrainingHistory | None,
                     model_bytes: int | None = None) -> dict:
     """The ``storage`` block of summary.json.
 
     Parameters
     ----------
-    cfg : RunConfig
-        The run's settings (S, K, C, storage mode).
+    cfg : StorageSettings
+        The run's S, K, C, T, storage mode, calibration interval and link rate.
     sharded : TrainingHistory
         What SE's server keeps (``HistoryStore`` or ``CodedHistory``).
     baseline : TrainingHistory or None
@@ -155,7 +190,7 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
     """
     fe = baseline.total_bytes() if baseline is not None else None
     out: dict = {
-        "mode": cfg.storage, "server_bytes": sharded.total_bytes(),
+        "mode": cfg.mode, "server_bytes": sharded.total_bytes(),
         "FE": {"server_bytes": fe, "client_bytes": dict(_NO_CLIENTS) if fe is not None
                else None, "source": "baseline store" if fe is not None else "not run"},
     }
@@ -176,7 +211,7 @@ def storage_summary(cfg, sharded: TrainingHistory, baseline: TrainingHistory | N
     coded = (out["SE_coded"] or {}).get("server_bytes")
     out["SE_coded_vs_FE"] = 1 - coded / fe if coded is not None and fe else None
     used = (acc["blocks_per_shard"], acc["privacy_t"]) if acc is not None else \
-        (cfg.coded_blocks_per_shard, cfg.privacy_t)  # the store's own K and T
+        (cfg.blocks_per_shard, cfg.privacy_t)  # the store's own K and T
     out["efficiency"] = efficiency(cfg.num_shards, used[0], cfg.num_clients, used[1])
     if model_bytes:
         for name, counts in paper_counts(cfg, sharded, baseline, model_bytes,

@@ -14,7 +14,7 @@ settings but neither nodes nor (unless given) the dataset:
   finished run (``files=True``);
 - with the loaded task: the partition can be built for ``num-clients``.
 
-Every failure is a :class:`~server_app.config.run_config.ConfigError` whose one-line
+Every failure is a :class:`~server_app.config.ConfigError` whose one-line
 message names the key(s), the value and what is allowed. The ServerApp runs the
 same checks (with the task) before it creates the run folder or contacts a node.
 """
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from server_app.config.run_config import ConfigError, RunConfig
-from server_app.config.stages import initial_clients
+from coding.field import MAX_MAGNITUDE
+from server_app.config import ConfigError, RunConfig
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
 from server_app.stages.churn import Churn, lineage_shards
@@ -45,8 +45,6 @@ updates, which may outgrow it, so an initial model at the edge of the range
 would fail a few rounds in. 8x (3 bits) keeps the default 24 bits (|x| <= 64)
 valid for every model here (CNN: largest initial weight < 1)."""
 
-_MAX_FIELD = 2**30 - 1  # coding.field.MAX_MAGNITUDE: (p - 1) / 2 for p = 2^31 - 1
-_CLASSES = {"shakespeare": 65}  # output size without the data (images: 10)
 BASELINES = ("FR", "FE", "RR")
 
 
@@ -95,16 +93,15 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     ConfigError
         A request, coded-storage, file or partition setting that cannot work.
     """
-    if cfg.num_stages > 1:  # requests come stage by stage (server_app.stages.staged)
+    if cfg.stages.staged:  # requests come stage by stage (server_app.stages)
         check_stage_requests(cfg)
         requests = []
     else:
         requests, _ = plan_requests(cfg)
     notes = baseline_sampling_notes(cfg, requests)
-    if cfg.storage == "coded":
-        num_classes = task.num_classes if task is not None else \
-            _CLASSES.get(cfg.dataset, 10)
-        check_coded_range(cfg, initial_magnitude(cfg.dataset, num_classes, cfg.seed))
+    if cfg.storage.coded:
+        num_classes = (task if task is not None else _load_task(cfg)).num_classes
+        check_coded_range(cfg, initial_magnitude(cfg.data.dataset, num_classes, cfg.seed))
     if files:
         _check_files(cfg)
     if task is not None:
@@ -130,24 +127,24 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
         Requests that would forget every client of a shard (of SE's shards or,
         when a baseline runs, of the ``baseline-shards`` federation).
     """
-    if not cfg.framework_list:
+    if not cfg.unlearning.framework_list:
         return [], []
-    shards = assign_shards(cfg.num_clients, cfg.num_shards, cfg.seed)
-    if cfg.forget_client_list:
-        requests = [cfg.forget_client_list]
+    shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, cfg.seed)
+    if cfg.unlearning.forget_client_list:
+        requests = [cfg.unlearning.forget_client_list]
     else:
         requests = _generate(cfg, shards)
     try:
         requests, noops = validate_requests(requests, shards)
     except RequestError as err:
-        raise _bad("forget-clients", cfg.forget_clients,
+        raise _bad("forget-clients", cfg.unlearning.forget_clients,
                    f"ids that leave every shard a client: {err}") from err
-    if set(cfg.framework_list) & set(BASELINES):
-        base = assign_shards(cfg.num_clients, cfg.baseline_shards, cfg.seed)
+    if set(cfg.unlearning.framework_list) & set(BASELINES):
+        base = assign_shards(cfg.data.num_clients, cfg.unlearning.baseline_shards, cfg.seed)
         try:
             validate_requests(requests, base)
         except RequestError as err:
-            raise _bad("baseline-shards", cfg.baseline_shards,
+            raise _bad("baseline-shards", cfg.unlearning.baseline_shards,
                        f"fewer baseline shards, so each keeps a client after "
                        f"forgetting {sorted({p for r in requests for p in r})}: "
                        f"{err}") from err
@@ -168,61 +165,64 @@ def check_stage_requests(cfg: RunConfig) -> None:
         Naming ``clients-per-request`` (not even one request fits) or
         ``requests-per-stage`` (with the most that fit).
     """
-    if not cfg.requests_per_stage:
+    wanted, per = cfg.stages.requests_per_stage, cfg.unlearning.clients_per_request
+    if not wanted:
         return
-    first = initial_clients(cfg)
-    churn = Churn(lineage_shards(cfg.num_clients, first, cfg.num_shards, cfg.seed),
+    first, num_shards = cfg.initial_clients, cfg.training.num_shards
+    churn = Churn(lineage_shards(cfg.data.num_clients, first, num_shards, cfg.seed),
                   first, 0, 0, cfg.seed)
+    distribution = cfg.unlearning.request_distribution
 
-    def draw(k: int, per: int) -> list[list[int]]:
-        return churn.requests(churn.first(), (), k, per, cfg.request_distribution)
+    def draw(k: int, size: int) -> list[list[int]]:
+        return churn.requests(churn.first(), (), k, size, distribution)
 
-    if _feasible(draw, cfg.requests_per_stage, cfg.clients_per_request):
-        _check_stage_baseline(cfg, draw(cfg.requests_per_stage, cfg.clients_per_request))
+    if _feasible(draw, wanted, per):
+        _check_stage_baseline(cfg, draw(wanted, per))
         return
-    if not _feasible(draw, 1, cfg.clients_per_request):
-        raise _bad("clients-per-request", cfg.clients_per_request,
-                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: stage 1 has "
-                   f"{first} clients in {cfg.num_shards} shards and each shard keeps one")
-    raise _bad("requests-per-stage", cfg.requests_per_stage,
-               f"at most {_most(lambda k: _feasible(draw, k, cfg.clients_per_request))}"
-               f" with clients-per-request = {cfg.clients_per_request} and "
-               f"request-distribution = {cfg.request_distribution!r}: stage 1 has "
-               f"{first} clients in {cfg.num_shards} shards and each shard keeps one")
+    where = f"stage 1 has {first} clients in {num_shards} shards and each shard keeps one"
+    if not _feasible(draw, 1, per):
+        raise _bad("clients-per-request", per,
+                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: {where}")
+    raise _bad("requests-per-stage", wanted,
+               f"at most {_most(lambda k: _feasible(draw, k, per))} with "
+               f"clients-per-request = {per} and request-distribution = "
+               f"{distribution!r}: {where}")
 
 
 def _check_stage_baseline(cfg: RunConfig, requests: list[list[int]]) -> None:
     """Stage 1's seeded ``requests`` leave each FR shard a client (if FR runs)."""
-    if "FR" not in cfg.framework_list:
+    if "FR" not in cfg.unlearning.framework_list:
         return
-    first = initial_clients(cfg)
+    first = cfg.initial_clients
     base = [[p for p in pids if p < first] for pids in lineage_shards(
-        cfg.num_clients, first, cfg.baseline_shards, cfg.seed)]
+        cfg.data.num_clients, first, cfg.unlearning.baseline_shards, cfg.seed)]
     try:
         validate_requests(requests, base)
     except RequestError as err:
-        raise _bad("baseline-shards", cfg.baseline_shards,
+        raise _bad("baseline-shards", cfg.unlearning.baseline_shards,
                    f"fewer baseline shards, so each keeps a client of stage 1 after "
                    f"its seeded requests {requests}: {err}") from err
 
 
 def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
     """Generated requests, or a ConfigError naming the generator's keys."""
-    def draw(k: int, per: int) -> list[list[int]]:
-        return generate_requests(shards, k, per, cfg.request_distribution, cfg.seed)
+    unlearning = cfg.unlearning
+    per, distribution = unlearning.clients_per_request, unlearning.request_distribution
+
+    def draw(k: int, size: int) -> list[list[int]]:
+        return generate_requests(shards, k, size, distribution, cfg.seed)
 
     try:
-        return draw(cfg.num_requests, cfg.clients_per_request)
+        return draw(unlearning.num_requests, per)
     except RequestError as err:
         reason = str(err)
-    if not _feasible(draw, 1, cfg.clients_per_request):
-        per = _most(lambda c: _feasible(draw, 1, c))
-        raise _bad("clients-per-request", cfg.clients_per_request,
-                   f"at most {per}: {reason}")
-    most = _most(lambda k: _feasible(draw, k, cfg.clients_per_request))
-    raise _bad("num-requests", cfg.num_requests,
-               f"at most {most} with clients-per-request = {cfg.clients_per_request} "
-               f"and request-distribution = {cfg.request_distribution!r}: {reason}")
+    if not _feasible(draw, 1, per):
+        raise _bad("clients-per-request", per,
+                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: {reason}")
+    most = _most(lambda k: _feasible(draw, k, per))
+    raise _bad("num-requests", unlearning.num_requests,
+               f"at most {most} with clients-per-request = {per} "
+               f"and request-distribution = {distribution!r}: {reason}")
 
 
 def _most(ok) -> int:
@@ -251,14 +251,14 @@ def baseline_sampling_notes(cfg: RunConfig, requests: list[list[int]]) -> list[s
     FedRetrain and RapidRetrain then sample every retained client of such a
     shard (``min(per round, retained)``; see :class:`strategies.unlearning.FedRetrain`).
     """
-    runs = [f for f in cfg.framework_list if f in ("FR", "RR")]
+    runs = [f for f in cfg.unlearning.framework_list if f in ("FR", "RR")]
     forget = {p for r in requests for p in r}
     if not runs or not forget:
         return []
-    per_round = cfg.clients_per_round // cfg.baseline_shards
+    base = cfg.unlearning.baseline_shards
+    per_round = cfg.training.clients_per_round // base
     notes = []
-    for s, pids in enumerate(assign_shards(cfg.num_clients, cfg.baseline_shards,
-                                           cfg.seed)):
+    for s, pids in enumerate(assign_shards(cfg.data.num_clients, base, cfg.seed)):
         kept = len([p for p in pids if p not in forget])
         if kept < per_round:
             notes.append(f"{'/'.join(runs)}: baseline shard {s} keeps {kept} clients "
@@ -289,7 +289,7 @@ def largest_scale_bits(magnitude: float, headroom: float = QUANT_HEADROOM) -> in
 
     Returns 0 when no b fits.
     """
-    fits = [b for b in range(1, 31) if _MAX_FIELD / 2**b >= headroom * magnitude]
+    fits = [b for b in range(1, 31) if MAX_MAGNITUDE / 2**b >= headroom * magnitude]
     return max(fits, default=0)
 
 
@@ -302,30 +302,48 @@ def check_coded_range(cfg: RunConfig, magnitude: float) -> None:
         Naming ``quant-scale-bits`` and the largest value allowed for the model.
     """
     most = largest_scale_bits(magnitude)
-    if cfg.quant_scale_bits <= most:
+    if cfg.storage.quant_scale_bits <= most:
         return
-    limit = _MAX_FIELD / 2**cfg.quant_scale_bits
+    limit = MAX_MAGNITUDE / 2**cfg.storage.quant_scale_bits
     allowed = (f"at most {most} for this model" if most else
                "no value fits this model: use storage='uncoded'")
-    raise _bad("quant-scale-bits", cfg.quant_scale_bits,
+    raise _bad("quant-scale-bits", cfg.storage.quant_scale_bits,
                f"{allowed} with storage='coded': its initial weights reach "
-               f"{magnitude:.4g}, and {cfg.quant_scale_bits} fractional bits hold "
+               f"{magnitude:.4g}, and {cfg.storage.quant_scale_bits} fractional bits hold "
                f"|x| <= {limit:.4g} in GF(2^31-1), under the required "
                f"{QUANT_HEADROOM:g}x headroom")
+
+
+def _load_task(cfg: RunConfig) -> TaskData:
+    """The run's dataset, loaded (cached): its model's output size sizes W^0.
+
+    Raises
+    ------
+    ConfigError
+        The dataset is not found (naming ``data-dir``).
+    """
+    from task.data import load_task_data
+    from task.locate import DatasetNotFoundError, resolve_data_dir
+
+    try:
+        folder = resolve_data_dir(cfg.data.dataset, cfg.data.data_dir or None)
+    except DatasetNotFoundError as err:  # one line, naming data-dir
+        raise ConfigError(str(err)) from None
+    return load_task_data(cfg.data.dataset, str(folder), cfg.data.block_size)
 
 
 def _check_files(cfg: RunConfig) -> None:
     from task.locate import DatasetNotFoundError, resolve_data_dir
 
-    if cfg.data_dir:
+    if cfg.data.data_dir:
         try:
-            resolve_data_dir(cfg.dataset, cfg.data_dir)
+            resolve_data_dir(cfg.data.dataset, cfg.data.data_dir)
         except DatasetNotFoundError as err:  # one line, naming data-dir
             raise ConfigError(str(err)) from err
-    if cfg.run_name:
-        path = cfg.resolved_results_dir() / cfg.run_name
+    if cfg.output.run_name:
+        path = cfg.output.resolved_results_dir() / cfg.output.run_name
         if (path / "summary.json").exists():
-            raise _bad("run-name", cfg.run_name,
+            raise _bad("run-name", cfg.output.run_name,
                        f"a name without a finished run: {path} holds one; choose "
                        "another run-name or remove that folder")
 
@@ -343,18 +361,18 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
     from task.data import partitions
 
     try:
-        parts = partitions(task, cfg.num_clients, cfg.partition, cfg.seed,
-                           cfg.partition_alpha, cfg.classes_per_client)
+        parts = partitions(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
+                           cfg.data.partition_alpha, cfg.data.classes_per_client)
     except ValueError as err:
-        raise ConfigError(f"run-config 'num-clients' = {cfg.num_clients} with "
-                          f"partition = {cfg.partition!r} is not allowed for "
-                          f"{cfg.dataset}: {err}") from err
-    if task.kind == "text" and cfg.partition in ("dirichlet", "pathological"):
-        return [f"partition={cfg.partition!r} on text: the text's own non-IID buckets "
+        raise ConfigError(f"run-config 'num-clients' = {cfg.data.num_clients} with "
+                          f"partition = {cfg.data.partition!r} is not allowed for "
+                          f"{cfg.data.dataset}: {err}") from err
+    if task.kind == "text" and cfg.data.partition in ("dirichlet", "pathological"):
+        return [f"partition={cfg.data.partition!r} on text: the text's own non-IID buckets "
                 "(no classes to split)"]
-    even = len(task.train_y) // cfg.num_clients
+    even = len(task.train_y) // cfg.data.num_clients
     size = len(parts[0])
-    if task.kind == "image" and cfg.partition == "noniid" and size < even:
-        return [f"partition='noniid' with {cfg.num_clients} clients: {size} samples "
+    if task.kind == "image" and cfg.data.partition == "noniid" and size < even:
+        return [f"partition='noniid' with {cfg.data.num_clients} clients: {size} samples "
                 f"per client (N // C = {even} needs more of one class than exists)"]
     return []

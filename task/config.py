@@ -2,7 +2,7 @@
 
 One list of choices for both apps: :data:`DATASETS`, :data:`PARTITIONS` and
 :data:`OPTIMIZERS` are defined here only; the ServerApp's run config
-(``server_app.config.run_config``) and the task modules import them.
+(``server_app.config``) and the task modules import them.
 
 One source of defaults: ``[tool.flwr.app.config]`` in ``pyproject.toml``.  Flower
 merges those defaults into every ``context.run_config``, so

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cli.report import render
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from task.backdoor import Backdoor, attack_success_rate, poison, stamp, triggered_test_set
 from task.config import fused_run_config
 

@@ -22,7 +22,7 @@ from cli import config
 from cli.deploy import deploy_config
 from cli.deploy_parts import niced, start_superlink
 from cli.procs import Children, marked_processes
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
 from server_app.run.catalog import RunLog
 from server_app.run.folder import RunFolder
@@ -210,10 +210,10 @@ def test_a_superlink_that_does_not_start_in_time_is_started_again(tmp_path):
 HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
     from server_app.run.folder import RunFolder
     from server_app.run.catalog import RunLog
-    cfg = RunConfig(results_dir={results!r}, run_name="live", num_clients=8,
+    cfg = RunConfig.of(results_dir={results!r}, run_name="live", num_clients=8,
                     num_shards=2, clients_per_round=4)
     folder = RunFolder.start(cfg)
     RunLog(folder.runlog_path, cfg.as_dict())
@@ -229,7 +229,7 @@ def test_a_live_run_is_not_joined_and_a_killed_one_resumes(tmp_path):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        cfg = RunConfig(results_dir=str(results), run_name="live", num_clients=8,
+        cfg = RunConfig.of(results_dir=str(results), run_name="live", num_clients=8,
                         num_shards=2, clients_per_round=4)
         with pytest.raises(ConfigError, match=f"still going \\(pid {holder.pid} "):
             RunFolder.start(cfg)
@@ -349,9 +349,9 @@ def test_another_spelling_of_the_same_results_dir_resumes(tmp_path, shared_data)
 
     base = {**config.defaults(), **TINY, "data-dir": str(shared_data), "run-name": "s"}
     first = prepare({**base, "results-dir": str(tmp_path) + "/"})
-    first.runlog.close()
+    first.catalog.close()
     first.folder.release()
     again = prepare({**base, "results-dir": str(tmp_path / "x" / "..")})
-    assert again.runlog.resumed and again.folder.path == first.folder.path
-    again.runlog.close()
+    assert again.catalog.resumed and again.folder.path == first.folder.path
+    again.catalog.close()
     again.folder.release()

@@ -36,8 +36,9 @@ from history import (
     StoreError,
 )
 from history import slices as client_slices
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.rounds.federation import Federation
+from server_app.rounds.loop import RoundLoop
 from server_app.unlearning.driver import run_unlearning
 from server_app.unlearning.frameworks import Stage, UnlearningSettings
 from strategies.sharded import to_record
@@ -207,7 +208,7 @@ def perturbed(run, absent=(), corrupt=(), swap=()):
 
 def unlearn(runs, **history_kwargs):
     """SE unlearning of client 3 on the coded run's clients; (models, summary)."""
-    from server_app.app import initial_model, train_config
+    from server_app.run.context import initial_model, train_config
 
     run = runs["coded"]
     _identity()
@@ -223,7 +224,7 @@ def unlearn(runs, **history_kwargs):
                   history, None, models, initial_model(cfg, 10),
                   train_config(cfg, run["summary"]["data_dir"]))
     try:
-        results = run_unlearning(run["grid"], stage, [[3]],
+        results = run_unlearning(RoundLoop(run["grid"]), stage, [[3]],
                                  lambda m: {"accuracy": 0.0, "loss": 0.0,
                                             "shard_accuracy": []}, log_fn=lambda m: None)
     finally:  # whatever happened, the models unlearning started from are untouched
@@ -515,7 +516,7 @@ def test_coded_storage_needs_a_holder_per_decoding_slice():
     with pytest.raises(ConfigError, match="'coded-loss-budget' = 0.5.*= -10 blocks"):
         RunConfig.from_run_config({"storage": "coded", "privacy-t": 60})
     cfg = RunConfig.from_run_config({"storage": "coded"})
-    assert cfg.blocks_per_shard == 0 and cfg.coded_blocks_per_shard == 50  # C = 100
+    assert cfg.storage.blocks_per_shard == 0 and cfg.coded_blocks_per_shard == 50  # C = 100
     cfg = RunConfig.from_run_config({"storage": "coded", "privacy-t": 10,
                                      "coded-loss-budget": 0.2})
     assert cfg.coded_blocks_per_shard == 70  # floor(0.8 x 100) - 10

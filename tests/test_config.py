@@ -1,6 +1,6 @@
 import pytest
 
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 
 
 def test_defaults_are_valid_and_match_pyproject():
@@ -74,12 +74,12 @@ def test_bad_values_name_key_value_and_allowed(key, value, words):
 
 def test_lists_parse():
     cfg = RunConfig.from_run_config({"frameworks": "se, fr", "forget-clients": "3,17"})
-    assert cfg.framework_list == ["SE", "FR"]
-    assert cfg.forget_client_list == [3, 17]
-    assert RunConfig.from_run_config({"frameworks": "none"}).framework_list == []
+    assert cfg.unlearning.framework_list == ["SE", "FR"]
+    assert cfg.unlearning.forget_client_list == [3, 17]
+    assert RunConfig.from_run_config({"frameworks": "none"}).unlearning.framework_list == []
 
 
 def test_relative_results_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = RunConfig.from_run_config({"results-dir": "out"})
-    assert cfg.resolved_results_dir() == tmp_path / "out"
+    assert cfg.output.resolved_results_dir() == tmp_path / "out"

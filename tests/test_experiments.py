@@ -367,7 +367,7 @@ def test_storage_table_script_is_a_thin_caller():
 
 def test_run_in_process_takes_pyprojects_keys_only(tmp_path):
     from experiments.grid import run_in_process
-    from server_app.config.run_config import ConfigError
+    from server_app.config import ConfigError
 
     with pytest.raises(ConfigError, match="'num-client' is not known.*num-clients"):
         run_in_process({"num-client": 8, "results-dir": str(tmp_path),

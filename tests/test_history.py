@@ -1,7 +1,6 @@
 import ast
 import inspect
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,6 +14,9 @@ from history import (
     storage_summary,
 )
 from history.coded_catalog import CodedCatalog
+from history.storage import (
+    StorageSettings,
+)
 from history.store import CorruptBlobError, HistoryStore, StoreError
 from server_app.run.catalog import RunLog
 from strategies.unlearning import HistoryReader
@@ -149,8 +151,9 @@ def test_uncoded_history_fetches_nothing_and_reports_its_bytes(tmp_path):
     store.mark_complete()
     assert store.take_retrieval() is None
     assert store.accounting() is None and store.retrievals() == []
-    cfg = SimpleNamespace(storage="uncoded", link_rate_mbps=100.0, num_shards=1,
-                          coded_blocks_per_shard=5, privacy_t=0, num_clients=8)
+    cfg = StorageSettings(mode="uncoded", link_rate_mbps=100.0, num_shards=1,
+                          blocks_per_shard=5, privacy_t=0, num_clients=8,
+                          calibration_interval=1)
     summary = storage_summary(cfg, store, store)
     assert summary["server_bytes"] == store.total_bytes() == summary["FE"]["server_bytes"]
     assert summary["SE_uncoded"]["source"] == "store" and summary["SE_coded"] is None

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from server_app.evaluation import mia_sets
 from server_app.evaluation.mia_sets import (
     FREE_TRAIN,

@@ -3,14 +3,14 @@ cannot finish, errors naming their key, partitions for any client count."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
 import numpy as np
 import pytest
 
-from server_app.config.run_config import TEXT_CONTEXT, ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
+from server_app.config.values import TEXT_CONTEXT
 from server_app.preflight import (
     check_run,
     initial_magnitude,
@@ -20,10 +20,8 @@ from server_app.preflight import (
 from server_app.rounds.federation import assign_shards
 from strategies.unlearning import FedRetrain
 
-FLOAT_KEYS = [f.name.replace("_", "-") for f in dataclasses.fields(RunConfig)
-              if isinstance(f.default, float)]
-INT_KEYS = [f.name.replace("_", "-") for f in dataclasses.fields(RunConfig)
-            if type(f.default) is int]
+FLOAT_KEYS = [k for k, v in RunConfig().as_dict().items() if isinstance(v, float)]
+INT_KEYS = [k for k, v in RunConfig().as_dict().items() if type(v) is int]
 
 
 def _refused(config: dict, *words: str, files: bool = False) -> str:
@@ -74,7 +72,8 @@ def test_issue_values_are_refused(key, value, words):
 
 
 def test_upper_bounds_admit_the_edge():
-    assert validate_run_config({"lr": 10.0, "seed": 2**32 - 1}, files=False).lr == 10.0
+    cfg = validate_run_config({"lr": 10.0, "seed": 2**32 - 1}, files=False)
+    assert cfg.training.lr == 10.0
 
 
 def test_text_block_size_is_bounded_by_the_models_context():
@@ -197,7 +196,7 @@ def test_finished_run_name_is_refused_before_any_engine(tmp_path):
 def test_validate_run_config_needs_no_engine_and_returns_the_settings():
     cfg = validate_run_config({"num-clients": 10, "num-shards": 2,
                                "clients-per-round": 4}, files=False)
-    assert isinstance(cfg, RunConfig) and cfg.num_clients == 10
+    assert isinstance(cfg, RunConfig) and cfg.data.num_clients == 10
 
 
 # ------------------------------------------------- end to end, in the ServerApp

@@ -84,7 +84,7 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
 
 
 def _settings(config, run_name):
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
 
     return RunConfig.from_run_config({**config, "run-name": run_name}).as_dict()
 
@@ -92,13 +92,13 @@ def _settings(config, run_name):
 STAGED_CHILD = CHILD.replace("set_task_identity()\n", textwrap.dedent("""\
     set_task_identity()
     from cli.forget import submit
-    from server_app.stages.staged import StagedRun
-    real = StagedRun.run_stage
-    def run_stage(self):  # the request arrives while stage 3 learns
-        if len(self.members) == 2:
+    from server_app.stages import pipeline
+    real = pipeline.run_stage
+    def run_stage(run, member):  # the request arrives while stage 3 learns
+        if len(run.members) == 2:
             submit(config["run-name"], sys.argv[2], config["results-dir"])
-        return real(self)
-    StagedRun.run_stage = run_stage
+        return real(run, member)
+    pipeline.run_stage = run_stage
 """))
 
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.run.folder import ModelsFileError, RunFolder, strict_json
 
 
 def _cfg(results, name="r"):
-    return RunConfig(results_dir=str(results), run_name=name, num_clients=8,
+    return RunConfig.of(results_dir=str(results), run_name=name, num_clients=8,
                      num_shards=2, clients_per_round=4)
 
 

@@ -29,6 +29,7 @@ from history.coded_recorder import CodedRecorder, ack_sizes
 from history.store import HistoryStore
 from server_app.rounds.federation import DiscoveryError, Federation, discover
 from server_app.rounds.learning import run_learning
+from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog, ReplyLimits, check_reply
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.sharded import to_numpy
@@ -208,10 +209,10 @@ def one_round(root: Path, coded: bool, mutate) -> tuple[FaultLog, object]:
         HistoryStore.create(root, federation.shard_of, num_shards=2)
     strategy = ShardedStrategy([make_stock_strategy("FedAvg", 2, 2) for _ in range(2)],
                                federation.shard_nodes())
-    run_learning(grid, strategy, federation, [ArrayRecord(
+    loop = RoundLoop(grid, TIMEOUT, faults, federation.partition_of, federation.samples)
+    run_learning(loop, strategy, federation, [ArrayRecord(
         {k: Array(v) for k, v in W0.items()})] * 2, 1,
-        ConfigRecord({"local-epochs": EPOCHS, "batch-size": BATCH}), store,
-        timeout=TIMEOUT, faults=faults)
+        ConfigRecord({"local-epochs": EPOCHS, "batch-size": BATCH}), store)
     return faults, store
 
 

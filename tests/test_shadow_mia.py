@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cli.report import render
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits, tpr_at_fpr
 from task.config import fused_run_config
 

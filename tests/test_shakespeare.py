@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from task.model import build_model
 from task.train import fisher_preconditioner, local_train
 
@@ -31,10 +31,10 @@ def _one_thread():
 
 def test_preset_is_valid_and_keeps_the_default_length():
     cfg = RunConfig.from_run_config(PRESET)
-    assert cfg.dataset == "shakespeare" and cfg.optimizer == "adam"
+    assert cfg.data.dataset == "shakespeare" and cfg.training.optimizer == "adam"
     default = RunConfig()
-    assert (cfg.num_rounds, cfg.local_epochs) == (default.num_rounds,
-                                                  default.local_epochs)
+    assert (cfg.training.num_rounds, cfg.training.local_epochs) == (
+        default.training.num_rounds, default.training.local_epochs)
 
 
 def test_tiny_run_learns_and_unlearns(run_server):

@@ -10,11 +10,17 @@ from flwr.app import Context, RecordDict
 
 from cli.forget import main_receipts, submit
 from history import HistoryStore
-from server_app.app import initial_model, main, train_config
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.app import main
+from server_app.config import ConfigError, RunConfig
+from server_app.rounds.learning import run_learning
+from server_app.rounds.loop import RoundLoop
+from server_app.run.context import initial_model, train_config
 from server_app.run.inbox import RequestInbox
+from server_app.stages import pipeline
 from server_app.stages.churn import Churn, Membership, lineage_shards
-from server_app.stages.staged import StagedRun, learn_stage, staged_federations
+from server_app.stages.learn import first_round, stage_strategy
+from server_app.stages.staged import staged_federations
+from server_app.stages.state import RunState
 from task.config import fused_run_config
 from tests.conftest import TINY
 
@@ -100,28 +106,28 @@ def staged_run(tmp_path_factory, shared_data):
                                "data-dir": str(shared_data)})
     grid = InProcessGrid(client_app, 12, config)
     reads, chosen = [], {}
-    real_update, real_stage = HistoryStore.update, StagedRun.run_stage
+    real_update, real_stage = HistoryStore.update, pipeline.run_stage
 
     def update(self, shard, rnd, pid):
         reads.append((pid, chosen.get("claimed", False)))
         return real_update(self, shard, rnd, pid)
 
-    def run_stage(self):
-        if len(self.members) == 2:  # stage 3 is next: the request arrives during it
-            chosen.update(_choose(self))
+    def run_stage(run, member):
+        if len(run.members) == 2:  # stage 3 is next: the request arrives during it
+            chosen.update(_choose(run))
             submit("s", str(chosen["client"]), str(tmp))
             chosen["claimed"] = True
-        return real_stage(self)
+        return real_stage(run, member)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(HistoryStore, "update", update)
-        mp.setattr(StagedRun, "run_stage", run_stage)
+        mp.setattr(pipeline, "run_stage", run_stage)
         _run(config, grid)
     summary = json.loads((tmp / "s" / "summary.json").read_text())
     return tmp / "s", summary, reads, chosen, config
 
 
-def _choose(staged: StagedRun) -> dict:
+def _choose(staged: RunState) -> dict:
     """A present client that first trained in stage 1, before any forgotten client
     of its shard; the latest such first round (2 if there is one)."""
     fits = []
@@ -200,8 +206,12 @@ def test_fedretrain_over_stages_equals_a_run_without_the_forgotten_clients(
     for entry in summary["stages"]:
         member = Membership(entry["stage"], [p for p in entry["present_clients"]
                                              if p not in forgotten])
-        models = learn_stage(grid, cfg, baseline, store, models, member,
-                             train_config(cfg, str(shared_data))).models
+        models = run_learning(
+            RoundLoop(grid), stage_strategy(cfg, baseline.shards, member.present,
+                                            baseline.node_of),
+            baseline, models, cfg.training.num_rounds,
+            train_config(cfg, str(shared_data)), store,
+            first_round=first_round(cfg, entry["stage"])).models
     for s, record in enumerate(models):
         for key, array in record.items():
             assert np.array_equal(array.numpy(), data[f"shard{s}/{key}"]), key

@@ -23,10 +23,11 @@ from cli.forget import submit
 from cli.main import main as cli_main
 from cli.report import render
 from server_app.app import main
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.inbox import RequestInbox
-from server_app.stages.staged import StagedRun, stage_strategy
+from server_app.stages import boundary, pipeline
+from server_app.stages.learn import stage_strategy
 from strategies.unlearning import FrozenShard
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -58,7 +59,7 @@ def test_staged_run_is_not_checked_against_the_one_stage_request_keys():
     """num-requests (1 by default) is not a staged key: one client per shard is fine."""
     cfg = validate_run_config({**STAGED, "num-shards": 8, "clients-per-round": 8},
                               files=False)
-    assert cfg.num_stages == 3 and cfg.num_shards == cfg.num_clients
+    assert cfg.stages.num_stages == 3 and cfg.training.num_shards == cfg.data.num_clients
 
 
 def _catalog(root, name, settings=True):
@@ -171,7 +172,7 @@ def test_two_forget_commands_at_once_name_each_client_once(tmp_path):
 
 
 def test_stage_strategy_keeps_a_shard_without_present_clients_only_when_asked():
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
 
     cfg = RunConfig.from_run_config(SMALL)
     shards, node_of = [[0, 1], [2, 3]], {p: 100 + p for p in range(4)}
@@ -198,26 +199,26 @@ def _run_small(tmp_path, shared_data, overrides, plan, late=(),
     config = fused_run_config({**SMALL, **overrides, "results-dir": str(tmp_path),
                                "run-name": "r", "data-dir": str(shared_data)})
     folder = tmp_path / "r"
-    real_stage, real_claim = StagedRun.run_stage, StagedRun._claim
+    real_stage, real_claim = pipeline.run_stage, boundary.claim
 
-    def run_stage(self):
-        stage = len(self.members) + 1
+    def run_stage(run, member):
+        stage = len(run.members) + 1
         if stage == 2:  # an operator damages the receipts while the run lives
             damage(folder)
         for clients in plan.get(stage, ()):
             submit("r", clients, str(tmp_path))
-        return real_stage(self)
+        return real_stage(run, member)
 
-    def claim(self, member, entry):
-        claimed = real_claim(self, member, entry)
-        if member.stage == self.cfg.num_stages:
+    def claim(run, member, entry):
+        claimed = real_claim(run, member, entry)
+        if member.stage == run.ctx.cfg.stages.num_stages:
             for clients in late:
                 submit("r", clients, str(tmp_path))
         return claimed
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(StagedRun, "run_stage", run_stage)
-        mp.setattr(StagedRun, "_claim", claim)
+        mp.setattr(pipeline, "run_stage", run_stage)
+        mp.setattr(boundary, "claim", claim)
         main(InProcessGrid(client_app, 6, config),
              Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                      run_config=config))
@@ -296,7 +297,7 @@ def test_a_command_arriving_between_the_seeded_draw_and_its_record_is_no_crash(
     boundary; the first handled forgets the client, the other is refused."""
     from types import SimpleNamespace
 
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
     from server_app.stages.churn import Churn, Membership, lineage_shards
 
     cfg = RunConfig.from_run_config({**SMALL, "requests-per-stage": 1})
@@ -311,15 +312,15 @@ def test_a_command_arriving_between_the_seeded_draw_and_its_record_is_no_crash(
         return drawn
 
     monkeypatch.setattr(Churn, "requests", draw_then_command)
-    run = SimpleNamespace(cfg=cfg, churn=churn, forgotten=set(),
+    run = SimpleNamespace(ctx=SimpleNamespace(cfg=cfg), churn=churn, forgotten=set(),
                           inbox=RequestInbox(folder / "run.sqlite"),
                           federation=SimpleNamespace(shards=shards),
                           baseline=SimpleNamespace(shards=[sorted(range(6))]))
     member = Membership(1, [0, 1, 2, 3])
-    claimed = StagedRun._claim(run, member, {"warnings": []})
+    claimed = boundary.claim(run, member, SimpleNamespace(warnings=[]))
     assert [r.source for r in claimed] == ["command", "planned"]
     assert claimed[0].clients == claimed[1].clients
-    assert StagedRun.refusal(run, member, claimed[0]) is None
+    assert boundary.refusal(run, member, claimed[0]) is None
     run.forgotten |= set(claimed[0].clients)
-    assert "already forgotten" in StagedRun.refusal(run, member, claimed[1])
+    assert "already forgotten" in boundary.refusal(run, member, claimed[1])
     run.inbox.close()

@@ -12,7 +12,8 @@ from flwr.serverapp.strategy import FedAvg
 
 from cli.report import render
 from history.store import HistoryStore
-from server_app.config.run_config import SHARD_STRATEGIES, ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
+from server_app.config.training import SHARD_STRATEGIES
 from server_app.rounds.federation import assign_shards
 from server_app.rounds.learning import LearningStalledError
 from strategies import ShardedStrategy, make_stock_strategy
@@ -121,12 +122,12 @@ def test_fedavgm_uses_server_momentum_by_default_and_overrides_apply():
 
 def test_run_config_sentinels_mean_the_strategys_own_defaults():
     cfg = RunConfig.from_run_config({"shard-strategy": "FedAvgM"})
-    assert cfg.shard_strategy_options["server_lr"] is None
-    assert cfg.shard_strategy_options["server_momentum"] is None
+    assert cfg.training.shard_strategy_options["server_lr"] is None
+    assert cfg.training.shard_strategy_options["server_momentum"] is None
     cfg = RunConfig.from_run_config({"shard-strategy": "FedAvgM", "server-lr": 0.3,
                                      "server-momentum": 0.0})
-    assert cfg.shard_strategy_options["server_lr"] == 0.3
-    assert cfg.shard_strategy_options["server_momentum"] == 0.0
+    assert cfg.training.shard_strategy_options["server_lr"] == 0.3
+    assert cfg.training.shard_strategy_options["server_momentum"] == 0.0
 
 
 @pytest.mark.parametrize("overrides, key, words", [

@@ -41,11 +41,12 @@ def test_validate_data_args_optional_keys():
 
 
 def test_one_list_of_choices():
-    import server_app.config.run_config as server
+    import server_app.config.data as data
+    import server_app.config.training as training
     from task import text, train
 
-    assert server.DATASETS is DATASETS and server.PARTITIONS is PARTITIONS
-    assert server.OPTIMIZERS is train.OPTIMIZERS
+    assert data.DATASETS is DATASETS and data.PARTITIONS is PARTITIONS
+    assert training.OPTIMIZERS is train.OPTIMIZERS
     assert not hasattr(text, "SCHEMES")
 
 
@@ -58,7 +59,7 @@ def test_defaults_are_pyproject_toml():
 
 
 def test_server_defaults_match_pyproject_toml():
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
 
     assert RunConfig.from_run_config(default_run_config()) == RunConfig()
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from history.store import HistoryStore
-from server_app.config.run_config import ConfigError
+from server_app.config import ConfigError
 from strategies.sharded import to_record
 from strategies.unlearning import CalibratedRetraining, ShardingEraser
 
@@ -63,7 +63,7 @@ class RecordingHistory:
 def test_se_never_reads_forgotten_updates(run_server, tmp_path):
     from flwr.app import ConfigRecord
 
-    from server_app.unlearning.driver import drive
+    from server_app.rounds.loop import RoundLoop
 
     summary, grid = run_server({"frameworks": "none", "num-rounds": 3})
     store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
@@ -77,7 +77,7 @@ def test_se_never_reads_forgotten_updates(run_server, tmp_path):
     initial = [to_record(store.shard_model(s, 0)) for s in range(2)]
     config = ConfigRecord({"lr": 0.05, "batch-size": 16, "momentum": 0.0, "seed": 0})
     sent_before = len(grid.sent)
-    models, stats = drive(grid, strategy, initial, strategy.num_rounds, config, 100.0)
+    models, stats = RoundLoop(grid).run(strategy, initial, strategy.num_rounds, config)
     assert history.read and forget not in history.read
     assert set(history.read) <= set(shards[0])
     contacted = [dst for dst, _ in grid.sent[sent_before:]]
@@ -102,10 +102,12 @@ def test_round_without_retained_participants_is_skipped(run_server, tmp_path):
 def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
     from conftest import TINY
 
-    from server_app.app import initial_model, sharded_strategy, train_config
-    from server_app.config.run_config import RunConfig
+    from server_app.config import RunConfig
     from server_app.rounds.federation import Federation
     from server_app.rounds.learning import run_learning
+    from server_app.rounds.loop import RoundLoop
+    from server_app.run.context import initial_model, train_config
+    from server_app.stages.learn import stage_strategy
 
     summary, grid = run_server({"frameworks": "FR", "forget-clients": "5"})
     fr = load_models(tmp_path / "t" / "models" / "FR.npz")
@@ -114,8 +116,9 @@ def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
     retained = [p for p in range(8) if p != 5]
     federation = Federation({p: 1000 + p for p in retained}, [retained])
     store = HistoryStore.create(tmp_path / "fresh", federation.shard_of)
-    fresh = run_learning(grid, sharded_strategy(cfg, federation), federation,
-                         [initial_model(cfg, 10)], cfg.num_rounds,
+    strategy = stage_strategy(cfg, federation.shards, retained, federation.node_of)
+    fresh = run_learning(RoundLoop(grid), strategy, federation,
+                         [initial_model(cfg, 10)], cfg.training.num_rounds,
                          train_config(cfg, summary["data_dir"]), store)
     for key, value in fresh.models[0].items():
         assert fr[f"shard0/{key}"].tobytes() == value.numpy().tobytes(), key

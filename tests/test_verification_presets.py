@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from server_app.rounds.federation import assign_shards
 from task.config import fused_run_config
 
@@ -22,15 +22,16 @@ def _cfg(name: str, **overrides) -> RunConfig:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_verify_forgets_poisoned_clients_of_one_shard(seed):
     cfg = _cfg("verify", seed=seed)
-    poisoned = {int(p) for p in cfg.forget_clients.split(",")}
-    assert len(poisoned) >= 2 and cfg.backdoor_trigger > 0 and not cfg.mia
-    shards = assign_shards(cfg.num_clients, cfg.num_shards, seed)
+    poisoned = {int(p) for p in cfg.unlearning.forget_clients.split(",")}
+    assert len(poisoned) >= 2 and cfg.audit.backdoor_trigger > 0 and not cfg.audit.mia
+    shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, seed)
     assert any(poisoned <= set(s) for s in shards), shards
-    assert cfg.clients_per_round == cfg.num_clients  # they train in every round
+    # they train in every round
+    assert cfg.training.clients_per_round == cfg.data.num_clients
 
 
 def test_memorize_has_free_training_images_for_non_members_and_shadows():
     cfg = _cfg("memorize")
-    forgotten = cfg.forget_clients.split(",")
-    assert cfg.mia and cfg.mia_shadows >= 1 and cfg.client_samples > 0
-    assert len(forgotten) * cfg.client_samples >= 200  # targets for a usable AUC
+    forgotten = cfg.unlearning.forget_clients.split(",")
+    assert cfg.audit.mia and cfg.audit.mia_shadows >= 1 and cfg.data.client_samples > 0
+    assert len(forgotten) * cfg.data.client_samples >= 200  # targets for a usable AUC

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord
 
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from server_app.evaluation.mia import MembershipAttack
 from server_app.evaluation.mia_sets import MiaSets, choose_sets
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
@@ -46,9 +46,9 @@ def ensemble_proba(models: Sequence[ArrayRecord], x: torch.Tensor, dataset: str,
 def _samples(cfg: RunConfig, task, clients: Sequence[int], limit: int, seed: int):
     xs, ys = [], []
     for pid in clients:
-        x, y = client_data(task, pid, cfg.num_clients, cfg.partition, cfg.seed,
-                           cfg.partition_alpha, cfg.classes_per_client)
-        cut = cfg.client_samples or None
+        x, y = client_data(task, pid, cfg.data.num_clients, cfg.data.partition, cfg.seed,
+                           cfg.data.partition_alpha, cfg.data.classes_per_client)
+        cut = cfg.data.client_samples or None
         xs.append(x[:cut])
         ys.append(y[:cut])
     x, y = torch.cat(xs), torch.cat(ys)
@@ -87,7 +87,7 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
         ``{"original": {...}, name: {...}}`` with ``f1``, ``precision``,
         ``recall``, ``auc`` (positive class = member).
     """
-    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
+    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
     forgotten = set(forget)
     retained = [p for pids in shards for p in pids if p not in forgotten]
     x_mem, y_mem = _samples(cfg, task, retained, max_samples, cfg.seed)
@@ -97,7 +97,7 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
     x_out, y_out = task.test_x[half:][:max_samples], task.test_y[half:][:max_samples]
 
     def proba(models, x):
-        return ensemble_proba(models, x, cfg.dataset, task.num_classes)
+        return ensemble_proba(models, x, cfg.data.dataset, task.num_classes)
 
     attack = MembershipAttack().fit(proba(original, x_mem), y_mem.numpy(),
                                     proba(original, x_non), y_non.numpy(), seed=cfg.seed)
@@ -118,19 +118,22 @@ def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
     run's optimizer (:func:`task.train.local_train`), from a seeded initial model.
     """
     torch.manual_seed(seed)
-    model = build_model(cfg.dataset, task.num_classes)
+    training = cfg.training
+    model = build_model(cfg.data.dataset, task.num_classes)
     parts = np.array_split(np.arange(len(y)), clients)
-    per_round = min(clients, max(1, cfg.clients_per_round // cfg.num_shards))
+    per_round = min(clients, max(1, training.clients_per_round // training.num_shards))
     rng = np.random.default_rng(seed)
-    for rnd in range(cfg.num_rounds):
+    for rnd in range(training.num_rounds):
         states = []
         for c in rng.choice(clients, size=per_round, replace=False):
-            local = build_model(cfg.dataset, task.num_classes)
+            local = build_model(cfg.data.dataset, task.num_classes)
             local.load_state_dict(model.state_dict())
             idx = torch.from_numpy(parts[c])
-            local_train(local, x[idx], y[idx], epochs=cfg.local_epochs,
-                        batch_size=cfg.batch_size, lr=cfg.lr, momentum=cfg.momentum,
-                        seed=seed * 1000 + rnd * 100 + int(c), optimizer=cfg.optimizer)
+            local_train(local, x[idx], y[idx], epochs=training.local_epochs,
+                        batch_size=training.batch_size, lr=training.lr,
+                        momentum=training.momentum,
+                        seed=seed * 1000 + rnd * 100 + int(c),
+                        optimizer=training.optimizer)
             states.append(local.state_dict())
         model.load_state_dict({k: sum(s[k] for s in states) / len(states)
                                for k in states[0]})
@@ -150,8 +153,8 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
     ``verification.mia``).
     """
     probas, labels, is_in = [], [], []
-    for i, (inside, outside) in enumerate(shadow_splits(len(y_pool), m, cfg.mia_shadows,
-                                                        cfg.seed)):
+    splits = shadow_splits(len(y_pool), m, cfg.audit.mia_shadows, cfg.seed)
+    for i, (inside, outside) in enumerate(splits):
         x_in, y_in = x_pool[torch.from_numpy(inside)], y_pool[torch.from_numpy(inside)]
         model = _shadow_federation(cfg, task, x_in, y_in, len(shards[0]), cfg.seed + 1 + i)
         x_out = x_pool[torch.from_numpy(outside)]
@@ -160,11 +163,12 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
         is_in += [np.ones(m, np.int64), np.zeros(m, np.int64)]
     attack = ShadowAttack(task.num_classes, cfg.seed).fit(
         np.concatenate(probas), np.concatenate(labels), np.concatenate(is_in))
+    training = cfg.training
     return attack, {"attack": "shadow models, one attack model per class",
-                    "shadows": cfg.mia_shadows, "shadow_in_samples": m,
+                    "shadows": cfg.audit.mia_shadows, "shadow_in_samples": m,
                     "shadow_recipe": f"FedAvg of {len(shards[0])} clients, "
-                    f"{cfg.clients_per_round // cfg.num_shards} a round, "
-                    f"{cfg.num_rounds} rounds x {cfg.local_epochs} local epochs"}
+                    f"{training.clients_per_round // training.num_shards} a round, "
+                    f"{training.num_rounds} rounds x {training.local_epochs} local epochs"}
 
 
 def _rows(task, split: str, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -187,8 +191,9 @@ def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
         x_t, y_t = _rows(task, "train", sets.target[mine])
         partner = sets.partner[mine]
         x_h, y_h = _rows(task, sets.heldout_split, partner[partner >= 0])
-        t_p.append(ensemble_proba([shard_models[s]], x_t, cfg.dataset, task.num_classes))
-        h_p.append(ensemble_proba([shard_models[s]], x_h, cfg.dataset, task.num_classes))
+        for probas, x in ((t_p, x_t), (h_p, x_h)):
+            probas.append(ensemble_proba([shard_models[s]], x, cfg.data.dataset,
+                                         task.num_classes))
         t_y.append(y_t.numpy())
         h_y.append(y_h.numpy())
     if not t_p:
@@ -222,10 +227,10 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         Per name ``auc``, ``f1``, ``tpr_at_1fpr``, ``n_target``, ``n_heldout``;
         and the ``verification.mia`` block.
     """
-    task = load_task_data(cfg.dataset, data_dir, cfg.block_size)
+    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
     first = next(iter(models.values()))[1]
-    sizes = partition_sizes(task, cfg.num_clients, cfg.partition, cfg.seed,
-                            cfg.client_samples)
+    sizes = partition_sizes(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
+                            cfg.data.client_samples)
     shard_size = sum(sizes) // len(first)
     targets = sorted(int(p) for p, n in forget_rounds.items() if n > 0)
     sets = choose_sets(cfg, task, targets, shard_size)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord
 
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from task.backdoor import Backdoor, attack_success_rate, triggered_test_set
 from task.data import TaskData
 from task.model import build_model
@@ -46,9 +46,9 @@ class BackdoorProbe:
 
     def __init__(self, cfg: RunConfig, task: TaskData) -> None:
         self.backdoor = backdoor_of(cfg)
-        cut = cfg.test_samples or None
+        cut = cfg.data.test_samples or None
         self.x = triggered_test_set(task.test_x[:cut], task.test_y[:cut], self.backdoor)
-        self._model = build_model(cfg.dataset, task.num_classes)
+        self._model = build_model(cfg.data.dataset, task.num_classes)
 
     def _proba(self, arrays: ArrayRecord) -> np.ndarray:
         self._model.load_state_dict(arrays.to_torch_state_dict())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from task.data import partitions
 
 #: ``verification.mia.shadow_pool`` (and ``heldout``) when from the training split.
@@ -62,9 +62,10 @@ class MiaSets:
 
 def client_rows(cfg: RunConfig, task) -> list[np.ndarray]:
     """Each client's training rows as it trains on them (``client-samples`` applied)."""
-    cap = cfg.client_samples or None
-    return [p[:cap] for p in partitions(task, cfg.num_clients, cfg.partition, cfg.seed,
-                                        cfg.partition_alpha, cfg.classes_per_client)]
+    data = cfg.data
+    cap = data.client_samples or None
+    return [p[:cap] for p in partitions(task, data.num_clients, data.partition, cfg.seed,
+                                        data.partition_alpha, data.classes_per_client)]
 
 
 def pair_by_class(target_labels: np.ndarray, pool_labels: np.ndarray, seed: int
@@ -117,9 +118,9 @@ def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> Mia
     target = np.concatenate([rows[p] for p in targets] or [np.zeros(0, np.int64)])
     owner = np.concatenate([np.full(len(rows[p]), p) for p in targets]
                            or [np.zeros(0, np.int64)])
-    if len(target) > cfg.mia_samples:
+    if len(target) > cfg.audit.mia_samples:
         keep = np.sort(np.random.default_rng(cfg.seed + 1).permutation(
-            len(target))[:cfg.mia_samples])
+            len(target))[:cfg.audit.mia_samples])
         target, owner = target[keep], owner[keep]
     train_y, test_y = task.train_y.numpy(), task.test_y.numpy()
     free = np.random.default_rng([cfg.seed, 0xF2EE]).permutation(

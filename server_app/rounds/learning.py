@@ -28,8 +28,8 @@ from flwr.supercore import log
 
 from history import RoundRecorder
 from server_app.rounds.federation import Federation
-from server_app.rounds.loop import RoundOutcome, run_rounds
-from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
+from server_app.rounds.loop import CostMeter, RoundLoop, RoundOutcome
+from server_app.rounds.screening import FaultLog
 from strategies.sharded import ShardedStrategy, to_numpy
 
 
@@ -57,6 +57,8 @@ class LearningResult:
     warnings : list[str]
         Every round's warnings (also in ``rounds[i]["warnings"]``), then one per
         shard whose model never changed.
+    costs : CostMeter, optional
+        The rounds' costs as the round loop measured them.
     """
 
     models: list[ArrayRecord]
@@ -65,6 +67,7 @@ class LearningResult:
     compute_s: float = 0.0
     client_epochs: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    costs: CostMeter | None = None
 
 
 class HistoryRecorder:
@@ -129,26 +132,17 @@ class LearningProgress:
             _fmt(entry.get("loss")), outcome.participants, entry["seconds"])
 
 
-def run_learning(
-    grid: Grid,
-    strategy: ShardedStrategy,
-    federation: Federation,
-    initial: list[ArrayRecord],
-    num_rounds: int,
-    train_config: ConfigRecord,
-    store: RoundRecorder,
-    evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
-    timeout: float | None = None,
-    label: str = "learn",
-    faults: FaultLog | None = None,
-    first_round: int = 1,
-) -> LearningResult:
-    """Run ``num_rounds`` rounds of ``strategy`` and record the history.
+def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federation,
+                 initial: list[ArrayRecord], num_rounds: int, train_config: ConfigRecord,
+                 store: RoundRecorder,
+                 evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
+                 label: str = "learn", first_round: int = 1) -> LearningResult:
+    """Run ``num_rounds`` rounds of ``strategy`` through ``loop``; record the history.
 
     Parameters
     ----------
-    grid : Grid
-        Flower grid (or a test double).
+    loop : RoundLoop
+        The run's round loop (grid, reply bounds, timeout, fault log).
     strategy : ShardedStrategy
         One aggregator per shard of ``federation``.
     federation : Federation
@@ -161,16 +155,13 @@ def run_learning(
         Sent with every training message (lr, local-epochs, batch-size ...).
     store : RoundRecorder
         Receives W^0, the updates and the shard models, then ``end_round(rnd,
-        grid)`` after each round (round 0: W^0); not marked complete here.
+        grid)`` after each round (round 0: W^0); not marked complete here. Its
+        ``max_update`` bounds the replies' updates.
     evaluate : callable, optional
         Called with the shard models after each round; its ``accuracy`` and
         ``loss`` are logged.
-    timeout : float, optional
-        Seconds to wait for a round's replies.
     label : str
-        Prefix of the progress lines.
-    faults : FaultLog, optional
-        Receives rejected replies and dropouts (they are left out of aggregation).
+        Prefix of the progress lines and the fault log's stage.
     first_round : int
         Number of the first round; W^0 is stored only when it is 1 (a later
         stage of a staged run goes on from the stored rounds before it).
@@ -181,24 +172,20 @@ def run_learning(
         No shard model changed in any round (every reply rejected or missing);
         the store is left incomplete.
     """
-    faults = faults if faults is not None else FaultLog()
-    limits = ReplyLimits(federation.samples, timeout or MAX_TRAIN_SECONDS,
-                         store.max_update)
     t_start = time.perf_counter()
     if first_round == 1:
         for s, arrays in enumerate(initial):
             store.put_shard_model(s, 0, to_numpy(arrays))
-        store.end_round(0, grid)
+        store.end_round(0, loop.grid)
     result = LearningResult(models=list(initial))
     progress = LearningProgress(result, first_round + num_rounds - 1, evaluate, label)
-    observers = [HistoryRecorder(store, federation, grid), progress]
-    result.models = run_rounds(grid, strategy, initial, num_rounds, train_config,
-                               timeout=timeout, faults=faults, label=label,
-                               partition_of=federation.partition_of,
-                               limits=limits, observers=observers,
-                               first_round=first_round)
+    observers = [HistoryRecorder(store, federation, loop.grid), progress]
+    result.models, result.costs = loop.run(strategy, initial, num_rounds, train_config,
+                                           label=label, observers=observers,
+                                           first_round=first_round,
+                                           max_update=store.max_update)
     if not any(progress.moved):
-        raise LearningStalledError(stalled_message(label, num_rounds, faults))
+        raise LearningStalledError(stalled_message(label, num_rounds, loop.faults))
     for shard in (s for s, m in enumerate(progress.moved) if not m):
         result.warnings.append(f"{label}: shard {shard}'s model never changed in "
                                f"{num_rounds} round(s); it is the initial model")

@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from history.comm import transfer_seconds
-from server_app.rounds.screening import FaultLog, ReplyLimits, screen
+from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
 
 
@@ -169,6 +169,61 @@ class CostMeter:
     def _transfer(self, arrays: ArrayRecord) -> None:
         self.transfers += 1
         self.comm_time_s += transfer_seconds(arrays.count_bytes(), self.link_rate_mbps)
+
+
+@dataclass
+class RoundLoop:
+    """The run's one round loop: its grid, reply bounds, timeout and fault log.
+
+    Built once per run; learning, every unlearning framework and every stage run
+    their rounds through :meth:`run`, so all of them screen replies against the
+    same bounds and record faults in the same log.
+
+    Attributes
+    ----------
+    grid : Grid
+        Flower grid (or the in-process one).
+    timeout : float
+        Seconds to wait for a round's replies (also the most training seconds a
+        reply may claim).
+    faults : FaultLog
+        Receives rejected replies and dropouts (left out of aggregation).
+    partition_of : Mapping[int, int]
+        Node id -> partition id (readable fault entries).
+    samples : Mapping[int, int]
+        Partition id -> samples the client holds (bounds ``num-examples``).
+    link_rate_mbps : float
+        Link rate of the communication model (:class:`CostMeter`).
+    """
+
+    grid: Grid
+    timeout: float | None = None
+    faults: FaultLog = field(default_factory=FaultLog)
+    partition_of: Mapping[int, int] = field(default_factory=dict)
+    samples: Mapping[int, int] = field(default_factory=dict)
+    link_rate_mbps: float = 100.0
+
+    def run(self, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
+            num_rounds: int, config: ConfigRecord, *, label: str = "round",
+            observers: Sequence[RoundObserver] = (), first_round: int = 1,
+            max_update: float | None = None, meter: CostMeter | None = None
+            ) -> tuple[list[ArrayRecord], CostMeter]:
+        """Run ``num_rounds`` rounds of ``strategy``; return shard models and costs.
+
+        ``meter`` (default: a fresh :class:`CostMeter`) is the first observer, then
+        ``observers``; its ``wall_s`` is set to the wall seconds of these rounds.
+        ``max_update`` bounds a reply's update (the store's fixed-point range;
+        None: unbounded). See :func:`run_rounds` for the other parameters.
+        """
+        limits = ReplyLimits(self.samples, self.timeout or MAX_TRAIN_SECONDS, max_update)
+        meter = meter if meter is not None else CostMeter(self.link_rate_mbps)
+        t_start = time.perf_counter()
+        models = run_rounds(self.grid, strategy, initial, num_rounds, config,
+                            timeout=self.timeout, faults=self.faults, label=label,
+                            partition_of=self.partition_of, limits=limits,
+                            observers=[meter, *observers], first_round=first_round)
+        meter.wall_s = time.perf_counter() - t_start
+        return models, meter
 
 
 def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],

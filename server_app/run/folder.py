@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from history.files import atomic_write, atomic_write_arrays, decode_arrays
-from server_app.config.run_config import ConfigError, RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.run.lock import LOCK_NAME, RunLock, RunLockedError
 
 
@@ -67,7 +67,7 @@ class RunFolder:
             ``results-dir`` is not a folder or lies inside a run folder; or the
             folder exists, is not empty and is no run folder of this app.
         """
-        root = cfg.resolved_results_dir()
+        root = cfg.output.resolved_results_dir()
         _check_results_dir(root)
         path = root / cfg.resolved_run_name()
         _refuse_finished(path)

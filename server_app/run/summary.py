@@ -15,7 +15,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server_app.rounds.learning import LearningResult
 
 
 def _to_json(obj: Any) -> dict:
@@ -93,6 +96,28 @@ class LearningSummary:
     def from_json(cls, data: dict) -> LearningSummary:
         """Read back :meth:`to_json`'s dict."""
         return cls(**_known(cls, data))
+
+    @classmethod
+    def of(cls, result: LearningResult) -> LearningSummary:
+        """The summary of a learning stage's result (scores after its last round)."""
+        last = result.rounds[-1]
+        return cls(accuracy=last["accuracy"], loss=last["loss"],
+                   shard_accuracy=last["shard_accuracy"], shard_loss=last["shard_loss"],
+                   wall_time_s=result.wall_time_s, compute_s=result.compute_s,
+                   client_epochs=result.client_epochs, rounds=result.rounds,
+                   warnings=result.warnings)
+
+    @classmethod
+    def combined(cls, parts: list[LearningSummary]) -> LearningSummary:
+        """Several learning stages as one: scores of the last, costs and rounds summed."""
+        last = parts[-1]
+        return cls(accuracy=last.accuracy, loss=last.loss,
+                   shard_accuracy=last.shard_accuracy, shard_loss=last.shard_loss,
+                   wall_time_s=sum(p.wall_time_s for p in parts),
+                   compute_s=sum(p.compute_s for p in parts),
+                   client_epochs=sum(p.client_epochs for p in parts),
+                   rounds=[r for p in parts for r in p.rounds],
+                   warnings=[w for p in parts for w in p.warnings])
 
 
 @dataclass
@@ -282,6 +307,68 @@ class UnlearningPlan:
 
 
 @dataclass
+class StageSummary:
+    """One stage of a staged run (``stages[t - 1]`` of summary.json).
+
+    Attributes
+    ----------
+    stage : int
+        t, from 1.
+    present : int
+        Clients present in the stage.
+    present_clients, joined, left : list[int]
+        Who was present, who joined before it, who left before it.
+    forgotten : list[int]
+        Clients forgotten at the end of the stage.
+    requests : list[str]
+        Ids of the requests handled at the end of the stage.
+    rounds : list[int]
+        First and last (global) round of the stage.
+    learning : dict
+        The stage's learning: accuracy, loss, shard scores, compute / wall
+        seconds, client-epochs and the rounds (as :class:`LearningSummary`
+        without its warnings).
+    unlearning : dict[str, dict]
+        Per framework: ``compute_s``, ``client_epochs``, ``modelled_wall_s``
+        summed over the stage's requests.
+    warnings : list[str]
+        Churn, learning and refused-request warnings of the stage.
+    accuracy, loss : float, optional
+        The ensemble's test scores at the end of the stage (after its requests).
+    shard_accuracy : list[float], optional
+        Each shard model's, likewise.
+    """
+
+    stage: int
+    present: int
+    present_clients: list[int]
+    joined: list[int]
+    left: list[int]
+    forgotten: list[int]
+    requests: list[str]
+    rounds: list[int]
+    learning: dict
+    unlearning: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    accuracy: float | None = None
+    loss: float | None = None
+    shard_accuracy: list[float] | None = None
+
+    def learning_summary(self) -> LearningSummary:
+        """The stage's learning as a :class:`LearningSummary` (warnings: the stage's)."""
+        return LearningSummary.from_json({**self.learning, "warnings": self.warnings})
+
+    def to_json(self) -> dict:
+        """The JSON dict (None fields left out)."""
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> StageSummary:
+        """Read back :meth:`to_json`'s dict."""
+        return cls(**_known(cls, data))
+
+
+@dataclass
 class RunSummary:
     """Everything ``summary.json`` holds; see README "Results" for the keys."""
 
@@ -302,8 +389,8 @@ class RunSummary:
     """The data read (:func:`task.provenance.data_provenance`): files, format,
     checksums."""
     verification: dict | None = None  # backdoor settings, forgotten clients' rounds
-    stages: list[dict] | None = None
-    """Staged runs: one entry per stage (:func:`server_app.stages.staged.run_stages`)."""
+    stages: list[StageSummary] | None = None
+    """Staged runs: one entry per stage (:mod:`server_app.stages.pipeline`)."""
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""
@@ -341,6 +428,8 @@ class RunSummary:
                                    for n, f in data["frameworks"].items()}
         if "original" in data:
             known["original"] = ModelScores.from_json(data["original"])
+        if "stages" in data:
+            known["stages"] = [StageSummary.from_json(e) for e in data["stages"]]
         return cls(**known)
 
     @classmethod

@@ -1,7 +1,7 @@
 """Who is present in each stage of a staged run: joins, leaves and planned requests.
 
 A staged run (:mod:`server_app.stages.staged`) starts with the clients
-``0 .. C0 - 1`` (C0 = :func:`server_app.config.stages.initial_clients`), split
+``0 .. C0 - 1`` (C0 = :attr:`server_app.config.RunConfig.initial_clients`), split
 into shards by :func:`server_app.rounds.federation.assign_shards`; before stage t >= 2,
 ``leaves-per-stage`` present clients leave and the next ``joins-per-stage``
 partition ids join. A joining client with partition id p joins shard ``p mod S``

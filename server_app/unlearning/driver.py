@@ -29,55 +29,24 @@ their G rounds.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from flwr.app import ArrayRecord, ConfigRecord
-from flwr.serverapp import Grid
+from flwr.app import ArrayRecord
 
-from server_app.rounds.loop import CostMeter, RoundObserver, run_rounds
-from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits
+from server_app.rounds.loop import CostMeter, RoundLoop
+from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
 from server_app.unlearning.frameworks import Framework, Stage, build_framework
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
-from strategies.sharded import ShardedStrategy
 
 __all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "accumulate",
-           "drive", "run_unlearning"]
+           "run_unlearning"]
 
 
 class UnlearningStalledError(RuntimeError):
     """A framework asked clients for a request and accepted no reply in any round."""
-
-
-def drive(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
-          num_rounds: int, config: ConfigRecord, link_rate_mbps: float,
-          timeout: float | None = None, faults: FaultLog | None = None,
-          stage: str = "unlearn", partition_of: Mapping[int, int] | None = None,
-          samples: Mapping[int, int] | None = None, meter: CostMeter | None = None,
-          observers: Sequence[RoundObserver] = (), first_round: int = 1
-          ) -> tuple[list[ArrayRecord], CostMeter]:
-    """Run ``num_rounds`` train rounds of ``strategy``; return shard models and costs.
-
-    The rounds go through :func:`server_app.rounds.loop.run_rounds` (replies screened,
-    rejected ones and missing answers recorded in ``faults``) with a
-    :class:`~server_app.rounds.loop.CostMeter` (``meter``, or a fresh one) as the
-    first observer, then ``observers``; the meter's ``wall_s`` is set here.
-    ``samples`` (partition id -> samples held) and ``timeout`` (the most training
-    seconds a reply may claim) bound the replies' numbers; ``first_round`` numbers
-    the rounds (:func:`~server_app.rounds.loop.run_rounds`).
-    """
-    limits = ReplyLimits(samples or {}, timeout or MAX_TRAIN_SECONDS)
-    meter = meter if meter is not None else CostMeter(link_rate_mbps)
-    t_start = time.perf_counter()
-    models = run_rounds(grid, strategy, initial, num_rounds, config, timeout=timeout,
-                        faults=faults, label=stage, partition_of=partition_of,
-                        limits=limits, observers=[meter, *observers],
-                        first_round=first_round)
-    meter.wall_s = time.perf_counter() - t_start
-    return models, meter
 
 
 @dataclass
@@ -89,10 +58,10 @@ class FrameworkResult:
     contacted: list[int]
 
 
-def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
+def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[int]],
                    evaluate: Callable[[list[ArrayRecord]], dict],
                    already_forgotten: Sequence[int] = (),
-                   log_fn: Callable[[str], None] = print, faults: FaultLog | None = None,
+                   log_fn: Callable[[str], None] = print,
                    frameworks: Sequence[str] | None = None
                    ) -> dict[str, FrameworkResult]:
     """Run each of ``frameworks`` on ``requests``; return their results by name.
@@ -107,16 +76,15 @@ def run_unlearning(grid: Grid, stage: Stage, requests: Sequence[Sequence[int]],
         batches = [sorted({p for r in requests for p in r})]
     else:
         batches = [list(r) for r in requests]
-    return {name: _run_framework(name, grid, stage, batches, evaluate,
-                                 set(already_forgotten), log_fn, faults)
+    return {name: _run_framework(name, loop, stage, batches, evaluate,
+                                 set(already_forgotten), log_fn)
             for name in (stage.settings.frameworks if frameworks is None else frameworks)}
 
 
-def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]],
-                   evaluate, forget: set[int], log_fn, faults: FaultLog | None
-                   ) -> FrameworkResult:
+def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[int]],
+                   evaluate, forget: set[int], log_fn) -> FrameworkResult:
     per_request: list[RequestCost] = []
-    total = CostMeter(stage.settings.link_rate_mbps)
+    total = CostMeter(loop.link_rate_mbps)
     models: list[ArrayRecord] = []
     for k, batch in enumerate(batches):
         if not batch:  # every client already forgotten: a recorded no-op
@@ -126,16 +94,13 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
         framework = build_framework(name, stage, forget, batch, models or None)
         label = f"{name} request {k}"
         _log_unchanged(framework, label, log_fn)
-        meter = CostMeter(stage.settings.link_rate_mbps)
+        meter = CostMeter(loop.link_rate_mbps)
         watch = TargetWatch(evaluate, stage.target_loss, meter) \
             if name in ("FR", "RR") and stage.target_loss is not None else None
-        models, stats = drive(grid, framework.strategy, framework.initial,
-                              framework.num_rounds, stage.train_config,
-                              stage.settings.link_rate_mbps,
-                              stage.settings.round_timeout, faults, label,
-                              stage.sharded.partition_of, stage.sharded.samples,
-                              meter, [watch] if watch else [])
-        _check_progress(label, stats, faults)
+        models, stats = loop.run(framework.strategy, framework.initial,
+                                 framework.num_rounds, stage.train_config, label=label,
+                                 observers=[watch] if watch else [], meter=meter)
+        _check_progress(label, stats, loop.faults)
         cost = _request_cost(k, batch, framework, stats, stage, name)
         cost.to_target = watch.result() if watch else None
         per_request.append(cost)
@@ -151,11 +116,11 @@ def _run_framework(name: str, grid: Grid, stage: Stage, batches: list[list[int]]
     return FrameworkResult(models, summary, total.contacted)
 
 
-def _check_progress(label: str, stats: CostMeter, faults: FaultLog | None) -> None:
+def _check_progress(label: str, stats: CostMeter, faults: FaultLog) -> None:
     """Raise :class:`UnlearningStalledError` if clients were asked and none accepted."""
     if not stats.contacted or stats.accepted:
         return
-    mine = [f for f in (faults.entries if faults else []) if f["stage"] == label]
+    mine = [f for f in faults.entries if f["stage"] == label]
     first = next((f for f in mine if f["kind"] != "dropout"), None)
     example = (f"; first rejection: round {first['round']}, partition "
                f"{first['partition']}: {first['reason']}" if first else "")

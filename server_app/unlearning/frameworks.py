@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from flwr.app import ArrayRecord, ConfigRecord
 
 from history import StoreError, TrainingHistory
-from server_app.config.run_config import RunConfig
+from server_app.config import RunConfig
 from server_app.rounds.federation import Federation
 from strategies.calibration import weighted_step
 from strategies.sharded import ShardedStrategy, to_record
@@ -51,10 +51,6 @@ class UnlearningSettings:
         Its server settings (:attr:`RunConfig.shard_strategy_options`).
     seed : int
         Seeds FR / RR sampling.
-    link_rate_mbps : float
-        Link rate of the communication model.
-    round_timeout : float
-        Seconds to wait for a round's replies.
     request_mode : str
         ``sequential`` or ``concurrent``.
     num_requests : int
@@ -70,8 +66,6 @@ class UnlearningSettings:
     shard_strategy: str
     strategy_options: dict
     seed: int
-    link_rate_mbps: float
-    round_timeout: float
     request_mode: str
     num_requests: int
     frameworks: tuple[str, ...] = FRAMEWORK_NAMES
@@ -79,12 +73,13 @@ class UnlearningSettings:
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
         """The fields of ``cfg`` that unlearning uses."""
-        return cls(cfg.local_epochs / cfg.retrain_ratio, cfg.calibration_interval,
-                   cfg.clients_per_round, cfg.num_rounds, cfg.shard_strategy,
-                   dict(cfg.shard_strategy_options), cfg.seed, cfg.link_rate_mbps,
-                   cfg.round_timeout, cfg.request_mode,
-                   1 if cfg.forget_clients else cfg.num_requests,
-                   tuple(cfg.framework_list))
+        training, unlearning = cfg.training, cfg.unlearning
+        return cls(cfg.retrain_epochs, unlearning.calibration_interval,
+                   training.clients_per_round, training.num_rounds,
+                   training.shard_strategy, dict(training.shard_strategy_options),
+                   cfg.seed, unlearning.request_mode,
+                   1 if unlearning.forget_clients else unlearning.num_requests,
+                   tuple(unlearning.framework_list))
 
 
 @dataclass

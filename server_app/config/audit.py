@@ -1,0 +1,67 @@
+"""Run-config section ``audit``: membership inference and the backdoor check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server_app.config.data import DataConfig
+from server_app.config.section import Section
+from server_app.config.unlearning import UnlearningConfig
+from server_app.config.values import bad
+from task.backdoor import MAX_TRIGGER
+
+
+@dataclass(frozen=True)
+class AuditConfig(Section):
+    """How forgetting is verified (Shokri et al. 2017; Halimi et al. 2022).
+
+    Attributes
+    ----------
+    mia : bool
+        Run the membership-inference audit.
+    mia_samples : int
+        Samples of each side (members, non-members) the attack scores.
+    mia_shadows : int
+        k >= 1 shadow models fit the attack instead of the original model.
+    backdoor_trigger : int
+        Side of the square trigger in pixels (0: no backdoor check).
+    backdoor_fraction : float
+        Share of a poisoned client's images that carry the trigger.
+    backdoor_target : int
+        Class the trigger points to.
+    """
+
+    mia: bool = True
+    mia_samples: int = 2000
+    mia_shadows: int = 0
+    backdoor_trigger: int = 0
+    backdoor_fraction: float = 0.5
+    backdoor_target: int = 0
+
+    def validate(self, data: DataConfig, unlearning: UnlearningConfig) -> None:
+        """Raise :class:`ConfigError`; the backdoor needs images and ``forget-clients``."""
+        self.check_positive("mia-samples")
+        self.check_bounds()
+        if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
+            raise bad("backdoor-trigger", self.backdoor_trigger,
+                      f"0 (off) or a square side in pixels, 1..{MAX_TRIGGER}")
+        if not 0.0 <= self.backdoor_fraction <= 1.0:
+            raise bad("backdoor-fraction", self.backdoor_fraction,
+                      "a share of a poisoned client's images in [0, 1]")
+        if not 0 <= self.backdoor_target <= 9:
+            raise bad("backdoor-target", self.backdoor_target, "a class index in 0..9")
+        if not 0 <= self.mia_shadows <= 32:
+            raise bad("mia-shadows", self.mia_shadows,
+                      "0 (attack fit on the original model) or 1..32 shadow models")
+        if self.mia_shadows and (data.dataset == "shakespeare" or not self.mia):
+            raise bad("mia-shadows", self.mia_shadows,
+                      "0 unless mia = true and the dataset has classes (images)")
+        if self.backdoor_trigger == 0:
+            return
+        if data.dataset == "shakespeare":
+            raise bad("backdoor-trigger", self.backdoor_trigger,
+                      "0 with dataset='shakespeare' (image datasets only)")
+        if not unlearning.forget_client_list:
+            raise bad("backdoor-trigger", self.backdoor_trigger,
+                      "0 unless forget-clients names the poisoned clients (the "
+                      "clients of the one unlearning request)")

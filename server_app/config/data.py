@@ -1,0 +1,76 @@
+"""Run-config section ``data``: the dataset, how it is split over clients, and sizes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server_app.config.section import Section
+from server_app.config.values import MAX_CLIENTS, TEXT_CONTEXT, bad
+from task.config import DATASETS, MAX_PARTITION_ALPHA, PARTITIONS
+
+
+@dataclass(frozen=True)
+class DataConfig(Section):
+    """The learning task's data (keys ``dataset`` ... ``block-size``).
+
+    Attributes
+    ----------
+    dataset : str
+        One of :data:`task.config.DATASETS`.
+    data_dir : str
+        Where the dataset is ('' = looked up, :func:`task.locate.resolve_data_dir`).
+    partition : str
+        One of :data:`task.config.PARTITIONS`.
+    partition_alpha : float
+        Dirichlet concentration of ``partition = 'dirichlet'``.
+    classes_per_client : int
+        Classes per client of ``partition = 'pathological'``.
+    num_clients : int
+        C, every client that ever exists (one SuperNode each).
+    client_samples, test_samples : int
+        Samples per client / test samples (0 = all).
+    block_size : int
+        Characters per text sample (Tiny Shakespeare).
+    """
+
+    dataset: str = "mnist"
+    data_dir: str = ""
+    partition: str = "iid"
+    partition_alpha: float = 0.5
+    classes_per_client: int = 2
+    num_clients: int = 100
+    client_samples: int = 0
+    test_samples: int = 0
+    block_size: int = 64
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on the first bad value (naming key and value)."""
+        if self.dataset not in DATASETS:
+            raise bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+        if self.partition not in PARTITIONS:
+            raise bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
+        self.check_positive("num-clients", "block-size")
+        for key in ("client-samples", "test-samples"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 0:
+                raise bad(key, value, "0 (all) or a positive integer")
+        self.check_bounds()
+        if self.num_clients > MAX_CLIENTS:
+            raise bad("num-clients", self.num_clients,
+                      f"at most {MAX_CLIENTS} (one SuperNode and at least one "
+                      "training sample each)")
+        if self.dataset == "shakespeare" and not 2 <= self.block_size <= TEXT_CONTEXT:
+            raise bad("block-size", self.block_size,
+                      f"an integer in [2, {TEXT_CONTEXT}] with dataset='shakespeare' "
+                      f"(the character GPT's context is {TEXT_CONTEXT})")
+        self._validate_partition()
+
+    def _validate_partition(self) -> None:
+        if not 0 < self.partition_alpha <= MAX_PARTITION_ALPHA:
+            raise bad("partition-alpha", self.partition_alpha,
+                      f"a finite number in (0, {MAX_PARTITION_ALPHA:g}] (Dirichlet "
+                      "concentration of partition='dirichlet'; smaller = more skewed)")
+        if self.classes_per_client < 1:
+            raise bad("classes-per-client", self.classes_per_client,
+                      "a positive integer, at most the task's classes (10), used by "
+                      "partition='pathological'")

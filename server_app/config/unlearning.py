@@ -1,0 +1,125 @@
+"""Run-config section ``unlearning``: the frameworks, the requests and retraining."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server_app.config.data import DataConfig
+from server_app.config.section import Section
+from server_app.config.training import TrainingConfig
+from server_app.config.values import EPOCHS_PER_RATIO, bad
+
+FRAMEWORKS = ("SE", "FR", "FE", "RR")
+REQUEST_DISTRIBUTIONS = ("even", "adapt")
+REQUEST_MODES = ("sequential", "concurrent")
+
+
+@dataclass(frozen=True)
+class UnlearningConfig(Section):
+    """Who is forgotten, how, and by which frameworks (paper Sec. 4-5).
+
+    Attributes
+    ----------
+    frameworks : str
+        Comma-separated :data:`FRAMEWORKS`, or ``none``.
+    num_requests, clients_per_request : int
+        K generated requests of this many clients each.
+    request_distribution : str
+        ``even`` (spread over shards) or ``adapt`` (all in one shard).
+    request_mode : str
+        ``sequential`` (each request alone) or ``concurrent`` (one batch).
+    forget_clients : str
+        Comma-separated partition ids: the one request instead of generated ones.
+    retrain_ratio : float
+        r: retained clients train L / r epochs in a calibration round.
+    calibration_interval : int
+        FedEraser's interval: every n-th stored round is replayed.
+    baseline_shards : int
+        Shards of the baselines' federation (1: unsharded).
+    """
+
+    frameworks: str = "SE,FR,FE,RR"
+    num_requests: int = 1
+    clients_per_request: int = 1
+    request_distribution: str = "even"
+    request_mode: str = "sequential"
+    forget_clients: str = ""
+    retrain_ratio: float = 2.0
+    calibration_interval: int = 1
+    baseline_shards: int = 1
+
+    def validate(self, data: DataConfig, training: TrainingConfig) -> None:
+        """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""
+        self._validate_frameworks()
+        self.check_positive("num-requests", "clients-per-request",
+                            "calibration-interval", "baseline-shards")
+        self.check_bounds()
+        if self.request_distribution not in REQUEST_DISTRIBUTIONS:
+            raise bad("request-distribution", self.request_distribution,
+                      f"one of {', '.join(REQUEST_DISTRIBUTIONS)}")
+        if self.request_mode not in REQUEST_MODES:
+            raise bad("request-mode", self.request_mode,
+                      f"one of {', '.join(REQUEST_MODES)}")
+        least, most = EPOCHS_PER_RATIO
+        if not (self.retrain_ratio > 0
+                and least <= training.local_epochs / self.retrain_ratio <= most):
+            raise bad("retrain-ratio", self.retrain_ratio,
+                      f"a positive number r with local-epochs / r in [{least:g}, "
+                      f"{most:g}] (retained clients train L/r epochs; "
+                      f"L = {training.local_epochs})")
+        per_round, clients = training.clients_per_round, data.num_clients
+        if per_round % self.baseline_shards or (
+                per_round // self.baseline_shards > clients // self.baseline_shards):
+            raise bad("baseline-shards", self.baseline_shards,
+                      f"a divisor of clients-per-round = {per_round} "
+                      "whose shards are large enough to sample from")
+        self._validate_forget_clients(clients)
+
+    def _validate_frameworks(self) -> None:
+        names = self.framework_list
+        unknown = [f for f in names if f not in FRAMEWORKS]
+        empty = not names and self.frameworks.strip().lower() != "none"
+        if unknown or empty or len(set(names)) != len(names):
+            raise bad("frameworks", self.frameworks,
+                      f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
+                      "or 'none'" if not empty
+                      else "at least one framework, or 'none'")
+
+    def _validate_forget_clients(self, num_clients: int) -> None:
+        tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
+        if not tokens:
+            return
+        if not all(t.isascii() and t.isdigit() for t in tokens):
+            raise bad("forget-clients", self.forget_clients,
+                      f"comma-separated partition ids in 0..{num_clients - 1}, "
+                      "e.g. '3,17'")
+        ids = [int(t) for t in tokens]
+        if max(ids) >= num_clients:
+            raise bad("forget-clients", self.forget_clients,
+                      f"partition ids in 0..{num_clients - 1} "
+                      f"(num-clients = {num_clients})")
+        if len(set(ids)) != len(ids):
+            raise bad("forget-clients", self.forget_clients, "each id once")
+        if not self.framework_list:
+            raise bad("forget-clients", self.forget_clients,
+                      "'' with frameworks = 'none' (nothing would forget them)")
+        generator = {"num-requests": (self.num_requests, 1),
+                     "clients-per-request": (self.clients_per_request, 1),
+                     "request-distribution": (self.request_distribution, "even")}
+        for key, (value, default) in generator.items():
+            if value != default:
+                raise bad(key, value, f"{default!r} when forget-clients is set "
+                          "(forget-clients is the one request; this key is for "
+                          "generated requests)")
+
+    @property
+    def framework_list(self) -> list[str]:
+        """The frameworks to run, upper-case, in the given order ([] for 'none')."""
+        if self.frameworks.strip().lower() == "none":
+            return []
+        return [f.strip().upper() for f in self.frameworks.split(",") if f.strip()]
+
+    @property
+    def forget_client_list(self) -> list[int]:
+        """Explicit ``forget-clients`` as ints, in the given order ([] if unset)."""
+        return [int(t) for t in self.forget_clients.split(",") if t.strip()]

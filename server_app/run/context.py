@@ -1,0 +1,116 @@
+"""One run as one object: its settings, round loop, folder, catalog and evaluator.
+
+:class:`RunContext` is built once per run, after every check has passed and the
+nodes have been found (:func:`server_app.app.open_run`). Each step of the run
+(learning, unlearning, the audit, stages) takes it and returns typed summaries,
+so no step passes the run's settings on as loose parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from logging import INFO
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from server_app.config import RunConfig
+from server_app.evaluation.central import CentralEvaluator
+from server_app.rounds.federation import Federation
+from server_app.rounds.loop import RoundLoop
+from server_app.rounds.screening import FaultLog
+from server_app.run.catalog import RunLog
+from server_app.run.folder import RunFolder
+from task.model import build_model
+
+
+def initial_model(cfg: RunConfig, num_classes: int) -> ArrayRecord:
+    """W^0: the model initialised from ``seed`` (the same for every shard)."""
+    torch.manual_seed(cfg.seed)
+    return ArrayRecord(build_model(cfg.data.dataset, num_classes).state_dict())
+
+
+def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
+    """What every learning message carries besides the model."""
+    training = cfg.training
+    return ConfigRecord({
+        "lr": training.lr, "local-epochs": training.local_epochs,
+        "batch-size": training.batch_size, "optimizer": training.optimizer,
+        "momentum": training.momentum, "seed": cfg.seed, "data-dir": data_dir,
+    })
+
+
+@dataclass
+class RunContext:
+    """Everything a step of the run needs, built once.
+
+    Attributes
+    ----------
+    cfg : RunConfig
+        The validated settings.
+    loop : RoundLoop
+        The run's round loop (grid, reply bounds, timeout, fault log).
+    folder : RunFolder
+        The run folder (locked while the run lives).
+    catalog : RunLog
+        The run catalog ``run.sqlite`` (what is done, for resuming).
+    evaluator : CentralEvaluator
+        Scores shard models on the test set.
+    data_dir : str
+        The dataset's folder, resolved.
+    samples : dict[int, int]
+        Partition id -> training samples the client holds.
+    shards : list[list[int]]
+        SE's shards (partition ids) as :func:`~server_app.rounds.federation.assign_shards`
+        splits ``num-clients``.
+    node_of : dict[int, int]
+        Partition id -> node id, from discovery.
+    notes : list[str]
+        Settings carried out in a reduced form (summary.json ``notes``).
+    requests : list[list[int]]
+        A one-stage run's planned requests (partition ids), as recorded.
+    noops : list[dict]
+        Planned requests that were no-ops.
+    """
+
+    cfg: RunConfig
+    loop: RoundLoop
+    folder: RunFolder
+    catalog: RunLog
+    evaluator: CentralEvaluator
+    data_dir: str
+    samples: dict[int, int]
+    shards: list[list[int]]
+    node_of: dict[int, int]
+    notes: list[str] = field(default_factory=list)
+    requests: list[list[int]] = field(default_factory=list)
+    noops: list[dict] = field(default_factory=list)
+
+    @property
+    def grid(self) -> Grid:
+        """The run's grid."""
+        return self.loop.grid
+
+    @property
+    def faults(self) -> FaultLog:
+        """The run's fault log."""
+        return self.loop.faults
+
+    def federation(self, shards: list[list[int]]) -> Federation:
+        """The run's nodes split into ``shards`` (partition ids)."""
+        return Federation(self.node_of, shards, self.samples)
+
+    def initial_model(self) -> ArrayRecord:
+        """W^0 (:func:`initial_model`)."""
+        return initial_model(self.cfg, self.evaluator.num_classes)
+
+    def train_config(self) -> ConfigRecord:
+        """The learning messages' config (:func:`train_config`)."""
+        return train_config(self.cfg, self.data_dir)
+
+    @staticmethod
+    def log(message: str) -> None:
+        """One line in the ServerApp's log."""
+        log(INFO, "%s", message)

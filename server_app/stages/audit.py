@@ -1,0 +1,76 @@
+"""The audit step of a one-stage run: is the forgotten clients' data forgotten.
+
+With ``mia`` the membership-inference audit scores the original and every
+unlearned model on the forgotten clients' data (:mod:`server_app.evaluation.audit`;
+with ``mia-shadows`` each model is attacked on its own by shadow models); with
+``backdoor-trigger`` the backdoor check measures the attack success rate of every
+model (:mod:`server_app.evaluation.backdoor`). The scores go into the summary
+beside each model's accuracy.
+"""
+
+from __future__ import annotations
+
+from server_app.evaluation.audit import membership_audit, shadow_audit
+from server_app.evaluation.backdoor import BackdoorProbe, participation
+from server_app.run.summary import RunSummary
+from server_app.stages.state import RunState
+from server_app.unlearning.driver import FrameworkResult
+from task.data import load_task_data
+
+
+def audit(run: RunState, summary: RunSummary, baseline_models,
+          results: dict[str, FrameworkResult]) -> None:
+    """The membership-inference audit and the backdoor check, into ``summary``.
+
+    ``baseline_models``: FedEraser's own original (None without FE).
+    """
+    ctx = run.ctx
+    cfg, checks = ctx.cfg, ctx.cfg.audit
+    forget = sorted({p for r in ctx.requests for p in r})
+    if not forget:
+        return
+    rounds = participation(run.store, forget, cfg.training.num_rounds)
+    if checks.backdoor_trigger or checks.mia_shadows:
+        summary.verification = {"forgotten_rounds": rounds}
+    unlearned = {n: r.models for n, r in results.items() if r.models}
+    if checks.mia:
+        scores = _membership(run, summary, rounds, unlearned)
+        for name, values in scores.items():
+            target = summary.original if name == "original" else summary.frameworks[name]
+            target.audit.update(values)
+    if checks.backdoor_trigger:
+        _backdoor(run, summary, baseline_models, results)
+
+
+def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dict
+                ) -> dict[str, dict[str, float]]:
+    ctx = run.ctx
+    cfg, shards = ctx.cfg, run.federation.shards
+    if cfg.audit.mia_shadows:
+        models = {"original": (run.models, shards),
+                  **{n: (m, shards if n == "SE" else run.baseline.shards)
+                     for n, m in unlearned.items()}}
+        scores, summary.verification["mia"] = shadow_audit(cfg, ctx.data_dir, rounds,
+                                                           models)
+        return scores
+    forget = sorted({p for r in ctx.requests for p in r})
+    return membership_audit(cfg, ctx.data_dir, shards, forget, run.models, unlearned,
+                            cfg.audit.mia_samples)
+
+
+def _backdoor(run: RunState, summary: RunSummary, baseline_models,
+              results: dict[str, FrameworkResult]) -> None:
+    """ASR of the original, FE's own original and every framework (``backdoor_*``)."""
+    ctx = run.ctx
+    data = ctx.cfg.data
+    probe = BackdoorProbe(ctx.cfg, load_task_data(data.dataset, ctx.data_dir,
+                                                  data.block_size))
+    summary.original.set_backdoor(probe.scores(run.models, run.federation.shards))
+    if baseline_models is not None:
+        summary.baseline_learning.backdoor_asr = probe.scores(
+            baseline_models, run.baseline.shards)["backdoor_asr"]
+    for name, result in results.items():
+        if result.models:
+            shards = run.federation.shards if name == "SE" else run.baseline.shards
+            summary.frameworks[name].set_backdoor(probe.scores(result.models, shards))
+    summary.verification["backdoor"] = probe.settings()
