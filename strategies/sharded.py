@@ -19,6 +19,7 @@ Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
 
@@ -31,6 +32,11 @@ from flwr.supercore import log
 
 class IsolationError(RuntimeError):
     """A message or parameter of one shard was about to reach another shard."""
+
+
+_PACKED_KEY = re.compile(r"shard(0|[1-9][0-9]*)/(.*)", re.DOTALL)
+"""``shard<s>/<layer>`` as :func:`shard_prefix` writes it: s in ASCII decimal, no
+leading zero; the layer is the rest of the key, any text (``/`` and newlines too)."""
 
 
 def shard_prefix(shard: int) -> str:
@@ -124,6 +130,9 @@ def pack_shards(shard_arrays: Sequence[ArrayRecord]) -> ArrayRecord:
 def unpack_shards(arrays: ArrayRecord, num_shards: int) -> list[ArrayRecord]:
     """Split a packed ArrayRecord into its ``num_shards`` shard models.
 
+    A key is split at its first ``/`` only, so a layer name is kept whole
+    whatever it holds (``a/b``, ``shard1/x``, ...).
+
     Raises
     ------
     IsolationError
@@ -131,10 +140,10 @@ def unpack_shards(arrays: ArrayRecord, num_shards: int) -> list[ArrayRecord]:
     """
     shards = [ArrayRecord() for _ in range(num_shards)]
     for key, array in arrays.items():
-        head, sep, layer = key.partition("/")
-        if not sep or not head.startswith("shard") or not head[5:].isdigit():
+        packed = _PACKED_KEY.fullmatch(key)
+        if packed is None:
             raise IsolationError(f"array key {key!r} names no shard")
-        s = int(head[5:])
+        s, layer = int(packed[1]), packed[2]
         if s >= num_shards:
             raise IsolationError(f"array key {key!r} names shard {s} of {num_shards}")
         shards[s][layer] = array
