@@ -45,8 +45,16 @@ def shard_prefix(shard: int) -> str:
 
 
 def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """Dict of layer name -> ndarray  ->  ArrayRecord (keeps key order)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    """Dict of layer name -> ndarray  ->  ArrayRecord (keeps key order, dtypes, shapes).
+
+    0-d arrays stay 0-d (``np.ascontiguousarray`` would make them shape (1,)).
+    """
+    return ArrayRecord({k: Array(_contiguous(v)) for k, v in arrays.items()})
+
+
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    """``value`` as a C-contiguous ndarray of the same shape, 0-d included."""
+    return np.asarray(value, order="C")
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -88,7 +96,7 @@ def keep_dtypes(new: ArrayRecord, reference: ArrayRecord) -> ArrayRecord:
             if not np.issubdtype(want, np.inexact) and np.issubdtype(
                     values.dtype, np.inexact):
                 values = np.rint(values)  # e.g. an averaged integer counter
-            array = Array(np.ascontiguousarray(values.astype(want)))
+            array = Array(_contiguous(values.astype(want)))
         out[key] = array
     return out
 
