@@ -301,3 +301,13 @@ def test_a_layer_named_like_a_shard_stays_in_its_own_shard():
     assert list(packed) == ["shard0/shard1/x", "shard1/shard0/y/z"]
     a, b = unpack_shards(packed, 2)
     assert list(a) == ["shard1/x"] and list(b) == ["shard0/y/z"]
+
+
+def test_a_name_that_is_not_unicode_text_is_kept_by_the_stores_not_by_flower():
+    """torch takes a lone surrogate; the stores keep it, Flower's protobuf cannot."""
+    name = "layer\ud800"
+    torch.nn.Module().register_buffer(name, torch.ones(1))
+    arrays = {name: np.ones(2, np.float32)}
+    assert_same(decode_arrays(encode_arrays(arrays)), arrays)
+    with pytest.raises(UnicodeEncodeError):
+        _over_the_wire(to_record(arrays))
