@@ -10,7 +10,6 @@ exact names, in order, with their dtypes, shapes and values.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tempfile
 import zipfile
@@ -245,15 +244,22 @@ def _old_format(arrays: dict) -> bytes:
     return buffer.getvalue()
 
 
-def test_files_of_the_older_format_are_still_read(tmp_path):
+def test_files_of_the_older_format_are_still_read(tmp_path, monkeypatch):
+    """A run folder written before the manifest (resume reads it): store and models."""
     arrays = {"conv.weight": np.ones((2, 3), np.float32),
               "bn.num_batches_tracked": np.int64(7), "fc.bias": np.zeros(0, np.float16)}
     assert_same(decode_arrays(_old_format(arrays)), arrays)
-    models = {"shard0/" + k: v for k, v in arrays.items()}
-    raw = _old_format(models)
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "SE.npz").write_bytes(raw)
-    record = {"sha256": hashlib.sha256(raw).hexdigest(), "shards": 1}
+    with monkeypatch.context() as old:  # the writers as they were
+        old.setattr("history.files.encode_arrays", _old_format)
+        old.setattr("history.store.encode_arrays", _old_format)
+        store = HistoryStore.create(tmp_path / "h", {0: 0})
+        store.put_shard_model(0, 0, arrays)
+        store.mark_complete()
+        store.close()
+        record = RunFolder(tmp_path).save_models("SE", [to_record(arrays)])
+    with zipfile.ZipFile(tmp_path / "models" / "SE.npz") as written:
+        assert "names.json" not in written.namelist()  # really the old format
+    assert_same(HistoryStore.open(tmp_path / "h").shard_model(0, 0), arrays)
     assert_same(to_numpy(RunFolder(tmp_path).load_models("SE", record)[0]), arrays)
 
 
