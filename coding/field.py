@@ -152,7 +152,7 @@ def quantize(x: Any, scale_bits: int = DEFAULT_SCALE_BITS) -> np.ndarray:
             f"(|x| = {largest / 2**b:.9g}), largest allowed {MAX_MAGNITUDE} "
             f"(|x| <= {MAX_MAGNITUDE / 2**b:.9g}); use fewer scale_bits or clip"
         )
-    v = scaled.astype(np.int64)
+    v = np.asarray(scaled).astype(np.int64)  # rint of a 0-d array is a scalar
     v[v < 0] += PRIME
     return v
 
@@ -186,7 +186,9 @@ def dequantize(q: Any, scale_bits: int = DEFAULT_SCALE_BITS) -> np.ndarray:
     b = check_scale_bits(scale_bits)
     arr = as_field_array(q, "q", ndim=None)
     signed = np.where(arr > PRIME // 2, arr - PRIME, arr)
-    return (signed.astype(np.float64) * 2.0**-b).astype(np.float32)
+    scaled = signed.astype(np.float64)
+    scaled *= 2.0**-b  # in place: a 0-d array stays an array, not a scalar
+    return scaled.astype(np.float32)
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,7 +250,7 @@ def as_field_array(
         if arr.dtype == np.uint64 and arr.size and int(arr.max()) >= PRIME:
             raise ValueError(f"{name} has elements outside [0, {PRIME})")
         arr = arr.astype(np.int64)
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # ascontiguousarray would make 0-d arrays 1-d
     if check_range and arr.size:
         if not in_field(arr.reshape(-1)):
             raise ValueError(

@@ -1,19 +1,36 @@
 """Files that must never be half-written: atomic writes of named numpy arrays.
 
 Used by the client's slice store and the server's history store alike. Reading
-never trusts the bytes: anything that does not parse as an ``.npz`` archive of
-plain arrays (truncated, garbled, another format) raises :class:`DamagedFileError`.
+never trusts the bytes: anything that does not parse as an archive of plain
+arrays (truncated, garbled, another format) raises :class:`DamagedFileError`.
+
+Names are data, not keywords. An archive is a zip (numpy's ``.npz`` container,
+uncompressed) whose members are a manifest ``names.json`` (the names as a JSON
+list, ASCII, in order) and the arrays as ``0.npy``, ``1.npy``, ... (numpy's
+``.npy`` format, in the manifest's order). No name ever becomes a keyword of
+``np.savez`` or a zip member's name, so any ``str`` a ``torch.nn.Module`` can
+give a parameter (``allow_pickle``, ``file``, ``a/b``, ``arr_0``, unicode) is
+kept exactly. Files of the older format (``np.savez(buffer, **arrays)``: one
+``<name>.npy`` member per array, no manifest) are still read: ``np.savez`` names
+every member ``*.npy``, so a member ``names.json`` tells the formats apart.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+MANIFEST = "names.json"
+"""Zip member holding the names; never a member name of ``np.savez`` (``*.npy``)."""
+
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same arrays, the same bytes
 
 
 class DamagedFileError(ValueError):
@@ -21,22 +38,59 @@ class DamagedFileError(ValueError):
 
 
 def encode_arrays(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """Serialise named arrays to ``.npz`` bytes (no pickle)."""
+    """Serialise named arrays to archive bytes (manifest + ``.npy`` members, no pickle).
+
+    Parameters
+    ----------
+    arrays : Mapping[str, np.ndarray]
+        Name -> array of any shape (0-d and empty too) and any non-object dtype;
+        names are any ``str``, kept exactly and in order.
+
+    Returns
+    -------
+    bytes
+        The archive; equal arrays under equal names give equal bytes.
+
+    Raises
+    ------
+    TypeError
+        A name that is not a ``str``.
+    ValueError
+        An object array (it would need pickle).
+    """
+    names = list(arrays)
+    bad = next((n for n in names if not isinstance(n, str)), None)
+    if bad is not None:
+        raise TypeError(f"array name {bad!r} is not allowed: names must be str")
     buffer = io.BytesIO()
-    np.savez(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        archive.writestr(zipfile.ZipInfo(MANIFEST, _EPOCH),
+                         json.dumps(names, ensure_ascii=True))
+        for i, name in enumerate(names):
+            # force_zip64 as np.savez does: the member's size is not known up front
+            with archive.open(zipfile.ZipInfo(f"{i}.npy", _EPOCH), "w",
+                              force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(arrays[name]),
+                                          allow_pickle=False)
     return buffer.getvalue()
 
 
 def decode_arrays(data: bytes) -> dict[str, np.ndarray]:
-    """Inverse of :func:`encode_arrays`; keeps the stored key order.
+    """Inverse of :func:`encode_arrays`; keeps the stored names and their order.
+
+    Also reads the older format (``np.savez`` with the names as keywords).
 
     Raises
     ------
     DamagedFileError
-        ``data`` is not an ``.npz`` archive of plain (non-object) arrays.
+        ``data`` is not an archive of plain (non-object) arrays, or its manifest
+        and members disagree.
     """
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            if MANIFEST in archive.namelist():
+                return _read_manifest(archive)
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:  # older format
             return {k: npz[k] for k in npz.files}
     # damaged bytes fail in many ways (BadZipFile, ValueError, EOFError, a
     # tokenizer error from a garbled header, an unknown compression method, an
@@ -44,6 +98,23 @@ def decode_arrays(data: bytes) -> dict[str, np.ndarray]:
     except Exception as err:
         raise DamagedFileError(f"not a readable .npz archive of {len(data)} bytes "
                                f"({type(err).__name__}: {err})") from err
+
+
+def _read_manifest(archive: zipfile.ZipFile) -> dict[str, np.ndarray]:
+    """The arrays of a manifest archive, checked member by member."""
+    names = json.loads(archive.read(MANIFEST).decode("ascii"))
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names) \
+            or len(set(names)) != len(names):
+        raise ValueError(f"{MANIFEST} is not a list of distinct names")
+    members = [MANIFEST] + [f"{i}.npy" for i in range(len(names))]
+    if archive.namelist() != members:
+        raise ValueError(f"{MANIFEST} names {len(names)} arrays, the archive holds "
+                         f"members {archive.namelist()[:5]}...")
+    out = {}
+    for i, name in enumerate(names):
+        with archive.open(f"{i}.npy") as member:
+            out[name] = np.lib.format.read_array(member, allow_pickle=False)
+    return out
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -3,7 +3,8 @@
 Layout of one store (one federation of one run)::
 
     <root>/catalog.sqlite   clients, shards, rounds, participation, blobs, state
-    <root>/blobs/*.npz      one numpy .npz per model or update
+    <root>/blobs/*.npz      one archive per model or update (:mod:`history.files`:
+                            the layer names in a manifest, any name kept)
 
 Every blob is written to a temporary file, fsync'ed and renamed into place before
 its catalog row is committed, so a row never points at a half-written file; its

@@ -19,6 +19,7 @@ Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
 
@@ -33,14 +34,27 @@ class IsolationError(RuntimeError):
     """A message or parameter of one shard was about to reach another shard."""
 
 
+_PACKED_KEY = re.compile(r"shard(0|[1-9][0-9]*)/(.*)", re.DOTALL)
+"""``shard<s>/<layer>`` as :func:`shard_prefix` writes it: s in ASCII decimal, no
+leading zero; the layer is the rest of the key, any text (``/`` and newlines too)."""
+
+
 def shard_prefix(shard: int) -> str:
     """Key prefix of shard ``shard``'s arrays in a packed ArrayRecord."""
     return f"shard{shard}/"
 
 
 def to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """Dict of layer name -> ndarray  ->  ArrayRecord (keeps key order)."""
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+    """Dict of layer name -> ndarray  ->  ArrayRecord (keeps key order, dtypes, shapes).
+
+    0-d arrays stay 0-d (``np.ascontiguousarray`` would make them shape (1,)).
+    """
+    return ArrayRecord({k: Array(_contiguous(v)) for k, v in arrays.items()})
+
+
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    """``value`` as a C-contiguous ndarray of the same shape, 0-d included."""
+    return np.asarray(value, order="C")
 
 
 def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -82,7 +96,7 @@ def keep_dtypes(new: ArrayRecord, reference: ArrayRecord) -> ArrayRecord:
             if not np.issubdtype(want, np.inexact) and np.issubdtype(
                     values.dtype, np.inexact):
                 values = np.rint(values)  # e.g. an averaged integer counter
-            array = Array(np.ascontiguousarray(values.astype(want)))
+            array = Array(_contiguous(values.astype(want)))
         out[key] = array
     return out
 
@@ -124,6 +138,9 @@ def pack_shards(shard_arrays: Sequence[ArrayRecord]) -> ArrayRecord:
 def unpack_shards(arrays: ArrayRecord, num_shards: int) -> list[ArrayRecord]:
     """Split a packed ArrayRecord into its ``num_shards`` shard models.
 
+    A key is split at its first ``/`` only, so a layer name is kept whole
+    whatever it holds (``a/b``, ``shard1/x``, ...).
+
     Raises
     ------
     IsolationError
@@ -131,10 +148,10 @@ def unpack_shards(arrays: ArrayRecord, num_shards: int) -> list[ArrayRecord]:
     """
     shards = [ArrayRecord() for _ in range(num_shards)]
     for key, array in arrays.items():
-        head, sep, layer = key.partition("/")
-        if not sep or not head.startswith("shard") or not head[5:].isdigit():
+        packed = _PACKED_KEY.fullmatch(key)
+        if packed is None:
             raise IsolationError(f"array key {key!r} names no shard")
-        s = int(head[5:])
+        s, layer = int(packed[1]), packed[2]
         if s >= num_shards:
             raise IsolationError(f"array key {key!r} names shard {s} of {num_shards}")
         shards[s][layer] = array

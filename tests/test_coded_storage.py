@@ -36,6 +36,7 @@ from history import (
     StoreError,
 )
 from history import slices as client_slices
+from history.files import read_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import RoundLoop
@@ -74,8 +75,7 @@ def runs(tmp_path_factory, shared_data):
 
 
 def load(path):
-    with np.load(path) as npz:
-        return {k: npz[k] for k in npz.files}
+    return read_arrays(path)
 
 
 def coded_history(run, **kwargs) -> CodedHistory:

@@ -118,6 +118,14 @@ def test_empty_and_argument_errors():
         dequantize(np.array([1.5]))
 
 
+def test_zero_dimensional_arrays_keep_their_shape():
+    """A 0-d layer (BatchNorm's num_batches_tracked) stays 0-d both ways."""
+    q = quantize(np.float32(-0.5), 16)
+    assert isinstance(q, np.ndarray) and q.shape == () and int(q) == PRIME - 2**15
+    back = dequantize(q, 16)
+    assert isinstance(back, np.ndarray) and back.shape == () and float(back) == -0.5
+
+
 def test_gf_is_the_prime_field():
     field = gf()
     assert field.order == PRIME and field.characteristic == PRIME

@@ -8,8 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
-
+from history.files import read_arrays
 from server_app.run.catalog import RunLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,8 +45,7 @@ def run_child(config, kill_on=None):
 
 
 def models(path):
-    with np.load(path) as npz:
-        return {k: npz[k] for k in npz.files}
+    return read_arrays(path)
 
 
 def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):

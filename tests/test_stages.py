@@ -10,6 +10,7 @@ from flwr.app import Context, RecordDict
 
 from cli.forget import main_receipts, submit
 from history import HistoryStore
+from history.files import read_arrays
 from server_app.app import main
 from server_app.config import ConfigError, RunConfig
 from server_app.rounds.learning import run_learning
@@ -197,7 +198,7 @@ def test_fedretrain_over_stages_equals_a_run_without_the_forgotten_clients(
     cfg = RunConfig.from_run_config(config)
     forgotten = {p for e in summary["stages"] for p in e["forgotten"]}
     assert len(forgotten) == 4
-    data = np.load(folder / "models" / "stage3-FR.npz")
+    data = read_arrays(folder / "models" / "stage3-FR.npz")
     grid = InProcessGrid(client_app, 12, config)  # a fresh federation
     node_of = {p: NODE_ID_BASE + p for p in range(12)}
     _, baseline = staged_federations(cfg, node_of, {})

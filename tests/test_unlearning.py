@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from history.files import read_arrays
 from history.store import HistoryStore
 from server_app.config import ConfigError
 from strategies.sharded import to_record
@@ -10,8 +11,7 @@ from strategies.unlearning import CalibratedRetraining, ShardingEraser
 
 
 def load_models(path):
-    with np.load(path) as npz:
-        return {k: npz[k] for k in npz.files}
+    return read_arrays(path)
 
 
 def test_se_isolation_and_all_frameworks(run_server, tmp_path):

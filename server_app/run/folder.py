@@ -119,12 +119,15 @@ class RunFolder:
     def save_models(self, name: str, models: list) -> dict:
         """Write a framework's shard models to ``models/<name>.npz`` atomically.
 
-        ``models`` is a list of ArrayRecord; keys become ``shard<s>/<layer>``.
+        ``models`` is a list of ArrayRecord; keys become ``shard<s>/<layer>``
+        (:func:`strategies.sharded.pack_shards`), kept exactly with their dtypes
+        and shapes whatever the layer names (:mod:`history.files`).
         Returns ``{"sha256": hex digest of the file, "shards": len(models)}``,
         for :meth:`load_models` to check.
         """
-        arrays = {f"shard{s}/{k}": v.numpy() for s, record in enumerate(models)
-                  for k, v in record.items()}
+        from strategies.sharded import pack_shards
+
+        arrays = {k: v.numpy() for k, v in pack_shards(models).items()}
         target = self.path / "models" / f"{name}.npz"
         atomic_write_arrays(target, arrays)
         digest = hashlib.sha256(target.read_bytes()).hexdigest()

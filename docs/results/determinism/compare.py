@@ -1,6 +1,6 @@
 """Compare two run folders of the same seeded config: summary numbers and model files.
 
-``python docs/results/determinism/compare.py RUN_A RUN_B`` prints every value of
+``PYTHONPATH=. python docs/results/determinism/compare.py RUN_A RUN_B`` prints every value of
 summary.json that differs (timings, paths and the run name left out) and whether
 each models/*.npz is bit for bit the same; exit status 1 if anything differs.
 """
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
+from history.files import read_arrays
 
 SKIP = ("_s", "seconds", "wall", "time", "run-name", "results-dir", "received",
         "done_at", "data_dir", "entries")
@@ -32,11 +32,11 @@ def leaves(value, path=""):
 def arrays_digest(path: Path) -> str:
     """SHA-256 over the arrays of an .npz (names, dtypes, shapes, bytes)."""
     digest = hashlib.sha256()
-    with np.load(path) as npz:
-        for name in sorted(npz.files):
-            array = npz[name]
-            digest.update(f"{name}/{array.dtype.str}/{array.shape}".encode())
-            digest.update(array.tobytes())
+    arrays = read_arrays(path)
+    for name in sorted(arrays):
+        array = arrays[name]
+        digest.update(f"{name}/{array.dtype.str}/{array.shape}".encode())
+        digest.update(array.tobytes())
     return digest.hexdigest()
 
 

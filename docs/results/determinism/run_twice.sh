@@ -8,4 +8,4 @@ for name in det-a det-b; do
   rm -rf "results/$name"
   ./simulate.sh --run-config "$CONF run-name='$name' results-dir='results'" > "/tmp/$name.log" 2>&1
 done
-.venv/bin/python docs/results/determinism/compare.py results/det-a results/det-b
+PYTHONPATH=. .venv/bin/python docs/results/determinism/compare.py results/det-a results/det-b
