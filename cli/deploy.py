@@ -44,6 +44,7 @@ from cli.deploy_parts import (
 from cli.env import free_ports
 from cli.procs import Children
 from cli.simulation import summary_path
+from cli.terminal import TerminalFilter
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
@@ -156,10 +157,12 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     _say("run config: " + config.describe(merged.overrides))
     run_dir = _run_dir()
     ok = False
+    terminal = TerminalFilter()
     try:
         (run_dir / "run-config.toml").write_text(config.to_toml(merged.overrides))
         summary = _deploy(run_dir, args.nodes, start, args.isolation,
-                          args.clientapp_slots, args.node_poll, args.control_nice)
+                          args.clientapp_slots, args.node_poll, args.control_nice,
+                          terminal)
         ok = summary is not None
     finally:
         if ok and not args.keep:
@@ -167,10 +170,14 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
         else:
             _say(f"run folder kept: {run_dir} (logs/)")
     if not ok:
+        terminal.release(sys.stdout.buffer)
         return 1
     from cli import report
 
+    sys.stdout.flush()
     report.main([str(summary)])
+    sys.stdout.flush()
+    terminal.release(sys.stdout.buffer)  # the engine's shutdown lines, after the tables
     print(f"deploy wall time: {time.monotonic() - start:.1f} s ({args.nodes} SuperNodes, "
           "start-up to result)")
     print(f"summary: {summary}", flush=True)
@@ -178,8 +185,12 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
 
 
 def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
-            slots: int = 0, node_poll_s: float = 1.0, nice: int = 0) -> Path | None:
-    """SuperLink, SuperNodes (and warm executors), the run; all stopped after."""
+            slots: int = 0, node_poll_s: float = 1.0, nice: int = 0,
+            terminal: TerminalFilter | None = None) -> Path | None:
+    """SuperLink, SuperNodes (and warm executors), the run; all stopped after.
+
+    ``flwr run``'s output reaches stdout through ``terminal`` (:mod:`cli.terminal`).
+    """
     log = run_dir / "logs" / "flwr-run.log"
     ports = free_ports(nodes + 1)
     link = f"127.0.0.1:{ports[0]}"
@@ -200,7 +211,7 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
             app = stage_app(run_dir / "app") if os.environ.get(
                 "SE_DEPLOY_STAGE", "1") == "1" else config.PROJECT
             follow_run(children, app, name, run_dir / "run-config.toml", log, procs,
-                       timeout_s, start)
+                       timeout_s, start, terminal)
     summary = summary_path(log)
     if summary is None:
         _say(f"the run failed: no summary.json was written (see {log})")

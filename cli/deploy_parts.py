@@ -17,6 +17,7 @@ from pathlib import Path
 
 from cli.procs import Children, tee
 from cli.progress import output_sink, wait_bar
+from cli.terminal import TerminalFilter
 
 RUN_STARTED = re.compile(rb"Successfully started run (\d+)")
 # files of the app bundle `flwr run` would build (it walks the whole folder first)
@@ -236,8 +237,11 @@ def stage_app(out: Path) -> Path:
 
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
                watched: Sequence[subprocess.Popen], timeout_s: float,
-               start: float) -> None:
-    """``flwr run app name --stream`` with its output on stdout and in ``log``.
+               start: float, terminal: TerminalFilter | None = None) -> None:
+    """``flwr run app name --stream`` with its output in ``log`` and on stdout.
+
+    Stdout gets what ``terminal`` keeps (:mod:`cli.terminal`; default a fresh
+    filter), the log every line.
 
     Stops early when a watched process (SuperLink, SuperNode) dies or
     ``timeout_s`` seconds after ``start`` (``time.monotonic``; 0: no limit). If
@@ -246,12 +250,14 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     """
     argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
     _say(f"flwr run {app} {name} --stream (log: {log})")
+    terminal = terminal or TerminalFilter()
     with open(log, "ab") as sink, output_sink() as out:
+        terminal.out = out
         for attempt in range(4):
             proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            pump = tee(proc.stdout, out, sink)
+            pump = tee(proc.stdout, terminal, sink)
             while proc.poll() is None:
                 if _stop_reason(watched, start, timeout_s, log.parent):
                     return

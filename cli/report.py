@@ -115,6 +115,29 @@ FRAMEWORK_COLUMNS = [
 ]
 
 
+#: The membership-inference columns: one ``MIA`` column saying "no signal" instead
+#: when the audit has none (:func:`server_app.evaluation.audit.with_signal`).
+MIA_COLUMNS = ("mia_f1", "mia_auc", "mia_tpr_at_1fpr")
+NO_SIGNAL = "no signal"
+
+
+def mia_signal(summary: RunSummary) -> bool | None:
+    """The audit's ``mia_signal`` (the original model's); None if not recorded."""
+    signal = summary.original.audit.get("signal") if summary.original else None
+    return None if signal is None else bool(signal)
+
+
+def no_signal_line(summary: RunSummary) -> str:
+    """One line under the table: why the MIA columns say "no signal", what to run."""
+    audit = summary.original.audit
+    interval = (f", 95% interval {audit['auc_low']:.3f}-{audit['auc_high']:.3f}"
+                if "auc_low" in audit else "")
+    return (f"MIA: {NO_SIGNAL} (original model's AUC {audit['auc']:.3f}{interval}, "
+            "not above 0.5): the audit cannot show forgetting here; scores in "
+            "summary.json (mia_*). With signal: --preset memorize (or --preset verify, "
+            "a backdoor check)")
+
+
 def stages_table(stages: list[StageSummary]) -> str:
     """A staged run, one row per stage: clients, requests, accuracy, unlearning cost."""
     def cost(entry: StageSummary, name: str) -> object:
@@ -137,19 +160,25 @@ def stages_table(stages: list[StageSummary]) -> str:
 def frameworks_table(summary: RunSummary) -> str:
     """The unlearning comparison: one row per framework, plus SE's expectations."""
     frameworks = {n: f.to_json() for n, f in (summary.frameworks or {}).items()}
+    quiet = mia_signal(summary) is False  # one "MIA" column: "no signal"
     columns = [(k, h) for k, h in FRAMEWORK_COLUMNS
-               if any(k in r for r in frameworks.values())]
-    rows = [[name] + [r.get(k, "") for k, _ in columns]
-            for name, r in frameworks.items()]
+               if any(k in r for r in frameworks.values())
+               and not (quiet and k in MIA_COLUMNS)]
     if summary.original is not None:  # the learned model, before unlearning
-        original = summary.original.to_json()
-        rows.insert(0, ["original"] + [original.get(k, "") for k, _ in columns])
+        frameworks = {"original": summary.original.to_json(), **frameworks}
+    rows = [[name] + [r.get(k, "") for k, _ in columns] for name, r in frameworks.items()]
+    if quiet:
+        columns.append(("mia", "MIA"))
+        rows = [row + [NO_SIGNAL if any(k in r for k in MIA_COLUMNS) else ""]
+                for row, r in zip(rows, frameworks.values(), strict=True)]
     plan = summary.unlearning
     staged = " (accuracy right before / after the last request; final models: " \
         "the stages table)" if summary.stages else ""
     out = [f"unlearning ({plan.mode if plan else ''}): requests "
            f"{plan.requests if plan else None}{staged}", "",
            table(["framework"] + [h for _, h in columns], rows, cell=_cell)]
+    if quiet:
+        out.append(no_signal_line(summary))
     out += _verification_lines(summary)
     se, fr = (summary.frameworks or {}).get("SE"), (summary.frameworks or {}).get("FR")
     if se and fr and se.retrain_compute_s and fr.retrain_compute_s:

@@ -4,7 +4,9 @@ Merges and checks the run config before anything starts (a bad value: one line
 on stderr, exit status 2), then runs ``flwr run . --stream`` with a
 ``FLWR_HOME`` and ports of its own, so the background SuperLink it starts is
 this run's alone; every process of the run is stopped at the end, also when
-the command is terminated. Prints the result tables and, last,
+the command is terminated. The log file gets all of flwr's output; the terminal
+gets it without known noise and with each warning once (:mod:`cli.terminal`),
+then the result tables, the engine's shutdown lines, and last
 ``summary: <path>``.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,14 +23,18 @@ from cli import config
 from cli.env import free_ports
 from cli.procs import Children, tee
 from cli.progress import output_sink
+from cli.terminal import SUMMARY, TerminalFilter
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
 
-SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
 # flwr gives its local SuperLink 15 s to start; on a loaded machine that can pass
 NO_SUPERLINK = b"Failed to start local SuperLink"
 START_ATTEMPTS = 3
+# Ray's own future default (it warns at every start while the variable is unset):
+# an actor with no GPU is not told CUDA_VISIBLE_DEVICES="". The task runs on the
+# CPU either way; a value the user set is kept.
+RAY_ENV = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
 
 def parser(prog: str) -> argparse.ArgumentParser:
@@ -64,13 +69,14 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     log_path = results / f".run-{os.getpid()}.log"
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
+    terminal = TerminalFilter()
     try:
         (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
-        status = _run_with_retries(home, supernodes, log_path)
+        status = _run_with_retries(home, supernodes, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    return _finish(log_path, status)
+    return _finish(log_path, status, terminal)
 
 
 def absolute_paths(merged: config.Merged) -> config.Merged:
@@ -107,14 +113,15 @@ def preflight(run_config: dict):
     return validate_run_config(run_config, task)
 
 
-def _run_with_retries(home: Path, supernodes: int, log_path: Path) -> int:
+def _run_with_retries(home: Path, supernodes: int, log_path: Path,
+                      terminal: TerminalFilter) -> int:
     """:func:`_flwr_run`, again (fresh ports) when the local SuperLink did not start.
 
     Nothing of the run started then, so starting again is safe; at most
     :data:`START_ATTEMPTS` tries.
     """
     for attempt in range(1, START_ATTEMPTS + 1):
-        status = _flwr_run(home, supernodes, log_path)
+        status = _flwr_run(home, supernodes, log_path, terminal)
         if status == 0 or NO_SUPERLINK not in log_path.read_bytes():
             return status
         if attempt < START_ATTEMPTS:
@@ -123,10 +130,15 @@ def _run_with_retries(home: Path, supernodes: int, log_path: Path) -> int:
     return status
 
 
-def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:
-    """``flwr run`` with its own FLWR_HOME and ports; output to stdout and log."""
+def _flwr_run(home: Path, supernodes: int, log_path: Path,
+              terminal: TerminalFilter) -> int:
+    """``flwr run`` with its own FLWR_HOME and ports; output to the log and the terminal.
+
+    The log gets every line; the terminal what ``terminal`` keeps
+    (:mod:`cli.terminal`).
+    """
     link_port, control_port = free_ports(2)
-    env = {**os.environ, "FLWR_HOME": str(home), "PYTHONUNBUFFERED": "1",
+    env = {**RAY_ENV, **os.environ, "FLWR_HOME": str(home), "PYTHONUNBUFFERED": "1",
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(link_port),
            "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
     argv = ["flwr", "run", str(config.PROJECT), "--stream",
@@ -135,7 +147,8 @@ def _flwr_run(home: Path, supernodes: int, log_path: Path) -> int:
     with Children() as children, open(log_path, "wb") as log, output_sink() as out:
         proc = children.start(argv, env=env, cwd=config.PROJECT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        pump = tee(proc.stdout, out, log)
+        terminal.out = out
+        pump = tee(proc.stdout, terminal, log)
         status = proc.wait()
         pump.join(timeout=5)
     return status
@@ -148,14 +161,19 @@ def summary_path(log_path: Path) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
-def _finish(log_path: Path, status: int) -> int:
+def _finish(log_path: Path, status: int, terminal: TerminalFilter) -> int:
+    """The result tables, then the engine's held shutdown lines, then ``summary:``."""
     from cli import report
 
     summary = summary_path(log_path)
     if summary is None:
+        terminal.release(sys.stdout.buffer)
         print(f"the run failed: no summary.json was written (flwr exit status {status}; "
               f"see {log_path})", file=sys.stderr)
         return 1
+    sys.stdout.flush()
     report.main([str(summary)])
+    sys.stdout.flush()
+    terminal.release(sys.stdout.buffer)
     print(f"summary: {summary}", flush=True)
     return 0

@@ -2,7 +2,8 @@
 
 Used for the run-config key ``shard-strategy``: each shard gets its own instance,
 sampling ``per_round`` of its ``shard_size`` nodes each round, with client-side
-federated evaluation off (the ServerApp evaluates centrally).
+federated evaluation off (the ServerApp evaluates centrally; Flower's warning
+about it is dropped at construction, :data:`EVALUATION_OFF_NOTICE`).
 
 Server-side settings default per strategy (:data:`SERVER_DEFAULTS`): a server
 learning rate or momentum left unset takes the strategy's own value, never one
@@ -11,10 +12,18 @@ shared by all strategies (a FedAdam step size cripples FedAvgM, and vice versa).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+from collections.abc import Iterator
 
 from flwr.serverapp import strategy as flwr_strategies
 from flwr.serverapp.strategy import Strategy
+
+#: What Flower's FedAvg constructor (and every strategy built on it) logs at
+#: WARNING for ``fraction_evaluate = 0.0``: here by design, once per shard strategy.
+EVALUATION_OFF_NOTICE = ("fraction_evaluate is set to 0.0. "
+                         "Federated evaluation will be skipped.")
 
 # Server-side defaults of the stock strategies that have them: the defaults of
 # Flower 1.42's constructors (FedAdam ``eta`` = 0.1, FedYogi ``eta`` = 0.01, FedAvgM
@@ -134,4 +143,33 @@ def make_stock_strategy(
         kwargs["proximal_mu"] = proximal_mu
     for option, value in server_settings(name, server_lr, server_momentum).items():
         kwargs[_ARGUMENT[name, option]] = value
-    return cls(**kwargs)
+    with _without_flower_notice(EVALUATION_OFF_NOTICE):
+        return cls(**kwargs)
+
+
+class _DropMessage(logging.Filter):
+    """A logging filter that drops the records whose message is exactly ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.text
+
+
+@contextlib.contextmanager
+def _without_flower_notice(text: str) -> Iterator[None]:
+    """Flower's logger drops the one message ``text`` inside the block, nothing else.
+
+    The ServerApp evaluates centrally, so federated evaluation is off on purpose
+    and Flower's warning about it (once per shard strategy, 7 times in the
+    default run) tells a user nothing they can act on.
+    """
+    logger = logging.getLogger("flwr")
+    drop = _DropMessage(text)
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)

@@ -60,6 +60,15 @@ def test_deploy_sh_runs_on_supernodes_and_stops_them(tmp_path, shared_data):
     path = tmp_path / "results" / "deploy" / "summary.json"
     assert proc.stdout.strip().splitlines()[-1] == f"summary: {path}"
     assert "deploy wall time:" in proc.stdout
+    # each warning at most once, Flower's fraction_evaluate notice not at all, and
+    # nothing of the engine's after the result tables
+    lines = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", x) for x in proc.stdout.splitlines()]
+    warnings = [line for line in lines if re.search(r"WARNING\s*:|\w*Warning: ", line)]
+    assert len(warnings) == len(set(warnings)), warnings
+    assert "fraction_evaluate is set to 0.0" not in out
+    table = next(i for i, line in enumerate(lines) if line.startswith("   model  accuracy"))
+    assert not [line for line in lines[table:]
+                if re.match(r"(\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR)\s*:", line)]
     summary = json.loads(path.read_text())
     assert summary["config"]["num-clients"] == 4
     assert "accuracy" in summary["learning"]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
     assert summary["unlearning"]["requests"] == [[1]]
     assert set(summary["frameworks"]) == {"SE", "FR", "FE", "RR"}
     assert "SE" in proc.stdout and "FR" in proc.stdout  # the comparison table
+    _check_terminal_output(proc.stdout, tmp_path / "results")
     # the SuperLink simulate.sh started is gone
     deadline = time.time() + 20
     while time.time() < deadline:
@@ -42,3 +44,23 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
             break
         time.sleep(1)
     assert not left, f"processes left running: {left}"
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+WARNING = re.compile(r"(^|\) )WARNING\s*:|:\d+: \w*Warning: ")
+LOG_LINE = re.compile(r"^(\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR)\s*:")
+
+
+def _check_terminal_output(stdout: str, results: Path) -> None:
+    """Each of Flower's and Ray's warnings at most once, none the run can avoid, and
+    no engine line after the result tables; the log file keeps all of flwr's output."""
+    lines = [ANSI.sub("", line) for line in stdout.splitlines()]
+    warnings = [re.sub(r"^\([^)]*\) ", "", line) for line in lines if WARNING.search(line)]
+    assert len(warnings) == len(set(warnings)), warnings
+    for avoidable in ("fraction_evaluate is set to 0.0", "RAY_ACCEL_ENV_VAR_OVERRIDE",
+                      "default simulated SuperNodes", "Manually terminating"):
+        assert avoidable not in stdout, avoidable
+    table = next(i for i, line in enumerate(lines) if line.startswith("   model  accuracy"))
+    assert not [line for line in lines[table:] if LOG_LINE.match(line)], lines[table:]
+    log = "\n".join(p.read_text() for p in results.glob(".run-*.log"))
+    assert "default simulated SuperNodes" in log and "summary: /" in log

@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from server_app.evaluation.audit import with_signal
 from server_app.evaluation.mia import (
+    Z_95,
     MembershipAttack,
     attack_metrics,
+    auc_interval,
+    has_signal,
     membership_features,
     mia_report,
 )
@@ -281,3 +285,64 @@ def test_attack_on_overfit_model(mnist_outputs):
     assert original["auc"] > 0.7
     assert never["f1"] < original["f1"] - 0.1
     assert abs(never["auc"] - 0.5) < 0.12
+
+
+# --- does the audit have signal: the AUC's 95% interval ---------------------------
+@pytest.mark.parametrize("n_members, n_nonmembers", [(600, 600), (50, 200), (1, 1)])
+def test_auc_interval_at_chance_is_the_mann_whitney_null_width(n_members, n_nonmembers):
+    # at A = 0.5, Var(AUC) = (n_m + n_n + 1) / (12 n_m n_n) (Mann-Whitney U / n_m n_n)
+    half = Z_95 * np.sqrt((n_members + n_nonmembers + 1) / (12 * n_members * n_nonmembers))
+    low, high = auc_interval(0.5, n_members, n_nonmembers)
+    assert low == pytest.approx(max(0.0, 0.5 - half))
+    assert high == pytest.approx(min(1.0, 0.5 + half))
+
+
+def test_auc_interval_matches_the_spread_of_auc_over_seeded_draws():
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(0)
+    n, shift = 100, 0.8  # members' scores N(0.8, 1), non-members' N(0, 1): AUC ~0.71
+    truth = np.r_[np.ones(n), np.zeros(n)]
+    aucs = [roc_auc_score(truth, np.r_[rng.normal(shift, 1, n), rng.normal(0, 1, n)])
+            for _ in range(400)]
+    low, high = auc_interval(float(np.mean(aucs)), n, n)
+    assert (high - low) / (2 * Z_95) == pytest.approx(np.std(aucs), rel=0.15)
+
+
+@pytest.mark.parametrize("auc, n_members, n_nonmembers, signal", [
+    (0.4888, 600, 600, False),  # the default run's original model: 0.456-0.521
+    (0.55, 600, 600, True),     # 0.518-0.582: above chance with 600 a side ...
+    (0.55, 50, 50, False),      # ... but not with 50 (0.437-0.663)
+    (0.79, 200, 200, True),     # an overfit model (presets/memorize.toml's scale)
+    (0.2, 600, 600, False),     # below chance: no evidence of memorisation
+    (1.0, 5, 5, True),          # perfect separation: the interval is [1, 1]
+    (0.5, 1, 1, False),
+])
+def test_has_signal_only_when_the_interval_lies_above_chance(auc, n_members,
+                                                              n_nonmembers, signal):
+    assert has_signal(auc, n_members, n_nonmembers) is signal
+    assert (auc_interval(auc, n_members, n_nonmembers)[0] > 0.5) is signal
+
+
+@pytest.mark.parametrize("args, match", [
+    ((1.2, 10, 10), "auc = 1.2"), ((float("nan"), 10, 10), "auc = nan"),
+    ((0.6, 0, 10), "sample counts 0, 10"), ((0.6, 10, 10, 0.0), "z = 0.0"),
+])
+def test_auc_interval_rejects_bad_input_naming_it(args, match):
+    with pytest.raises(ValueError, match=match):
+        auc_interval(*args)
+
+
+def test_with_signal_gives_every_model_its_interval_and_the_original_the_verdict():
+    results = with_signal({
+        "original": {"auc": 0.4888, "f1": 0.54, "n_target": 600, "n_heldout": 600},
+        "SE": {"auc": 0.60, "f1": 0.6, "n_target": 600, "n_heldout": 600},
+        "FR": {"auc": 0.5, "f1": 0.5},  # no counts: left as it is
+    })
+    original, se = results["original"], results["SE"]
+    assert original["signal"] is False and "signal" not in se
+    assert original["auc_low"] < 0.5 < original["auc_high"]
+    assert 0.5 < se["auc_low"] < 0.60 < se["auc_high"]
+    assert results["FR"] == {"auc": 0.5, "f1": 0.5}
+    assert with_signal({"original": {"auc": 0.79, "n_target": 200,
+                                     "n_heldout": 200}})["original"]["signal"] is True

@@ -72,6 +72,12 @@ def test_run_reports_shadow_mia_for_each_model(run_server):
     assert mia["shadow_pool"] == "training samples no client holds"
     assert mia["heldout"].startswith("training samples no client holds")
     assert mia["n_targets"] == 64 and mia["target_rounds"] == {"3": rounds}
+    original = summary["original"]
+    assert original["mia_signal"] is (original["mia_auc_low"] > 0.5)
     text = render(summary)
-    assert "TPR@1%FPR" in text and "membership inference: shadow models" in text
+    assert ("TPR@1%FPR" in text) is original["mia_signal"]
+    assert ("no signal" in text) is not original["mia_signal"]
+    assert "membership inference: shadow models" in text
+    with_signal = render({**summary, "original": {**original, "mia_signal": True}})
+    assert "TPR@1%FPR" in with_signal and "no signal" not in with_signal
     assert "64 targets; non-members: training samples no client holds" in text

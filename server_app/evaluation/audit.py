@@ -21,7 +21,7 @@ import torch
 from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
-from server_app.evaluation.mia import MembershipAttack
+from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
 from task.data import client_data, load_task_data, partition_sizes
@@ -29,6 +29,7 @@ from task.model import build_model
 from task.train import local_train, predict_proba
 
 MIA_KEYS = ("f1", "precision", "recall", "auc")
+COUNT_KEYS = ("n_target", "n_heldout")
 
 
 def ensemble_proba(models: Sequence[ArrayRecord], x: torch.Tensor, dataset: str,
@@ -85,7 +86,8 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
     -------
     dict
         ``{"original": {...}, name: {...}}`` with ``f1``, ``precision``,
-        ``recall``, ``auc`` (positive class = member).
+        ``recall``, ``auc`` (positive class = member), the counts scored
+        ``n_target`` / ``n_heldout``, and :func:`with_signal`'s keys.
     """
     task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
     forgotten = set(forget)
@@ -105,7 +107,39 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
     for name, models in {"original": original, **unlearned}.items():
         scores = attack.score(proba(models, x_tgt), y_tgt.numpy(),
                               proba(models, x_out), y_out.numpy())
-        results[name] = {k: float(scores[k]) for k in MIA_KEYS}
+        results[name] = {**{k: float(scores[k]) for k in MIA_KEYS},
+                         **{k: int(scores[k]) for k in COUNT_KEYS}}
+    return with_signal(results)
+
+
+def with_signal(results: dict[str, dict]) -> dict[str, dict]:
+    """Add each model's AUC interval and, to ``original``, whether the audit has signal.
+
+    The audit can only show forgetting if the attack tells the ORIGINAL model's
+    members (the forgotten clients' samples) from non-members: ``signal`` is
+    :func:`server_app.evaluation.mia.has_signal` of the original's AUC on its
+    ``n_target`` / ``n_heldout`` samples (the 95% interval lies above 0.5).
+
+    Parameters
+    ----------
+    results : dict
+        Model name -> scores with ``auc``, ``n_target``, ``n_heldout``
+        (a model without them is left as it is); changed in place.
+
+    Returns
+    -------
+    dict
+        ``results``, each scored model with ``auc_low`` / ``auc_high`` (floats,
+        :func:`server_app.evaluation.mia.auc_interval`), ``original`` with
+        ``signal`` (bool); in summary.json ``mia_auc_low``, ``mia_auc_high``,
+        ``mia_signal``.
+    """
+    for name, scores in results.items():
+        if "auc" in scores and all(scores.get(k) for k in COUNT_KEYS):
+            counts = (scores["auc"], scores["n_target"], scores["n_heldout"])
+            scores["auc_low"], scores["auc_high"] = auc_interval(*counts)
+            if name == "original":  # the audit's verdict is the original's
+                scores["signal"] = has_signal(*counts)
     return results
 
 
@@ -224,8 +258,8 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
     Returns
     -------
     (scores, settings)
-        Per name ``auc``, ``f1``, ``tpr_at_1fpr``, ``n_target``, ``n_heldout``;
-        and the ``verification.mia`` block.
+        Per name ``auc``, ``f1``, ``tpr_at_1fpr``, ``n_target``, ``n_heldout``
+        and :func:`with_signal`'s keys; and the ``verification.mia`` block.
     """
     task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
     first = next(iter(models.values()))[1]
@@ -248,4 +282,4 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         heldout=sets.heldout_source, shadow_pool=sets.shadow_source,
         disjoint="targets, non-members and shadow data share no sample",
         scored="each model on its own")
-    return results, settings
+    return with_signal(results), settings

@@ -424,3 +424,76 @@ def mia_report(
         name: attack.score(target, labels_target, heldout, labels_heldout, seed=seed)
         for name, (target, heldout) in models_proba.items()
     }
+
+
+#: Two-sided 95% normal quantile: the AUC interval is auc +- Z_95 * se.
+Z_95 = 1.959963984540054
+
+
+def auc_interval(auc: float, n_members: int, n_nonmembers: int,
+                 z: float = Z_95) -> tuple[float, float]:
+    """Normal-approximation confidence interval of a ROC AUC, clipped to [0, 1].
+
+    The standard error is Hanley and McNeil's ("The meaning and use of the area
+    under a receiver operating characteristic (ROC) curve", Radiology 1982,
+    eq. 2): se^2 = (A (1 - A) + (n_m - 1)(Q1 - A^2) + (n_n - 1)(Q2 - A^2))
+    / (n_m n_n), with Q1 = A / (2 - A) and Q2 = 2 A^2 / (1 + A). At A = 0.5 it
+    is the Mann-Whitney null value sqrt((n_m + n_n + 1) / (12 n_m n_n)).
+
+    Parameters
+    ----------
+    auc : float
+        The AUC A, in [0, 1].
+    n_members, n_nonmembers : int
+        Samples scored on each side (>= 1): the attack's targets and held-out
+        samples (``n_target``, ``n_heldout`` of :meth:`MembershipAttack.score`).
+    z : float
+        Normal quantile (> 0); the default gives a two-sided 95% interval.
+
+    Returns
+    -------
+    (float, float)
+        ``(low, high)``, A -/+ z se, within [0, 1].
+
+    Raises
+    ------
+    ValueError
+        An AUC outside [0, 1] (or NaN), a count below 1, or z <= 0.
+    """
+    if not 0.0 <= auc <= 1.0:
+        raise ValueError(f"auc = {auc!r} is not allowed: a number in [0, 1]")
+    if min(n_members, n_nonmembers) < 1:
+        raise ValueError(f"sample counts {n_members}, {n_nonmembers} are not allowed: "
+                         "at least 1 member and 1 non-member")
+    if not z > 0:
+        raise ValueError(f"z = {z!r} is not allowed: a number > 0")
+    q1, q2 = auc / (2.0 - auc), 2.0 * auc * auc / (1.0 + auc)
+    var = (auc * (1.0 - auc) + (n_members - 1) * (q1 - auc * auc)
+           + (n_nonmembers - 1) * (q2 - auc * auc)) / (n_members * n_nonmembers)
+    half = z * float(np.sqrt(max(var, 0.0)))
+    return max(0.0, auc - half), min(1.0, auc + half)
+
+
+def has_signal(auc: float, n_members: int, n_nonmembers: int,
+               z: float = Z_95) -> bool:
+    """Whether an attack tells members from non-members better than chance.
+
+    True when the whole :func:`auc_interval` lies above 0.5. An interval that
+    holds 0.5 is chance; one wholly below 0.5 (an attack that ranks members
+    last) is no evidence of memorisation either, so it is no signal too.
+
+    Parameters
+    ----------
+    auc, n_members, n_nonmembers, z
+        As in :func:`auc_interval`.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        As :func:`auc_interval`.
+    """
+    return auc_interval(auc, n_members, n_nonmembers, z)[0] > 0.5

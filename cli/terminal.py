@@ -1,0 +1,119 @@
+"""The terminal's copy of a run's log: known noise left out, each warning once.
+
+:func:`cli.procs.tee` writes every line of ``flwr run``'s output to the run's
+log file unchanged and to a :class:`TerminalFilter`, which passes it on to the
+terminal (or stdout) unless
+
+- it is one of :data:`NOISE`: lines of Flower's that do not apply to this
+  command and that no setting turns off (listed one by one, with the reason);
+- it is a warning already shown: a Flower ``WARNING`` line, or a Python
+  warning (``file:line: SomeWarning: text`` and its indented source line), is
+  shown the first time only; a prefix such as ``(ClientAppActor pid=7)`` does
+  not make it another;
+- it comes after the ServerApp's ``summary: <path>`` line: the engine's
+  shutdown lines are held until :meth:`TerminalFilter.release`, which the
+  command calls after it printed the result tables, so the tables come first.
+
+Warnings with a cause we can remove are removed there, not here: Flower's
+``fraction_evaluate`` notice in :mod:`strategies.factory`, Ray's
+``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO`` tip in :mod:`cli.simulation`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import BinaryIO
+
+from cli.progress import ANSI
+
+SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
+"""The ServerApp's last line (``server_app.app``): the run is done."""
+
+NOISE = (
+    # flwr-simulation logs it at every start, whatever num-supernodes we pass
+    # (flwr 1.42, flwr/simulation/app.py); our --supernodes sets the size.
+    re.compile(r"WARNING\s*:\s*Since flwr 1\.32, default simulated SuperNodes changed"),
+    # and its advice to resize the federation with `flwr federation
+    # simulation-config`, which this command's --supernodes does instead.
+    re.compile(r"INFO\s*:\s*To change federation size, use the following command:"),
+    re.compile(r"INFO\s*:\s*flwr federation simulation-config "),
+    # Flower's simulation stopping each Ray actor at the end of a run, one line each.
+    re.compile(r"WARNING\s*:\s*Manually terminating ClientAppActor"),
+)
+"""Lines never shown on the terminal (the log file keeps them)."""
+
+_ACTOR = re.compile(r"^\([^)]*pid=\d+\)\s*")
+_FLOWER_WARNING = re.compile(r"^WARNING\s*:")
+_PYTHON_WARNING = re.compile(r":\d+: \w*Warning: ")
+_EMPTY_LOG_LINE = re.compile(r"^[A-Z]+\s*:\s*$")
+
+
+def plain(line: bytes) -> str:
+    """A log line as text without colours, the actor prefix or the newline."""
+    text = ANSI.sub("", line.decode(errors="replace")).rstrip("\r\n")
+    return _ACTOR.sub("", text)
+
+
+class TerminalFilter:
+    """A binary sink for :func:`cli.procs.tee` in front of the terminal.
+
+    Parameters
+    ----------
+    out : binary file or sink, optional
+        Where the kept lines go (:func:`cli.progress.output_sink`); set
+        :attr:`out` again for a second ``flwr run`` (a retry).
+
+    Attributes
+    ----------
+    held : list[bytes]
+        Lines after the ServerApp's summary line, not yet shown.
+    """
+
+    def __init__(self, out: BinaryIO | None = None) -> None:
+        self.out = out
+        self.held: list[bytes] = []
+        self._seen: set[str] = set()
+        self._in_dropped_warning = False
+        self._done = False
+
+    def write(self, line: bytes) -> int:
+        """Show ``line`` (bytes, newline included) unless it is noise, seen or held."""
+        if self._done:
+            self.held.append(line)
+        elif self.keep(line):
+            self.out.write(line)
+        self._done = self._done or SUMMARY.search(line) is not None
+        return len(line)
+
+    def flush(self) -> None:
+        """Flush :attr:`out`."""
+        if self.out is not None:
+            self.out.flush()
+
+    def keep(self, line: bytes) -> bool:
+        """Whether ``line`` is shown: not noise, not a warning shown before.
+
+        An undecodable byte reads as U+FFFD.
+        """
+        text = plain(line)
+        if self._in_dropped_warning and text[:1].isspace():
+            return False  # the source line Python prints under a warning
+        self._in_dropped_warning = False
+        warning = _FLOWER_WARNING.search(text) or _PYTHON_WARNING.search(text)
+        if any(p.search(text) for p in NOISE) or (warning and text in self._seen):
+            self._in_dropped_warning = bool(_PYTHON_WARNING.search(text))
+            return False
+        if warning:
+            self._seen.add(text)
+        return True
+
+    def release(self, out: BinaryIO) -> None:
+        """Show the held lines on ``out`` (after the tables): those :meth:`keep` keeps.
+
+        Empty log lines (a level and nothing else) are left out too.
+        """
+        held, self.held = self.held, []
+        for line in held:
+            if self.keep(line) and not _EMPTY_LOG_LINE.match(plain(line)):
+                out.write(line)
+        out.flush()

@@ -1,0 +1,64 @@
+"""cli.report: the unlearning table's membership-inference columns, signal or not."""
+
+from __future__ import annotations
+
+from cli.report import frameworks_table, render
+from server_app.run.summary import (
+    FrameworkSummary,
+    LearningSummary,
+    ModelScores,
+    RunSummary,
+    UnlearningPlan,
+)
+
+CONFIG = {"dataset": "mnist", "partition": "iid", "num-clients": 8, "num-shards": 2,
+          "clients-per-round": 4, "num-rounds": 2, "local-epochs": 1,
+          "shard-strategy": "FedAvg"}
+
+
+def _summary(original_audit: dict) -> RunSummary:
+    learning = LearningSummary(0.9, 0.3, [0.88, 0.89], [0.3, 0.31], 10.0, 8.0, 16.0)
+    audit = {"f1": 0.5123, "auc": 0.4871, "precision": 0.5, "recall": 0.52}
+    return RunSummary(
+        config=CONFIG, data_dir="/d", shards=[[0, 1, 2, 3], [4, 5, 6, 7]],
+        shard_strategy={"name": "FedAvg"}, notes=[], learning=learning,
+        storage={"server_bytes": 1000}, unlearning=UnlearningPlan([[3]], [], "sequential"),
+        frameworks={"SE": FrameworkSummary(accuracy=0.9, audit={**audit, "auc": 0.4712}),
+                    "FR": FrameworkSummary(accuracy=0.89, audit=dict(audit))},
+        original=ModelScores(0.9, 0.3, audit={**audit, **original_audit}))
+
+
+def test_no_signal_replaces_the_scores_and_says_what_to_run():
+    text = frameworks_table(_summary({"signal": False, "auc_low": 0.4544,
+                                      "auc_high": 0.5198}))
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
+    assert "MIA F1" not in text and "MIA AUC" not in text and "0.4871" not in text
+    assert lines[header].split()[-1] == "MIA"
+    for row in lines[header + 2:header + 5]:  # original, SE, FR
+        assert row.endswith("no signal")
+    note = lines[header + 5]
+    assert note.startswith("MIA: no signal") and "0.487" in note
+    assert "0.454-0.520" in note and "--preset memorize" in note and \
+        "--preset verify" in note
+
+
+def test_with_signal_the_scores_stay():
+    text = frameworks_table(_summary({"signal": True, "auc_low": 0.51,
+                                      "auc_high": 0.55}))
+    assert "MIA F1" in text and "MIA AUC" in text and "0.4871" in text
+    assert "no signal" not in text and "--preset memorize" not in text
+
+
+def test_a_summary_written_before_mia_signal_shows_its_scores():
+    summary = _summary({})
+    text = render(RunSummary.from_json(summary.to_json()))
+    assert "MIA AUC" in text and "0.4712" in text and "no signal" not in text
+
+
+def test_mia_signal_is_written_and_read_back_beside_the_other_keys():
+    data = _summary({"signal": False, "auc_low": 0.45, "auc_high": 0.52}).to_json()
+    assert data["original"]["mia_signal"] is False
+    assert data["original"]["mia_auc"] == 0.4871  # the existing keys as they were
+    assert "mia_signal" not in data["frameworks"]["SE"]
+    assert "no signal" in render(data)
