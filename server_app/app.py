@@ -335,7 +335,7 @@ def verify_backdoor(run: Prepared, summary: RunSummary, learned_models, baseline
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run one experiment as the run config describes (see README.md)."""
+    """Run one experiment as the run config describes (see docs/CONFIG.md)."""
     grid = fast_replies(grid)  # deployment: replies pulled every 0.2 s, not 3 s
     run = prepare(context.run_config)
     cfg = run.cfg

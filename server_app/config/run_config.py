@@ -61,7 +61,7 @@ REQUEST_MODES = ("sequential", "concurrent")
 class RunConfig:
     """Typed, validated run settings (one field per run-config key, kebab -> snake).
 
-    Attributes mirror ``[tool.flwr.app.config]``; README.md explains each. Times are
+    Attributes mirror ``[tool.flwr.app.config]``; docs/CONFIG.md explains each. Times are
     seconds, learning rates are per local optimizer step (``optimizer``).
     """
 
