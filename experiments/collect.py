@@ -208,7 +208,9 @@ def _mean(values) -> float | None:
 def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
     """The paper's three headline claims beside the measured numbers.
 
-    Retraining time: mean over the matching (dataset, partition) cells of
+    Retraining time: the paper's figures are for non-IID partitions only (66%
+    over the image datasets, 87.62% on Tiny Shakespeare), so only non-IID cells
+    are compared with them; mean over the matching (dataset, partition) cells of
     1 - SE / baseline for each baseline, in compute seconds (all clients'
     training seconds summed), modelled wall seconds of a real federation
     (``modelled_wall_s``: per round the slowest participant plus its transfers)
@@ -221,8 +223,9 @@ def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
         ("Retraining time, SE vs baselines, non-IID MNIST / FMNIST / CIFAR-10", 0.66,
          [r for r in reds if r["partition"] == "noniid"
           and r["dataset"] in ("mnist", "fmnist", "cifar10")]),
-        ("Retraining time, SE vs baselines, Tiny Shakespeare", 0.88,
-         [r for r in reds if r["dataset"] == "shakespeare"]),
+        ("Retraining time, SE vs baselines, non-IID Tiny Shakespeare", 0.8762,
+         [r for r in reds if r["partition"] == "noniid"
+          and r["dataset"] == "shakespeare"]),
     ]
     out = []
     for claim, paper, cells in groups:
@@ -271,7 +274,15 @@ def mia_stability(rows: Sequence[dict]) -> dict | None:
 
 
 def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
-    """Issue 6's MNIST check: FR's F1 below the original's, SE within 0.05 of FR."""
+    """Issue 6's MNIST check: FR's F1 below the original's, SE within 0.05 of FR.
+
+    ``fr_below_original`` is ``"yes"``, ``"no"`` (FR's F1 not below), or
+    ``"inside the noise"``: below by no more than ``noise``, the larger sample
+    standard deviation over seeds of the original's and FR's F1
+    (:func:`mia_stability`), known only for the cell the seeds ran (None
+    elsewhere, where any gap counts).
+    """
+    stab = mia_stability(rows)
     out = []
     for (dataset, partition), fw in single_cells(rows).items():
         if dataset != "mnist":
@@ -279,8 +290,15 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
         f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *FRAMEWORKS)}
         if f1["original"] is None or f1["FR"] is None or f1["SE"] is None:
             continue
+        noise = None
+        if stab and stab["config"] == f"{dataset}-{partition}" \
+                and {"original", "FR"} <= set(stab["models"]):
+            noise = max(stab["models"][n]["std"] for n in ("original", "FR"))
+        gap = f1["original"] - f1["FR"]
+        below = "no" if gap <= 0 else (
+            "inside the noise" if noise is not None and gap <= noise else "yes")
         out.append({"partition": partition, **{f"f1_{k}": v for k, v in f1.items()},
-                    "fr_below_original": f1["FR"] < f1["original"],
+                    "fr_below_original": below, "noise": noise,
                     "se_within_005_of_fr": abs(f1["SE"] - f1["FR"]) <= 0.05})
     return out
 

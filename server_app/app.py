@@ -40,7 +40,7 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run one experiment as the run config describes (see README.md)."""
+    """Run one experiment as the run config describes (see docs/CONFIG.md)."""
     ctx = open_run(fast_replies(grid), context.run_config)
     summary = run_pipeline(ctx)
     finish(ctx, summary)

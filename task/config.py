@@ -293,5 +293,5 @@ def fused_run_config(overrides: Mapping[str, object]) -> dict[str, object]:
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise ValueError(f"run-config key {unknown[0]!r} is not one of pyproject.toml's "
-                         "[tool.flwr.app.config] keys (see README.md's table)")
+                         "[tool.flwr.app.config] keys (see docs/CONFIG.md's table)")
     return fuse_dicts(defaults, dict(overrides))

@@ -88,7 +88,7 @@ def flower_default(name, argument):
     return inspect.signature(cls.__init__).parameters[argument].default
 
 
-# Where our default is not Flower's, and why (README: "Shard strategies").
+# Where our default is not Flower's, and why (docs/CONFIG.md: "Shard strategies").
 DEVIATIONS = {
     ("FedAvgM", "server_momentum"): 0.9,  # Hsu et al. 2019; Flower's 0.0 = FedAvg
     ("FedAdagrad", "server_lr"): 0.01,  # Flower's 0.1 stays at chance on MNIST

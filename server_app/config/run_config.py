@@ -35,7 +35,8 @@ SECTIONS = {"data": DataConfig, "training": TrainingConfig,
 class RunConfig:
     """Typed, validated run settings: the run's ``seed`` and one record per section.
 
-    Times are seconds, learning rates are per local optimizer step. Build with
+    docs/CONFIG.md explains each key. Times are seconds, learning rates are per
+    local optimizer step. Build with
     :meth:`from_run_config` (flat kebab-case keys) or :meth:`of` (flat snake-case
     keywords, for code and tests).
     """

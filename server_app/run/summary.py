@@ -2,8 +2,8 @@
 
 The ServerApp builds a :class:`RunSummary` from typed parts and writes it with
 :meth:`RunSummary.to_json`; the report and the experiments read it back with
-:meth:`RunSummary.load`. The JSON keys are a contract (README, "Results"): a
-field that is None is left out of the JSON, as the runs before these types did.
+:meth:`RunSummary.load`. The JSON keys are a contract (docs/CONFIG.md, "What a run
+writes"): a field that is None is left out of the JSON, as the runs before these types did.
 The membership-inference scores of a model are kept in ``audit`` and written as
 flat ``mia_<metric>`` keys beside its accuracy.
 """
@@ -370,7 +370,7 @@ class StageSummary:
 
 @dataclass
 class RunSummary:
-    """Everything ``summary.json`` holds; see README "Results" for the keys."""
+    """Everything ``summary.json`` holds (keys: docs/CONFIG.md, "What a run writes")."""
 
     config: dict
     data_dir: str

@@ -1,4 +1,4 @@
-"""Size of the FAB that ``flwr run`` and ``cli deploy`` ship (README "Deployment").
+"""Size of the FAB that ``flwr run`` and ``cli deploy`` ship (docs/DEPLOY.md).
 
 ``.venv/bin/python docs/results/deploy/fab_size.py`` (from the project root) builds
 it with Flower's own builder, as ``flwr run`` does, and prints bytes and files.

@@ -1,4 +1,4 @@
-"""Accuracy per round of every shard strategy, the README's "Measured after 3 rounds".
+"""Accuracy per round of every shard strategy, docs/RESULTS.md's "Shard strategies".
 
 ``PYTHONPATH=. .venv/bin/python docs/results/strategies/measure.py OUT > docs/results/strategies/accuracy.json``
 (from the project root; data from ``$SE_DATA_DIR`` or the usual lookup). The
@@ -7,7 +7,7 @@ shards, all 8 clients every round, 1 local epoch, 3 rounds, 500 test images,
 batch 16, no unlearning, seed 0; the real ServerApp and ClientApp on the
 in-process grid. Prints JSON: strategy -> shard-ensemble test accuracy per round,
 and FedAdagrad with Flower's own server learning rate 0.1 over 8 rounds (the
-README's reason for the project's 0.01).
+reason in docs/CONFIG.md for the project's 0.01).
 """
 
 import json
