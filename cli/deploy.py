@@ -95,15 +95,14 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
     ConfigError
         ``--run-config`` sets num-clients other than N, or a merge error.
     """
-    shards = min(2, nodes)
+    shards = min(2, _most_shards(nodes))
     layers: list = [{"num-clients": nodes, "num-shards": shards,
                      "clients-per-round": min(4, shards * (nodes // shards))}]
-    if preset:
-        given = config.parse_item(str(config.preset_path(preset)))
-        if given.get("num-clients", nodes) != nodes:
-            _say(f"preset sets num-clients={given['num-clients']}; using "
-                 f"num-clients={nodes} (one per SuperNode)")
-        layers.append(given)
+    preset_values = config.parse_item(str(config.preset_path(preset))) if preset else {}
+    if preset_values.get("num-clients", nodes) != nodes:
+        _say(f"preset sets num-clients={preset_values['num-clients']}; using "
+             f"num-clients={nodes} (one per SuperNode)")
+    layers.append(preset_values)
     explicit: set[str] = set()
     for item in items:
         given = config.parse_item(item)
@@ -114,6 +113,8 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
         layers.append(given)
         explicit |= set(given)
     merged = config.resolve(None, [*layers, {"num-clients": nodes}])
+    if "forget-clients" not in explicit:
+        _check_preset_clients(preset, preset_values.get("forget-clients"), nodes)
     fit = _shrink(merged.config, nodes, explicit)
     if not merged.config["run-name"]:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -122,13 +123,46 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
     return config.Merged({**merged.config, **fit}, {**merged.overrides, **fit})
 
 
+def _most_shards(nodes: int) -> int:
+    """Most shards for N clients that leave a shard of two clients (N - 1; 1 for N = 1).
+
+    A generated unlearning request forgets a client of a shard that keeps
+    another, so with N shards of one client each no request could be drawn.
+    """
+    return max(1, nodes - 1)
+
+
+def _check_preset_clients(preset: str | None, forget: object, nodes: int) -> None:
+    """A preset's ``forget-clients`` must name partition ids below N.
+
+    Raises
+    ------
+    ConfigError
+        Naming the preset, N and the two ways out (more SuperNodes, or
+        ``--run-config`` with other ids).
+    """
+    ids = [int(p) for p in str(forget or "").split(",") if p.strip().isdigit()]
+    if ids and max(ids) >= nodes:
+        raise ConfigError(
+            f"preset {preset!r} sets forget-clients = {forget!r}, partition ids up to "
+            f"{max(ids)}, and deploy {nodes} has partition ids 0..{nodes - 1}: pass "
+            f"N >= {max(ids) + 1}, or --run-config \"forget-clients='...'\" with ids "
+            f"below {nodes}")
+
+
 def _shrink(cfg: dict, nodes: int, explicit: set[str]) -> dict:
-    """num-shards and clients-per-round shrunk to N SuperNodes (not explicit ones)."""
+    """num-shards and clients-per-round shrunk to N SuperNodes (not explicit ones).
+
+    num-shards at most :func:`_most_shards` (one shard can serve a request);
+    clients-per-round a multiple of num-shards that the shards can give.
+    """
     fit: dict = {}
     shards, cpr = cfg["num-shards"], cfg["clients-per-round"]
-    if "num-shards" not in explicit and isinstance(shards, int) and shards > nodes:
-        _say(f"num-shards {shards} -> {nodes} (N = {nodes})")
-        fit["num-shards"] = shards = nodes
+    most = _most_shards(nodes)
+    if "num-shards" not in explicit and isinstance(shards, int) and shards > most:
+        _say(f"num-shards {shards} -> {most} (N = {nodes}: a shard of two clients "
+             "can serve an unlearning request)")
+        fit["num-shards"] = shards = most
     if "clients-per-round" not in explicit and isinstance(shards, int) and shards >= 1 \
             and isinstance(cpr, int):
         new = max(shards, min(cpr, shards * (nodes // shards)) // shards * shards)

@@ -181,8 +181,8 @@ def check_stage_requests(cfg: RunConfig) -> None:
         return
     where = f"stage 1 has {first} clients in {num_shards} shards and each shard keeps one"
     if not _feasible(draw, 1, per):
-        raise _bad("clients-per-request", per,
-                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: {where}")
+        sizes = [sum(p < first for p in shard) for shard in churn.shards]
+        raise _no_request_fits(cfg, sizes, first)
     raise _bad("requests-per-stage", wanted,
                f"at most {_most(lambda k: _feasible(draw, k, per))} with "
                f"clients-per-request = {per} and request-distribution = "
@@ -217,12 +217,38 @@ def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
     except RequestError as err:
         reason = str(err)
     if not _feasible(draw, 1, per):
-        raise _bad("clients-per-request", per,
-                   f"at most {_most(lambda c: _feasible(draw, 1, c))}: {reason}")
+        raise _no_request_fits(cfg, [len(p) for p in shards], cfg.data.num_clients)
     most = _most(lambda k: _feasible(draw, k, per))
     raise _bad("num-requests", unlearning.num_requests,
                f"at most {most} with clients-per-request = {per} "
                f"and request-distribution = {distribution!r}: {reason}")
+
+
+def _no_request_fits(cfg: RunConfig, sizes: list[int], clients: int) -> ConfigError:
+    """The error when not even one request can be drawn, naming what can change.
+
+    ``sizes`` are the shards' client counts (``clients`` in all). A request takes
+    ``clients-per-request`` clients of one shard and leaves it one, so it needs a
+    shard larger than that: the error names ``clients-per-request`` when a shard
+    has two clients or more, else ``num-shards`` (or ``num-clients``), and the
+    other settings that would let a request be drawn.
+    """
+    per, num_shards = cfg.unlearning.clients_per_request, cfg.training.num_shards
+    largest = max(sizes, default=0)
+    if largest > 1:
+        return _bad("clients-per-request", per,
+                    f"at most {largest - 1}: the largest of the {len(sizes)} shards has "
+                    f"{largest} clients ({clients} clients, num-shards = {num_shards}) "
+                    "and a request leaves its shard one")
+    instead = "frameworks = 'none' (no unlearning)"
+    if clients < 2:
+        return _bad("num-clients", cfg.data.num_clients,
+                    f"at least 2 for an unlearning request (it may not forget the only "
+                    f"client), or {instead}")
+    return _bad("num-shards", num_shards,
+                f"at most {clients - 1} with {clients} clients: each of the {num_shards} "
+                "shards has one client and a request may not forget a shard's last one; "
+                f"use fewer shards, more clients, or {instead}")
 
 
 def _most(ok) -> int:

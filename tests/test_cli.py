@@ -111,7 +111,7 @@ def test_deploy_shrinks_a_preset_but_not_explicit_values():
     assert merged.config["clients-per-round"] == 8
     assert merged.config["num-rounds"] == 30 and "deploy8" in merged.config["run-name"]
     validate_run_config(merged.config)  # the shrunk topology is valid
-    assert deploy_config(3, "paper", []).config["num-shards"] == 3
+    assert deploy_config(3, "paper", []).config["num-shards"] == 2  # a shard of two
     explicit = deploy_config(3, "paper", ["num-shards=2"]).config
     assert explicit["num-shards"] == 2 and explicit["clients-per-round"] == 2
     with pytest.raises(ConfigError, match="'num-clients' = 5"):

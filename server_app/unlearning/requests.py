@@ -28,6 +28,14 @@ def generate_requests(shards: Sequence[Sequence[int]], num_requests: int,
                       ) -> list[list[int]]:
     """Draw K requests of ``clients_per_request`` distinct clients each.
 
+    Each shard's clients are shuffled (seeded) and a request takes the next
+    ones of one shard, so no client is named twice and a shard always keeps
+    at least one client. A request goes to its seeded shard when that shard
+    can serve it; only when it cannot (too few clients left) does it go to a
+    shard that can, chosen with the same generator (``even``: among those
+    with the fewest requests so far). Every draw that was feasible with the
+    seeded shards alone is therefore unchanged.
+
     Parameters
     ----------
     shards : Sequence[Sequence[int]]
@@ -37,20 +45,21 @@ def generate_requests(shards: Sequence[Sequence[int]], num_requests: int,
     clients_per_request : int
         Clients named by one request (>= 1).
     distribution : str
-        ``even`` (request k from shard k mod S) or ``adapt`` (all from one
-        seeded shard).
+        ``even`` (request k from shard (s0 + k) mod S, s0 seeded) or ``adapt``
+        (all K from one seeded shard).
     seed : int
-        Seeds the choice.
+        Seeds the shuffles and the choice of shards.
 
     Returns
     -------
     list[list[int]]
-        K requests; no client appears twice over all requests.
+        K requests, each sorted; no client appears twice over all requests.
 
     Raises
     ------
     RequestError
-        Bad arguments, or a shard that would lose all its clients.
+        Bad arguments, or no shard can serve a request without losing its last
+        client (the message gives the largest shard's size).
     """
     if num_requests < 1 or clients_per_request < 1:
         raise RequestError(f"num-requests = {num_requests} and clients-per-request ="
@@ -60,15 +69,42 @@ def generate_requests(shards: Sequence[Sequence[int]], num_requests: int,
     rng = np.random.default_rng(seed)
     pools = [list(rng.permutation(list(pids))) for pids in shards]
     first = int(rng.integers(len(shards)))
+    if distribution == "adapt":  # one shard serves all K
+        first = _serving(pools, first, num_requests * clients_per_request,
+                         [0] * len(pools), rng, f"{num_requests} requests from one shard")
+    served = [0] * len(pools)
     requests = []
     for k in range(num_requests):
         s = (first + k) % len(shards) if distribution == "even" else first
-        if len(pools[s]) <= clients_per_request:
-            raise RequestError(
-                f"request {k} would forget every remaining client of shard {s} "
-                f"({len(shards[s])} clients); use fewer requests or clients")
+        s = _serving(pools, s, clients_per_request, served, rng, f"request {k}")
+        served[s] += 1
         requests.append(sorted(int(pools[s].pop()) for _ in range(clients_per_request)))
     return requests
+
+
+def _serving(pools: list[list], seeded: int, wanted: int, served: list[int],
+             rng: np.random.Generator, what: str) -> int:
+    """``seeded`` if its pool can give ``wanted`` clients and keep one, else another.
+
+    The other is drawn with ``rng`` among the shards that can, those with the
+    fewest requests ``served`` so far; ``rng`` is not used when ``seeded`` can.
+
+    Raises
+    ------
+    RequestError
+        No shard can.
+    """
+    if len(pools[seeded]) > wanted:
+        return seeded
+    able = [s for s, pool in enumerate(pools) if len(pool) > wanted]
+    if not able:
+        raise RequestError(
+            f"{what} would forget every remaining client of its shard: "
+            f"{wanted} client(s) asked, the largest of the {len(pools)} shards has "
+            f"{max(map(len, pools))} left and each keeps one; use fewer requests or "
+            "clients")
+    fewest = min(served[s] for s in able)
+    return int(rng.choice([s for s in able if served[s] == fewest]))
 
 
 def validate_requests(requests: Sequence[Sequence[int]],
