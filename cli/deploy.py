@@ -43,11 +43,9 @@ from cli.deploy_parts import (
 )
 from cli.env import free_ports
 from cli.procs import Children
-from cli.simulation import summary_path
+from cli.simulation import absolute_paths, checked_run, summary_path
 from cli.terminal import TerminalFilter
 from server_app.config import ConfigError
-from server_app.preflight import validate_run_config
-from server_app.run.folder import RunFolder
 
 ISOLATIONS = ("process", "subprocess")
 CONTROL_NICE = 5
@@ -183,8 +181,8 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     """
     start = time.monotonic()
     args = parser(prog).parse_args(argv)
-    merged = deploy_config(args.nodes, args.preset, args.run_config)
-    RunFolder.check_free(validate_run_config(merged.config))
+    merged, _, _ = checked_run(absolute_paths(
+        deploy_config(args.nodes, args.preset, args.run_config)))
     if shutil.which("flower-superlink") is None:
         raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
                           "create .venv")

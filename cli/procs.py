@@ -10,23 +10,40 @@ marked process, waits a few seconds and sends SIGKILL to what is left.
 :func:`exit_on_signals` turns SIGTERM, SIGINT and SIGHUP into
 :class:`Terminated` (a ``SystemExit``) so the stop runs also when the command
 is terminated (``timeout``, a CI runner, Ctrl-C).
+
+A command that cannot run its stop (SIGKILL, the OOM killer) leaves nothing
+running either: each child gets the kernel's parent-death signal (SIGTERM when
+the command dies; Linux ``prctl(PR_SET_PDEATHSIG)``), and a watchdog process
+(``python -m cli.procs watch``, in a session of its own, started with the first
+child) holds the read end of a pipe whose only write end is the command's: when
+the command dies, however it dies, the kernel closes it, and the watchdog stops
+every marked process and process group as :meth:`Children.stop` would. A
+command that names its run (:func:`tag_run`) gives every child the tag
+``SE_CLI_RUN=<run folder>`` too, so a later start of the same run can see
+(:func:`run_processes`) and refuse processes of an earlier one still alive.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
 MARK_PREFIX = "SE_CLI_GROUP_"
+RUN_TAG = "SE_CLI_RUN"
+"""Environment variable naming the run folder of the command that started a process."""
 GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 class Terminated(SystemExit):
@@ -66,17 +83,54 @@ class Children:
         self.mark = f"{MARK_PREFIX}{secrets.token_hex(6)}"
         self.grace_s = grace_s
         self.procs: list[subprocess.Popen] = []
+        self.watchdog: subprocess.Popen | None = None
+        self._lifeline: int | None = None  # write end of the watchdog's pipe
 
     def start(self, argv: Sequence[str], env: dict | None = None,
               **popen_kw) -> subprocess.Popen:
         """``subprocess.Popen(argv)`` in a new session, marked as ours.
 
-        ``env`` defaults to ``os.environ``; other keyword arguments go to Popen.
+        ``env`` defaults to ``os.environ``; other keyword arguments go to Popen
+        (a ``preexec_fn`` runs after the parent-death signal is set). The first
+        start also starts the watchdog.
         """
+        if self.watchdog is None:
+            self._start_watchdog()
         env = {**(os.environ if env is None else env), self.mark: str(os.getpid())}
+        if RUN_TAG in os.environ:
+            env.setdefault(RUN_TAG, os.environ[RUN_TAG])
+        popen_kw["preexec_fn"] = dies_with_parent(popen_kw.get("preexec_fn"))
         proc = subprocess.Popen(list(argv), env=env, start_new_session=True, **popen_kw)
         self.procs.append(proc)
         return proc
+
+    def _start_watchdog(self) -> None:
+        """``python -m cli.procs watch FD MARK GRACE``: stops ours when we die.
+
+        Only the watchdog gets the pipe's read end; the write end is this
+        process's alone (not inheritable, PEP 446), so end of file there means
+        this process is gone.
+        """
+        read_end, self._lifeline = os.pipe()
+        try:
+            self.watchdog = subprocess.Popen(
+                [sys.executable, "-m", "cli.procs", "watch", str(read_end), self.mark,
+                 str(self.grace_s)], pass_fds=(read_end,), start_new_session=True,
+                cwd=PROJECT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            os.close(read_end)
+
+    def _stop_watchdog(self) -> None:
+        """Close the pipe (the watchdog finds nothing left and ends); reap it."""
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        if self.watchdog is not None:
+            try:
+                self.watchdog.wait(timeout=self.grace_s + 5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - stuck sweep
+                self.watchdog.kill()
+            self.watchdog = None
 
     def alive(self) -> list[int]:
         """PIDs of our live processes: children and marked descendants (no zombies)."""
@@ -106,6 +160,7 @@ class Children:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:  # pragma: no cover - D state
                 pass
+        self._stop_watchdog()
         return left
 
     def _signal(self, sig: int) -> None:
@@ -128,7 +183,36 @@ class Children:
 def marked_processes(mark: str) -> list[int]:
     """PIDs whose environment holds ``mark`` (Linux ``/proc``; [] elsewhere)."""
     needle = b"\0" + mark.encode() + b"="
-    found = []
+    return _environ_matching(lambda environ: needle in environ)
+
+
+def run_processes(run_folder: str | Path) -> list[int]:
+    """Live PIDs started for the run in ``run_folder`` (tag :data:`RUN_TAG`).
+
+    Processes of an earlier start of the same run that are still alive (its
+    command was killed a moment ago and the watchdog is still stopping them).
+    """
+    needle = f"\0{RUN_TAG}={run_folder}\0".encode()
+    return [pid for pid in _environ_matching(lambda environ: needle in environ + b"\0")
+            if _running(pid)]
+
+
+def command_processes(command_pid: int) -> list[int]:
+    """Live PIDs marked by any :class:`Children` of the command ``command_pid``."""
+    pattern = re.compile(rb"\0" + re.escape(MARK_PREFIX.encode()) + rb"[0-9a-f]+="
+                         + str(command_pid).encode() + rb"\0")
+    return [pid for pid in _environ_matching(lambda env: pattern.search(env + b"\0"))
+            if _running(pid)]
+
+
+def tag_run(run_folder: str | Path) -> None:
+    """Give every child started from now on :data:`RUN_TAG` = ``run_folder``."""
+    os.environ[RUN_TAG] = str(run_folder)
+
+
+def _environ_matching(test: Callable[[bytes], object]) -> list[int]:
+    """PIDs (not this one) whose ``/proc/<pid>/environ``, after a NUL, passes ``test``."""
+    found: list[int] = []
     proc_root = Path("/proc")
     if not proc_root.is_dir():
         return found
@@ -139,9 +223,93 @@ def marked_processes(mark: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:  # gone, or another user's
             continue
-        if needle in b"\0" + environ:
+        if test(b"\0" + environ):
             found.append(int(entry.name))
     return found
+
+
+def dies_with_parent(then: Callable[[], object] | None = None) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when this process dies, then ``then``.
+
+    Linux ``prctl(PR_SET_PDEATHSIG, SIGTERM)``; elsewhere only ``then``. The
+    signal follows the death of the thread that starts the child, so it is set
+    only for children started by the main thread. If this process died before
+    the child set it, the child ends at once.
+    """
+    parent = os.getpid()
+    arm = _LIBC is not None and threading.current_thread() is threading.main_thread()
+
+    def preexec() -> None:
+        if arm:
+            _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != parent:  # died between fork and prctl
+                os._exit(1)
+        if then is not None:
+            then()
+
+    return preexec
+
+
+def _libc() -> ctypes.CDLL | None:
+    """The C library (loaded before any fork: a forked child must not load it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:  # pragma: no cover - no libc symbols
+        return None
+
+
+_LIBC = _libc()
+
+
+def sweep(mark: str, grace_s: float = GRACE_S) -> list[int]:
+    """Stop every process marked ``mark`` and their process groups; return the left.
+
+    SIGTERM to each marked process and to each group a marked process leads,
+    up to ``grace_s`` seconds, then SIGKILL. What the watchdog does when the
+    command is gone. Returns the PIDs that needed SIGKILL.
+    """
+    def signal_all(sig: int) -> None:
+        pids = [p for p in marked_processes(mark) if _running(p)]
+        for pid in pids:
+            try:
+                if os.getpgid(pid) == pid:  # a child we started: its whole group
+                    _quiet(os.killpg, pid, sig)
+            except OSError:
+                pass
+            _quiet(os.kill, pid, sig)
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(map(_running, marked_processes(mark))):
+        time.sleep(0.1)
+    left = [p for p in marked_processes(mark) if _running(p)]
+    if left:
+        signal_all(signal.SIGKILL)
+    return left
+
+
+def watch(lifeline: int, mark: str, grace_s: float = GRACE_S) -> int:
+    """The watchdog: wait for end of file on ``lifeline``, then :func:`sweep`.
+
+    Ignores SIGINT and SIGHUP (a Ctrl-C or a closed terminal reaches the
+    command, which stops its children itself); returns 0.
+    """
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            if not os.read(lifeline, 4096):
+                break
+        except InterruptedError:  # pragma: no cover - retried by Python anyway
+            continue
+    left = marked_processes(mark)
+    if left:
+        stopped = sweep(mark, grace_s)
+        print(f"cli watchdog: the command is gone; stopped {len(left)} of its "
+              f"processes ({len(stopped)} with SIGKILL)", file=sys.stderr, flush=True)
+    return 0
 
 
 def tee(stream: BinaryIO, *sinks: BinaryIO) -> threading.Thread:
@@ -184,3 +352,9 @@ def _quiet(fn, *args) -> None:
         fn(*args)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+if __name__ == "__main__":  # python -m cli.procs watch FD MARK GRACE_S
+    if len(sys.argv) != 5 or sys.argv[1] != "watch":
+        sys.exit("usage: python -m cli.procs watch FD MARK GRACE_S")
+    sys.exit(watch(int(sys.argv[2]), sys.argv[3], float(sys.argv[4])))

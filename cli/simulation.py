@@ -21,12 +21,12 @@ from pathlib import Path
 
 from cli import config
 from cli.env import free_ports
-from cli.procs import Children, tee
+from cli.procs import Children, run_processes, tag_run, tee
 from cli.progress import output_sink
 from cli.terminal import SUMMARY, TerminalFilter
-from server_app.config import ConfigError
-from server_app.preflight import validate_run_config
-from server_app.run.folder import RunFolder
+from server_app.config import ConfigError, RunConfig
+from server_app.preflight import check_stored, validate_run_config
+from server_app.run.folder import COMMAND_LOGS
 
 # flwr gives its local SuperLink 15 s to start; on a loaded machine that can pass
 NO_SUPERLINK = b"Failed to start local SuperLink"
@@ -61,12 +61,10 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     """
     args = parser(prog).parse_args(argv)
     merged = absolute_paths(config.resolve(args.preset, args.run_config))
-    cfg = preflight(merged.config)
-    RunFolder.check_free(cfg)
+    merged, cfg, folder = checked_run(merged)
     supernodes = args.supernodes or cfg.data.num_clients
-    results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.output.resolved_results_dir())
-    results.mkdir(parents=True, exist_ok=True)
-    log_path = results / f".run-{os.getpid()}.log"
+    log_path = folder / COMMAND_LOGS / f"run-{os.getpid()}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
     terminal = TerminalFilter()
@@ -90,11 +88,16 @@ def absolute_paths(merged: config.Merged) -> config.Merged:
     return config.Merged({**merged.config, **fixed}, {**merged.overrides, **fixed})
 
 
-def preflight(run_config: dict):
+def preflight(run_config: dict) -> tuple[RunConfig, str]:
     """Parse and check the config with the task's data loaded (before any engine).
 
     Loading is cached and cheap for these datasets; with the data the partition
     check runs here, not after the SuperNodes started.
+
+    Returns
+    -------
+    (RunConfig, str)
+        The settings and the dataset's folder (resolved).
 
     Raises
     ------
@@ -110,7 +113,40 @@ def preflight(run_config: dict):
     except DatasetNotFoundError as err:  # one line, naming data-dir
         raise ConfigError(str(err)) from None
     task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
-    return validate_run_config(run_config, task)
+    return validate_run_config(run_config, task), data_dir
+
+
+def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
+    """Every check a run passes before any engine starts; its name and folder fixed.
+
+    The settings with the data (:func:`preflight`); an unset ``run-name`` fixed
+    here (``<dataset>-<partition>-<UTC time>``, as the ServerApp would name it),
+    so the command knows the run folder; what that folder holds, if anything
+    (:func:`server_app.preflight.check_stored`: lock, finished run, catalog,
+    settings, models, history); no process of an earlier start of the run still
+    alive. Children started from now on carry the run's tag
+    (:func:`cli.procs.tag_run`). Nothing is written.
+
+    Raises
+    ------
+    ConfigError
+        One line naming what stops the run (exit status 2).
+    """
+    cfg, data_dir = preflight(merged.config)
+    if not merged.config.get("run-name"):
+        name = {"run-name": cfg.resolved_run_name()}
+        merged = config.Merged({**merged.config, **name}, {**merged.overrides, **name})
+        cfg = cfg.replace(run_name=name["run-name"])
+    folder = check_stored(cfg, data_dir)
+    left = run_processes(folder)
+    if left:
+        raise ConfigError(
+            f"run-config 'run-name' = {folder.name!r} is not allowed now: processes of "
+            f"an earlier start of this run are still running (pids "
+            f"{' '.join(map(str, left[:10]))}); they stop within seconds of their "
+            "command's end: start it again then")
+    tag_run(folder)
+    return merged, cfg, folder
 
 
 def _run_with_retries(home: Path, supernodes: int, log_path: Path,

@@ -48,8 +48,15 @@ class SQLiteCatalog:
         self._conn = conn
 
     @classmethod
-    def connect(cls, path: str | Path) -> sqlite3.Connection:
+    def connect(cls, path: str | Path, read_only: bool = False) -> sqlite3.Connection:
         """A connection to ``path`` (created if missing) with :attr:`PRAGMAS` set.
+
+        With ``read_only`` the file must exist and is only read (SQLite's
+        ``mode=ro``; no pragma runs), and every page is checked (``PRAGMA
+        quick_check``): a truncated or garbled file fails here, not halfway
+        through a run. A file left with a hot journal by a process killed
+        mid-transaction is opened for writing instead, so that SQLite rolls the
+        interrupted transaction back, as the next writer would.
 
         Raises
         ------
@@ -58,13 +65,16 @@ class SQLiteCatalog:
             naming the file).
         """
         try:
+            if read_only:
+                return _checked(_read_only(path))
             conn = sqlite3.connect(path)
             for pragma in cls.PRAGMAS:
                 conn.execute(f"PRAGMA {pragma}")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as err:
-            raise StoreError(f"{cls.KIND} {path} cannot be read: {err}; restore or "
-                             "remove it") from None
+            raise StoreError(f"{cls.KIND} {path} cannot be read: "
+                             f"{str(err).splitlines()[0] if str(err) else err!r}; "
+                             "restore or remove it") from None
         return conn
 
     @classmethod
@@ -120,6 +130,41 @@ class SQLiteCatalog:
     def close(self) -> None:
         """Close the catalog connection."""
         self._conn.close()
+
+
+SQLITE_READONLY_ROLLBACK = 776
+"""SQLite's error code for a read-only connection that meets a hot journal."""
+
+
+def _read_only(path: str | Path) -> sqlite3.Connection:
+    """``path`` opened with ``mode=ro``, or for writing if a hot journal needs rolling back.
+
+    Raises
+    ------
+    sqlite3.Error
+        The file is missing, unreadable or no database.
+    """
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as err:
+        conn.close()
+        if getattr(err, "sqlite_errorcode", None) != SQLITE_READONLY_ROLLBACK:
+            raise
+        conn = sqlite3.connect(path)  # the rollback the next writer would make
+    return conn
+
+
+def _checked(conn: sqlite3.Connection) -> sqlite3.Connection:
+    """``conn`` if ``PRAGMA quick_check`` finds every page sound (else closed, raised)."""
+    try:
+        found = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+        if found != ["ok"]:
+            raise sqlite3.DatabaseError(found[0] if found else "quick_check failed")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
 
 
 class ParticipationCatalog(SQLiteCatalog):

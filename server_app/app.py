@@ -21,6 +21,7 @@ from server_app.evaluation.central import CentralEvaluator
 from server_app.preflight import (
     baseline_sampling_notes,
     check_partition,
+    check_stored,
     plan_requests,
     validate_run_config,
 )
@@ -30,6 +31,7 @@ from server_app.rounds.polling_grid import fast_replies
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
+from server_app.run.stored import run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.pipeline import run_pipeline
 from task.data import load_task_data, partition_sizes
@@ -98,11 +100,11 @@ def prepare(run_config) -> Prepared:
     samples = dict(enumerate(partition_sizes(
         task, data.num_clients, data.partition, cfg.seed, data.client_samples,
         data.partition_alpha, data.classes_per_client)))
+    # what a resume reads back, as the command line checked it (blobs: before unlearning)
+    check_stored(cfg, data_dir, verify_blobs=False)
     folder = RunFolder.start(cfg)
     # resolved paths: another spelling of the same folders is the same run
-    settings = {**cfg.as_dict(), "results-dir": str(folder.path.parent),
-                "data-dir": data_dir}
-    catalog = RunLog(folder.runlog_path, settings)
+    catalog = RunLog(folder.runlog_path, run_settings(cfg, data_dir))
     if cfg.unlearning.framework_list:
         requests = catalog.record_requests(requests)
     RunContext.log(f"results: {folder.path}{' (resumed)' if catalog.resumed else ''}")

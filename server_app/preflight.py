@@ -12,7 +12,9 @@ settings but neither nodes nor (unless given) the dataset:
   GF(2^31-1) with :data:`QUANT_HEADROOM` x headroom (:func:`largest_scale_bits`);
 - an explicit ``data-dir`` holds the dataset, and ``run-name`` does not name a
   finished run (``files=True``);
-- with the loaded task: the partition can be built for ``num-clients``.
+- with the loaded task: the partition can be built for ``num-clients``;
+- what the run folder holds can be resumed (:func:`check_stored`: catalog,
+  settings, stage results, models, history stores; also run by the ServerApp).
 
 Every failure is a :class:`~server_app.config.ConfigError` whose one-line
 message names the key(s), the value and what is allowed. The ServerApp runs the
@@ -22,12 +24,14 @@ same checks (with the task) before it creates the run folder or contacts a node.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
+from server_app.run.stored import check_run_folder, run_settings
 from server_app.stages.churn import Churn, lineage_shards
 from server_app.unlearning.requests import (
     RequestError,
@@ -151,6 +155,33 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
     return requests, noops
 
 
+def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True) -> Path:
+    """What the run folder holds, if anything, can be resumed; return its path.
+
+    The checks of :func:`server_app.run.stored.check_run_folder` (lock, finished
+    run, catalog, settings, requests, stage results, models' SHA-256, history
+    stores), with this run's settings and planned requests. Nothing is changed
+    on disk.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The checked settings (:func:`validate_run_config`).
+    data_dir : str or Path
+        The dataset's folder, resolved (it is part of the recorded settings).
+    verify_blobs : bool
+        Hash every stored history blob too.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the file or setting a resume cannot use.
+    """
+    one_stage = cfg.unlearning.framework_list and not cfg.stages.staged
+    requests = plan_requests(cfg)[0] if one_stage else None
+    return check_run_folder(cfg, run_settings(cfg, data_dir), requests, verify_blobs)
+
+
 def check_stage_requests(cfg: RunConfig) -> None:
     """Stage 1's ``requests-per-stage`` seeded requests can be drawn (a staged run).
 
@@ -182,7 +213,7 @@ def check_stage_requests(cfg: RunConfig) -> None:
     where = f"stage 1 has {first} clients in {num_shards} shards and each shard keeps one"
     if not _feasible(draw, 1, per):
         sizes = [sum(p < first for p in shard) for shard in churn.shards]
-        raise _no_request_fits(cfg, sizes, first)
+        raise _no_request_fits(cfg, sizes, first, "requests-per-stage = 0")
     raise _bad("requests-per-stage", wanted,
                f"at most {_most(lambda k: _feasible(draw, k, per))} with "
                f"clients-per-request = {per} and request-distribution = "
@@ -224,14 +255,16 @@ def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
                f"and request-distribution = {distribution!r}: {reason}")
 
 
-def _no_request_fits(cfg: RunConfig, sizes: list[int], clients: int) -> ConfigError:
+def _no_request_fits(cfg: RunConfig, sizes: list[int], clients: int,
+                     instead: str = "frameworks = 'none' (no unlearning)") -> ConfigError:
     """The error when not even one request can be drawn, naming what can change.
 
-    ``sizes`` are the shards' client counts (``clients`` in all). A request takes
-    ``clients-per-request`` clients of one shard and leaves it one, so it needs a
-    shard larger than that: the error names ``clients-per-request`` when a shard
-    has two clients or more, else ``num-shards`` (or ``num-clients``), and the
-    other settings that would let a request be drawn.
+    ``sizes`` are the shards' client counts (``clients`` in all; a staged run:
+    stage 1's). A request takes ``clients-per-request`` clients of one shard and
+    leaves it one, so it needs a shard larger than that: the error names
+    ``clients-per-request`` when a shard has two clients or more, else
+    ``num-shards`` (or ``num-clients``), then the other ways out (``instead``:
+    the setting that asks for no request).
     """
     per, num_shards = cfg.unlearning.clients_per_request, cfg.training.num_shards
     largest = max(sizes, default=0)
@@ -240,15 +273,17 @@ def _no_request_fits(cfg: RunConfig, sizes: list[int], clients: int) -> ConfigEr
                     f"at most {largest - 1}: the largest of the {len(sizes)} shards has "
                     f"{largest} clients ({clients} clients, num-shards = {num_shards}) "
                     "and a request leaves its shard one")
-    instead = "frameworks = 'none' (no unlearning)"
+    joins = (f", fewer joins-per-stage (stage 1 has {clients} of the "
+             f"{cfg.data.num_clients} clients)" if cfg.stages.staged else "")
     if clients < 2:
         return _bad("num-clients", cfg.data.num_clients,
-                    f"at least 2 for an unlearning request (it may not forget the only "
-                    f"client), or {instead}")
+                    f"at least 2 clients{' in stage 1' + joins if joins else ''} for "
+                    f"an unlearning request (it may not forget the only client), or "
+                    f"{instead}")
     return _bad("num-shards", num_shards,
                 f"at most {clients - 1} with {clients} clients: each of the {num_shards} "
                 "shards has one client and a request may not forget a shard's last one; "
-                f"use fewer shards, more clients, or {instead}")
+                f"use fewer shards, more clients{joins} or {instead}")
 
 
 def _most(ok) -> int:

@@ -95,7 +95,7 @@ def test_deploy_shrinks_shards_so_one_can_serve_a_request():
     # an explicit value is kept, and refused with what the user can change
     merged = deploy_config(4, None, ["num-shards=4"])
     with pytest.raises(ConfigError, match="'num-shards' = 4 .* at most 3 with 4 clients"
-                       ".*fewer shards, more clients, or frameworks"):
+                       ".*fewer shards, more clients or frameworks"):
         validate_run_config(merged.config, files=False)
 
 

@@ -41,7 +41,8 @@ SMALL = {**TINY, "num-clients": 6, "clients-per-round": 2, "num-stages": 2,
 @pytest.mark.parametrize("overrides, key", [
     ({"requests-per-stage": 8}, "requests-per-stage"),  # stage 1 cannot draw 8
     ({"requests-per-stage": 1, "clients-per-request": 4}, "clients-per-request"),
-    ({"requests-per-stage": 1, "joins-per-stage": 3}, "clients-per-request"),
+    # stage 1 has 2 clients in 2 shards: no shard can give one and keep one
+    ({"requests-per-stage": 1, "joins-per-stage": 3}, "num-shards"),
     ({"baseline-shards": 4, "joins-per-stage": 3}, "joins-per-stage"),
     ({"baseline-shards": 4, "joins-per-stage": 2, "requests-per-stage": 1},
      "baseline-shards"),  # stage 1's seeded request would empty an FR shard

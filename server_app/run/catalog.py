@@ -11,6 +11,7 @@ are those of an uninterrupted run, and no request is lost or applied twice.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -42,27 +43,39 @@ class RunLog(SQLiteCatalog):
         ``<run folder>/run.sqlite``; created if missing.
     settings : dict
         The run's settings; a resumed run must have equal settings.
+    read_only : bool
+        Only read an existing catalog (every page checked, nothing created or
+        written; :meth:`SQLiteCatalog.connect`): what the checks before a
+        resume use (:mod:`server_app.run.stored`).
 
     Raises
     ------
     RunLogError
         The catalog holds a run with different settings.
+    history.StoreError
+        The file cannot be read as SQLite (one line, naming it).
     """
 
     SCHEMA = _SCHEMA
     META_TABLE = "settings"
     KIND = "run catalog"
 
-    def __init__(self, path: Path, settings: dict) -> None:
+    def __init__(self, path: Path, settings: dict, read_only: bool = False) -> None:
         self.path = Path(path)
-        super().__init__(self.path, self.connect(self.path))
-        self.create_schema(self._conn)  # CREATE TABLE IF NOT EXISTS: keeps a resumed run
-        stored = self.get_meta("settings")
+        super().__init__(self.path, self.connect(self.path, read_only=read_only))
+        try:
+            if not read_only:  # CREATE TABLE IF NOT EXISTS: keeps a resumed run
+                self.create_schema(self._conn)
+            stored = self._stored_settings()
+        except (sqlite3.Error, ValueError) as err:
+            self.close()
+            raise RunLogError(f"{self.KIND} {self.path} is damaged ({err}); restore or "
+                              "remove it") from None
         text = json.dumps(settings, sort_keys=True)
-        if stored is None:
+        if stored is None and not read_only:
             with self._conn:
                 self.set_meta("settings", text)
-        elif stored != text:
+        elif stored is not None and stored != text:
             old, new = json.loads(stored), settings
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             self.close()
@@ -71,7 +84,24 @@ class RunLog(SQLiteCatalog):
                 "use another run-name to start a new run")
         self.resumed = stored is not None
 
+    def _stored_settings(self) -> str | None:
+        """The recorded settings (JSON text), checked to parse; None if none yet."""
+        stored = self.get_meta("settings")
+        if stored is not None and not isinstance(json.loads(stored), dict):
+            raise ValueError("its settings are not a JSON object")
+        return stored
+
+    def has_table(self, name: str) -> bool:
+        """Whether the catalog has the table ``name`` (e.g. a staged run's ``inbox``)."""
+        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
+                                  "AND name=?", (name,)).fetchone() is not None
+
     # ---- stages (learning, frameworks) -------------------------------------
+    def stages(self) -> list[tuple[str, str]]:
+        """(name, state) of every stage recorded, by name."""
+        return [tuple(row) for row in self._conn.execute(
+            "SELECT name, state FROM stages ORDER BY name")]
+
     def stage(self, name: str) -> tuple[str, object] | None:
         """(state, result) of a stage, or None if never started."""
         row = self._conn.execute("SELECT state, result FROM stages WHERE name=?",
@@ -144,19 +174,29 @@ class RunLog(SQLiteCatalog):
         RunLogError
             The stored requests differ from the planned ones.
         """
-        planned = [sorted(int(p) for p in r) for r in requests]
-        rows = self.requests()
-        if rows:
-            stored = [clients for _, clients, _ in rows]
-            if stored != planned:
-                raise RunLogError(f"{self.path}: the recorded requests {stored} are "
-                                  f"not the planned {planned}; the run catalog is "
-                                  "damaged, remove the run folder to start again")
-            return stored
+        planned = self.check_requests(requests)
+        if self.requests():
+            return planned
         with self._conn:
             self._conn.executemany(
                 "INSERT INTO requests VALUES (?, ?, 'received')",
                 [(i, json.dumps(r)) for i, r in enumerate(planned)])
+        return planned
+
+    def check_requests(self, requests: Sequence[Sequence[int]]) -> list[list[int]]:
+        """``requests`` sorted, if the recorded ones (if any) are these.
+
+        Raises
+        ------
+        RunLogError
+            Requests are recorded and differ from ``requests``.
+        """
+        planned = [sorted(int(p) for p in r) for r in requests]
+        stored = [clients for _, clients, _ in self.requests()]
+        if stored and stored != planned:
+            raise RunLogError(f"{self.path}: the recorded requests {stored} are "
+                              f"not the planned {planned}; the run catalog is "
+                              "damaged, remove the run folder to start again")
         return planned
 
     def set_request_state(self, state: str) -> None:

@@ -17,6 +17,10 @@ from history.files import atomic_write, atomic_write_arrays, decode_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.run.lock import LOCK_NAME, RunLock, RunLockedError
 
+COMMAND_LOGS = "logs"
+"""The folder of the command line's logs in a run folder (``logs/run-<pid>.log``);
+the only entry besides the lock that a run folder may hold before its catalog."""
+
 
 class ModelsFileError(RuntimeError):
     """A saved models file is missing, damaged or not the one the run saved."""
@@ -99,18 +103,29 @@ class RunFolder:
         """
         from strategies.sharded import to_record, unpack_shards
 
+        data = decode_arrays(self.verify_models(name, record))
+        return unpack_shards(to_record(data), int(record["shards"]))
+
+    def verify_models(self, name: str, record: dict | None) -> bytes:
+        """The bytes of ``models/<name>.npz`` if they are the file ``record`` names.
+
+        Raises
+        ------
+        ModelsFileError
+            As :meth:`load_models`.
+        """
         target = self.path / "models" / f"{name}.npz"
         try:
             raw = target.read_bytes()
         except OSError as err:
-            raise ModelsFileError(f"{target}: cannot be read ({err.strerror}); "
-                                  "remove the run folder to start again") from None
-        if record is None or hashlib.sha256(raw).hexdigest() != record.get("sha256"):
+            raise ModelsFileError(f"{target}: cannot be read ({err.strerror}); restore "
+                                  "it or remove the run folder to start again") from None
+        if not isinstance(record, dict) or \
+                hashlib.sha256(raw).hexdigest() != record.get("sha256"):
             raise ModelsFileError(f"{target} is not the file this run saved (SHA-256 "
-                                  "differs or none recorded); remove the run folder "
-                                  "to start again")
-        data = decode_arrays(raw)
-        return unpack_shards(to_record(data), int(record["shards"]))
+                                  "differs or none recorded); restore it or remove the "
+                                  "run folder to start again")
+        return raw
 
     def history_dir(self, federation: str) -> Path:
         """Folder of the history store of ``federation`` (e.g. ``sharded``)."""
@@ -203,7 +218,7 @@ def _refuse_foreign(path: Path) -> None:
                           f"{path} is a file, not a run folder")
     if not path.is_dir() or (path / "run.sqlite").exists():
         return
-    if any(p.name != LOCK_NAME for p in path.iterdir()):
+    if any(p.name not in (LOCK_NAME, COMMAND_LOGS) for p in path.iterdir()):
         raise ConfigError(
             f"run-config 'run-name' = {path.name!r} is not allowed: {path} exists, "
             "is not empty and is not a run folder of this app (no run.sqlite); "

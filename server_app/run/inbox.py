@@ -65,6 +65,13 @@ class Request:
 class RequestInbox(SQLiteCatalog):
     """The inbox table of a run catalog (``<run folder>/run.sqlite``).
 
+    Parameters
+    ----------
+    path : Path
+        ``<run folder>/run.sqlite``; created with the inbox table if missing.
+    read_only : bool
+        Only read an existing catalog (nothing created or written).
+
     Raises
     ------
     history.StoreError
@@ -75,9 +82,11 @@ class RequestInbox(SQLiteCatalog):
     META_TABLE = "settings"
     KIND = "run catalog"
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(Path(path), self.connect(path))
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        super().__init__(Path(path), self.connect(path, read_only=read_only))
         self._conn.execute("PRAGMA busy_timeout = 30000")  # the other process writes
+        if read_only:  # the checks before a resume (server_app.run.stored)
+            return
         try:
             self.create_schema(self._conn)
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
@@ -176,6 +185,27 @@ class RequestInbox(SQLiteCatalog):
                                   "ORDER BY seq").fetchall()
         return [json.loads(text) for (text,) in rows]
 
+    def check(self) -> int:
+        """Read back every request and receipt; return how many requests there are.
+
+        A catalog from before receipts were kept (no ``receipt`` column) has
+        none to read.
+
+        Raises
+        ------
+        InboxError
+            A row that cannot be read or parsed (naming the catalog).
+        """
+        requests = self.all()
+        try:
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
+            if "receipt" in columns:
+                self.receipts()
+        except (sqlite3.Error, ValueError) as err:
+            raise InboxError(f"{self.catalog_path}: a receipt cannot be read: {err}") \
+                from None
+        return len(requests)
+
     def get(self, rid: str) -> Request:
         """The request ``rid``. Raises KeyError if there is none."""
         found = self._select("WHERE id=?", (rid,))
@@ -200,4 +230,8 @@ class RequestInbox(SQLiteCatalog):
         except sqlite3.Error as err:
             raise InboxError(f"{self.catalog_path}: the inbox cannot be read: {err}") \
                 from None
-        return [Request(i, json.loads(c), s, r, st, g) for i, c, s, r, st, g in rows]
+        try:
+            return [Request(i, json.loads(c), s, r, st, g) for i, c, s, r, st, g in rows]
+        except (TypeError, ValueError) as err:  # a row that is no request
+            raise InboxError(f"{self.catalog_path}: a request cannot be read: {err}") \
+                from None

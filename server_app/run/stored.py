@@ -1,0 +1,180 @@
+"""A run folder's stored state, checked before any engine starts.
+
+A run started again with the same ``run-name`` resumes from what an earlier start
+stored (:mod:`server_app.run.catalog`). :func:`check_run_folder` reads all of it
+back, changing nothing, and fails with one line on the first thing that a resume
+could not use:
+
+- the folder may be used (:meth:`RunFolder.check_free`: ``results-dir``, a
+  finished run, a folder of something else, a live run's lock);
+- the run catalog ``run.sqlite`` reads as SQLite, every page
+  (``PRAGMA quick_check``), and records the settings of this run;
+- the recorded requests are the planned ones (a one-stage run);
+- every finished stage's result parses as its typed form (``learn:``,
+  ``unlearn:``, ``stage:``), and the models file it recorded has the recorded
+  SHA-256 (``models/<F>.npz``, ``models/stage<t>.npz``);
+- the history store of every finished learning (uncoded), or of a staged run
+  with a finished stage, opens, and (``verify_blobs``) every blob matches its
+  SHA-256;
+- the inbox and its receipts (a staged run) parse.
+
+The command line runs it before it starts any engine (``run``, ``deploy``), the
+ServerApp again before it opens the folder (:func:`server_app.app.prepare`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from history import HistoryStore, StoreError
+from server_app.config import ConfigError, RunConfig
+from server_app.run.catalog import RunLog, RunLogError
+from server_app.run.folder import ModelsFileError, RunFolder
+from server_app.run.inbox import InboxError, RequestInbox
+from server_app.run.summary import FrameworkSummary, LearningSummary, StageSummary
+
+RESULTS = {"learn": LearningSummary, "unlearn": FrameworkSummary, "stage": StageSummary}
+"""Typed form of a finished stage's result, by the stage name's prefix."""
+
+
+class StoredStateError(ConfigError):
+    """The run folder holds something a resume cannot use; nothing was changed."""
+
+
+def run_settings(cfg: RunConfig, data_dir: str | Path) -> dict:
+    """The settings a run records in its catalog; a resume must record the same.
+
+    Paths are resolved (``results-dir``: the folder holding the run folder;
+    ``data-dir``: the dataset's folder), so another spelling of the same
+    folders is the same run.
+    """
+    return {**cfg.as_dict(), "results-dir": str(cfg.output.resolved_results_dir()),
+            "data-dir": str(data_dir)}
+
+
+def check_run_folder(cfg: RunConfig, settings: dict,
+                     requests: list[list[int]] | None = None,
+                     verify_blobs: bool = True) -> Path:
+    """Check what the run folder of ``cfg`` holds; return its path (maybe absent).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's settings (they name the folder).
+    settings : dict
+        :func:`run_settings` of the run.
+    requests : list[list[int]], optional
+        A one-stage run's planned requests (partition ids); None: not checked.
+    verify_blobs : bool
+        Also hash every blob of the history stores (bytes read: the stores'
+        size).
+
+    Raises
+    ------
+    ConfigError
+        One line: the folder may not be used, or the first stored thing that
+        cannot be read back (:class:`StoredStateError`).
+    """
+    path = RunFolder.check_free(cfg)
+    catalog = path / "run.sqlite"
+    if not catalog.exists():
+        return path
+    if not catalog.is_file():
+        raise StoredStateError(f"run catalog {catalog} is not a file; remove it")
+    try:
+        log = RunLog(catalog, settings, read_only=True)
+    except (StoreError, RunLogError) as err:
+        raise StoredStateError(str(err)) from None
+    try:
+        if requests is not None:
+            log.check_requests(requests)
+        done = _finished(log)
+        _check_models(RunFolder(path), log, done)
+        _check_histories(RunFolder(path), cfg, done, verify_blobs)
+        _check_inbox(log)
+    except (StoreError, RunLogError, ModelsFileError) as err:
+        raise StoredStateError(str(err)) from None
+    finally:
+        log.close()
+    return path
+
+
+def _finished(log: RunLog) -> dict[str, object]:
+    """Each finished stage's result, parsed (stages of unknown kinds: as stored).
+
+    Raises
+    ------
+    RunLogError
+        A stored result is damaged.
+    """
+    return {name: log.done_as(name, RESULTS[name.split(":")[0]])
+            if name.split(":")[0] in RESULTS else log.done(name)
+            for name, state in log.stages() if state == "done"}
+
+
+def _check_models(folder: RunFolder, log: RunLog, done: dict[str, object]) -> None:
+    """The models files of finished frameworks and stages are the ones recorded."""
+    for name, result in done.items():
+        kind, _, what = name.partition(":")
+        if kind == "unlearn" and not result.noop:
+            folder.verify_models(what, log.models_record(what))
+        elif kind == "stage":
+            folder.verify_models(f"stage{what}", log.models_record(f"stage{what}"))
+
+
+def _check_histories(folder: RunFolder, cfg: RunConfig, done: dict[str, object],
+                     verify_blobs: bool) -> None:
+    """History stores a resume reads: of finished (uncoded) learning, of a staged run.
+
+    Coded learning is redone on resume (its slices lived with the clients of
+    the lost run), so its store is not read back.
+
+    Raises
+    ------
+    StoreError
+        A store is missing, cannot be read, is incomplete, or (``verify_blobs``)
+        holds a blob that is missing or fails its SHA-256.
+    """
+    wanted = {name.partition(":")[2]: True for name in done if name.startswith("learn:")}
+    if cfg.storage.coded:
+        wanted.pop("sharded", None)
+    if any(name.startswith("stage:") for name in done):
+        wanted["sharded"] = False  # written stage by stage: not complete until the end
+    for federation, complete in sorted(wanted.items()):
+        root = folder.history_dir(federation)
+        try:
+            store = HistoryStore.open(root, require_complete=complete)
+        except StoreError as err:
+            raise StoreError(f"{err}; the run catalog records its learning as done: "
+                             "restore it or remove the run folder to start again"
+                             ) from None
+        try:
+            problems = store.verify() if verify_blobs else []
+        finally:
+            store.close()
+        if problems:
+            raise StoreError(f"history {root} is damaged ({'; '.join(problems[:3])}"
+                             f"{'; ...' if len(problems) > 3 else ''}); restore it or "
+                             "remove the run folder to start again")
+
+
+def _check_inbox(log: RunLog) -> None:
+    """The inbox's requests and receipts (a staged run) can be read back.
+
+    Raises
+    ------
+    RunLogError
+        A row that does not parse.
+    """
+    if not log.has_table("inbox"):
+        return
+    try:
+        inbox = RequestInbox(log.path, read_only=True)
+    except (StoreError, InboxError) as err:
+        raise RunLogError(str(err)) from None
+    try:
+        inbox.check()
+    except InboxError as err:
+        raise RunLogError(f"{err}; restore or remove it") from None
+    finally:
+        inbox.close()
