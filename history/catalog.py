@@ -72,9 +72,9 @@ class SQLiteCatalog:
                 conn.execute(f"PRAGMA {pragma}")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as err:
-            raise StoreError(f"{cls.KIND} {path} cannot be read: "
-                             f"{str(err).splitlines()[0] if str(err) else err!r}; "
-                             "restore or remove it") from None
+            reason = str(err).splitlines()[0] if str(err) else repr(err)
+            raise StoreError(f"{cls.KIND} {path} cannot be read: {reason}; restore or "
+                             "remove it") from None
         return conn
 
     @classmethod
