@@ -109,14 +109,16 @@ class Children:
 
         Only the watchdog gets the pipe's read end; the write end is this
         process's alone (not inheritable, PEP 446), so end of file there means
-        this process is gone.
+        this process is gone. It carries neither the mark nor the run's tag:
+        it is not a process of the run.
         """
         read_end, self._lifeline = os.pipe()
         try:
             self.watchdog = subprocess.Popen(
                 [sys.executable, "-m", "cli.procs", "watch", str(read_end), self.mark,
                  str(self.grace_s)], pass_fds=(read_end,), start_new_session=True,
-                cwd=PROJECT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                cwd=PROJECT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                env={k: v for k, v in os.environ.items() if k != RUN_TAG})
         finally:
             os.close(read_end)
 

@@ -62,5 +62,5 @@ def _check_terminal_output(stdout: str, results: Path) -> None:
         assert avoidable not in stdout, avoidable
     table = next(i for i, line in enumerate(lines) if line.startswith("   model  accuracy"))
     assert not [line for line in lines[table:] if LOG_LINE.match(line)], lines[table:]
-    log = "\n".join(p.read_text() for p in results.glob(".run-*.log"))
+    log = "\n".join(p.read_text() for p in results.glob("*/logs/run-*.log"))
     assert "default simulated SuperNodes" in log and "summary: /" in log
