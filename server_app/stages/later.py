@@ -31,15 +31,15 @@ from history import CodedHistory, CorruptBlobError, HistoryStore
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.inbox import Request, RequestInbox
-from server_app.run.receipts import shard_digests, utc, write_receipt
+from server_app.run.receipts import utc, write_receipt
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
+from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership, present_shards
 from server_app.stages.planned import baseline_federation
 from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
-from server_app.unlearning.frameworks import Stage, UnlearningSettings
 
 __all__ = ["serve_later"]
 
@@ -167,34 +167,16 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
 
 def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     """SE (and FR) for ``request`` from ``latest``; erase what it leaves unused."""
-    ctx = run.ctx
-    before = {"accuracy": run.scores.get("accuracy")}
-    stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
-                  run.store, None, run.models, ctx.initial_model(), ctx.train_config())
-    se = run_unlearning(ctx.loop, stage, [request.clients], ctx.evaluator.evaluate,
-                        already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
-                        frameworks=["SE"])["SE"]
-    run.forgotten |= set(request.clients)
-    run.models = se.models
-    run.scores = {"accuracy": se.summary.accuracy, "loss": se.summary.loss,
-                  "shard_accuracy": se.summary.shard_accuracy}
-    cost = se.summary.requests[-1]
-    out = {"version": {"before": latest.version, "after": latest.version + 1},
-           "shards_retrained": cost.impacted_shards,
-           "rounds_replayed": cost.rounds_replayed, "replay": cost.replay,
-           "models_sha256": {"before": latest.digests, "after": shard_digests(se.models)},
-           "accuracy": {**before, "after": se.summary.accuracy},
-           "cost": {"SE": {"client_epochs": cost.client_epochs,
-                           "compute_s": cost.compute_s,
-                           "modelled_wall_s": cost.modelled_wall_s,
-                           "wall_s": cost.wall_s}},
-           "erased": _erase(run, request.clients), "verification": None}
-    if "FR" in ctx.cfg.unlearning.framework_list:
-        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run, stage)
+    out = forget_with_se(run, request.clients)
+    out["version"] = {"before": latest.version, "after": latest.version + 1}
+    out["models_sha256"]["before"] = latest.digests
+    out.update(erased=_erase(run, request.clients), verification=None)
+    if "FR" in run.ctx.cfg.unlearning.framework_list:
+        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
     return out
 
 
-def _retrain(run: RunState, stage: Stage) -> tuple[dict, float]:
+def _retrain(run: RunState) -> tuple[dict, float]:
     """FR, the reference: from scratch without every client forgotten so far."""
     ctx = run.ctx
     if ctx.cfg.stages.staged:
@@ -202,8 +184,8 @@ def _retrain(run: RunState, stage: Stage) -> tuple[dict, float]:
         cost = {"client_epochs": meter.client_epochs, "compute_s": meter.compute_s,
                 "modelled_wall_s": meter.modelled_wall_s, "wall_s": meter.wall_s}
         return cost, ctx.evaluator.evaluate(models)["accuracy"]
-    fr = run_unlearning(ctx.loop, stage, [sorted(run.forgotten)], ctx.evaluator.evaluate,
-                        log_fn=ctx.log, frameworks=["FR"])["FR"]
+    fr = run_unlearning(ctx.loop, se_stage(run), [sorted(run.forgotten)],
+                        ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=["FR"])["FR"]
     summary = fr.summary
     return ({"client_epochs": summary.client_epochs,
              "compute_s": summary.retrain_compute_s,
