@@ -60,21 +60,51 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
         A bad run config or run-name (nothing was started).
     """
     args = parser(prog).parse_args(argv)
-    merged = absolute_paths(config.resolve(args.preset, args.run_config))
+    merged = run_folder_paths(absolute_paths(config.resolve(args.preset,
+                                                            args.run_config)))
     merged, cfg, folder = checked_run(merged)
-    supernodes = args.supernodes or cfg.data.num_clients
-    log_path = folder / COMMAND_LOGS / f"run-{os.getpid()}.log"
+    terminal = TerminalFilter()
+    log_path, status = launch(merged.overrides, args.supernodes or cfg.data.num_clients,
+                              folder / COMMAND_LOGS, terminal)
+    return _finish(log_path, status, terminal)
+
+
+def launch(overrides: dict, supernodes: int, log_dir: Path,
+           terminal: TerminalFilter) -> tuple[Path, int]:
+    """``flwr run .`` with ``overrides`` on ``supernodes`` simulated SuperNodes.
+
+    The log is ``log_dir/run-<pid>.log`` (the run folder's ``logs/``). Returns
+    the log's path and flwr's exit status.
+    """
+    log_path = log_dir / f"run-{os.getpid()}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
-    terminal = TerminalFilter()
     try:
-        (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
+        (home / "run-config.toml").write_text(config.to_toml(overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
         status = _run_with_retries(home, supernodes, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    return _finish(log_path, status, terminal)
+    return log_path, status
+
+
+def run_folder_paths(merged: config.Merged) -> config.Merged:
+    """The run's name fixed now, and its clients' node folders in the run folder.
+
+    The ServerApp would stamp a missing ``run-name`` itself; fixed here, the
+    command knows the run folder. With coded storage ``node-dirs`` is
+    ``<run folder>/nodes``: the clients' slices outlive the simulation, and a
+    later request (``forget`` on the finished run) decodes them.
+    """
+    from server_app.config import RunConfig
+
+    cfg = RunConfig.from_run_config(merged.config)
+    fixed = {"run-name": cfg.resolved_run_name()}
+    if cfg.storage.coded and not cfg.storage.node_dirs:
+        fixed["node-dirs"] = str(cfg.output.resolved_results_dir() / fixed["run-name"]
+                                 / "nodes")
+    return config.Merged({**merged.config, **fixed}, {**merged.overrides, **fixed})
 
 
 def absolute_paths(merged: config.Merged) -> config.Merged:
@@ -120,12 +150,12 @@ def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
     """Every check a run passes before any engine starts; its name and folder fixed.
 
     The settings with the data (:func:`preflight`); an unset ``run-name`` fixed
-    here (``<dataset>-<partition>-<UTC time>``, as the ServerApp would name it),
-    so the command knows the run folder; what that folder holds, if anything
+    (``<dataset>-<partition>-<UTC time>``, as the ServerApp would name it; the
+    commands fix it before, :func:`run_folder_paths`), so the command knows the
+    run folder; what that folder holds, if anything
     (:func:`server_app.preflight.check_stored`: lock, finished run, catalog,
     settings, models, history); no process of an earlier start of the run still
-    alive. Children started from now on carry the run's tag
-    (:func:`cli.procs.tag_run`). Nothing is written.
+    alive (:func:`claim_run`). Nothing is written.
 
     Raises
     ------
@@ -138,6 +168,22 @@ def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
         merged = config.Merged({**merged.config, **name}, {**merged.overrides, **name})
         cfg = cfg.replace(run_name=name["run-name"])
     folder = check_stored(cfg, data_dir)
+    claim_run(folder)
+    return merged, cfg, folder
+
+
+def claim_run(folder: Path) -> None:
+    """Refuse while processes of an earlier start of the run live; tag ours.
+
+    Children started from now on carry the run's tag (:func:`cli.procs.tag_run`),
+    so a later start sees them (:func:`cli.procs.run_processes`).
+
+    Raises
+    ------
+    ConfigError
+        A process of an earlier start is alive (its command was killed a moment
+        ago and its watchdog is still stopping it).
+    """
     left = run_processes(folder)
     if left:
         raise ConfigError(
@@ -146,7 +192,6 @@ def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
             f"{' '.join(map(str, left[:10]))}); they stop within seconds of their "
             "command's end: start it again then")
     tag_run(folder)
-    return merged, cfg, folder
 
 
 def _run_with_retries(home: Path, supernodes: int, log_path: Path,

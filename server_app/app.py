@@ -33,6 +33,7 @@ from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
 from server_app.run.stored import run_settings
 from server_app.run.summary import RunSummary
+from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from task.data import load_task_data, partition_sizes
 from task.locate import resolve_data_dir
@@ -44,6 +45,10 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see docs/CONFIG.md)."""
     ctx = open_run(fast_replies(grid), context.run_config)
+    if ctx.cfg.stages.later_requests:  # a finished run: its pending requests
+        serve_later(ctx)
+        ctx.folder.release()
+        return
     summary = run_pipeline(ctx)
     finish(ctx, summary)
 
@@ -100,10 +105,12 @@ def prepare(run_config) -> Prepared:
     samples = dict(enumerate(partition_sizes(
         task, data.num_clients, data.partition, cfg.seed, data.client_samples,
         data.partition_alpha, data.classes_per_client)))
-    # what a resume reads back, as the command line checked it (blobs: before unlearning)
-    check_stored(cfg, data_dir, verify_blobs=False)
-    folder = RunFolder.start(cfg)
-    # resolved paths: another spelling of the same folders is the same run
+    later = cfg.stages.later_requests
+    if not later:  # what a resume reads back, as the command checked it (blobs: later)
+        check_stored(cfg, data_dir, verify_blobs=False)
+    folder = RunFolder.reopen(cfg) if later else RunFolder.start(cfg)
+    # resolved paths: another spelling of the same folders is the same run; the
+    # later-requests switch says what this process does, not what the run is
     catalog = RunLog(folder.runlog_path, run_settings(cfg, data_dir))
     if cfg.unlearning.framework_list:
         requests = catalog.record_requests(requests)

@@ -16,7 +16,8 @@ could not use:
 - the history store of every finished learning (uncoded), or of a staged run
   with a finished stage, opens, and (``verify_blobs``) every blob matches its
   SHA-256;
-- the inbox and its receipts (a staged run) parse.
+- the inbox's requests, receipts and model versions parse, and every model
+  version's file has its recorded SHA-256.
 
 The command line runs it before it starts any engine (``run``, ``deploy``), the
 ServerApp again before it opens the folder (:func:`server_app.app.prepare`).
@@ -46,10 +47,13 @@ def run_settings(cfg: RunConfig, data_dir: str | Path) -> dict:
 
     Paths are resolved (``results-dir``: the folder holding the run folder;
     ``data-dir``: the dataset's folder), so another spelling of the same
-    folders is the same run.
+    folders is the same run. ``later-requests`` is left out: it says what one
+    process does (carry out a finished run's requests), not what the run is.
     """
-    return {**cfg.as_dict(), "results-dir": str(cfg.output.resolved_results_dir()),
-            "data-dir": str(data_dir)}
+    settings = {**cfg.as_dict(), "results-dir": str(cfg.output.resolved_results_dir()),
+                "data-dir": str(data_dir)}
+    settings.pop("later-requests", None)
+    return settings
 
 
 def check_run_folder(cfg: RunConfig, settings: dict,
@@ -159,12 +163,16 @@ def _check_histories(folder: RunFolder, cfg: RunConfig, done: dict[str, object],
 
 
 def _check_inbox(log: RunLog) -> None:
-    """The inbox's requests and receipts (a staged run) can be read back.
+    """The inbox's requests, receipts and model versions can be read back.
+
+    Every model version's file (``models/<name>.npz``) has its recorded SHA-256.
 
     Raises
     ------
     RunLogError
         A row that does not parse.
+    ModelsFileError
+        A model version's file is missing or not the one recorded.
     """
     if not log.has_table("inbox"):
         return
@@ -173,8 +181,11 @@ def _check_inbox(log: RunLog) -> None:
     except (StoreError, InboxError) as err:
         raise RunLogError(str(err)) from None
     try:
-        inbox.check()
+        versions = inbox.check()
     except InboxError as err:
         raise RunLogError(f"{err}; restore or remove it") from None
     finally:
         inbox.close()
+    folder = RunFolder(log.path.parent)
+    for version in versions:  # models/<name>.npz of each model version
+        folder.verify_models(Path(version.file).stem, {"sha256": version.file_sha256})
