@@ -82,9 +82,12 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
 
 
 def _settings(config, run_name):
+    """What the ServerApp records (:func:`server_app.run.stored.run_settings`)."""
     from server_app.config import RunConfig
+    from server_app.run.stored import run_settings
 
-    return RunConfig.from_run_config({**config, "run-name": run_name}).as_dict()
+    cfg = RunConfig.from_run_config({**config, "run-name": run_name})
+    return run_settings(cfg, cfg.data.data_dir)
 
 
 STAGED_CHILD = CHILD.replace("set_task_identity()\n", textwrap.dedent("""\
