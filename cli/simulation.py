@@ -24,7 +24,6 @@ from cli.env import free_ports
 from cli.procs import Children, tee
 from cli.progress import output_sink
 from cli.terminal import SUMMARY, TerminalFilter
-from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
 
@@ -94,22 +93,18 @@ def preflight(run_config: dict):
     """Parse and check the config with the task's data loaded (before any engine).
 
     Loading is cached and cheap for these datasets; with the data the partition
-    check runs here, not after the SuperNodes started.
+    check runs here, not after the SuperNodes started. A plug-in task is
+    imported here too, from this command's ``PYTHONPATH`` (docs/TASKS.md).
 
     Raises
     ------
     ConfigError
         The first bad setting, in one line.
     """
-    from task.data import load_task_data
-    from task.locate import DatasetNotFoundError, resolve_data_dir
+    from server_app.preflight import load_run
 
     cfg = validate_run_config(run_config)
-    try:
-        data_dir = str(resolve_data_dir(cfg.data.dataset, cfg.data.data_dir or None))
-    except DatasetNotFoundError as err:  # one line, naming data-dir
-        raise ConfigError(str(err)) from None
-    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
+    _, task = load_run(cfg)
     return validate_run_config(run_config, task)
 
 
