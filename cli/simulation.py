@@ -24,6 +24,7 @@ from cli.env import free_ports
 from cli.procs import Children, tee
 from cli.progress import output_sink
 from cli.terminal import SUMMARY, TerminalFilter
+from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.run.folder import RunFolder
 
@@ -72,7 +73,8 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     try:
         (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
-        status = _run_with_retries(home, supernodes, log_path, terminal)
+        federation = federation_config(supernodes, cfg.training.client_gpus)
+        status = _run_with_retries(home, federation, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return _finish(log_path, status, terminal)
@@ -104,11 +106,44 @@ def preflight(run_config: dict):
     from server_app.preflight import load_run
 
     cfg = validate_run_config(run_config)
+    check_client_gpus(cfg.training.client_gpus)
     _, task = load_run(cfg)
     return validate_run_config(run_config, task)
 
 
-def _run_with_retries(home: Path, supernodes: int, log_path: Path,
+def check_client_gpus(gpus: float) -> None:
+    """Refuse ``client-gpus`` > 0 where Ray would wait for a GPU that is not there.
+
+    On a Ray cluster (``RAY_ADDRESS`` set) the GPUs may be on other machines, so
+    it is left to Ray.
+
+    Raises
+    ------
+    ConfigError
+        ``client-gpus`` > 0 without CUDA on this machine and no Ray cluster.
+    """
+    if gpus <= 0 or os.environ.get("RAY_ADDRESS"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"run-config 'client-gpus' = {gpus!r} is not allowed: 0 on "
+                          "a machine without CUDA (torch.cuda.is_available() is "
+                          "False; Ray would wait for a GPU forever)")
+
+
+def federation_config(supernodes: int, gpus: float = 0.0) -> str:
+    """``--federation-config`` of ``flwr run``: SuperNodes and each ClientApp's resources.
+
+    One CPU a ClientApp; ``gpus`` > 0 (run-config ``client-gpus``, fractional) is
+    Flower's ``client-resources-num-gpus``: Ray then runs at most 1 / ``gpus``
+    ClientApps on a GPU at once and tells each which GPU it has.
+    """
+    out = f"num-supernodes={supernodes} client-resources-num-cpus=1"
+    return f"{out} client-resources-num-gpus={gpus:g}" if gpus > 0 else out
+
+
+def _run_with_retries(home: Path, federation: str, log_path: Path,
                       terminal: TerminalFilter) -> int:
     """:func:`_flwr_run`, again (fresh ports) when the local SuperLink did not start.
 
@@ -116,7 +151,7 @@ def _run_with_retries(home: Path, supernodes: int, log_path: Path,
     :data:`START_ATTEMPTS` tries.
     """
     for attempt in range(1, START_ATTEMPTS + 1):
-        status = _flwr_run(home, supernodes, log_path, terminal)
+        status = _flwr_run(home, federation, log_path, terminal)
         if status == 0 or NO_SUPERLINK not in log_path.read_bytes():
             return status
         if attempt < START_ATTEMPTS:
@@ -125,7 +160,7 @@ def _run_with_retries(home: Path, supernodes: int, log_path: Path,
     return status
 
 
-def _flwr_run(home: Path, supernodes: int, log_path: Path,
+def _flwr_run(home: Path, federation: str, log_path: Path,
               terminal: TerminalFilter) -> int:
     """``flwr run`` with its own FLWR_HOME and ports; output to the log and the terminal.
 
@@ -138,7 +173,7 @@ def _flwr_run(home: Path, supernodes: int, log_path: Path,
            "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
     argv = ["flwr", "run", str(config.PROJECT), "--stream",
             "--run-config", str(home / "run-config.toml"), "--federation-config",
-            f"num-supernodes={supernodes} client-resources-num-cpus=1"]
+            federation]
     with Children() as children, open(log_path, "wb") as log, output_sink() as out:
         proc = children.start(argv, env=env, cwd=config.PROJECT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

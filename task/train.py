@@ -47,6 +47,9 @@ class TrainResult:
     samples: int
 
 
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+"""Layers that :func:`fisher_preconditioner` runs in eval mode (one sample a pass)."""
+
 EPOCH_TOLERANCE = 1e-9
 """``epochs`` within this of an integer count as that integer (float round-off of L/r)."""
 
@@ -317,6 +320,11 @@ def fisher_preconditioner(
     (w <- w + P * adam_step), since Adam's per-coordinate normalisation would
     cancel a fixed rescaling of the gradient.
 
+    Per-sample gradients are taken in training mode, except BatchNorm layers
+    (:data:`BATCH_NORMS`): on one sample they normalise with their running
+    statistics and do not update them, so the Fisher estimate leaves every buffer
+    of the model as it was.
+
     Parameters
     ----------
     model : nn.Module
@@ -353,12 +361,19 @@ def fisher_preconditioner(
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(len(x), generator=generator)[:samples]
     model.train()
+    # one sample a pass: BatchNorm normalises with its running statistics and
+    # leaves them (and num_batches_tracked) as they are
+    norms = [m for m in model.modules() if isinstance(m, BATCH_NORMS)]
+    for m in norms:
+        m.eval()
     for i in chosen:
         model.zero_grad(set_to_none=True)
         _loss(model(x[i:i + 1].to(device)), y[i:i + 1].to(device)).backward()
         for f, p in zip(fisher, params, strict=True):
             f += p.grad.detach() ** 2
     model.zero_grad(set_to_none=True)
+    for m in norms:
+        m.train()
     scales = []
     for f in fisher:
         f /= len(chosen)
