@@ -1,81 +1,26 @@
-"""``forget`` and ``receipts``: requests to a staged run while it lives, and what was done.
+"""``forget`` and ``receipts``: requests to forget clients, and what was done.
 
 ``forget --run NAME --clients 3,17`` records one request (the clients' partition
-ids) in the run's catalog (:class:`server_app.run.inbox.RequestInbox`) and prints its
-id; the running ServerApp takes it at the next stage boundary and writes a
-receipt. ``receipts --run NAME`` lists the receipts and the requests still
-waiting. The run folder is ``<results-dir>/NAME`` (``--results-dir``, else
-``$SE_RESULTS_DIR``, else the default results folder, as for a run). Nothing is
-recorded when the run does not exist, has finished, has one stage only, or when
-a client is unknown, already forgotten or already named by a request: one line
-on stderr, exit status 2.
+ids) in the run's catalog (:class:`server_app.run.inbox.RequestInbox`) and prints
+its id. A staged run that is still going takes it at its next stage boundary; a
+finished run takes it at once (:mod:`cli.later`: the engine restarts on the run's
+stored history and writes a new model version), or with ``--record-only`` later,
+with ``forget --run NAME --pending``. ``receipts --run NAME`` lists the receipts
+and the requests still waiting. The run folder is found as :mod:`cli.runs` says.
+Nothing is recorded when the run does not exist, is a one-stage run still going,
+or when a client is unknown, already forgotten or already named by a request: one
+line on stderr, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-from history.catalog import StoreError
+from cli.later import carry_out
+from cli.runs import SUMMARY, open_inbox, run_folder
 from server_app.config import ConfigError
-from server_app.config.output import OutputConfig
-from server_app.config.values import RUN_NAME
-from server_app.run.inbox import InboxError, RequestInbox
+from server_app.run.inbox import InboxError
 from server_app.run.receipts import list_receipts, receipt_line
-
-SUMMARY = "summary.json"
-
-
-def run_folder(name: str, results_dir: str | None) -> Path:
-    """``<results-dir>/<name>``, which must hold a run catalog.
-
-    Raises
-    ------
-    ConfigError
-        No such run (no ``run.sqlite`` there) or a bad name.
-    """
-    root = OutputConfig(results_dir=results_dir or "").resolved_results_dir()
-    if not RUN_NAME.fullmatch(name):  # what run-name allows: no path, no ..
-        raise ConfigError(f"--run {name!r} is not a run name: a folder name in {root}")
-    folder = root / name
-    if not (folder / "run.sqlite").is_file():
-        raise ConfigError(f"--run {name!r}: no run of that name in {root} (no "
-                          "run.sqlite); give --results-dir if it was run elsewhere")
-    return folder
-
-
-@contextmanager
-def open_inbox(folder: Path) -> Iterator[RequestInbox]:
-    """The run catalog's inbox, closed on exit; catalog faults become one line.
-
-    Raises
-    ------
-    ConfigError
-        ``run.sqlite`` is not an SQLite file, is damaged, or stays locked by
-        another process (naming the file); a client already requested
-        (:meth:`RequestInbox.submit`).
-    """
-    path = folder / "run.sqlite"
-    try:
-        inbox = RequestInbox(path)
-    except (StoreError, InboxError) as err:
-        raise ConfigError(_busy(err, path)) from None
-    try:
-        yield inbox
-    except (InboxError, sqlite3.Error) as err:
-        raise ConfigError(_busy(err, path)) from None
-    finally:
-        inbox.close()
-
-
-def _busy(err: Exception, path: Path) -> str:
-    if "locked" in str(err) or "busy" in str(err):
-        return (f"{path} is locked by another process (the ServerApp writing?): "
-                "nothing was recorded; try again")
-    return str(err) if str(path) in str(err) else f"{path}: {err}"
 
 
 def parse_clients(text: str, num_clients: int) -> list[int]:
@@ -110,9 +55,7 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
         unknown, forgotten or already requested. Nothing is recorded then.
     """
     folder = run_folder(name, results_dir)
-    if (folder / SUMMARY).exists():
-        raise ConfigError(f"--run {name!r} has finished ({folder / SUMMARY}); requests "
-                          "are taken while a staged run lives")
+    finished = (folder / SUMMARY).exists()
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
         if not settings:
@@ -120,10 +63,19 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
                               "is starting, or was stopped before): try again once "
                               "it runs")
         stages = int(settings.get("num-stages", 1))
-        if stages < 2:
-            raise ConfigError(f"--run {name!r} has num-stages = {stages}: requests are "
-                              "taken at stage boundaries, so only by a staged run")
+        if stages < 2 and not finished:
+            raise ConfigError(f"--run {name!r} has num-stages = {stages} and has not "
+                              "finished: a one-stage run takes requests once it has "
+                              "finished (or, staged, at its stage boundaries)")
+        versions = inbox.versions()
+        if finished and not versions:
+            raise ConfigError(f"--run {name!r} has no model versions (made before "
+                              "they existed): it cannot take later requests")
         ids = parse_clients(clients, int(settings["num-clients"]))
+        gone = sorted(set(ids) & set(versions[-1].forgotten)) if finished else []
+        if gone:
+            raise ConfigError(f"--clients {clients!r}: client(s) {gone} are already "
+                              f"forgotten (model version v{versions[-1].version})")
         try:
             return inbox.submit(ids).id
         except InboxError as err:  # checked and recorded in one transaction
@@ -131,17 +83,38 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
 
 
 def main_forget(argv: list[str], prog: str) -> int:
-    """The ``forget`` command; exit status 0 (recorded) or 2 (see :func:`submit`)."""
-    parser = argparse.ArgumentParser(prog=prog, description="Ask a staged run to "
-                                     "forget clients at its next stage boundary.")
+    """The ``forget`` command; exit status 0, 1 (a later request failed) or 2.
+
+    A live staged run takes the request at its next stage boundary; a finished
+    run takes it at once (:func:`cli.later.carry_out`) unless ``--record-only``.
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Ask a run to forget clients: a staged run at its "
+        "next stage boundary, a finished run at once (a new model version).")
     parser.add_argument("--run", required=True, help="the run's run-name")
-    parser.add_argument("--clients", required=True, help="partition ids, e.g. 3,17")
+    parser.add_argument("--clients", default=None, help="partition ids, e.g. 3,17")
     parser.add_argument("--results-dir", default=None)
+    parser.add_argument("--record-only", action="store_true",
+                        help="finished run: record the request for a later batch")
+    parser.add_argument("--pending", action="store_true",
+                        help="finished run: carry out the requests recorded before "
+                        "(no new one)")
     args = parser.parse_args(argv)
-    rid = submit(args.run, args.clients, args.results_dir)
-    print(f"request {rid} recorded: clients {args.clients} of run {args.run}; it is "
-          "handled at the next stage boundary (see `receipts`)")
-    return 0
+    if (args.clients is None) == (not args.pending):
+        parser.error("give --clients, or --pending (and no --clients)")
+    folder = run_folder(args.run, args.results_dir)
+    if args.clients is not None:
+        rid = submit(args.run, args.clients, args.results_dir)
+        live = not (folder / SUMMARY).exists()
+        print(f"request {rid} recorded: clients {args.clients} of run {args.run}"
+              + ("; it is handled at the next stage boundary (see `receipts`)" if live
+                 else ""))
+        if live or args.record_only:
+            return 0
+    elif not (folder / SUMMARY).exists():
+        raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
+                          "finished runs")
+    return carry_out(folder, prog)
 
 
 def main_receipts(argv: list[str], prog: str) -> int:

@@ -16,24 +16,31 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
               [--jobs N] ...
-       {prog} forget --run NAME --clients 3,17 [--results-dir DIR]
+       {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
+              [--results-dir DIR]
        {prog} receipts --run NAME [--results-dir DIR]
+       {prog} models --run NAME [--results-dir DIR]
+       {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
 test         the test suite (pytest)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1
 experiments  the paper's experiments: runs, CSV, figures, report.md
-forget       ask a staged run (num-stages > 1) to forget clients at its next
-             stage boundary; prints the request id
-receipts     list a staged run's receipts (one per request) and waiting requests
+forget       ask a run to forget clients: a live staged run at its next stage
+             boundary; a finished run at once, from its stored history, as a new
+             model version (--record-only: later, with --pending)
+receipts     list a run's receipts (one per request) and waiting requests
+models       list a run's model versions (v1 after learning, one per request)
+export       write a model version for serving (safetensors or torch)
 
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
 stops the command before anything starts: one line on stderr, exit status 2.
 `{prog} COMMAND --help` for a command's options.
 """
-COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts")
+COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",
+            "export")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,6 +78,11 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
         from cli import forget
 
         return (forget.main_forget if command == "forget" else forget.main_receipts)(
+            rest, prog)
+    if command in ("models", "export"):
+        from cli import models
+
+        return (models.main_models if command == "models" else models.main_export)(
             rest, prog)
     from cli import simulation
 

@@ -60,24 +60,53 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
         A bad run config or run-name (nothing was started).
     """
     args = parser(prog).parse_args(argv)
-    merged = absolute_paths(config.resolve(args.preset, args.run_config))
+    merged = run_folder_paths(absolute_paths(config.resolve(args.preset,
+                                                            args.run_config)))
     cfg = preflight(merged.config)
     RunFolder.check_free(cfg)
-    supernodes = args.supernodes or cfg.data.num_clients
-    results = Path(os.environ.get("SE_RESULTS_DIR") or cfg.output.resolved_results_dir())
+    terminal = TerminalFilter()
+    log_path, status = launch(merged.overrides, args.supernodes or cfg.data.num_clients,
+                              cfg.output.resolved_results_dir(), terminal)
+    return _finish(log_path, status, terminal)
+
+
+def launch(overrides: dict, supernodes: int, results: Path,
+           terminal: TerminalFilter) -> tuple[Path, int]:
+    """``flwr run .`` with ``overrides`` on ``supernodes`` simulated SuperNodes.
+
+    Returns the log's path and flwr's exit status.
+    """
+    results = Path(os.environ.get("SE_RESULTS_DIR") or results)
     results.mkdir(parents=True, exist_ok=True)
     log_path = results / f".run-{os.getpid()}.log"
     home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr")) / f"sim-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
-    terminal = TerminalFilter()
     try:
-        (home / "run-config.toml").write_text(config.to_toml(merged.overrides))
+        (home / "run-config.toml").write_text(config.to_toml(overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
         federation = federation_config(supernodes, cfg.training.client_gpus)
         status = _run_with_retries(home, federation, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)
-    return _finish(log_path, status, terminal)
+    return log_path, status
+
+
+def run_folder_paths(merged: config.Merged) -> config.Merged:
+    """The run's name fixed now, and its clients' node folders in the run folder.
+
+    The ServerApp would stamp a missing ``run-name`` itself; fixed here, the
+    command knows the run folder. With coded storage ``node-dirs`` is
+    ``<run folder>/nodes``: the clients' slices outlive the simulation, and a
+    later request (``forget`` on the finished run) decodes them.
+    """
+    from server_app.config import RunConfig
+
+    cfg = RunConfig.from_run_config(merged.config)
+    fixed = {"run-name": cfg.resolved_run_name()}
+    if cfg.storage.coded and not cfg.storage.node_dirs:
+        fixed["node-dirs"] = str(cfg.output.resolved_results_dir() / fixed["run-name"]
+                                 / "nodes")
+    return config.Merged({**merged.config, **fixed}, {**merged.overrides, **fixed})
 
 
 def absolute_paths(merged: config.Merged) -> config.Merged:

@@ -101,9 +101,25 @@ def _bytes_list(value: object, name: str) -> list[bytes]:
     return value
 
 
-def _node_dir(context: Context, store: str) -> SliceFolder | None:
+def node_root(context: Context) -> Path | None:
+    """The node's folder: its own ``node-dir``, else ``<node-dirs>/<partition-id>``.
+
+    A SuperNode's ``node-dir`` (node config) wins; the run config's ``node-dirs``
+    gives simulated clients, which have none, a folder each, so their coded
+    slices outlive the simulation (a later request decodes them). None: the
+    slices live in ``context.state`` only.
+    """
     root = str(context.node_config.get("node-dir", "") or "")
-    return SliceFolder(Path(root) / "slices" / store) if root else None
+    if root:
+        return Path(root)
+    shared = str(context.run_config.get("node-dirs", "") or "")
+    pid = context.node_config.get("partition-id")
+    return Path(shared) / str(int(pid)) if shared and pid is not None else None
+
+
+def _node_dir(context: Context, store: str) -> SliceFolder | None:
+    root = node_root(context)
+    return SliceFolder(root / "slices" / store) if root is not None else None
 
 
 def _meta(context: Context, store: str) -> ConfigRecord:

@@ -180,6 +180,54 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
                 freed += self._drop_model(shard, rnd)
         return freed
 
+    def erase(self, forgotten: list[int], clients: list[int]) -> dict:
+        """Erase ``clients``' updates and every shard model a forgotten client shaped.
+
+        ``forgotten`` is every client forgotten so far (``clients`` among them).
+        Each update blob of ``clients`` is deleted (file and checksum row); its
+        participation row stays, marked erased, so the rounds in which a
+        forgotten client took part are still known (SE replays a shard from the
+        first of them) while :meth:`update` refuses it. In each shard holding a
+        forgotten client, every stored W^g with g >= that shard's first round of
+        a forgotten client is deleted: those models carry its updates, and no
+        replay can start from them.
+
+        Returns
+        -------
+        dict
+            ``updates`` (``[shard, round, client]`` each), ``shard_models``
+            (``[shard, round]`` each) and ``bytes`` freed.
+        """
+        gone, erased, models, freed = set(forgotten), [], [], 0
+        rows = self._conn.execute(
+            "SELECT shard, round, partition_id, blob FROM updates ORDER BY shard, round, "
+            "partition_id").fetchall()
+        for shard, rnd, pid, blob in rows:
+            if pid in clients and blob:
+                freed += self._drop_blob(blob)
+                with self._conn:
+                    self._conn.execute("UPDATE updates SET blob='' WHERE shard=? AND "
+                                       "round=? AND partition_id=?", (shard, rnd, pid))
+                erased.append([shard, rnd, pid])
+        for shard in sorted({s for s, _, p, _ in rows if p in gone}):
+            first = min(r for s, r, p, _ in rows if s == shard and p in gone)
+            for (rnd,) in self._conn.execute(
+                    "SELECT round FROM shard_models WHERE shard=? AND round>=? ORDER BY "
+                    "round", (shard, first)).fetchall():
+                freed += self._drop_model(shard, rnd)
+                models.append([shard, rnd])
+        return {"store": "uncoded", "updates": erased, "shard_models": models,
+                "bytes": freed}
+
+    def _drop_blob(self, name: str) -> int:
+        """Delete one blob (checksum row and file); return its bytes."""
+        row = self._conn.execute("SELECT nbytes FROM blobs WHERE name=?",
+                                 (name,)).fetchone()
+        with self._conn:
+            self._conn.execute("DELETE FROM blobs WHERE name=?", (name,))
+        (self.root / "blobs" / name).unlink(missing_ok=True)
+        return int(row[0]) if row else 0
+
     def _drop_model(self, shard: int, rnd: int) -> int:
         """Delete W_shard^rnd (catalog row, blob entry, file); return its bytes."""
         name = f"model_s{shard}_r{rnd}.npz"
@@ -221,6 +269,9 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
         if row is None:
             raise StoreError(
                 f"no update of client {partition_id} in shard {shard}, round {rnd}")
+        if not row[0]:
+            raise StoreError(f"the update of client {partition_id} in shard {shard}, "
+                             f"round {rnd} was erased (the client was forgotten)")
         return self._get_blob(
             row[0], f"update of client {partition_id}, shard {shard}, round {rnd}")
 

@@ -32,6 +32,7 @@ from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
 from server_app.run.summary import RunSummary
+from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from task.data import partition_sizes
 
@@ -42,6 +43,10 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see docs/CONFIG.md)."""
     ctx = open_run(fast_replies(grid), context.run_config)
+    if ctx.cfg.stages.later_requests:  # a finished run: its pending requests
+        serve_later(ctx)
+        ctx.folder.release()
+        return
     summary = run_pipeline(ctx)
     finish(ctx, summary)
 
@@ -99,10 +104,13 @@ def prepare(run_config) -> Prepared:
     samples = dict(enumerate(partition_sizes(
         task, data.num_clients, data.partition, cfg.seed, data.client_samples,
         data.partition_alpha, data.classes_per_client)))
-    folder = RunFolder.start(cfg)
-    # resolved paths: another spelling of the same folders is the same run
+    later = cfg.stages.later_requests
+    folder = RunFolder.reopen(cfg) if later else RunFolder.start(cfg)
+    # resolved paths: another spelling of the same folders is the same run; the
+    # later-requests switch says what this process does, not what the run is
     settings = {**cfg.as_dict(), "results-dir": str(folder.path.parent),
                 "data-dir": data_dir}
+    del settings["later-requests"]
     catalog = RunLog(folder.runlog_path, settings)
     if cfg.unlearning.framework_list:
         requests = catalog.record_requests(requests)

@@ -35,7 +35,8 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
     assert set(summary["frameworks"]) == {"SE", "FR", "FE", "RR"}
     assert "SE" in proc.stdout and "FR" in proc.stdout  # the comparison table
     _check_terminal_output(proc.stdout, tmp_path / "results")
-    # the SuperLink simulate.sh started is gone
+    _forget_later_and_export(env, tmp_path)
+    # the SuperLinks simulate.sh started are gone
     deadline = time.time() + 20
     while time.time() < deadline:
         left = subprocess.run(["pgrep", "-f", str(tmp_path / "flwr_home")],
@@ -44,6 +45,27 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
             break
         time.sleep(1)
     assert not left, f"processes left running: {left}"
+
+
+def _forget_later_and_export(env: dict, tmp_path: Path) -> None:
+    """The operator's sequence on the finished run: forget, then export the new version."""
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(ROOT / "simulate.sh"), *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=900)
+
+    proc = cli("forget", "--run", "e2e", "--clients", "2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "done     after the run v2->v3  clients [2]" in proc.stdout, proc.stdout
+    out = tmp_path / "v3.pt"
+    proc = cli("export", "--run", "e2e", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    import torch
+
+    saved = torch.load(out, weights_only=True)
+    receipt = json.loads((tmp_path / "results" / "e2e" / "receipts" / "r0001.json")
+                         .read_text())
+    assert saved["metadata"]["models_sha256"] == receipt["models_sha256"]["after"]["models"]
+    assert f"models sha256 {saved['metadata']['models_sha256']}" in proc.stdout
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

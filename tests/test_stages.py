@@ -220,8 +220,9 @@ def test_fedretrain_over_stages_equals_a_run_without_the_forgotten_clients(
 
 def test_forget_command_refuses_bad_requests_and_records_nothing(staged_run, tmp_path):
     folder, summary, _, chosen, _ = staged_run
-    with pytest.raises(ConfigError, match="has finished"):
-        submit("s", "3", str(folder.parent))
+    gone = summary["stages"][0]["forgotten"][0]  # a finished run takes requests later
+    with pytest.raises(ConfigError, match=f"\\[{gone}\\] are already forgotten"):
+        submit("s", str(gone), str(folder.parent))
     with pytest.raises(ConfigError, match="no run of that name"):
         submit("nope", "3", str(folder.parent))
     live = tmp_path / "live"

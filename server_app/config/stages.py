@@ -36,12 +36,16 @@ class StagesConfig(Section):
         Clients that join / leave before each stage after the first.
     requests_per_stage : int
         Seeded unlearning requests handled at the end of each stage.
+    later_requests : bool
+        The run has finished and takes its pending requests from the stored
+        history (set by the ``forget`` command; :mod:`server_app.stages.later`).
     """
 
     num_stages: int = 1
     joins_per_stage: int = 0
     leaves_per_stage: int = 0
     requests_per_stage: int = 0
+    later_requests: bool = False
 
     @property
     def staged(self) -> bool:

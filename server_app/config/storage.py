@@ -33,6 +33,9 @@ class StorageConfig(Section):
         T colluding clients that learn nothing (random padding blocks).
     coded_loss_budget : float
         Fraction of a round's slices that may be lost (sizes K when it is 0).
+    node_dirs : str
+        Simulated clients' node folders (client p: ``<node-dirs>/<p>``), where
+        their coded slices outlive the run; '' = in memory only.
     """
 
     mode: str = field(default="uncoded", metadata={"key": "storage"})
@@ -40,6 +43,7 @@ class StorageConfig(Section):
     quant_scale_bits: int = 24
     privacy_t: int = 0
     coded_loss_budget: float = 0.5
+    node_dirs: str = ""
 
     @property
     def coded(self) -> bool:

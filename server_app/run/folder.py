@@ -56,6 +56,23 @@ class RunFolder:
             raise
         return cls(path, lock)
 
+    @classmethod
+    def reopen(cls, cfg: RunConfig) -> RunFolder:
+        """Lock a finished run's folder to take later requests (nothing is removed).
+
+        Raises
+        ------
+        ConfigError
+            No finished run of that name (no ``summary.json`` or no
+            ``run.sqlite``), or a live process holds its lock.
+        """
+        path = cfg.output.resolved_results_dir() / cfg.resolved_run_name()
+        if not (path / "summary.json").is_file() or not (path / "run.sqlite").is_file():
+            raise ConfigError(f"run-config 'later-requests' = True is not allowed: "
+                              f"{path} holds no finished run (summary.json and "
+                              "run.sqlite)")
+        return cls(path, _lock(path))
+
     @staticmethod
     def check_free(cfg: RunConfig) -> Path:
         """The run folder's path, if a run may start there (nothing is created).

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from history.catalog import SQLiteCatalog
+from server_app.run.versions import VERSIONS_SCHEMA, ModelVersion
 
-_SCHEMA = """
+_SCHEMA = VERSIONS_SCHEMA + """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS inbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
@@ -153,19 +154,55 @@ class RequestInbox(SQLiteCatalog):
         return self._select("WHERE stage=? ORDER BY seq", (stage,))
 
     def finish(self, rid: str, state: str, note: str = "",
-               receipt: dict | None = None) -> None:
+               receipt: dict | None = None, version: ModelVersion | None = None) -> None:
         """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``).
 
         ``receipt`` (a JSON-able dict) is kept with the request in the same
         transaction: the catalog, not the receipt files, is the record that
-        summary.json is built from (:meth:`receipts`).
+        summary.json is built from (:meth:`receipts`). ``version``, the model
+        version the request made (its file already written), is added in that
+        same transaction: a request is done exactly when its version exists.
         """
         if state not in ("done", "refused"):
             raise ValueError(f"request state {state!r}: done or refused")
         text = None if receipt is None else json.dumps(receipt, allow_nan=False)
         with self._conn:
+            if version is not None:
+                self._insert_version(version)
             self._conn.execute("UPDATE inbox SET state=?, finished=?, note=?, receipt=? "
                                "WHERE id=?", (state, time.time(), note, text, rid))
+
+    # ---- model versions ----------------------------------------------------
+    def add_version(self, version: ModelVersion) -> None:
+        """Record ``version`` (its file already written).
+
+        Raises
+        ------
+        InboxError
+            That version number exists already.
+        """
+        with self._conn:
+            self._insert_version(version)
+
+    def _insert_version(self, version: ModelVersion) -> None:
+        try:
+            self._conn.execute(f"INSERT INTO versions VALUES ({', '.join('?' * 10)})",
+                               version.row())
+        except sqlite3.IntegrityError:
+            raise InboxError(f"{self.catalog_path}: model version {version.version} "
+                             "exists already") from None
+
+    def versions(self) -> list[ModelVersion]:
+        """Every model version, oldest first ([] for a run from before versions)."""
+        rows = self._conn.execute("SELECT * FROM versions ORDER BY version").fetchall()
+        return [ModelVersion.from_row(tuple(r)) for r in rows]
+
+    def pending(self) -> list[Request]:
+        """Requests not bound to a stage and not handled yet, in arrival order.
+
+        A finished run takes these (:mod:`server_app.stages.later`).
+        """
+        return self._select("WHERE state = 'pending' ORDER BY seq", ())
 
     def receipts(self) -> list[dict]:
         """The receipts kept by :meth:`finish`, in arrival order.

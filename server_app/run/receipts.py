@@ -96,8 +96,11 @@ def receipt_line(receipt: dict) -> str:
     """One line per receipt for the ``receipts`` command."""
     se = (receipt.get("cost") or {}).get("SE") or {}
     shards = receipt.get("shards_retrained")
-    return (f"{receipt['request_id']}  {receipt['status']:<8} stage "
-            f"{receipt.get('stage')}  clients {receipt['clients']}  shards "
+    version = receipt.get("version") or {}
+    when = (f"after the run v{version.get('before')}->v{version.get('after')}"
+            if receipt.get("after_run") else f"stage {receipt.get('stage')}")
+    return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  clients "
+            f"{receipt['clients']}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "
             f"{receipt.get('rounds_replayed', '-')}  SE {se.get('client_epochs', 0):.1f} "
             f"client-epochs  done {receipt.get('done_at') or '-'}")

@@ -114,32 +114,46 @@ def file_receipt(run: RunState, receipt: dict, warnings: list[str]) -> None:
 
 def _unlearn(run: RunState, request: Request) -> dict:
     """SE (and FR) for one request; the run goes on from SE's models."""
+    out = {**forget_with_se(run, request.clients), "verification": None}
+    if "FR" in run.ctx.cfg.unlearning.framework_list:
+        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
+    return out
+
+
+def forget_with_se(run: RunState, clients: list[int]) -> dict:
+    """SE forgets ``clients`` from ``run.models``; the run goes on from its models.
+
+    Updates ``run.models``, ``run.scores`` and ``run.forgotten``. Returns the
+    receipt's SE part: ``shards_retrained``, ``rounds_replayed``, ``replay``,
+    ``models_sha256`` (digests before and after), ``accuracy`` (before, after) and
+    ``cost.SE`` (client-epochs, compute, modelled wall and wall seconds).
+    """
     ctx = run.ctx
     before = shard_digests(run.models)
-    accuracy_before = run.scores["accuracy"]
-    stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
-                  run.store, None, run.models, ctx.initial_model(), ctx.train_config())
-    se = run_unlearning(ctx.loop, stage, [request.clients], ctx.evaluator.evaluate,
+    accuracy_before = run.scores.get("accuracy")
+    se = run_unlearning(ctx.loop, se_stage(run), [clients], ctx.evaluator.evaluate,
                         already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
                         frameworks=["SE"])["SE"]
-    run.forgotten |= set(request.clients)
+    run.forgotten |= set(clients)
     run.models = se.models
     run.scores = {"accuracy": se.summary.accuracy, "loss": se.summary.loss,
                   "shard_accuracy": se.summary.shard_accuracy}
     cost = se.summary.requests[-1]
-    out = {"shards_retrained": cost.impacted_shards,
-           "rounds_replayed": cost.rounds_replayed,
-           "replay": cost.replay,
-           "models_sha256": {"before": before, "after": shard_digests(se.models)},
-           "accuracy": {"before": accuracy_before, "after": se.summary.accuracy},
-           "cost": {"SE": {"client_epochs": cost.client_epochs,
-                           "compute_s": cost.compute_s,
-                           "modelled_wall_s": cost.modelled_wall_s,
-                           "wall_s": cost.wall_s}},
-           "verification": None}
-    if "FR" in ctx.cfg.unlearning.framework_list:
-        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
-    return out
+    return {"shards_retrained": cost.impacted_shards,
+            "rounds_replayed": cost.rounds_replayed, "replay": cost.replay,
+            "models_sha256": {"before": before, "after": shard_digests(se.models)},
+            "accuracy": {"before": accuracy_before, "after": se.summary.accuracy},
+            "cost": {"SE": {"client_epochs": cost.client_epochs,
+                            "compute_s": cost.compute_s,
+                            "modelled_wall_s": cost.modelled_wall_s,
+                            "wall_s": cost.wall_s}}}
+
+
+def se_stage(run: RunState) -> Stage:
+    """What the unlearning driver needs of the run now (no FedEraser store)."""
+    ctx = run.ctx
+    return Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
+                 run.store, None, run.models, ctx.initial_model(), ctx.train_config())
 
 
 def _retrain(run: RunState) -> tuple[dict, float]:

@@ -35,6 +35,7 @@ from server_app.run.summary import (
     StageSummary,
     UnlearningPlan,
 )
+from server_app.run.versions import make_version
 from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership
 from server_app.stages.learn import first_round, learn_federation, learn_rounds, open_store
@@ -73,10 +74,9 @@ def _start(ctx: RunContext) -> RunState:
     cfg = ctx.cfg
     if cfg.stages.staged:
         federation, baseline = staged_federations(cfg, ctx.node_of, ctx.samples)
-        inbox = RequestInbox(ctx.folder.runlog_path)
     else:
-        federation, baseline, inbox = (ctx.federation(ctx.shards),
-                                       baseline_federation(ctx), None)
+        federation, baseline = ctx.federation(ctx.shards), baseline_federation(ctx)
+    inbox = RequestInbox(ctx.folder.runlog_path)
     churn = Churn(federation.shards, cfg.initial_clients, cfg.stages.joins_per_stage,
                   cfg.stages.leaves_per_stage, cfg.seed)
     return RunState(ctx, federation, baseline, churn, inbox,
@@ -107,8 +107,30 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
     run.members.append(run.next_member())
     summary.learning, run.models, run.store = learn_federation(
         ctx, run.federation, "sharded", coded=ctx.cfg.storage.coded)
-    if ctx.cfg.unlearning.framework_list:
-        handle_planned(run, summary.learning, summary)
+    learned = summary.learning
+    keep_version(run, 1, run.models, {"accuracy": learned.accuracy, "loss": learned.loss,
+                                      "shard_accuracy": learned.shard_accuracy},
+                 [], "after learning")
+    if not ctx.cfg.unlearning.framework_list:
+        return
+    se = handle_planned(run, summary.learning, summary).get("SE")
+    if se is not None and se.models:
+        forgotten = sorted({p for r in ctx.requests for p in r})
+        keep_version(run, 2, se.models, {"accuracy": se.summary.accuracy,
+                                         "loss": se.summary.loss,
+                                         "shard_accuracy": se.summary.shard_accuracy},
+                     ["planned"], f"after the planned requests {ctx.requests}",
+                     name="SE", forgotten=forgotten)
+
+
+def keep_version(run: RunState, number: int, models, scores: dict, requests: list[str],
+                 note: str, name: str | None = None,
+                 forgotten: list[int] | None = None) -> None:
+    """Record model version ``number`` unless a resumed run recorded it already."""
+    if any(v.version == number for v in run.inbox.versions()):
+        return
+    run.inbox.add_version(make_version(run.ctx.folder, number, models, scores, requests,
+                                       forgotten or [], note, name))
 
 
 def _run_staged(run: RunState, summary: RunSummary) -> None:
@@ -159,10 +181,15 @@ def run_stage(run: RunState, member: Membership) -> StageSummary:
 
 
 def _keep_stage(run: RunState, entry: StageSummary) -> None:
-    """The finished stage's models and summary into the run folder and catalog."""
+    """The finished stage's models and summary into the run folder and catalog.
+
+    Its models are model version t (stage t's learning and requests).
+    """
     ctx, t = run.ctx, entry.stage
     if run.fr_models:  # FR's models after the stage's last request
         ctx.folder.save_models(f"stage{t}-FR", run.fr_models)
+    keep_version(run, t, run.models, run.scores, list(entry.requests),
+                 f"after stage {t}", name=f"stage{t}", forgotten=sorted(run.forgotten))
     saved = ctx.folder.save_models(f"stage{t}", run.models)
     ctx.catalog.record_models(f"stage{t}", saved["sha256"], saved["shards"])
     ctx.catalog.finish(f"stage:{t}", entry.to_json())

@@ -35,11 +35,13 @@ def baseline_federation(ctx: RunContext):
                                         cfg.unlearning.baseline_shards, cfg.seed))
 
 
-def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary) -> None:
+def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
+                   ) -> dict[str, FrameworkResult]:
     """FE's own learning, every framework on the planned requests, the audit.
 
     Fills ``summary``'s ``baseline_learning``, ``frameworks``, ``unlearning``,
-    ``original`` and the audit's scores; sets ``run.baseline_store``.
+    ``original`` and the audit's scores; sets ``run.baseline_store``. Returns
+    each framework's result.
     """
     ctx = run.ctx
     baseline_models = None
@@ -55,6 +57,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
     summary.frameworks = {n: r.summary for n, r in results.items()}
     summary.original = ModelScores(learning.accuracy, learning.loss)
     audit(run, summary, baseline_models, results)
+    return results
 
 
 def unlearn_once(ctx: RunContext, stage: Stage) -> dict[str, FrameworkResult]:

@@ -1,0 +1,148 @@
+"""``models`` and ``export``: a run's model versions, and one written for serving.
+
+``models --run NAME`` lists the versions (:mod:`server_app.run.versions`): v1
+after learning, then one per handled request or batch, each with its time, what
+made it, the clients forgotten in it, its test accuracy and the digest a receipt
+names. ``export --run NAME [--version N] --out FILE`` writes version N (default:
+the latest) in a standard format a serving stack loads without this project:
+
+- ``FILE.safetensors``: every shard's tensors under ``shard<s>/<layer>``; the
+  metadata names the architecture and the ensemble rule;
+- ``FILE.pt`` (or ``.pth``): a ``torch.save`` dict ``{"shards": [state_dict, ...],
+  "metadata": {...}}`` that ``torch.load(FILE, weights_only=True)`` reads.
+
+Both print the version's models digest (as its receipt names it) and the file's
+SHA-256. The version's file is checked against its recorded SHA-256 first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from cli.runs import open_inbox, run_folder
+from server_app.config import ConfigError
+from server_app.run.folder import ModelsFileError, RunFolder
+from server_app.run.versions import ModelVersion
+
+FORMAT = "sharding-eraser/shard-ensemble-1"
+ENSEMBLE = "mean of the shard models' softmax outputs (SISA); one model when S = 1"
+
+
+def _versions(folder: Path) -> list[ModelVersion]:
+    with open_inbox(folder) as inbox:
+        versions = inbox.versions()
+    if not versions:
+        raise ConfigError(f"--run {folder.name!r} has no model versions (a run made "
+                          "before they existed, or one that has not learned yet)")
+    return versions
+
+
+def main_models(argv: list[str], prog: str) -> int:
+    """The ``models`` command: one line per model version; exit status 0 or 2."""
+    ap = argparse.ArgumentParser(prog=prog, description="List a run's model versions.")
+    ap.add_argument("--run", required=True, help="the run's run-name")
+    ap.add_argument("--results-dir", default=None)
+    args = ap.parse_args(argv)
+    for v in _versions(run_folder(args.run, args.results_dir)):
+        accuracy = v.scores.get("accuracy")
+        print(f"v{v.version}  {_utc(v.created)}  accuracy "
+              f"{accuracy if accuracy is None else f'{accuracy:.4f}'}  forgotten "
+              f"{v.forgotten or '-'}  models {v.digests['models'][:16]}  {v.file}  "
+              f"({v.note})")
+    return 0
+
+
+def main_export(argv: list[str], prog: str) -> int:
+    """The ``export`` command; exit status 0 (written) or 2 (nothing written)."""
+    ap = argparse.ArgumentParser(prog=prog, description="Write a model version for "
+                                 "serving (.safetensors, or .pt / .pth for torch).")
+    ap.add_argument("--run", required=True, help="the run's run-name")
+    ap.add_argument("--version", type=int, default=None, help="N of vN (default: latest)")
+    ap.add_argument("--out", required=True, help="FILE.safetensors, FILE.pt or FILE.pth")
+    ap.add_argument("--results-dir", default=None)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    if out.suffix not in (".safetensors", ".pt", ".pth"):
+        raise ConfigError(f"--out {args.out!r}: a file name ending in .safetensors, .pt "
+                          "or .pth")
+    folder = run_folder(args.run, args.results_dir)
+    version = _pick(_versions(folder), args.version)
+    shards = _load(folder, version)
+    export(out, shards, metadata(folder, version))
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    print(f"v{version.version} of run {args.run} -> {out}")
+    print(f"models sha256 {version.digests['models']} (the receipts' models_sha256)")
+    print(f"file sha256 {digest}")
+    return 0
+
+
+def _pick(versions: list[ModelVersion], number: int | None) -> ModelVersion:
+    if number is None:
+        return versions[-1]
+    for v in versions:
+        if v.version == number:
+            return v
+    raise ConfigError(f"--version {number}: no such version; the run has v1.."
+                      f"v{versions[-1].version}")
+
+
+def _load(folder: Path, version: ModelVersion) -> list[dict]:
+    """The version's shard models as state dicts (name -> torch.Tensor)."""
+    try:
+        records = RunFolder(folder).load_models(
+            Path(version.file).stem, {"sha256": version.file_sha256,
+                                      "shards": version.shards})
+    except ModelsFileError as err:
+        raise ConfigError(str(err)) from None
+    return [record.to_torch_state_dict() for record in records]
+
+
+def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
+    """What a serving stack needs besides the tensors (string values only)."""
+    with open_inbox(folder) as inbox:
+        settings = inbox.settings()
+    from task.model import build_model  # the architecture the tensors belong to
+
+    dataset = str(settings.get("dataset", ""))
+    num_classes = _num_classes(settings)
+    model = build_model(dataset, num_classes)
+    return {"format": FORMAT, "architecture": f"{type(model).__module__}."
+            f"{type(model).__qualname__}", "factory": "task.model:build_model",
+            "factory_args": json.dumps({"dataset": dataset, "num_classes": num_classes}),
+            "num_shards": str(version.shards), "ensemble": ENSEMBLE,
+            "run": folder.name, "version": str(version.version),
+            "models_sha256": version.digests["models"],
+            "forgotten": json.dumps(version.forgotten)}
+
+
+def _num_classes(settings: dict) -> int:
+    from task.data import load_task_data
+    from task.locate import resolve_data_dir
+
+    dataset = str(settings["dataset"])
+    folder = resolve_data_dir(dataset, settings.get("data-dir") or None)
+    return load_task_data(dataset, str(folder), int(settings["block-size"])).num_classes
+
+
+def export(out: Path, shards: list[dict], meta: dict[str, str]) -> None:
+    """Write ``shards`` (state dicts) and ``meta`` to ``out`` (by its suffix)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        flat = {f"shard{s}/{k}": t.contiguous() for s, sd in enumerate(shards)
+                for k, t in sd.items()}
+        save_file(flat, str(out), metadata=meta)
+        return
+    import torch
+
+    torch.save({"shards": shards, "metadata": meta}, out)
+
+
+def _utc(seconds: float) -> str:
+    from server_app.run.receipts import utc
+
+    return utc(seconds)

@@ -1,0 +1,219 @@
+"""Requests to a finished run: forget later, from the stored history, as a new version.
+
+A finished run keeps its history store, its model versions and its catalog. The
+``forget`` command records a request in the run's inbox and starts the engine the
+run used with ``later-requests = true``; the ServerApp then (:func:`serve_later`):
+
+1. takes back the run's state: SE's shard models of the latest version
+   (:mod:`server_app.run.versions`), every client forgotten so far, the shards and,
+   for a staged run, each stage's members;
+2. for each pending request, refuses it (one line in its receipt) when a client is
+   unknown, already forgotten, or its removal would leave a shard without a
+   client; else SE replays each impacted shard from the first stored round in
+   which any client forgotten so far took part (coded storage: decoded from the
+   clients' slices first), FR retrains from scratch as the reference when the
+   run's ``frameworks`` has FR, the forgotten clients' stored updates and the
+   shard models they shaped are erased from the store, and the result is a new
+   model version;
+3. writes the receipt (versions and digests before and after, shards and rounds
+   replayed, what was erased) with the version in one catalog transaction, then
+   as a file. The run's summary.json and earlier versions are never rewritten.
+
+A request killed half-way stays pending; the next ``forget`` (or ``forget
+--pending``) handles it once, from the same latest version, to the same models.
+"""
+
+from __future__ import annotations
+
+import time
+
+from history import CodedHistory, CorruptBlobError, HistoryStore
+from server_app.run.catalog import RunLogError
+from server_app.run.context import RunContext
+from server_app.run.inbox import Request, RequestInbox
+from server_app.run.receipts import utc, write_receipt
+from server_app.run.summary import StageSummary
+from server_app.run.versions import ModelVersion, make_version
+from server_app.stages.boundary import forget_with_se, se_stage
+from server_app.stages.churn import Churn, Membership, present_shards
+from server_app.stages.planned import baseline_federation
+from server_app.stages.staged import retrain_stages, staged_federations
+from server_app.stages.state import RunState
+from server_app.unlearning.driver import run_unlearning
+
+__all__ = ["serve_later"]
+
+
+def serve_later(ctx: RunContext) -> list[dict]:
+    """Handle every pending request of the finished run; return their receipts.
+
+    Raises
+    ------
+    RunLogError
+        The run has no model versions (it was made before they existed).
+    """
+    run, latest = _restore(ctx)
+    receipts = []
+    while (pending := run.inbox.pending()):  # also those recorded meanwhile
+        receipt, latest = _handle(run, pending[0], latest)
+        receipts.append(receipt)
+    if not receipts:
+        ctx.log("later requests: none pending")
+    return receipts
+
+
+def _restore(ctx: RunContext) -> tuple[RunState, ModelVersion]:
+    """The finished run's state at its latest model version."""
+    cfg = ctx.cfg
+    inbox = RequestInbox(ctx.folder.runlog_path)
+    versions = inbox.versions()
+    if not versions:
+        raise RunLogError(f"{ctx.folder.path} has no model versions (a run made "
+                          "before they existed): it cannot take later requests")
+    latest = versions[-1]
+    if cfg.stages.staged:
+        federation, baseline = staged_federations(cfg, ctx.node_of, ctx.samples)
+    else:
+        federation, baseline = ctx.federation(ctx.shards), baseline_federation(ctx)
+    churn = Churn(federation.shards, cfg.initial_clients, cfg.stages.joins_per_stage,
+                  cfg.stages.leaves_per_stage, cfg.seed)
+    run = RunState(ctx, federation, baseline, churn, inbox, store=_open_store(ctx))
+    problems = run.store.verify() if isinstance(run.store, HistoryStore) else []
+    if problems:  # before any work: no version is made from a damaged history
+        raise CorruptBlobError(f"history {run.store.root} is corrupted, no request "
+                               f"handled: {'; '.join(problems[:5])}")
+    run.models = ctx.folder.load_models(latest.file.removeprefix("models/")
+                                        .removesuffix(".npz"),
+                                        {"sha256": latest.file_sha256,
+                                         "shards": latest.shards})
+    run.scores, run.forgotten = dict(latest.scores), set(latest.forgotten)
+    run.members = _members(ctx, run)
+    return run, latest
+
+
+def _open_store(ctx: RunContext):
+    root = ctx.folder.history_dir("sharded")
+    if not ctx.cfg.storage.coded:
+        return HistoryStore.open(root)
+    training = ctx.cfg.training
+    return CodedHistory.open(root, ctx.grid, ctx.node_of, timeout=training.round_timeout,
+                             link_rate_mbps=training.link_rate_mbps, faults=ctx.faults)
+
+
+def _members(ctx: RunContext, run: RunState) -> list[Membership]:
+    """Each stage's members (a one-stage run: every client in stage 1)."""
+    if not ctx.cfg.stages.staged:
+        return [run.churn.first()]
+    entries = [ctx.catalog.done_as(f"stage:{t}", StageSummary)
+               for t in range(1, ctx.cfg.stages.num_stages + 1)]
+    return [Membership(e.stage, e.present_clients, e.joined, e.left) for e in entries]
+
+
+def refusal(run: RunState, request: Request) -> str | None:
+    """Why a finished run cannot forget ``request``'s clients (None: it can).
+
+    Any client that ever took part can be forgotten, one that left included;
+    one whose removal would leave a shard of the last stage without a client
+    cannot.
+    """
+    cfg = run.ctx.cfg
+    joined = cfg.initial_clients + (len(run.members) - 1) * cfg.stages.joins_per_stage
+    unknown = [p for p in request.clients if p >= joined]
+    if unknown:
+        return f"client(s) {unknown} are not clients of this run"
+    done = [p for p in request.clients if p in run.forgotten]
+    if done:
+        return f"client(s) {done} are already forgotten"
+    gone = run.forgotten | set(request.clients)
+    feds = [(run.federation, "shard")]
+    if "FR" in run.ctx.cfg.unlearning.framework_list:
+        feds.append((run.baseline, "FR shard"))
+    for fed, what in feds:
+        here = present_shards(fed.shards, (p for p in run.members[-1].present
+                                           if p not in gone))
+        empty = [s for s, pids in enumerate(here) if not pids]
+        if empty:
+            return f"{what}(s) {empty} would keep no client"
+    return None
+
+
+def _handle(run: RunState, request: Request, latest: ModelVersion
+            ) -> tuple[dict, ModelVersion]:
+    """Refuse or carry out one request; return its receipt and the latest version."""
+    ctx = run.ctx
+    receipt = {"request_id": request.id, "clients": request.clients,
+               "source": request.source, "received_at": utc(request.received),
+               "stage": None, "after_run": True}
+    reason = refusal(run, request)
+    if reason is not None:
+        receipt.update(status="refused", reason=reason, done_at=utc(time.time()),
+                       version={"before": latest.version, "after": latest.version})
+        run.inbox.finish(request.id, "refused", reason, receipt)
+        _file(ctx, receipt)
+        ctx.log(f"request {request.id} refused: {reason}")
+        return receipt, latest
+    receipt.update(_forget(run, request, latest))
+    version = make_version(ctx.folder, latest.version + 1, run.models, run.scores,
+                           [request.id], sorted(run.forgotten),
+                           f"after request {request.id}")
+    receipt["version"]["after_file_sha256"] = version.file_sha256
+    receipt.update(status="done", done_at=utc(time.time()))
+    run.inbox.finish(request.id, "done", receipt=receipt, version=version)
+    _file(ctx, receipt)
+    ctx.log(f"request {request.id} done: clients {request.clients} forgotten, model "
+            f"version v{version.version} ({version.file})")
+    return receipt, version
+
+
+def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
+    """SE (and FR) for ``request`` from ``latest``; erase what it leaves unused."""
+    out = forget_with_se(run, request.clients)
+    out["version"] = {"before": latest.version, "after": latest.version + 1}
+    out["models_sha256"]["before"] = latest.digests
+    out.update(erased=_erase(run, request.clients), verification=None)
+    if "FR" in run.ctx.cfg.unlearning.framework_list:
+        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
+    return out
+
+
+def _retrain(run: RunState) -> tuple[dict, float]:
+    """FR, the reference: from scratch without every client forgotten so far."""
+    ctx = run.ctx
+    if ctx.cfg.stages.staged:
+        models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
+        cost = {"client_epochs": meter.client_epochs, "compute_s": meter.compute_s,
+                "modelled_wall_s": meter.modelled_wall_s, "wall_s": meter.wall_s}
+        return cost, ctx.evaluator.evaluate(models)["accuracy"]
+    fr = run_unlearning(ctx.loop, se_stage(run), [sorted(run.forgotten)],
+                        ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=["FR"])["FR"]
+    summary = fr.summary
+    return ({"client_epochs": summary.client_epochs,
+             "compute_s": summary.retrain_compute_s,
+             "modelled_wall_s": summary.modelled_wall_s,
+             "wall_s": summary.retrain_wall_s}, summary.accuracy)
+
+
+def _erase(run: RunState, clients: list[int]) -> dict:
+    """Erase the forgotten clients' stored updates and the models they shaped.
+
+    Returns what was erased, for the receipt (:meth:`history.HistoryStore.erase`).
+    """
+    if isinstance(run.store, HistoryStore):
+        return run.store.erase(sorted(run.forgotten), sorted(clients))
+    shard_of = run.federation.shard_of
+    rounds = {s: [g for g in run.store.rounds(s)
+                  if any(p in clients for p, _ in run.store.participants(s, g))]
+              for s in sorted({shard_of[p] for p in clients})}
+    return {"store": "coded", "updates_erased": 0,
+            "not_erased": {str(s): r for s, r in rounds.items()},
+            "note": "the forgotten clients' updates stay inside the coded slices of "
+                    "these rounds on every node: re-encoding a round without them is "
+                    "not implemented; SE never reads them again"}
+
+
+def _file(ctx: RunContext, receipt: dict) -> None:
+    try:
+        write_receipt(ctx.folder.path, receipt)
+    except OSError as err:
+        ctx.log(f"receipt of request {receipt['request_id']} not written ({err}); it "
+                f"is kept in {ctx.folder.runlog_path}")

@@ -1,0 +1,220 @@
+"""Forget after the run: a finished run takes a request and makes a new model version."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+
+from cli.forget import submit
+from history.files import read_arrays
+from server_app.app import main
+from server_app.run.inbox import RequestInbox
+from task.config import fused_run_config
+from tests.conftest import TINY
+
+BASE = {**TINY, "mia": False, "seed": 3}
+
+
+def _run(make_grid, config: dict) -> None:
+    grid = make_grid(int(config["num-clients"]), config)
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=config))
+
+
+def _config(tmp_path, shared_data, name: str, **overrides) -> dict:
+    return fused_run_config({**BASE, "results-dir": str(tmp_path), "run-name": name,
+                             "data-dir": str(shared_data), **overrides})
+
+
+def _versions(folder):
+    inbox = RequestInbox(folder / "run.sqlite")
+    try:
+        return inbox.versions()
+    finally:
+        inbox.close()
+
+
+def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shared_data):
+    learned = _config(tmp_path, shared_data, "a", frameworks="none")
+    _run(make_grid, learned)
+    folder = tmp_path / "a"
+    summary_before = (folder / "summary.json").read_bytes()
+    (v1,) = _versions(folder)
+    v1_bytes = (folder / v1.file).read_bytes()
+    rid = submit("a", "3", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    v1_again, v2 = _versions(folder)
+    assert v1_again == v1 and (folder / v1.file).read_bytes() == v1_bytes
+    assert (folder / "summary.json").read_bytes() == summary_before
+    assert v2.version == 2 and v2.forgotten == [3] and v2.requests == [rid]
+    # the same request in one run, same seed: SE's models bit for bit
+    _run(make_grid, _config(tmp_path, shared_data, "b", frameworks="SE",
+                            **{"forget-clients": "3"}))
+    se = read_arrays(tmp_path / "b" / "models" / "SE.npz")
+    new = read_arrays(folder / v2.file)
+    old = read_arrays(folder / v1.file)
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    impacted = receipt["shards_retrained"]
+    assert len(impacted) == 1
+    for key in new:
+        shard = int(key.split("/", 1)[0].removeprefix("shard"))
+        want = se[key] if shard in impacted else old[key]
+        assert np.array_equal(new[key], want), key
+    assert receipt["models_sha256"]["before"] == v1.digests
+    assert receipt["models_sha256"]["after"] == v2.digests
+    assert receipt["version"] == {"before": 1, "after": 2,
+                                  "after_file_sha256": v2.file_sha256}
+    erased = receipt["erased"]
+    assert erased["updates"] and all(c == 3 for _, _, c in erased["updates"])
+
+
+def test_export_writes_files_plain_torch_and_safetensors_load(tmp_path, make_grid,
+                                                              shared_data, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    from cli.models import main_export, main_models
+    from task.model import build_model
+
+    _run(make_grid, _config(tmp_path, shared_data, "e", frameworks="none"))
+    assert main_models(["--run", "e", "--results-dir", str(tmp_path)], "models") == 0
+    assert "v1" in capsys.readouterr().out
+    (v1,) = _versions(tmp_path / "e")
+    for suffix in (".safetensors", ".pt"):
+        out = tmp_path / f"model{suffix}"
+        assert main_export(["--run", "e", "--out", str(out), "--results-dir",
+                            str(tmp_path)], "export") == 0
+        printed = capsys.readouterr().out
+        assert v1.digests["models"] in printed
+        if suffix == ".pt":
+            saved = torch.load(out, weights_only=True)
+            shards, meta = saved["shards"], saved["metadata"]
+        else:
+            flat = load_file(out)
+            shards = [{k.split("/", 1)[1]: v for k, v in flat.items()
+                       if k.startswith(f"shard{s}/")} for s in range(2)]
+            from safetensors import safe_open
+
+            with safe_open(out, "pt") as f:
+                meta = f.metadata()
+        assert meta["architecture"] == "task.model.CNN" and meta["num_shards"] == "2"
+        stored = read_arrays(tmp_path / "e" / v1.file)
+        for s, state in enumerate(shards):
+            model = build_model("mnist", 10)
+            model.load_state_dict(state)  # strict: every layer, nothing else
+            for key, tensor in model.state_dict().items():
+                assert np.array_equal(tensor.numpy(), stored[f"shard{s}/{key}"])
+
+
+def test_refused_later_requests_change_nothing(tmp_path, make_grid, shared_data):
+    from server_app.config import ConfigError
+
+    learned = _config(tmp_path, shared_data, "r", frameworks="none")
+    _run(make_grid, learned)
+    with pytest.raises(ConfigError, match="unknown client"):
+        submit("r", "8", str(tmp_path))
+    rid = submit("r", "0,1,2,3,4,5,6,7", str(tmp_path))  # would empty every shard
+    _run(make_grid, {**learned, "later-requests": True})
+    assert len(_versions(tmp_path / "r")) == 1
+    inbox = RequestInbox(tmp_path / "r" / "run.sqlite")
+    (receipt,) = inbox.receipts()
+    inbox.close()
+    assert receipt["request_id"] == rid and receipt["status"] == "refused"
+    assert "would keep no client" in receipt["reason"]
+
+
+def test_a_killed_later_request_leaves_v1_and_is_done_once_on_rerun(
+        tmp_path, make_grid, shared_data, monkeypatch):
+    from server_app.stages import later
+
+    learned = _config(tmp_path, shared_data, "k", frameworks="none")
+    _run(make_grid, learned)
+    folder = tmp_path / "k"
+    (v1,) = _versions(folder)
+    v1_bytes = (folder / v1.file).read_bytes()
+    rid = submit("k", "5", str(tmp_path))
+    real = later.make_version
+
+    def die(*args, **kw):  # the models file is written, the process dies
+        real(*args, **kw)
+        raise KeyboardInterrupt("killed")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(later, "make_version", die)
+        with pytest.raises(KeyboardInterrupt):
+            _run(make_grid, {**learned, "later-requests": True})
+    assert _versions(folder) == [v1] and (folder / v1.file).read_bytes() == v1_bytes
+    inbox = RequestInbox(folder / "run.sqlite")
+    assert [r.id for r in inbox.pending()] == [rid]
+    inbox.close()
+    _run(make_grid, {**learned, "later-requests": True})
+    v1_again, v2 = _versions(folder)
+    assert v1_again == v1 and v2.requests == [rid]
+    inbox = RequestInbox(folder / "run.sqlite")
+    assert [r["request_id"] for r in inbox.receipts()] == [rid]
+    assert inbox.pending() == []
+    inbox.close()
+
+
+def _impacted_equal(new: dict, want: dict, old: dict, impacted: list[int]) -> None:
+    for key in new:
+        shard = int(key.split("/", 1)[0].removeprefix("shard"))
+        assert np.array_equal(new[key], want[key] if shard in impacted else old[key]), key
+
+
+def test_a_coded_run_decodes_its_node_folders_for_a_later_request(
+        tmp_path, make_grid, shared_data):
+    coded = {"storage": "coded", "blocks-per-shard": 2}
+    learned = _config(tmp_path, shared_data, "c", frameworks="none",
+                      **{**coded, "node-dirs": str(tmp_path / "c-nodes")})
+    _run(make_grid, learned)
+    assert sorted(p.name for p in (tmp_path / "c-nodes").iterdir()) == [
+        str(p) for p in sorted(range(8), key=str)]
+    rid = submit("c", "3", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})  # a fresh grid: no state
+    folder = tmp_path / "c"
+    v1, v2 = _versions(folder)
+    _run(make_grid, _config(tmp_path, shared_data, "cb", frameworks="SE",
+                            **{**coded, "forget-clients": "3"}))
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    _impacted_equal(read_arrays(folder / v2.file),
+                    read_arrays(tmp_path / "cb" / "models" / "SE.npz"),
+                    read_arrays(folder / v1.file), receipt["shards_retrained"])
+    assert receipt["erased"]["store"] == "coded"
+    assert receipt["erased"]["not_erased"]  # said, not hidden: slices keep them
+
+
+STAGED = {"num-clients": 8, "num-stages": 2, "joins-per-stage": 2,
+          "frameworks": "SE", "requests-per-stage": 0}
+
+
+def test_a_finished_staged_run_forgets_as_its_last_boundary_would_have(
+        tmp_path, make_grid, shared_data, monkeypatch):
+    from server_app.stages import pipeline
+
+    learned = _config(tmp_path, shared_data, "s", **STAGED)
+    _run(make_grid, learned)
+    folder = tmp_path / "s"
+    v1, v2 = _versions(folder)
+    assert v2.file == "models/stage2.npz"
+    rid = submit("s", "1", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    *_, v3 = _versions(folder)
+    # the same request taken at the last boundary of the same staged run
+    real = pipeline.run_stage
+
+    def request_in_stage_2(run, member):
+        if member.stage == 2:
+            submit("sb", "1", str(tmp_path))
+        return real(run, member)
+
+    monkeypatch.setattr(pipeline, "run_stage", request_in_stage_2)
+    _run(make_grid, _config(tmp_path, shared_data, "sb", **STAGED))
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    _impacted_equal(read_arrays(folder / v3.file),
+                    read_arrays(tmp_path / "sb" / "models" / "stage2.npz"),
+                    read_arrays(folder / v2.file), receipt["shards_retrained"])
+    assert v3.forgotten == [1] and receipt["version"]["before"] == 2
