@@ -47,7 +47,8 @@ def carry_out(folder: Path, prog: str) -> int:
     print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} (Flower's "
           f"simulation engine, {cfg.data.num_clients} SuperNodes)", file=sys.stderr)
     terminal = TerminalFilter()
-    log_path, status = launch(overrides, cfg.data.num_clients, folder.parent, terminal)
+    log_path, status = launch(overrides, cfg.data.num_clients, folder.parent, terminal,
+                              gpus=cfg.training.client_gpus)
     terminal.release(sys.stdout.buffer)
     return _report(folder, pending, log_path, status)
 

@@ -66,15 +66,17 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     RunFolder.check_free(cfg)
     terminal = TerminalFilter()
     log_path, status = launch(merged.overrides, args.supernodes or cfg.data.num_clients,
-                              cfg.output.resolved_results_dir(), terminal)
+                              cfg.output.resolved_results_dir(), terminal,
+                              gpus=cfg.training.client_gpus)
     return _finish(log_path, status, terminal)
 
 
 def launch(overrides: dict, supernodes: int, results: Path,
-           terminal: TerminalFilter) -> tuple[Path, int]:
+           terminal: TerminalFilter, gpus: float = 0.0) -> tuple[Path, int]:
     """``flwr run .`` with ``overrides`` on ``supernodes`` simulated SuperNodes.
 
-    Returns the log's path and flwr's exit status.
+    ``gpus``: each ClientApp's GPUs (run-config ``client-gpus``,
+    :func:`federation_config`). Returns the log's path and flwr's exit status.
     """
     results = Path(os.environ.get("SE_RESULTS_DIR") or results)
     results.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ def launch(overrides: dict, supernodes: int, results: Path,
     try:
         (home / "run-config.toml").write_text(config.to_toml(overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
-        federation = federation_config(supernodes, cfg.training.client_gpus)
+        federation = federation_config(supernodes, gpus)
         status = _run_with_retries(home, federation, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)

@@ -117,3 +117,42 @@ def test_what_the_task_or_method_cannot_do_is_one_line_before_any_engine(
         validate_run_config(fused_run_config(run), files=False)
     message = str(err.value)
     assert "\n" not in message and f"'{key}'" in message and words in message, message
+
+
+def test_own_method_lands_in_the_experiment_suite(summary):
+    from experiments import collect, report, suites
+    from server_app.run.summary import RunSummary
+
+    rows = collect.summary_rows("single", "own", RunSummary.from_json(summary), 1.0)
+    assert collect.methods_in(rows) == ["FineTune"]
+    assert {r["dataset"] for r in rows} == {"mytask:task"}
+    section = "\n".join(report._single_sections(rows))
+    assert re.search(r"\| mytask:task \| iid \| FineTune \|", section), section
+    specs = suites.plan("single", "tiny")
+    mixed = suites.with_methods(specs, ("mymethod:FineTune",))
+    for before, after in zip(specs, mixed, strict=True):
+        runs_se = "SE" in before.config["frameworks"].split(",")
+        assert after.config["frameworks"].endswith(",mymethod:FineTune") == runs_se
+        assert (after.name == before.name + "-with-FineTune") == runs_se
+    assert report.command({"experiment": "single", "suite": "tiny",
+                           "methods": ["mymethod:FineTune"]}).endswith(
+        "--methods mymethod:FineTune")
+
+
+def test_own_task_lives_on_through_stages(outside, tmp_path):
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+
+    set_task_identity()
+    config = fused_run_config({**RUN, "frameworks": "SE,FR", "storage": "uncoded",
+                               "forget-clients": "", "mia": False, "num-rounds": 1,
+                               "num-stages": 2, "requests-per-stage": 1,
+                               "results-dir": str(tmp_path), "run-name": "staged"})
+    main(InProcessGrid(client_app, 8, config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config=config))
+    staged = json.loads((tmp_path / "staged" / "summary.json").read_text())
+    assert [s["stage"] for s in staged["stages"]] == [1, 2]
+    assert all(len(s["forgotten"]) == 1 for s in staged["stages"])
+    assert staged["stages"][-1]["accuracy"] > 0.3
