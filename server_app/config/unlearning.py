@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from server_app.config.data import DataConfig
 from server_app.config.section import Section
 from server_app.config.training import TrainingConfig
-from server_app.config.values import EPOCHS_PER_RATIO, ConfigError, bad
+from server_app.config.values import EPOCHS_PER_RATIO, bad
 from task.registry import check_spec, is_plugin
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
@@ -95,12 +95,12 @@ class UnlearningConfig(Section):
                 raise bad("frameworks", self.frameworks, allowed) from None
         if len(set(names)) != len(names):
             raise bad("frameworks", self.frameworks, allowed)
-        clash = [n for n, spec in self.plugin_methods.items()
-                 if n.upper() in RESERVED_NAMES or n.lower() == "original"]
+        clash = [n for n in self.plugin_methods
+                 if n.upper() in FRAMEWORKS or n.lower() == "original"]
         if clash:
-            raise ConfigError(f"run-config 'frameworks' = {self.frameworks!r} is not "
-                              f"allowed: a method's class may not be named "
-                              f"{clash[0]!r} ({', '.join(RESERVED_NAMES)} are taken)")
+            raise bad("frameworks", self.frameworks,
+                      f"methods whose class is not named {clash[0]!r} "
+                      f"({', '.join(RESERVED_NAMES)} are taken, in any case)")
 
     def _validate_forget_clients(self, num_clients: int) -> None:
         tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
