@@ -158,6 +158,17 @@ def fetch_slices(message: Message, context: Context) -> Message:
                        reply_to=message)
 
 
+@app.query("replace_slice_part")
+def replace_slice_part(message: Message, context: Context) -> Message:
+    """Replace one shard's part of a stored slice, for a request proving that key."""
+    try:
+        return Message(content=slices.replace(message.content, context),
+                       reply_to=message)
+    except (slices.SliceAccessError, slices.SliceFormatError) as err:
+        return Message(error=Error(code=slices.REFUSED, reason=str(err)),
+                       reply_to=message)
+
+
 @app.train()
 def train(message: Message, context: Context) -> Message:
     """Learning: local training from the received model (``train`` messages)."""

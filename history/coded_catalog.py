@@ -48,6 +48,10 @@ CREATE TABLE records (
 CREATE TABLE updates (
     shard INTEGER NOT NULL, round INTEGER NOT NULL, partition_id INTEGER NOT NULL,
     num_examples INTEGER NOT NULL, train_seconds REAL NOT NULL,
+    erased INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (shard, round, partition_id));
+CREATE TABLE IF NOT EXISTS stale (
+    shard INTEGER NOT NULL, round INTEGER NOT NULL, partition_id INTEGER NOT NULL,
     PRIMARY KEY (shard, round, partition_id));
 CREATE TABLE slices (
     round INTEGER NOT NULL, partition_id INTEGER NOT NULL, slice_bytes INTEGER NOT NULL,
@@ -198,6 +202,54 @@ class CodedCatalog(ParticipationCatalog):
         if row is None:
             raise StoreError(f"no record of shard {shard} at round {rnd}")
         return int(row[0])
+
+    def record_members(self, shard: int, rnd: int) -> list[int]:
+        """Partition ids whose updates round ``rnd``'s record of ``shard`` holds.
+
+        The round's participants less those erased since (their updates were
+        re-coded out of the record, :mod:`history.coded_erasure`), ascending.
+        """
+        return [r[0] for r in self._conn.execute(
+            "SELECT partition_id FROM updates WHERE shard=? AND round=? AND erased=0 "
+            "ORDER BY partition_id", (shard, rnd))]
+
+    def stale_holders(self, shard: int) -> dict[int, set[int]]:
+        """Round -> holders whose part of ``shard`` predates a re-coding of the round.
+
+        Their part still holds erased updates: it is never fetched again.
+        """
+        out: dict[int, set[int]] = {}
+        for rnd, pid in self._conn.execute(
+                "SELECT round, partition_id FROM stale WHERE shard=?", (shard,)):
+            out.setdefault(int(rnd), set()).add(int(pid))
+        return out
+
+    def mark_recoded(self, shard: int, rnd: int, length: int, erased: list[int],
+                     stale: list[int]) -> None:
+        """Record that round ``rnd`` of ``shard`` was coded again (one transaction).
+
+        Its new record ``length``, the ``erased`` partition ids' updates and the
+        ``stale`` holders, whose part still holds the old record.
+        """
+        with self._conn:
+            self._conn.execute("UPDATE records SET length=? WHERE shard=? AND round=?",
+                               (length, shard, rnd))
+            self._conn.executemany(
+                "UPDATE updates SET erased=1 WHERE shard=? AND round=? AND "
+                "partition_id=?", [(shard, rnd, p) for p in erased])
+            self._conn.executemany("INSERT OR IGNORE INTO stale VALUES (?, ?, ?)",
+                                   [(shard, rnd, p) for p in stale])
+
+    def migrate(self) -> None:
+        """Give a catalog from before erasure its ``erased`` column and ``stale`` table."""
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(updates)")}
+        with self._conn:
+            if "erased" not in columns:
+                self._conn.execute("ALTER TABLE updates ADD COLUMN erased INTEGER NOT "
+                                   "NULL DEFAULT 0")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS stale (shard INTEGER NOT "
+                               "NULL, round INTEGER NOT NULL, partition_id INTEGER NOT "
+                               "NULL, PRIMARY KEY (shard, round, partition_id))")
 
     def holders(self) -> list[int]:
         """Partition ids that acknowledged at least one slice, ascending."""

@@ -107,6 +107,27 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         self._cache: dict[int, dict[int, Arrays | dict[int, Arrays]]] = {}
         self._pending: list[dict] = []
         self._retrievals: list[dict] = []
+        self._stale: dict[int, set[int]] = {}
+        self._raw: dict[int, np.ndarray] | None = None
+
+    def raw_records(self, shard: int) -> dict[int, np.ndarray]:
+        """Fetch and decode ``shard``'s every round as exact field elements.
+
+        Returns round -> the record (int64 GF(p) elements, the padding blocks
+        dropped), what :mod:`history.coded_erasure` re-codes. The retrieval is
+        counted as any other (:meth:`take_retrieval`).
+
+        Raises
+        ------
+        CodedHistoryError
+            A round cannot be recovered from the slices.
+        """
+        self._raw = {}
+        try:
+            self._retrieve(shard)
+            return self._raw
+        finally:
+            self._raw = None
 
     @classmethod
     def open(cls, root: str | Path, grid: Grid, node_of: Mapping[int, int],
@@ -131,6 +152,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
                              "version); this version reads per-shard codes only")
         keys = read_keys(root / "keys", int(num_shards))
         history = cls(root, conn, keys, grid, node_of, **kwargs)
+        history.migrate()
         if history.state != "complete":
             raise StoreError(f"coded history store at {root} is incomplete (state "
                              f"{history.state!r}): the run that wrote it did not finish")
@@ -242,6 +264,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
                  "damaged": 0, "lost": 0, "losses": [],
                  "bytes": 0, "transfers": 0, "comm_time_s": 0.0}
         self._acked = self.acked_rounds()
+        self._stale = self.stale_holders(shard)
         received: dict[int, dict[int, np.ndarray]] = {r: {} for r in rounds}
         waiting = list(reachable)
         while waiting:
@@ -295,8 +318,8 @@ class CodedHistory(CodedCatalog, TrainingHistory):
             stats["comm_time_s"] += transfer_seconds(nbytes, self.link_rate_mbps)
             for rnd, block_len in rounds.items():
                 key = f"r{rnd}"
-                if key not in slices:
-                    continue
+                if key not in slices or pid in self._stale.get(rnd, ()):
+                    continue  # a stale part predates the round's re-coding
                 data = _decode_slice(slices[key], block_len)
                 if not self._well_formed(data, block_len) or \
                         int(data.max(initial=0)) >= PRIME:
@@ -368,10 +391,12 @@ class CodedHistory(CodedCatalog, TrainingHistory):
             stats["corrected"] += int(bad.size)
         length = self.record_length(shard, rnd)  # the T padding blocks are dropped
         record = blocks[:self.blocks_per_shard].reshape(-1)[:length]
+        if self._raw is not None:  # an erasure re-codes the exact field elements
+            self._raw[rnd] = record
         flat = dequantize(record, self.scale_bits)
         if rnd == 0:
             return self.layout.split(flat, self.scale_bits)
-        members = [p for p, _ in self.participants(shard, rnd)]
+        members = self.record_members(shard, rnd)
         size = self.layout.size
         if len(members) * size != length:
             raise StoreError(f"round {rnd} of shard {shard}: record of {length} "

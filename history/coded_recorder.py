@@ -241,7 +241,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
                                (rnd, block_len, encode_s, comm, len(messages)))
             self._conn.executemany("INSERT INTO records VALUES (?, ?, ?)",
                                    [(s, rnd, n) for s, n in enumerate(lengths)])
-            self._conn.executemany("INSERT INTO updates VALUES (?, ?, ?, ?, ?)",
+            self._conn.executemany("INSERT INTO updates (shard, round, partition_id, "
+                                   "num_examples, train_seconds) VALUES (?, ?, ?, ?, ?)",
                                    self._rows)
             self._conn.executemany("INSERT INTO slices VALUES (?, ?, ?, ?, ?)",
                                    [(rnd, i, *a) for i, a in sorted(acks.items())])

@@ -44,6 +44,15 @@ Messages (handled in ``client_app.app``):
   ConfigRecord ``damaged`` (``r<g>``, ``access``, ``nonces``: why that file
   could not be used).
 
+- ``query.replace_slice_part``: ArrayRecord ``part`` (``part``: uint32, shard s's
+  new part of round g, B / S elements) and ConfigRecord ``request`` (``store``,
+  ``shard``, ``round``, ``tag``: the new part's tag, ``nonce``, ``proof`` =
+  ``coding.key_proof(access_key(key_s, i), nonce || SHA-256(part bytes))``). Only
+  shard s's server can make the proof, and it binds the new part; the client
+  replaces part s and tag s of its round-g slice (state and ``node-dir``), the
+  other shards' parts untouched, and acks. An erasure re-codes a round without a
+  forgotten client's update this way (:mod:`history.coded_erasure`).
+
 The client never learns a shard key; it cannot check tags, the server does.
 """
 
@@ -62,6 +71,7 @@ from history.slice_files import Access, SliceFolder
 
 STORE_MESSAGE = "query.store_slice"
 FETCH_MESSAGE = "query.fetch_slices"
+REPLACE_MESSAGE = "query.replace_slice_part"
 REFUSED = 403
 """``Error.code`` of a refused or malformed slice message (like HTTP 403)."""
 
@@ -373,3 +383,92 @@ def fetch(content: RecordDict, context: Context) -> RecordDict:
         info["missing"] = missing
     return RecordDict({"slices": arrays, "tags": tags, "info": info,
                        "damaged": damaged})
+
+
+def part_proof_message(nonce: bytes, part: np.ndarray) -> bytes:
+    """What a replacement's proof covers: the nonce and the new part's SHA-256."""
+    return nonce + hashlib.sha256(np.ascontiguousarray(part, np.uint32).tobytes()).digest()
+
+
+def replace(content: RecordDict, context: Context) -> RecordDict:
+    """Replace shard s's part of one round's slice (``query.replace_slice_part``).
+
+    Parameters
+    ----------
+    content : RecordDict
+        ArrayRecord ``part`` and ConfigRecord ``request`` (module docstring).
+    context : Context
+        The node's context: the slice in ``context.state`` and, with a node
+        folder, its file are rewritten.
+
+    Returns
+    -------
+    RecordDict
+        ConfigRecord ``ack``: ``round``, ``shard``, ``slice-index``.
+
+    Raises
+    ------
+    SliceAccessError
+        No valid proof, a replayed nonce, or no slice of that round here.
+    SliceFormatError
+        A missing or malformed field, or a part of the wrong size.
+    """
+    try:
+        request = content.config_records["request"]
+        part = content.array_records["part"]["part"].numpy()
+        store_id, shard = _store_id(request["store"]), int(request["shard"])
+        rnd, tag = int(request["round"]), request["tag"]
+        nonce, proof = request["nonce"], request["proof"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise SliceFormatError(f"malformed {REPLACE_MESSAGE} message: {err!r}") from err
+    if not all(isinstance(v, bytes) for v in (nonce, proof, tag)) or len(nonce) < 16 \
+            or part.dtype != np.uint32 or part.ndim != 1:
+        raise SliceFormatError("nonce (>= 16 bytes), proof and tag must be byte strings "
+                               "and the part a 1-d uint32 array")
+    damaged = ConfigRecord()
+    copies = _access_copies(context, store_id, damaged)
+    index = _verified_access(copies, store_id, shard, part_proof_message(nonce, part),
+                             proof, damaged)
+    keys = next(k for i, k in copies if i == index)
+    _remember_nonce(context, store_id, nonce, damaged)
+    data, tags = _whole_round(context, store_id, rnd)
+    width = data.size // len(tags)
+    if not 0 <= shard < len(tags) or part.size != width:
+        raise SliceFormatError(f"a part of {part.size} elements for shard {shard}: this "
+                               f"slice has {len(tags)} parts of {width}")
+    data = data.copy()
+    data[shard * width:(shard + 1) * width] = part
+    tags[shard] = tag
+    _keep_round(context, store_id, rnd, (index, keys), data, tags)
+    return RecordDict({"ack": ConfigRecord({"round": rnd, "shard": shard,
+                                            "slice-index": index})})
+
+
+def _whole_round(context: Context, store_id: str, rnd: int
+                 ) -> tuple[np.ndarray, list[bytes]]:
+    """Round ``rnd``'s whole slice and its tags (state, else the node folder)."""
+    slices = context.state.array_records.get(slices_key(store_id))
+    meta = context.state.config_records.get(meta_key(store_id))
+    if slices is not None and meta is not None and f"r{rnd}" in slices:
+        return slices[f"r{rnd}"].numpy(), list(meta[f"r{rnd}.tags"])
+    folder = _node_dir(context, store_id)
+    try:
+        saved = folder.read_round(rnd) if folder else None
+    except DamagedFileError as err:
+        raise SliceAccessError(f"refused: round {rnd}'s slice is damaged ({err})") \
+            from None
+    if saved is None:
+        raise SliceAccessError(f"refused: this client holds no slice of round {rnd}")
+    return saved[0], list(saved[1])
+
+
+def _keep_round(context: Context, store_id: str, rnd: int, access: Access,
+                data: np.ndarray, tags: list[bytes]) -> None:
+    """The rewritten slice into ``context.state`` and the node folder's file."""
+    meta = _meta(context, store_id)
+    meta["slice-index"], meta["access-keys"] = access[0], list(access[1])
+    _slices(context, store_id)[f"r{rnd}"] = Array(np.ascontiguousarray(data))
+    meta[f"r{rnd}.tags"] = list(tags)
+    folder = _node_dir(context, store_id)
+    if folder is not None:
+        folder.write_round(rnd, data, list(tags), (access[0], list(access[1])))

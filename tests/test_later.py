@@ -183,8 +183,17 @@ def test_a_coded_run_decodes_its_node_folders_for_a_later_request(
     _impacted_equal(read_arrays(folder / v2.file),
                     read_arrays(tmp_path / "cb" / "models" / "SE.npz"),
                     read_arrays(folder / v1.file), receipt["shards_retrained"])
-    assert receipt["erased"]["store"] == "coded"
-    assert receipt["erased"]["not_erased"]  # said, not hidden: slices keep them
+    erased = receipt["erased"]
+    assert erased["store"] == "coded" and erased["stale"] == []
+    assert erased["updates"] and {c for _, _, c in erased["updates"]} == {3}
+    recoded = {tuple(r) for r in erased["rounds_recoded"]}
+    assert recoded == {(s, g) for s, g, _ in erased["updates"]}
+    assert all(len(nodes) == 8 for nodes in erased["nodes"].values())
+    # the re-coded rounds decode without client 3, and a second request still works
+    rid2 = submit("c", "5", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    *_, v3 = _versions(folder)
+    assert v3.forgotten == [3, 5] and v3.requests == [rid2]
 
 
 STAGED = {"num-clients": 8, "num-stages": 2, "joins-per-stage": 2,

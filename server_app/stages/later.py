@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 
 from history import CodedHistory, CorruptBlobError, HistoryStore
+from history.coded_erasure import erase_coded
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.inbox import Request, RequestInbox
@@ -194,21 +195,17 @@ def _retrain(run: RunState) -> tuple[dict, float]:
 
 
 def _erase(run: RunState, clients: list[int]) -> dict:
-    """Erase the forgotten clients' stored updates and the models they shaped.
+    """Erase the forgotten clients' stored updates and what they shaped.
 
-    Returns what was erased, for the receipt (:meth:`history.HistoryStore.erase`).
+    Uncoded: their update blobs and the shard models they shaped
+    (:meth:`history.HistoryStore.erase`); coded: every round they took part in is
+    coded again without them on every holder
+    (:func:`history.coded_erasure.erase_coded`). Returns what was erased, for the
+    receipt.
     """
     if isinstance(run.store, HistoryStore):
         return run.store.erase(sorted(run.forgotten), sorted(clients))
-    shard_of = run.federation.shard_of
-    rounds = {s: [g for g in run.store.rounds(s)
-                  if any(p in clients for p, _ in run.store.participants(s, g))]
-              for s in sorted({shard_of[p] for p in clients})}
-    return {"store": "coded", "updates_erased": 0,
-            "not_erased": {str(s): r for s, r in rounds.items()},
-            "note": "the forgotten clients' updates stay inside the coded slices of "
-                    "these rounds on every node: re-encoding a round without them is "
-                    "not implemented; SE never reads them again"}
+    return erase_coded(run.store, sorted(clients))
 
 
 def _file(ctx: RunContext, receipt: dict) -> None:
