@@ -58,8 +58,7 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]
     data = cfg.data
     task = load_task_data(data.dataset, data.data_dir or None, data.block_size)
     shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
-    evaluator = CentralEvaluator(data.dataset, data.data_dir or None, data.block_size,
-                                 data.test_samples or None)
+    evaluator = CentralEvaluator(cfg.task(), task, data.test_samples or None, "cpu")
     torch.manual_seed(cfg.seed)
     base = build_model(cfg.data.dataset, task.num_classes)
     models = [{k: v.numpy().copy() for k, v in base.state_dict().items()}

@@ -116,7 +116,8 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
     fit = _shrink(merged.config, nodes, explicit)
     if not merged.config["run-name"]:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        fit["run-name"] = (f"{merged.config['dataset']}-{merged.config['partition']}-"
+        task = str(merged.config.get("task") or merged.config["dataset"])
+        fit["run-name"] = (f"{task.replace(':', '.')}-{merged.config['partition']}-"
                            f"deploy{nodes}-{stamp}-{os.getpid()}")
     return config.Merged({**merged.config, **fit}, {**merged.overrides, **fit})
 

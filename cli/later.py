@@ -51,7 +51,7 @@ def carry_out(folder: Path, prog: str) -> int:
           f"simulation engine, {cfg.data.num_clients} SuperNodes)", file=sys.stderr)
     terminal = TerminalFilter()
     log_path, status = launch(overrides, cfg.data.num_clients, folder / COMMAND_LOGS,
-                              terminal)
+                              terminal, gpus=cfg.training.client_gpus)
     terminal.release(sys.stdout.buffer)
     return _report(folder, pending, log_path, status)
 

@@ -101,17 +101,21 @@ def _load(folder: Path, version: ModelVersion) -> list[dict]:
 
 
 def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
-    """What a serving stack needs besides the tensors (string values only)."""
+    """What a serving stack needs besides the tensors (string values only).
+
+    ``factory`` rebuilds the architecture: ``task.registry.get_task(task).model(
+    num_classes)`` with ``factory_args`` (the run's task: a built-in or a plug-in).
+    """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
-    from task.model import build_model  # the architecture the tensors belong to
+    from task.registry import get_task, task_spec  # the tensors' architecture
 
-    dataset = str(settings.get("dataset", ""))
+    spec = task_spec(str(settings.get("task", "") or ""), str(settings.get("dataset", "")))
     num_classes = _num_classes(settings)
-    model = build_model(dataset, num_classes)
+    model = get_task(spec).model(num_classes)
     return {"format": FORMAT, "architecture": f"{type(model).__module__}."
-            f"{type(model).__qualname__}", "factory": "task.model:build_model",
-            "factory_args": json.dumps({"dataset": dataset, "num_classes": num_classes}),
+            f"{type(model).__qualname__}", "factory": "task.registry:get_task",
+            "factory_args": json.dumps({"task": spec, "num_classes": num_classes}),
             "num_shards": str(version.shards), "ensemble": ENSEMBLE,
             "run": folder.name, "version": str(version.version),
             "models_sha256": version.digests["models"],
@@ -119,12 +123,11 @@ def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
 
 
 def _num_classes(settings: dict) -> int:
-    from task.data import load_task_data
-    from task.locate import resolve_data_dir
+    from server_app.config import RunConfig
+    from server_app.config.tasks import load_run_data
 
-    dataset = str(settings["dataset"])
-    folder = resolve_data_dir(dataset, settings.get("data-dir") or None)
-    return load_task_data(dataset, str(folder), int(settings["block-size"])).num_classes
+    cfg = RunConfig.from_run_config(settings)
+    return load_run_data(cfg, str(cfg.task().locate(cfg.data.data_dir))).num_classes
 
 
 def export(out: Path, shards: list[dict], meta: dict[str, str]) -> None:

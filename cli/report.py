@@ -16,6 +16,11 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def _task(cfg: dict) -> str:
+    """``dataset mnist``, or the run's task where run-config ``task`` names one."""
+    return f"task {cfg['task']}" if cfg.get("task") else f"dataset {cfg['dataset']}"
+
+
 def render(summary: RunSummary | dict) -> str:
     """The tables for one run's summary (learning, shards, storage), then warnings.
 
@@ -26,7 +31,7 @@ def render(summary: RunSummary | dict) -> str:
         summary = RunSummary.from_json(summary)
     cfg, learning = summary.config, summary.learning
     out = [
-        f"dataset {cfg['dataset']} ({cfg['partition']}), {cfg['num-clients']} clients,"
+        f"{_task(cfg)} ({cfg['partition']}), {cfg['num-clients']} clients,"
         f" {cfg['num-shards']} shards, {cfg['clients-per-round']} a round,"
         f" {cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs,"
         f" shard strategy {cfg['shard-strategy']}{_server_settings(summary)}",

@@ -65,16 +65,18 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     merged, cfg, folder = checked_run(merged)
     terminal = TerminalFilter()
     log_path, status = launch(merged.overrides, args.supernodes or cfg.data.num_clients,
-                              folder / COMMAND_LOGS, terminal)
+                              folder / COMMAND_LOGS, terminal,
+                              gpus=cfg.training.client_gpus)
     return _finish(log_path, status, terminal)
 
 
 def launch(overrides: dict, supernodes: int, log_dir: Path,
-           terminal: TerminalFilter) -> tuple[Path, int]:
+           terminal: TerminalFilter, gpus: float = 0.0) -> tuple[Path, int]:
     """``flwr run .`` with ``overrides`` on ``supernodes`` simulated SuperNodes.
 
-    The log is ``log_dir/run-<pid>.log`` (the run folder's ``logs/``). Returns
-    the log's path and flwr's exit status.
+    The log is ``log_dir/run-<pid>.log`` (the run folder's ``logs/``). ``gpus``:
+    each ClientApp's GPUs (run-config ``client-gpus``, :func:`federation_config`).
+    Returns the log's path and flwr's exit status.
     """
     log_path = log_dir / f"run-{os.getpid()}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,8 @@ def launch(overrides: dict, supernodes: int, log_dir: Path,
     try:
         (home / "run-config.toml").write_text(config.to_toml(overrides))
         print(f"flwr run . with {supernodes} SuperNodes; log: {log_path}", file=sys.stderr)
-        status = _run_with_retries(home, supernodes, log_path, terminal)
+        federation = federation_config(supernodes, gpus)
+        status = _run_with_retries(home, federation, log_path, terminal)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return log_path, status
@@ -122,7 +125,8 @@ def preflight(run_config: dict) -> tuple[RunConfig, str]:
     """Parse and check the config with the task's data loaded (before any engine).
 
     Loading is cached and cheap for these datasets; with the data the partition
-    check runs here, not after the SuperNodes started.
+    check runs here, not after the SuperNodes started. A plug-in task is
+    imported here too, from this command's ``PYTHONPATH`` (docs/TASKS.md).
 
     Returns
     -------
@@ -134,17 +138,12 @@ def preflight(run_config: dict) -> tuple[RunConfig, str]:
     ConfigError
         The first bad setting, in one line.
     """
-    from task.data import load_task_data
-    from task.locate import DatasetNotFoundError, resolve_data_dir
+    from server_app.preflight import load_run
 
     cfg = validate_run_config(run_config)
-    try:
-        data_dir = str(resolve_data_dir(cfg.data.dataset, cfg.data.data_dir or None))
-    except DatasetNotFoundError as err:  # one line, naming data-dir
-        raise ConfigError(str(err)) from None
-    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
+    check_client_gpus(cfg.training.client_gpus)
+    data_dir, task = load_run(cfg)
     return validate_run_config(run_config, task), data_dir
-
 
 def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
     """Every check a run passes before any engine starts; its name and folder fixed.
@@ -194,7 +193,39 @@ def claim_run(folder: Path) -> None:
     tag_run(folder)
 
 
-def _run_with_retries(home: Path, supernodes: int, log_path: Path,
+def check_client_gpus(gpus: float) -> None:
+    """Refuse ``client-gpus`` > 0 where Ray would wait for a GPU that is not there.
+
+    On a Ray cluster (``RAY_ADDRESS`` set) the GPUs may be on other machines, so
+    it is left to Ray.
+
+    Raises
+    ------
+    ConfigError
+        ``client-gpus`` > 0 without CUDA on this machine and no Ray cluster.
+    """
+    if gpus <= 0 or os.environ.get("RAY_ADDRESS"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"run-config 'client-gpus' = {gpus!r} is not allowed: 0 on "
+                          "a machine without CUDA (torch.cuda.is_available() is "
+                          "False; Ray would wait for a GPU forever)")
+
+
+def federation_config(supernodes: int, gpus: float = 0.0) -> str:
+    """``--federation-config`` of ``flwr run``: SuperNodes and each ClientApp's resources.
+
+    One CPU a ClientApp; ``gpus`` > 0 (run-config ``client-gpus``, fractional) is
+    Flower's ``client-resources-num-gpus``: Ray then runs at most 1 / ``gpus``
+    ClientApps on a GPU at once and tells each which GPU it has.
+    """
+    out = f"num-supernodes={supernodes} client-resources-num-cpus=1"
+    return f"{out} client-resources-num-gpus={gpus:g}" if gpus > 0 else out
+
+
+def _run_with_retries(home: Path, federation: str, log_path: Path,
                       terminal: TerminalFilter) -> int:
     """:func:`_flwr_run`, again (fresh ports) when the local SuperLink did not start.
 
@@ -202,7 +233,7 @@ def _run_with_retries(home: Path, supernodes: int, log_path: Path,
     :data:`START_ATTEMPTS` tries.
     """
     for attempt in range(1, START_ATTEMPTS + 1):
-        status = _flwr_run(home, supernodes, log_path, terminal)
+        status = _flwr_run(home, federation, log_path, terminal)
         if status == 0 or NO_SUPERLINK not in log_path.read_bytes():
             return status
         if attempt < START_ATTEMPTS:
@@ -211,7 +242,7 @@ def _run_with_retries(home: Path, supernodes: int, log_path: Path,
     return status
 
 
-def _flwr_run(home: Path, supernodes: int, log_path: Path,
+def _flwr_run(home: Path, federation: str, log_path: Path,
               terminal: TerminalFilter) -> int:
     """``flwr run`` with its own FLWR_HOME and ports; output to the log and the terminal.
 
@@ -224,7 +255,7 @@ def _flwr_run(home: Path, supernodes: int, log_path: Path,
            "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
     argv = ["flwr", "run", str(config.PROJECT), "--stream",
             "--run-config", str(home / "run-config.toml"), "--federation-config",
-            f"num-supernodes={supernodes} client-resources-num-cpus=1"]
+            federation]
     with Children() as children, open(log_path, "wb") as log, output_sink() as out:
         proc = children.start(argv, env=env, cwd=config.PROJECT, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -11,13 +11,16 @@ Message types it answers:
   of the training history and hand them to a shard server that proves its key
   (``storage = "coded"``; see :mod:`history.slices`).
 
-The data settings (dataset, partition, number of clients, seed, data folder, block
-size, sample cap) come from the run config, read by :class:`task.config.TaskConfig`
-(their defaults are ``pyproject.toml``'s, which Flower merges into every run
-config); the per-round settings (epochs, lr, batch size) from the message's
-``config`` record, as stock Flower strategies send them: ``lr``, ``local-epochs``,
-``batch-size``, ``optimizer`` (``sgd`` or ``adam``, fresh state every message),
-``momentum`` (SGD), and RapidRetrain's ``precondition``.  Data, models and
+The data settings (task, dataset, partition, number of clients, seed, data folder,
+block size, sample cap, device) come from the run config, read by
+:class:`task.config.TaskConfig` (their defaults are ``pyproject.toml``'s, which
+Flower merges into every run config); the run's task (:mod:`task.registry`: a
+built-in or a plug-in) gives the data, the model and the local training and
+evaluation steps, on the run's ``device``; the per-round settings (epochs, lr,
+batch size) from the message's ``config`` record, as stock Flower strategies send
+them: ``lr``, ``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or
+``adam``, fresh state every message), ``momentum`` (SGD), and RapidRetrain's
+``precondition``.  Data, models and
 training are :mod:`task`'s; this module only answers messages.
 """
 
@@ -41,15 +44,10 @@ from flwr.clientapp import ClientApp
 from history import slices
 from task.backdoor import Backdoor, poison
 from task.config import TaskConfig
-from task.model import build_model
+from task.device import resolve_device
 from task.node_cache import cached_client_data
-from task.train import (
-    fisher_preconditioner,
-    local_seed,
-    local_train,
-    predict_proba,
-    score_proba,
-)
+from task.registry import task_of
+from task.train import fisher_preconditioner, local_seed
 
 app = ClientApp()
 
@@ -69,39 +67,42 @@ def partition_id(context: Context) -> int:
 
 
 def _received(message: Message, context: Context):
-    """The node's training data and the model the message carries.
+    """The node's training data, the model the message carries, the task and device.
 
-    Returns ``(x, y, model)``: the node's share of the task (:class:`TaskConfig`
-    from the run config; the server's ``data-dir`` where this node has it) and
-    the task's model holding the received weights. With ``node-dir`` in the node
-    config the share is cached there (:mod:`task.node_cache`): a deployed
-    ClientApp process loads the whole dataset only for its node's first message.
+    Returns ``(x, y, model, task, device)``: the node's share of the task
+    (:class:`TaskConfig` from the run config; the server's ``data-dir`` where
+    this node has it), the task's model holding the received weights, the run's
+    :class:`task.interface.Task` and this node's ``torch.device``. With
+    ``node-dir`` in the node config the share is cached there
+    (:mod:`task.node_cache`): a deployed ClientApp process loads the whole
+    dataset only for its node's first message.
     """
     cfg = TaskConfig.from_run_config(context.run_config)
+    task = task_of(cfg)
     server_dir = str(message.content["config"].get("data-dir", "") or "")
     x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
                                            context.node_config.get("node-dir") or None)
     # a client of the unlearning request stamps its own data (task.backdoor)
     x, y, _ = poison(x, y, Backdoor.from_run_config(context.run_config), cfg.seed,
-                     partition_id(context))
-    model = build_model(cfg.dataset, num_classes)
+                     partition_id(context), task.stamp)
+    model = task.model(num_classes)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())
-    return x, y, model
+    return x, y, model, task, resolve_device(cfg.device)
 
 
 def _train(message: Message, context: Context, phase: str) -> Message:
     torch.set_num_threads(_THREADS)
     config = message.content["config"]
-    x, y, model = _received(message, context)
+    x, y, model, task, device = _received(message, context)
     seed = local_seed(config.get("seed", 0), phase, int(config.get("server-round", 0)),
                       partition_id(context))
     transform, t0 = None, time.perf_counter()
     if config.get("precondition", "") == "fisher":  # RapidRetrain
         transform = fisher_preconditioner(
             model, x, y, samples=int(config.get("fisher-samples", 32)),
-            damping=float(config.get("fisher-damping", 1.0)), seed=seed)
+            damping=float(config.get("fisher-damping", 1.0)), seed=seed, device=device)
     fisher_seconds = time.perf_counter() - t0
-    result = local_train(
+    result = task.train(
         model, x, y,
         epochs=float(config["local-epochs"]),
         batch_size=int(config["batch-size"]),
@@ -111,6 +112,7 @@ def _train(message: Message, context: Context, phase: str) -> Message:
         proximal_mu=float(config.get("proximal-mu", 0.0)),
         grad_transform=transform,
         optimizer=str(config.get("optimizer", "sgd")),
+        device=device,
     )
     metrics = MetricRecord({
         "num-examples": len(x),
@@ -183,8 +185,8 @@ def unlearn(message: Message, context: Context) -> Message:
 def evaluate(message: Message, context: Context) -> Message:
     """Loss and accuracy of the received model on this client's data."""
     torch.set_num_threads(_THREADS)
-    x, y, model = _received(message, context)
-    loss, accuracy = score_proba(predict_proba(model, x), y.numpy())
+    x, y, model, task, device = _received(message, context)
+    loss, accuracy = task.score(task.predict(model, x, device=device), y.numpy())
     metrics = MetricRecord({"num-examples": len(x), "loss": loss,
                             "accuracy": accuracy})
     return Message(content=RecordDict({"metrics": metrics}), reply_to=message)

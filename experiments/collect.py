@@ -59,6 +59,8 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             "learning_compute_s": summary.learning.compute_s,
             "learning_wall_s": summary.learning.wall_time_s}
     base.update({col: cfg.get(key) for col, key in _CONFIG_COLUMNS.items()})
+    if cfg.get("task"):  # a plug-in task (or a built-in named by task): its name
+        base["dataset"] = cfg["task"]
     rows = []
     if summary.original is not None:
         scores = summary.original.to_json()
@@ -79,6 +81,13 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             row["se_mean_shard_cost_s"] = result.expected.get("mean_shard_cost_s")
         rows.append(row)
     return rows
+
+
+def methods_in(rows: Sequence[dict]) -> list[str]:
+    """Frameworks of ``rows`` beyond the built-in ones (methods of one's own), sorted."""
+    known = {"original", *FRAMEWORKS}
+    return sorted({r["framework"] for r in rows if r.get("framework") not in known
+                   and not str(r.get("framework", "")).startswith("FE(dt=")})
 
 
 def _label(name: str, cfg: dict) -> str:

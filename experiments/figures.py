@@ -89,7 +89,8 @@ def single_retraining(rows, path: Path) -> bool:
     if not cells:
         return False
     labels = [f"{d}\n{p}" for (d, p), _ in cells]
-    names = [n for n in collect.FRAMEWORKS if any(n in fw for _, fw in cells)]
+    names = [n for n in (*collect.FRAMEWORKS, *collect.methods_in(rows))
+             if any(n in fw for _, fw in cells)]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     _bars(axes[0], labels, {n: [(fw.get(n) or {}).get("retrain_compute_s")
                                 for _, fw in cells] for n in names},
@@ -114,7 +115,7 @@ def single_accuracy(rows, path: Path) -> bool:
     panels = [p for p in (images, text) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels) + 1, 4),
                              squeeze=False)
-    names = ["original", *collect.FRAMEWORKS]
+    names = ["original", *collect.FRAMEWORKS, *collect.methods_in(rows)]
     for ax, panel in zip(axes[0], panels, strict=True):
         is_text = panel is text
         key = "loss" if is_text else "accuracy"
@@ -135,7 +136,7 @@ def single_mia(rows, path: Path) -> bool:
     if not any(any((r or {}).get("mia_f1") is not None for r in fw.values())
                for _, fw in cells):
         return False
-    names = [n for n in ("original", *collect.FRAMEWORKS)
+    names = [n for n in ("original", *collect.FRAMEWORKS, *collect.methods_in(rows))
              if any(n in fw for _, fw in cells)]
     fig, ax = plt.subplots(figsize=(9, 4))
     _bars(ax, [f"{d}\n{p}" for (d, p), _ in cells],

@@ -76,6 +76,8 @@ def command(results: dict) -> str:
         cmd += f" --engine {results['engine']}"
     if int(results.get("jobs", 1)) > 1:
         cmd += f" --jobs {results['jobs']}"
+    if results.get("methods"):
+        cmd += f" --methods {','.join(results['methods'])}"
     return cmd
 
 
@@ -215,7 +217,7 @@ def _single_sections(rows) -> list[str]:
            "samples against as many held-out samples (0.5 = chance).", ""]
     table = []
     for (dataset, partition), fw in cells.items():
-        names = ["original", *collect.FRAMEWORKS,
+        names = ["original", *collect.FRAMEWORKS, *collect.methods_in(rows),
                  *sorted(n for n in fw if n.startswith("FE(dt="))]
         for name in names:
             r = fw.get(name)

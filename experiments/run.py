@@ -148,9 +148,13 @@ def _run_with_flwr(spec: RunSpec, merged: cli_config.Merged, out: Path,
 
 
 def _available(experiment: str, suite: str, datasets: tuple[str, ...] | None,
-               data_dir: str) -> tuple[list[RunSpec], dict[str, str]]:
-    """The runs of ``experiment`` whose dataset loads here, and why the others not."""
-    specs = suites.plan(experiment, suite, datasets)
+               data_dir: str, methods: tuple[str, ...] = ()
+               ) -> tuple[list[RunSpec], dict[str, str]]:
+    """The runs of ``experiment`` whose dataset loads here, and why the others not.
+
+    ``methods`` run beside SE (:func:`experiments.suites.with_methods`).
+    """
+    specs = suites.with_methods(suites.plan(experiment, suite, datasets), methods)
     skipped: dict[str, str] = {}
     for dataset in sorted({s.config["dataset"] for s in specs}):
         why = dataset_available(dataset, data_dir)
@@ -259,7 +263,8 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
 
 def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
-            datasets: tuple[str, ...] | None = None, stream=None, jobs: int = 1) -> dict:
+            datasets: tuple[str, ...] | None = None, stream=None, jobs: int = 1,
+            methods: tuple[str, ...] = ()) -> dict:
     """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
 
     Parameters
@@ -284,6 +289,9 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     jobs : int
         Runs side by side, each in its own process (:func:`_run_parallel`);
         1 runs them one after another in this process.
+    methods : tuple[str, ...]
+        Unlearning methods of one's own (``package.module:Class``) run beside SE
+        in every run that runs SE.
 
     Returns
     -------
@@ -294,12 +302,13 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     stream = sys.stderr if stream is None else stream
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    specs, skipped = _available(experiment, suite, datasets, data_dir)
+    specs, skipped = _available(experiment, suite, datasets, data_dir, methods)
     steps: list[RunSpec | StorageSweep] = list(specs)
     if experiment in ("storage", "all"):
         steps.append(suites.storage_sweep(suite))
     progress = Progress([step.weight for step in steps], stream, jobs)
     results = {"experiment": experiment, "suite": suite, "engine": engine, "jobs": jobs,
+               "methods": list(methods),
                "data_dir": data_dir, "settings": suites.suite_settings(suite),
                "skipped": skipped, "runs": [], "storage_sweep": [],
                "storage_sweep_source": None, "machine": machine()}
@@ -387,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side, each in "
                     "its own process with cores/jobs torch threads (default 1; "
                     "engine inprocess only)")
+    ap.add_argument("--methods", default="", metavar="package.module:Class,...",
+                    help="unlearning methods of one's own, run beside SE in every "
+                    "run that runs SE (docs/TASKS.md)")
     ap.add_argument("--keep-history", action="store_true",
                     help="keep each run's history stores and models")
     ap.add_argument("--report-only", action="store_true",
@@ -413,8 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else \
         results_root / "experiments" / f"{args.name}-{args.suite}-{stamp}"
     datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     results = execute(args.name, args.suite, out, args.data_dir or default_data_dir(),
-                      args.engine, args.keep_history, datasets, jobs=args.jobs)
+                      args.engine, args.keep_history, datasets, jobs=args.jobs,
+                      methods=methods)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
     print(f"{args.name} ({args.suite}): {len(results['runs']) - len(failed)} runs "
           f"done, {len(failed)} failed, {_clock(results['wall_s'])}; "

@@ -34,7 +34,7 @@ suite has nothing to do with presets/quick.toml.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tomllib
@@ -362,6 +362,28 @@ def plan(experiment: str, suite: str, datasets: tuple[str, ...] | None = None
     if experiment == "storage":
         return storage_runs(suite)
     raise ValueError(f"experiment {experiment!r}: one of {', '.join(EXPERIMENTS)}, all")
+
+
+def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec]:
+    """``specs`` with unlearning methods of one's own run beside SE.
+
+    Every run whose ``frameworks`` includes SE also runs ``methods``
+    (``package.module:Class``, :mod:`server_app.unlearning.methods`), so they land
+    in results.csv, the tables and the figures beside SE and the baselines; its
+    name gains ``-with-<Class>...`` (a run without them is never reused for it).
+    """
+    if not methods:
+        return list(specs)
+    tail = "-with-" + "-".join(m.rpartition(":")[2].rpartition(".")[2] for m in methods)
+    out = []
+    for spec in specs:
+        names = str(spec.config.get("frameworks", "")).split(",")
+        if "SE" not in names:
+            out.append(spec)
+            continue
+        config = {**spec.config, "frameworks": ",".join([*names, *methods])}
+        out.append(replace(spec, name=spec.name + tail, config=config))
+    return out
 
 
 def suite_settings(suite: str) -> dict:

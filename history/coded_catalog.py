@@ -68,8 +68,23 @@ def content_bytes(content: RecordDict) -> int:
     return sum(r.count_bytes() for r in content.values())
 
 
+EXACT_INTEGER = 2**24
+"""Largest |value| of an integer layer coded exactly (float32 holds every integer
+up to 2^24; e.g. BatchNorm's ``num_batches_tracked`` and its updates)."""
+
+
+def _exact(dtype: str) -> bool:
+    """Whether a layer of ``dtype`` is coded exactly (integers, booleans)."""
+    return not np.issubdtype(np.dtype(dtype), np.inexact)
+
+
 class Layout:
     """Layer names, shapes and dtypes of the model: flatten and split back.
+
+    Floating-point layers enter the fixed point of GF(2^31 - 1) as they are
+    (step 2^-b); integer layers (counters such as BatchNorm's
+    ``num_batches_tracked``) enter as v 2^-b, so the fixed point quantises each
+    to the integer v itself and they come back exactly (|v| <= 2^24).
 
     Parameters
     ----------
@@ -87,26 +102,44 @@ class Layout:
         return cls([(k, tuple(int(n) for n in np.shape(v)), str(np.asarray(v).dtype))
                     for k, v in arrays.items()])
 
-    def flatten(self, arrays: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+    def flatten(self, arrays: Mapping[str, np.ndarray], what: str,
+                scale_bits: int) -> np.ndarray:
         """All layers as one float32 vector of ``size`` elements, in layout order.
+
+        ``scale_bits`` b is the fixed point's: integer layers enter as v 2^-b.
 
         Raises
         ------
         CodedStorageError
-            ``arrays`` (named ``what`` in the message) have another layout.
+            ``arrays`` (named ``what`` in the message) have another layout, or
+            an integer layer holds a value beyond :data:`EXACT_INTEGER`.
         """
         if Layout.of(arrays).layers != self.layers:
             raise CodedStorageError(f"{what}: layers {list(arrays)} differ from the "
                                     f"model's {[n for n, _, _ in self.layers]}")
-        return np.concatenate([np.asarray(arrays[n], np.float32).reshape(-1)
-                               for n, _, _ in self.layers])
+        parts = []
+        for name, _, dtype in self.layers:
+            values = np.asarray(arrays[name])
+            if not _exact(dtype):
+                parts.append(np.asarray(values, np.float32).reshape(-1))
+                continue
+            values = values.astype(np.float64)
+            if values.size and np.abs(values).max() > EXACT_INTEGER:
+                raise CodedStorageError(f"{what}: integer layer {name!r} holds "
+                                        f"{np.abs(values).max():.0f}, beyond the "
+                                        f"{EXACT_INTEGER} coded exactly")
+            parts.append((values * 2.0 ** -scale_bits).astype(np.float32).reshape(-1))
+        return np.concatenate(parts)
 
-    def split(self, flat: np.ndarray) -> Arrays:
+    def split(self, flat: np.ndarray, scale_bits: int) -> Arrays:
         """Inverse of :meth:`flatten`: (size,) -> layer name -> array (layer dtype)."""
         out, start = {}, 0
         for name, shape, dtype in self.layers:
             size = math.prod(shape)
-            out[name] = flat[start:start + size].reshape(shape).astype(dtype)
+            part = flat[start:start + size].reshape(shape)
+            if _exact(dtype):
+                part = np.rint(part.astype(np.float64) * 2.0 ** scale_bits)
+            out[name] = part.astype(dtype)
             start += size
         return out
 

@@ -395,13 +395,13 @@ class CodedHistory(CodedCatalog, TrainingHistory):
             self._raw[rnd] = record
         flat = dequantize(record, self.scale_bits)
         if rnd == 0:
-            return self.layout.split(flat)
+            return self.layout.split(flat, self.scale_bits)
         members = self.record_members(shard, rnd)
         size = self.layout.size
         if len(members) * size != length:
             raise StoreError(f"round {rnd} of shard {shard}: record of {length} "
                              f"elements for {len(members)} updates of {size}")
-        return {p: self.layout.split(flat[j * size:(j + 1) * size])
+        return {p: self.layout.split(flat[j * size:(j + 1) * size], self.scale_bits)
                 for j, p in enumerate(members)}
 
 

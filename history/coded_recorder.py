@@ -202,7 +202,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
         """W_s^0 (rnd = 0) joins the round's record; later shard models are not kept."""
         self._model_bytes[(shard, rnd)] = self._begin(rnd, arrays)
         if rnd == 0:
-            flat = self.layout.flatten(arrays, f"shard {shard} model, round 0")
+            flat = self.layout.flatten(arrays, f"shard {shard} model, round 0",
+                                       self.scale_bits)
             self._records.setdefault(shard, []).append((-1, flat))
 
     def put_update(self, shard: int, rnd: int, partition_id: int,
@@ -210,7 +211,8 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
                    train_seconds: float) -> None:
         """Buffer client ``partition_id``'s update U^rnd of shard ``shard``."""
         self._begin(rnd, arrays)
-        flat = self.layout.flatten(arrays, f"update of client {partition_id}, round {rnd}")
+        flat = self.layout.flatten(arrays, f"update of client {partition_id}, round {rnd}",
+                                   self.scale_bits)
         self._records.setdefault(shard, []).append((partition_id, flat))
         self._rows.append((shard, rnd, partition_id, int(num_examples),
                            float(train_seconds)))

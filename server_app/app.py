@@ -17,6 +17,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from server_app.config import RunConfig
+from server_app.config.tasks import check_task, load_run_data
 from server_app.evaluation.central import CentralEvaluator
 from server_app.preflight import (
     baseline_sampling_notes,
@@ -35,8 +36,7 @@ from server_app.run.stored import run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
-from task.data import load_task_data, partition_sizes
-from task.locate import resolve_data_dir
+from task.data import partition_sizes
 
 app = ServerApp()
 
@@ -95,8 +95,9 @@ def prepare(run_config) -> Prepared:
     data = cfg.data
     # a staged run takes its requests stage by stage (server_app.stages)
     requests, noops = plan_requests(cfg) if not cfg.stages.staged else ([], [])
-    data_dir = str(resolve_data_dir(data.dataset, data.data_dir or None))
-    task = load_task_data(data.dataset, data_dir, data.block_size)  # fail early
+    data_dir = str(cfg.task().locate(data.data_dir))  # DatasetNotFoundError: no data
+    task = load_run_data(cfg, data_dir)  # the run's task's data: fail early
+    check_task(cfg, cfg.task(), task)  # its number of classes bounds some keys
     # what needs the data: the partition (once); the rest was checked just above
     notes = baseline_sampling_notes(cfg, requests) + check_partition(cfg, task)
     for note in notes:
@@ -115,8 +116,8 @@ def prepare(run_config) -> Prepared:
     if cfg.unlearning.framework_list:
         requests = catalog.record_requests(requests)
     RunContext.log(f"results: {folder.path}{' (resumed)' if catalog.resumed else ''}")
-    evaluator = CentralEvaluator(data.dataset, data_dir, data.block_size,
-                                 data.test_samples or None)
+    evaluator = CentralEvaluator(cfg.task(), task, data.test_samples or None,
+                                 cfg.training.device)
     return Prepared(cfg, data_dir, notes, samples, requests, noops, folder, catalog,
                     evaluator)
 
@@ -126,7 +127,7 @@ def finish(ctx: RunContext, summary: RunSummary) -> None:
     faults = ctx.faults
     summary.faults = {"counts": faults.counts(), "entries": faults.entries}
     summary.warnings = summary.collect_warnings()
-    if ctx.cfg.data.dataset == "shakespeare":
+    if ctx.cfg.task().perplexity:  # the loss is nats per token
         summary.add_perplexity()
     path = ctx.folder.finish(summary.to_json())
     RunContext.log(f"summary: {path}")

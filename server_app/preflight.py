@@ -6,10 +6,15 @@ settings (:meth:`RunConfig.from_run_config`, each key alone and the simple
 combinations) and runs :func:`check_run`, which adds what needs more than the
 settings but neither nodes nor (unless given) the dataset:
 
+- the run's task (run-config ``task``; a plug-in is imported here) and the
+  settings that need a part it lacks (:func:`server_app.config.tasks.check_task`);
+- the unlearning methods of one's own in ``frameworks`` (imported here,
+  :func:`server_app.unlearning.methods.load_method`);
 - the unlearning requests: generated or ``forget-clients``, on the shards and
   on the baselines' shards, none emptying a shard (:func:`plan_requests`);
-- ``storage = "coded"``: the initial model fits the fixed point of
-  GF(2^31-1) with :data:`QUANT_HEADROOM` x headroom (:func:`largest_scale_bits`);
+- ``storage = "coded"``: the initial model's floating-point layers fit the
+  fixed point of GF(2^31-1) with :data:`QUANT_HEADROOM` x headroom
+  (:func:`largest_scale_bits`; integer buffers are coded exactly);
 - an explicit ``data-dir`` holds the dataset, and ``run-name`` does not name a
   finished run (``files=True``);
 - with the loaded task: the partition can be built for ``num-clients``;
@@ -29,10 +34,12 @@ from typing import TYPE_CHECKING
 
 from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
+from server_app.config.tasks import check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
 from server_app.run.stored import check_run_folder, run_settings
 from server_app.stages.churn import Churn, lineage_shards
+from server_app.unlearning.methods import load_method
 from server_app.unlearning.requests import (
     RequestError,
     generate_requests,
@@ -41,6 +48,7 @@ from server_app.unlearning.requests import (
 
 if TYPE_CHECKING:
     from task.data import TaskData
+    from task.interface import Task
 
 QUANT_HEADROOM = 8.0
 """Coded storage: the fixed point must hold 8x the initial model's largest
@@ -95,8 +103,11 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     Raises
     ------
     ConfigError
-        A request, coded-storage, file or partition setting that cannot work.
+        A task, request, coded-storage, file or partition setting that cannot work.
     """
+    check_task(cfg, cfg.task(), task)
+    for spec in cfg.unlearning.plugin_methods.values():
+        load_method(spec)  # ConfigError naming frameworks
     if cfg.stages.staged:  # requests come stage by stage (server_app.stages)
         check_stage_requests(cfg)
         requests = []
@@ -105,7 +116,7 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     notes = baseline_sampling_notes(cfg, requests)
     if cfg.storage.coded:
         num_classes = (task if task is not None else _load_task(cfg)).num_classes
-        check_coded_range(cfg, initial_magnitude(cfg.data.dataset, num_classes, cfg.seed))
+        check_coded_range(cfg, initial_magnitude(cfg.task(), num_classes, cfg.seed))
     if files:
         _check_files(cfg)
     if task is not None:
@@ -328,21 +339,25 @@ def baseline_sampling_notes(cfg: RunConfig, requests: list[list[int]]) -> list[s
     return notes
 
 
-def initial_magnitude(dataset: str, num_classes: int, seed: int) -> float:
-    """Largest magnitude in the initial model W^0 (as the ServerApp builds it).
+def initial_magnitude(task: Task | str, num_classes: int, seed: int) -> float:
+    """Largest magnitude of a floating-point layer of W^0 (as the ServerApp builds it).
 
-    Builds the model after ``torch.manual_seed(seed)`` inside a forked RNG (the
-    caller's RNG state is left alone). Returns a float >= 0.
+    Builds the task's model (``task``: a :class:`~task.interface.Task`, or a
+    built-in task's name) after ``torch.manual_seed(seed)`` inside a forked RNG
+    (the caller's RNG state is left alone). Integer buffers (e.g. BatchNorm's
+    ``num_batches_tracked``) are coded exactly, not in the fixed point, so they
+    do not count. Returns a float >= 0.
     """
     import torch
 
-    from task.model import build_model
+    from task.registry import get_task
 
+    model = (get_task(task) if isinstance(task, str) else task).model
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        state = build_model(dataset, num_classes).state_dict()
-    return max((float(t.detach().abs().max()) for t in state.values() if t.numel()),
-               default=0.0)
+        state = model(num_classes).state_dict()
+    return max((float(t.detach().abs().max()) for t in state.values()
+                if t.numel() and t.is_floating_point()), default=0.0)
 
 
 def largest_scale_bits(magnitude: float, headroom: float = QUANT_HEADROOM) -> int:
@@ -376,31 +391,31 @@ def check_coded_range(cfg: RunConfig, magnitude: float) -> None:
 
 
 def _load_task(cfg: RunConfig) -> TaskData:
-    """The run's dataset, loaded (cached): its model's output size sizes W^0.
+    """The run's data, loaded (cached): its model's output size sizes W^0.
 
     Raises
     ------
     ConfigError
-        The dataset is not found (naming ``data-dir``).
+        The data is not found (naming ``data-dir``) or cannot be loaded.
     """
-    from task.data import load_task_data
-    from task.locate import DatasetNotFoundError, resolve_data_dir
+    return load_run_data(cfg, data_folder(cfg))
 
-    try:
-        folder = resolve_data_dir(cfg.data.dataset, cfg.data.data_dir or None)
-    except DatasetNotFoundError as err:  # one line, naming data-dir
-        raise ConfigError(str(err)) from None
-    return load_task_data(cfg.data.dataset, str(folder), cfg.data.block_size)
+
+def load_run(cfg: RunConfig) -> tuple[str, TaskData]:
+    """The run's data folder and its data (what a launcher checks the partition on).
+
+    Raises
+    ------
+    ConfigError
+        As :func:`server_app.config.tasks.data_folder` and ``load_run_data``.
+    """
+    folder = data_folder(cfg)
+    return folder, load_run_data(cfg, folder)
 
 
 def _check_files(cfg: RunConfig) -> None:
-    from task.locate import DatasetNotFoundError, resolve_data_dir
-
     if cfg.data.data_dir:
-        try:
-            resolve_data_dir(cfg.data.dataset, cfg.data.data_dir)
-        except DatasetNotFoundError as err:  # one line, naming data-dir
-            raise ConfigError(str(err)) from err
+        data_folder(cfg)  # ConfigError naming data-dir
     if cfg.output.run_name:
         path = cfg.output.resolved_results_dir() / cfg.output.run_name
         if (path / "summary.json").exists():
@@ -427,13 +442,13 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
     except ValueError as err:
         raise ConfigError(f"run-config 'num-clients' = {cfg.data.num_clients} with "
                           f"partition = {cfg.data.partition!r} is not allowed for "
-                          f"{cfg.data.dataset}: {err}") from err
-    if task.kind == "text" and cfg.data.partition in ("dirichlet", "pathological"):
-        return [f"partition={cfg.data.partition!r} on text: the text's own non-IID buckets "
-                "(no classes to split)"]
+                          f"{cfg.data.task_spec}: {err}") from err
+    if not task.has_classes and cfg.data.partition in ("dirichlet", "pathological"):
+        return [f"partition={cfg.data.partition!r} on {task.kind or 'targets'} without "
+                "classes: its own non-IID buckets (no classes to split)"]
     even = len(task.train_y) // cfg.data.num_clients
     size = len(parts[0])
-    if task.kind == "image" and cfg.data.partition == "noniid" and size < even:
+    if task.has_classes and cfg.data.partition == "noniid" and size < even:
         return [f"partition='noniid' with {cfg.data.num_clients} clients: {size} samples "
                 f"per client (N // C = {even} needs more of one class than exists)"]
     return []

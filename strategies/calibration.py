@@ -1,6 +1,9 @@
 """The arithmetic of calibrated retraining (numpy in, numpy out).
 
-Models and updates are dicts of layer name -> float32 ndarray, with the same keys.
+Models and updates are dicts of layer name -> ndarray, with the same keys: float32
+parameters, and any buffers a model holds (e.g. BatchNorm's running statistics and
+its int64 ``num_batches_tracked``). Updates are float32; a model keeps its dtypes
+(integer layers rounded).
 
 - Preparation, paper eq. 2: W'^1 = W^0 + sum_m n_m U_m^1 / sum_m n_m over the
   retained participants of round 1 (:func:`weighted_step`).
@@ -79,7 +82,9 @@ def weighted_step(base: Arrays, updates: Sequence[Arrays], weights: Sequence[flo
     Returns
     -------
     dict[str, ndarray]
-        float32. With no updates, a copy of ``base`` (a skipped round).
+        In the dtypes of ``base`` (floating layers cast, integer layers such as
+        ``num_batches_tracked`` rounded). With no updates, a copy of ``base`` (a
+        skipped round).
 
     Raises
     ------
@@ -96,7 +101,14 @@ def weighted_step(base: Arrays, updates: Sequence[Arrays], weights: Sequence[flo
         _check_keys(base, update, "weighted_step")
         for key in out:
             out[key] += (weight / total) * np.asarray(update[key], dtype=np.float64)
-    return {k: v.astype(np.float32) for k, v in out.items()}
+    return {k: _as_dtype(v, np.asarray(base[k]).dtype) for k, v in out.items()}
+
+
+def _as_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values`` (float64) in ``dtype``: floats cast, integers rounded first."""
+    if np.issubdtype(dtype, np.inexact):
+        return values.astype(dtype)
+    return np.rint(values).astype(dtype)
 
 
 def difference(model: Arrays, base: Arrays) -> dict[str, np.ndarray]:

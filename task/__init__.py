@@ -1,5 +1,12 @@
 """The ML task shared by both apps (a Flower template's ``task.py``, split by concern).
 
+- :mod:`task.interface`: :class:`~task.interface.Task`, what both apps need from a
+  learning task (data, model, local steps, optional parts);
+- :mod:`task.builtin`: the four built-in tasks written against it;
+- :mod:`task.registry`: run-config ``task`` (a built-in or ``package.module:factory``),
+  the task's data and a client's share;
+- :mod:`task.device`: run-config ``device``;
+- :mod:`task.membership`: the membership audit's default attack features;
 - :mod:`task.config`: the choices (datasets, partitions, optimizers), their checks,
   :class:`~task.config.TaskConfig` and ``pyproject.toml``'s run-config defaults;
 - :mod:`task.locate`: where a dataset is (explicit folder, usual places, download);

@@ -18,7 +18,7 @@ docs/CONFIG.md, ``backdoor-trigger``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,8 +116,13 @@ def stamp(x: torch.Tensor, trigger: int) -> torch.Tensor:
     return out
 
 
+Stamp = Callable[[torch.Tensor, int], torch.Tensor]
+"""A task's trigger: ``stamp(x, trigger)`` -> a stamped copy of the samples ``x``."""
+
+
 def poison(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor, seed: int,
-           partition_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+           partition_id: int, stamp_fn: Stamp | None = stamp
+           ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """A poisoned client's data: ``round(fraction n)`` images stamped and relabelled.
 
     Which images is a seeded draw (``seed``, ``partition_id``), the same in every
@@ -133,6 +138,9 @@ def poison(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor, seed: int,
         The run seed.
     partition_id : int
         The client.
+    stamp_fn : callable
+        The task's trigger (:attr:`task.interface.Task.stamp`; default
+        :func:`stamp`, the white square).
 
     Returns
     -------
@@ -140,20 +148,28 @@ def poison(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor, seed: int,
         Copies with the chosen images stamped and labelled ``backdoor.target``.
     poisoned : int
         How many images were poisoned (0 for a clean client).
+
+    Raises
+    ------
+    ValueError
+        A poisoning client whose task has no trigger (``stamp_fn`` None).
     """
     if not backdoor.poisons(partition_id):
         return x, y, 0
+    if stamp_fn is None:
+        raise ValueError(f"backdoor-trigger={backdoor.trigger}: the task has no "
+                         "trigger stamp (Task.stamp)")
     count = int(round(backdoor.fraction * len(x)))
     rng = np.random.default_rng([int(seed), int(partition_id), 0xBD])
     idx = torch.from_numpy(np.sort(rng.choice(len(x), size=count, replace=False)))
     x, y = x.clone(), y.clone()
-    x[idx] = stamp(x[idx], backdoor.trigger)
+    x[idx] = stamp_fn(x[idx], backdoor.trigger)
     y[idx] = backdoor.target
     return x, y, count
 
 
-def triggered_test_set(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor
-                       ) -> torch.Tensor:
+def triggered_test_set(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor,
+                       stamp_fn: Stamp = stamp) -> torch.Tensor:
     """The ASR's inputs: test images of classes other than the target, stamped.
 
     Parameters
@@ -162,13 +178,16 @@ def triggered_test_set(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor
         uint8 test images (N, C, H, W) and int64 labels (N,).
     backdoor : Backdoor
         Enabled settings.
+    stamp_fn : callable
+        The task's trigger (default :func:`stamp`).
 
     Returns
     -------
     torch.Tensor
-        uint8 (M, C, H, W), M = test images whose label is not the target.
+        The stamped test samples whose label is not the target, (M, ...) as
+        ``x`` (images: uint8 (M, C, H, W)).
     """
-    return stamp(x[y != backdoor.target], backdoor.trigger)
+    return stamp_fn(x[y != backdoor.target], backdoor.trigger)
 
 
 def attack_success_rate(proba: np.ndarray, target: int) -> float:

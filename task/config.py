@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 from flwr.common.config import flatten_dict, fuse_dicts, get_project_config
 
+from task.device import check_device
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The project root (parent of ``task/``, holding ``pyproject.toml``)."""
 
@@ -78,7 +80,8 @@ def check_split(partition: str, num_clients: int, partition_id: int | None = Non
             f"partition-id={partition_id!r} must be an integer in [0, {num_clients})"
         )
     if block_size is not None and (not is_int(block_size) or block_size < 2):
-        raise ValueError(f"block-size={block_size!r} must be an integer >= 2")
+        raise ValueError(f"block-size={block_size!r} must be an integer >= 2 "
+                         "(run-config 'block-size')")
 
 
 def validate_data_args(dataset: str, partition: str, num_clients: int,
@@ -139,6 +142,12 @@ class TaskConfig:
     classes_per_client : int
         ``classes-per-client``: classes per client of ``pathological``, >= 1
         (at most the task's classes, checked with the data).
+    task : str
+        ``task``: ``""`` (the built-in task named by ``dataset``), a built-in
+        name, or ``package.module:factory`` (:mod:`task.registry`).
+    device : str
+        ``device``: where this process trains and evaluates (``auto``, ``cpu``,
+        ``cuda``, ``cuda:N``; :mod:`task.device`).
     """
 
     dataset: str
@@ -150,6 +159,8 @@ class TaskConfig:
     client_samples: int
     partition_alpha: float = 0.5
     classes_per_client: int = 2
+    task: str = ""
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         text = self.dataset == "shakespeare"  # images ignore block-size
@@ -161,6 +172,9 @@ class TaskConfig:
             raise ValueError(f"client-samples={self.client_samples!r} must be an "
                              "integer >= 0 (0: all of the partition)")
         check_partition_args(self.partition_alpha, self.classes_per_client)
+        if not isinstance(self.task, str):
+            raise ValueError(f"task={self.task!r} must be a string")
+        check_device(self.device)
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> TaskConfig:
@@ -197,7 +211,8 @@ class TaskConfig:
                    data_dir=get("data-dir", str), block_size=get("block-size", int),
                    client_samples=get("client-samples", int),
                    partition_alpha=get("partition-alpha", float),
-                   classes_per_client=get("classes-per-client", int))
+                   classes_per_client=get("classes-per-client", int),
+                   task=get("task", str), device=get("device", str))
 
 
 def check_partition_args(alpha: object, classes_per_client: object) -> None:

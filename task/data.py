@@ -4,10 +4,11 @@ Four tasks: MNIST, Fashion-MNIST, CIFAR-10 (images, CNN) and Tiny Shakespeare
 (characters, NanoGPT-style model).  Where the files are is decided by
 :func:`task.locate.resolve_data_dir`; :func:`load_task_data` loads a whole task
 once per process (Ray workers call it many times), :func:`partitions` splits it
-over the clients (:mod:`task.partition` for images, :func:`task.text.partition_text`
-for text) and :func:`client_data` returns one client's share;
-:func:`load_client_data` does all of it for a ClientApp from a
-:class:`task.config.TaskConfig`.
+over the clients (labels: :mod:`task.partitioners`; per-position targets:
+:func:`task.text.partition_text`) and :func:`client_data` returns one client's
+share. :class:`TaskData` is also what a plug-in task's loader returns
+(:meth:`TaskData.from_arrays`, :meth:`TaskData.from_datasets`);
+:func:`task.registry.load_client_data` does all of it for a ClientApp.
 
 Images are kept as uint8 tensors of shape (N, C, H, W); the model scales and
 normalises them.  Text is kept as int64 blocks of character ids.
@@ -26,8 +27,8 @@ import torch
 
 from task import text as text_task
 from task.cifar import load_cifar10
-from task.config import TaskConfig, check_dataset, check_split, validate_data_args
-from task.locate import cache_root, node_data_dir, resolve_data_dir
+from task.config import check_dataset, check_split, validate_data_args
+from task.locate import cache_root, resolve_data_dir
 from task.partitioners import label_partition
 
 log = logging.getLogger("task.data")
@@ -50,10 +51,12 @@ class TaskData:
         the next character of each position of ``x``.
     num_classes : int
         Number of classes (10), or the vocabulary size for text (65).
+        A plug-in task's samples may have any trailing shape and dtype its model
+        takes (e.g. float32 (N, 64) feature vectors).
     source : str
         Path of the copy that was read (folder, tar file or text file).
     kind : str
-        ``"image"`` or ``"text"``.
+        ``"image"``, ``"text"``, or a plug-in task's own word (for the log).
     """
 
     train_x: torch.Tensor
@@ -63,6 +66,106 @@ class TaskData:
     num_classes: int
     source: str
     kind: str
+
+    @property
+    def has_classes(self) -> bool:
+        """Whether each sample has one class label (targets of shape (N,)).
+
+        Labels are split by the label partitioners (:mod:`task.partitioners`);
+        targets of shape (N, T) (next characters) by contiguous ranges
+        (:func:`task.text.partition_text`).
+        """
+        return self.train_y.ndim == 1
+
+    @classmethod
+    def from_arrays(cls, train_x, train_y, test_x, test_y, num_classes: int | None = None,
+                    source: str = "", kind: str = "") -> TaskData:
+        """A task from arrays or tensors: samples (N, ...) and int targets (N,) or (N, T).
+
+        Parameters
+        ----------
+        train_x, test_x : array_like or torch.Tensor
+            Samples, first axis N (kept in their dtype: what the model takes).
+        train_y, test_y : array_like or torch.Tensor
+            Integer class labels (N,), or per-position targets (N, T); stored int64.
+        num_classes : int, optional
+            Classes (or vocabulary size); default ``max label + 1``.
+        source, kind : str
+            As the attributes.
+
+        Returns
+        -------
+        TaskData
+
+        Raises
+        ------
+        ValueError
+            Lengths that differ, targets that are not integers in
+            [0, num_classes), or fewer than 2 classes.
+        """
+        def tensor(a) -> torch.Tensor:
+            return a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a))
+
+        xs = [tensor(a) for a in (train_x, test_x)]
+        ys = [tensor(a) for a in (train_y, test_y)]
+        for name, x, y in (("train", xs[0], ys[0]), ("test", xs[1], ys[1])):
+            if len(x) != len(y) or len(x) == 0:
+                raise ValueError(f"{name} set: {len(x)} samples but {len(y)} targets "
+                                 "(both must be equal and >= 1)")
+            if y.dtype.is_floating_point or y.dtype == torch.bool or y.is_complex():
+                raise ValueError(f"{name} targets must be integers, got {y.dtype}")
+        ys = [y.to(torch.int64) for y in ys]
+        classes = int(max(y.max() for y in ys)) + 1 if num_classes is None \
+            else int(num_classes)
+        low = min(int(y.min()) for y in ys)
+        if classes < 2 or low < 0 or max(int(y.max()) for y in ys) >= classes:
+            raise ValueError(f"targets must lie in [0, num_classes) with num_classes "
+                             f">= 2; got values {low}..{max(int(y.max()) for y in ys)}"
+                             f" for num_classes = {classes}")
+        return cls(xs[0], ys[0], xs[1], ys[1], classes, source, kind)
+
+    @classmethod
+    def from_datasets(cls, train, test, features: str = "x", label: str = "label",
+                      num_classes: int | None = None, source: str = "",
+                      kind: str = "") -> TaskData:
+        """A task from two Hugging Face ``datasets.Dataset`` (Flower Datasets' form).
+
+        Parameters
+        ----------
+        train, test : datasets.Dataset
+            The splits; column ``features`` holds a sample (any array shape),
+            column ``label`` its integer class. Read once into tensors; the
+            clients' shares are cut by the run's ``partition`` (for
+            ``dirichlet`` and ``pathological``, Flower Datasets' own partitioners).
+        features, label : str
+            Column names.
+        num_classes : int, optional
+            Default: the ``label`` column's ``ClassLabel`` size if it has one,
+            else ``max label + 1``.
+        source, kind : str
+            As the attributes.
+
+        Returns
+        -------
+        TaskData
+
+        Raises
+        ------
+        ValueError
+            A missing column, or labels as :meth:`from_arrays` refuses.
+        """
+        for name, split in (("train", train), ("test", test)):
+            missing = {features, label} - set(split.column_names)
+            if missing:
+                raise ValueError(f"{name} dataset lacks column(s) {sorted(missing)}; "
+                                 f"it has {split.column_names}")
+        if num_classes is None:
+            names = getattr(train.features.get(label), "names", None)
+            num_classes = len(names) if names else None
+        arrays = [split.with_format("numpy")[column] for split in (train, test)
+                  for column in (features, label)]
+        return cls.from_arrays(arrays[0], arrays[1], arrays[2], arrays[3], num_classes,
+                               source, kind)
 
 
 def _load_images(dataset: str, folder: Path) -> TaskData:
@@ -159,7 +262,7 @@ load_task_data.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defin
 @functools.lru_cache(maxsize=32)
 def _partition(task: TaskData, num_clients: int, scheme: str, seed: int, alpha: float,
                classes_per_client: int) -> tuple[np.ndarray, ...]:
-    if task.kind == "text":
+    if not task.has_classes:
         # No classes to skew: every non-IID scheme is the text's bucket scheme.
         text_scheme = "iid" if scheme == "iid" else "noniid"
         parts = text_task.partition_text(len(task.train_x), num_clients, text_scheme,
@@ -285,39 +388,3 @@ def partition_sizes(task: TaskData, num_clients: int, scheme: str, seed: int,
     parts = partitions(task, num_clients, scheme, seed, alpha, classes_per_client)
     sizes = [len(part) for part in parts]
     return [min(size, cap) if cap > 0 else size for size in sizes]
-
-
-def load_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str = ""
-                     ) -> tuple[torch.Tensor, torch.Tensor, TaskData]:
-    """A ClientApp's training data: its share of the task, capped at ``client-samples``.
-
-    Parameters
-    ----------
-    cfg : TaskConfig
-        The task's run-config keys.
-    partition_id : int
-        This node's client index in ``[0, cfg.num_clients)``.
-    server_data_dir : str
-        The server's data folder (message ``config["data-dir"]``), used where it
-        holds the dataset on this node too (:func:`task.locate.node_data_dir`).
-
-    Returns
-    -------
-    x, y : torch.Tensor
-        As :func:`client_data`, the first ``cfg.client_samples`` rows (all if 0).
-    task : TaskData
-        The whole task (for ``num_classes``).
-
-    Raises
-    ------
-    ValueError
-        Naming ``partition-id`` or the partition's keys when invalid.
-    DatasetNotFoundError
-        If the dataset is not where this node looks.
-    """
-    folder = node_data_dir(cfg.dataset, cfg.data_dir, server_data_dir)
-    task = load_task_data(cfg.dataset, folder, cfg.block_size)
-    x, y = client_data(task, partition_id, cfg.num_clients, cfg.partition, cfg.seed,
-                       cfg.partition_alpha, cfg.classes_per_client)
-    limit = cfg.client_samples or None  # 0: all of the partition
-    return x[:limit], y[:limit], task

@@ -26,8 +26,7 @@ import numpy as np
 import torch
 
 from task.config import TaskConfig
-from task.data import load_client_data
-from task.locate import node_data_dir, resolve_data_dir
+from task.registry import load_client_data, node_folder, task_of
 
 CACHE_DIR = "data-cache"
 FORMAT = 1  # bump when the cached content changes meaning
@@ -36,12 +35,12 @@ FORMAT = 1  # bump when the cached content changes meaning
 def cached_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str = "",
                        node_dir: str | Path | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """:func:`task.data.load_client_data`, cached under ``node_dir`` if given.
+    """:func:`task.registry.load_client_data`, cached under ``node_dir`` if given.
 
     Parameters
     ----------
     cfg, partition_id, server_data_dir :
-        As :func:`task.data.load_client_data`.
+        As :func:`task.registry.load_client_data`.
     node_dir : str or Path, optional
         The node's folder (node config ``node-dir``); ``None`` or ``""``: no
         file cache, the data is loaded as without this function.
@@ -49,20 +48,19 @@ def cached_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str 
     Returns
     -------
     x, y : torch.Tensor
-        As :func:`task.data.load_client_data` (same values, dtypes and shapes).
+        As :func:`task.registry.load_client_data` (same values, dtypes and shapes).
     num_classes : int
         The task's number of classes (its ``TaskData.num_classes``).
 
     Raises
     ------
-    ValueError, DatasetNotFoundError
-        As :func:`task.data.load_client_data` (on a cache miss).
+    ValueError, FileNotFoundError
+        As :func:`task.registry.load_client_data` (on a cache miss).
     """
     if not node_dir:
         x, y, task = load_client_data(cfg, partition_id, server_data_dir)
         return x, y, task.num_classes
-    folder = resolve_data_dir(cfg.dataset,
-                              node_data_dir(cfg.dataset, cfg.data_dir, server_data_dir))
+    folder = node_folder(task_of(cfg), cfg.data_dir, server_data_dir)
     path = Path(node_dir) / CACHE_DIR / f"{cache_key(cfg, partition_id, folder)}.npz"
     try:
         with np.load(path) as saved:
@@ -78,7 +76,8 @@ def cached_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str 
 def cache_key(cfg: TaskConfig, partition_id: int, folder: str | Path) -> str:
     """Hex digest of the settings and data files that decide a client's rows."""
     folder = Path(folder)
-    ident = {"format": FORMAT, "task": dataclasses.asdict(cfg),
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    ident = {"format": FORMAT, "task": settings,
              "partition-id": int(partition_id), "folder": str(folder.resolve()),
              "files": _fingerprint(folder)}
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str)

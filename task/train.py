@@ -47,6 +47,9 @@ class TrainResult:
     samples: int
 
 
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+"""Layers that :func:`fisher_preconditioner` runs in eval mode (one sample a pass)."""
+
 EPOCH_TOLERANCE = 1e-9
 """``epochs`` within this of an integer count as that integer (float round-off of L/r)."""
 
@@ -145,6 +148,7 @@ def local_train(
     proximal_mu: float = 0.0,
     grad_transform: Callable[[list[torch.Tensor]], None] | None = None,
     optimizer: str = "sgd",
+    device: torch.device | str | None = None,
 ) -> TrainResult:
     """Train ``model`` in place with mini-batches for ``epochs`` local epochs.
 
@@ -181,6 +185,10 @@ def local_train(
         The local optimizer; built fresh on every call, so Adam's moment estimates
         start from zero every local round (no optimizer state crosses rounds,
         clients or the server).
+    device : torch.device or str, optional
+        Where the model and each mini-batch are moved (default: the CPU). The
+        shuffling generator stays on the CPU, so the batches, and on the CPU the
+        results, are those of a run without it.
 
     Returns
     -------
@@ -198,6 +206,8 @@ def local_train(
     n = len(x)
     sizes = epoch_schedule(n, epochs, batch_size)
     generator = torch.Generator().manual_seed(seed)
+    device = torch.device(device or "cpu")
+    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     start = [p.detach().clone() for p in params] if proximal_mu > 0 else None
     if optimizer == "adam":
@@ -210,7 +220,7 @@ def local_train(
     total = 0.0
     for idx in _batches(n, sizes, generator):
         opt.zero_grad(set_to_none=True)
-        loss = _loss(model(x[idx]), y[idx])
+        loss = _loss(model(x[idx].to(device)), y[idx].to(device))
         if start is not None:
             prox = sum(((p - s) ** 2).sum() for p, s in zip(params, start, strict=True))
             loss = loss + 0.5 * proximal_mu * prox
@@ -241,17 +251,22 @@ def _preconditioned_step(opt: torch.optim.Optimizer, params: list[torch.Tensor],
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 1000
-                  ) -> np.ndarray:
-    """Softmax outputs of ``model`` on ``x``.
+def predict_proba(model: nn.Module, x: torch.Tensor, batch_size: int = 1000,
+                  device: torch.device | str | None = None) -> np.ndarray:
+    """Softmax outputs of ``model`` on ``x``, in batches of ``batch_size`` samples.
+
+    ``model`` and each batch are moved to ``device`` (default: the CPU); the
+    outputs come back to the CPU.
 
     Returns
     -------
     np.ndarray
         float32, (N, classes) for classifiers or (N, T, vocab) for the char model.
     """
+    device = torch.device(device or "cpu")
+    model.to(device)
     model.eval()
-    out = [F.softmax(model(x[i:i + batch_size]).float(), dim=-1)
+    out = [F.softmax(model(x[i:i + batch_size].to(device)).float(), dim=-1).cpu()
            for i in range(0, len(x), batch_size)]
     return torch.cat(out).numpy()
 
@@ -287,6 +302,7 @@ def fisher_preconditioner(
     samples: int = 32,
     damping: float = 1.0,
     seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> Callable[[list[torch.Tensor]], None]:
     """RapidRetrain's diagonal empirical-Fisher preconditioner for local steps.
 
@@ -304,6 +320,11 @@ def fisher_preconditioner(
     (w <- w + P * adam_step), since Adam's per-coordinate normalisation would
     cancel a fixed rescaling of the gradient.
 
+    Per-sample gradients are taken in training mode, except BatchNorm layers
+    (:data:`BATCH_NORMS`): on one sample they normalise with their running
+    statistics and do not update them, so the Fisher estimate leaves every buffer
+    of the model as it was.
+
     Parameters
     ----------
     model : nn.Module
@@ -316,6 +337,9 @@ def fisher_preconditioner(
         lambda relative to the mean of F per layer (> 0).
     seed : int
         Seeds the choice of samples.
+    device : torch.device or str, optional
+        Where the per-sample gradients are computed (default: the CPU); the
+        scales stay there, as the gradients of :func:`local_train` on it do.
 
     Returns
     -------
@@ -330,17 +354,26 @@ def fisher_preconditioner(
     if samples < 1 or not damping > 0:
         raise ValueError(f"fisher samples = {samples} (>= 1) and damping = {damping}"
                          " (> 0) are required")
+    device = torch.device(device or "cpu")
+    model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     fisher = [torch.zeros_like(p) for p in params]
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(len(x), generator=generator)[:samples]
     model.train()
+    # one sample a pass: BatchNorm normalises with its running statistics and
+    # leaves them (and num_batches_tracked) as they are
+    norms = [m for m in model.modules() if isinstance(m, BATCH_NORMS)]
+    for m in norms:
+        m.eval()
     for i in chosen:
         model.zero_grad(set_to_none=True)
-        _loss(model(x[i:i + 1]), y[i:i + 1]).backward()
+        _loss(model(x[i:i + 1].to(device)), y[i:i + 1].to(device)).backward()
         for f, p in zip(fisher, params, strict=True):
             f += p.grad.detach() ** 2
     model.zero_grad(set_to_none=True)
+    for m in norms:
+        m.train()
     scales = []
     for f in fisher:
         f /= len(chosen)

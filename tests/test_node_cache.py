@@ -9,7 +9,7 @@ import torch
 
 from task import node_cache
 from task.config import TaskConfig, fused_run_config
-from task.data import load_client_data
+from task.registry import load_client_data
 from tests.conftest import TINY
 
 

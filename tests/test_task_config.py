@@ -133,3 +133,16 @@ def test_client_app_without_a_key_fails_naming_it(make_grid):
     message = Message(content, dst_node_id=1000, message_type="train")
     with pytest.raises(ValueError, match="run config lacks 'seed'"):
         grid.send_and_receive([message])
+
+
+def test_task_follows_dataset_unless_named():
+    from server_app.config import RunConfig
+    from task.builtin import TASKS
+    from task.registry import get_task, task_spec
+
+    assert RunConfig.of(dataset="fmnist").task() is TASKS["fmnist"]
+    assert RunConfig.of(dataset="fmnist", task="cifar10").task() is TASKS["cifar10"]
+    assert task_spec("", "shakespeare") == "shakespeare"
+    assert get_task("examples.digits:task").name == "digits"
+    assert RunConfig.of(task="examples.digits:task").resolved_run_name().startswith(
+        "examples.digits.task-iid-")

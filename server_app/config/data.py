@@ -1,22 +1,28 @@
-"""Run-config section ``data``: the dataset, how it is split over clients, and sizes."""
+"""Run-config section ``data``: the task, its dataset, how it is split, and sizes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from server_app.config.section import Section
-from server_app.config.values import MAX_CLIENTS, TEXT_CONTEXT, bad
+from server_app.config.values import MAX_CLIENTS, ConfigError, bad
 from task.config import DATASETS, MAX_PARTITION_ALPHA, PARTITIONS
+from task.registry import check_spec, is_plugin, task_spec
 
 
 @dataclass(frozen=True)
 class DataConfig(Section):
-    """The learning task's data (keys ``dataset`` ... ``block-size``).
+    """The learning task and its data (keys ``task``, ``dataset`` ... ``block-size``).
 
     Attributes
     ----------
+    task : str
+        ``""`` (the built-in task named by ``dataset``), a built-in name, or
+        ``package.module:factory`` (:mod:`task.registry`); only its form is
+        checked here, the import and the task's parts in
+        :func:`server_app.preflight.check_run`.
     dataset : str
-        One of :data:`task.config.DATASETS`.
+        One of :data:`task.config.DATASETS` (read when ``task`` is ``""``).
     data_dir : str
         Where the dataset is ('' = looked up, :func:`task.locate.resolve_data_dir`).
     partition : str
@@ -30,9 +36,10 @@ class DataConfig(Section):
     client_samples, test_samples : int
         Samples per client / test samples (0 = all).
     block_size : int
-        Characters per text sample (Tiny Shakespeare).
+        Characters per text sample (Tiny Shakespeare; the task checks its range).
     """
 
+    task: str = ""
     dataset: str = "mnist"
     data_dir: str = ""
     partition: str = "iid"
@@ -47,6 +54,10 @@ class DataConfig(Section):
         """Raise :class:`ConfigError` on the first bad value (naming key and value)."""
         if self.dataset not in DATASETS:
             raise bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+        try:
+            check_spec(self.task_spec)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if self.partition not in PARTITIONS:
             raise bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
         self.check_positive("num-clients", "block-size")
@@ -59,11 +70,22 @@ class DataConfig(Section):
             raise bad("num-clients", self.num_clients,
                       f"at most {MAX_CLIENTS} (one SuperNode and at least one "
                       "training sample each)")
-        if self.dataset == "shakespeare" and not 2 <= self.block_size <= TEXT_CONTEXT:
-            raise bad("block-size", self.block_size,
-                      f"an integer in [2, {TEXT_CONTEXT}] with dataset='shakespeare' "
-                      f"(the character GPT's context is {TEXT_CONTEXT})")
         self._validate_partition()
+
+    @property
+    def task_spec(self) -> str:
+        """The task the run names: ``task``, or ``dataset`` when ``task`` is ``""``."""
+        return task_spec(self.task, self.dataset)
+
+    @property
+    def plugin(self) -> bool:
+        """Whether the task is a plug-in (``package.module:factory``)."""
+        return is_plugin(self.task_spec)
+
+    @property
+    def task_label(self) -> str:
+        """The task's spec as a folder-name part (``:`` becomes ``.``)."""
+        return self.task_spec.replace(":", ".")
 
     def _validate_partition(self) -> None:
         if not 0 < self.partition_alpha <= MAX_PARTITION_ALPHA:

@@ -21,9 +21,12 @@ from server_app.config.data import DataConfig
 from server_app.config.output import OutputConfig
 from server_app.config.stages import StagesConfig
 from server_app.config.storage import StorageConfig
+from server_app.config.tasks import check_task, resolve_task
 from server_app.config.training import TrainingConfig
 from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import MAX_SEED, bad, coerce
+from task.config import TaskConfig
+from task.interface import Task
 
 SECTIONS = {"data": DataConfig, "training": TrainingConfig,
             "unlearning": UnlearningConfig, "storage": StorageConfig,
@@ -113,6 +116,29 @@ class RunConfig:
         self.stages.validate(self.data, self.training, self.unlearning, self.storage,
                              self.audit)
         self.output.validate()
+        if not self.data.plugin:  # a plug-in is imported by check_run, not here
+            check_task(self, self.task())
+
+    def task(self) -> Task:
+        """The run's task (:func:`task.registry.get_task`; a plug-in is imported once).
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``task`` (:func:`server_app.config.tasks.resolve_task`).
+        """
+        return resolve_task(self.data.task_spec)
+
+    def task_settings(self) -> TaskConfig:
+        """The task's settings, as every ClientApp reads them from the run config."""
+        data = self.data
+        return TaskConfig(
+            dataset=data.dataset, partition=data.partition,
+            num_clients=data.num_clients, seed=self.seed, data_dir=data.data_dir,
+            block_size=data.block_size, client_samples=data.client_samples,
+            partition_alpha=data.partition_alpha,
+            classes_per_client=data.classes_per_client, task=data.task,
+            device=self.training.device)
 
     @property
     def retrain_epochs(self) -> float:
@@ -130,11 +156,15 @@ class RunConfig:
         return self.stages.initial_clients(self.data.num_clients)
 
     def resolved_run_name(self) -> str:
-        """``run-name``, or ``<dataset>-<partition>-<UTC time>`` when unset."""
+        """``run-name``, or ``<task>-<partition>-<UTC time>`` when unset.
+
+        ``<task>`` is the dataset for a built-in task, the plug-in's spec with
+        ``:`` as ``.`` otherwise.
+        """
         if self.output.run_name:
             return self.output.run_name
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        return f"{self.data.dataset}-{self.data.partition}-{stamp}"
+        return f"{self.data.task_label}-{self.data.partition}-{stamp}"
 
     def as_dict(self) -> dict[str, object]:
         """Every setting under its kebab-case run-config key (for summary.json)."""

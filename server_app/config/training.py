@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from server_app.config.data import DataConfig
 from server_app.config.section import Section
-from server_app.config.values import MAX_LR, MAX_SERVER_LR, bad
+from server_app.config.values import MAX_LR, MAX_SERVER_LR, ConfigError, bad
 from strategies.factory import SERVER_DEFAULTS
 from task.config import OPTIMIZERS
+from task.device import check_device
 
 # Stock Flower strategies a shard may use as its aggregator (run-config
 # ``shard-strategy``). Robust aggregators that need extra arguments are left out.
@@ -55,6 +56,13 @@ class TrainingConfig(Section):
         Seconds to wait for a round's replies.
     link_rate_mbps : float
         Link rate of the communication model (Mbit/s).
+    device : str
+        Where local training, central evaluation and the audit run: ``auto``
+        (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N`` (:mod:`task.device`);
+        each process resolves it on its own machine.
+    client_gpus : float
+        Ray simulation: GPUs each ClientApp reserves (Flower's
+        ``client-resources-num-gpus``, fractional; 0: none reserved).
     """
 
     num_shards: int = 4
@@ -71,6 +79,8 @@ class TrainingConfig(Section):
     server_momentum: float = -1.0  # -1: the shard strategy's own
     round_timeout: float = 600.0
     link_rate_mbps: float = 100.0
+    device: str = "auto"
+    client_gpus: float = 0.0
 
     def validate(self, data: DataConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value; ``data`` gives C."""
@@ -80,6 +90,10 @@ class TrainingConfig(Section):
         self._validate_topology(data.num_clients)
         self._validate_local()
         self._validate_server()
+        try:
+            check_device(self.device)
+        except ValueError as err:  # one line naming 'device'
+            raise ConfigError(str(err)) from None
 
     def _validate_topology(self, num_clients: int) -> None:
         if self.num_shards > num_clients:

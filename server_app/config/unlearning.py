@@ -8,8 +8,11 @@ from server_app.config.data import DataConfig
 from server_app.config.section import Section
 from server_app.config.training import TrainingConfig
 from server_app.config.values import EPOCHS_PER_RATIO, bad
+from task.registry import check_spec, is_plugin
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR")
+RESERVED_NAMES = (*FRAMEWORKS, "original")
+"""Names a plug-in method may not take (the built-ins, and the audit's learned model)."""
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
 
@@ -21,7 +24,9 @@ class UnlearningConfig(Section):
     Attributes
     ----------
     frameworks : str
-        Comma-separated :data:`FRAMEWORKS`, or ``none``.
+        Comma-separated :data:`FRAMEWORKS` (any case) and ``package.module:Class``
+        unlearning methods of one's own (:mod:`server_app.unlearning.methods`),
+        or ``none``.
     num_requests, clients_per_request : int
         K generated requests of this many clients each.
     request_distribution : str
@@ -77,13 +82,25 @@ class UnlearningConfig(Section):
 
     def _validate_frameworks(self) -> None:
         names = self.framework_list
-        unknown = [f for f in names if f not in FRAMEWORKS]
+        allowed = (f"a comma-separated list of {', '.join(FRAMEWORKS)} or "
+                   "'package.module:Class' methods, each once, or 'none'")
         empty = not names and self.frameworks.strip().lower() != "none"
-        if unknown or empty or len(set(names)) != len(names):
+        if empty:
+            raise bad("frameworks", self.frameworks, "at least one framework, or 'none'")
+        for token in self._tokens():
+            try:
+                check_spec(token.upper() if token.upper() in FRAMEWORKS else token,
+                           "frameworks", FRAMEWORKS)
+            except ValueError:
+                raise bad("frameworks", self.frameworks, allowed) from None
+        if len(set(names)) != len(names):
+            raise bad("frameworks", self.frameworks, allowed)
+        clash = [n for n in self.plugin_methods
+                 if n.upper() in FRAMEWORKS or n.lower() == "original"]
+        if clash:
             raise bad("frameworks", self.frameworks,
-                      f"a comma-separated list of {', '.join(FRAMEWORKS)}, each once, "
-                      "or 'none'" if not empty
-                      else "at least one framework, or 'none'")
+                      f"methods whose class is not named {clash[0]!r} "
+                      f"({', '.join(RESERVED_NAMES)} are taken, in any case)")
 
     def _validate_forget_clients(self, num_clients: int) -> None:
         tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
@@ -112,14 +129,32 @@ class UnlearningConfig(Section):
                           "(forget-clients is the one request; this key is for "
                           "generated requests)")
 
-    @property
-    def framework_list(self) -> list[str]:
-        """The frameworks to run, upper-case, in the given order ([] for 'none')."""
+    def _tokens(self) -> list[str]:
         if self.frameworks.strip().lower() == "none":
             return []
-        return [f.strip().upper() for f in self.frameworks.split(",") if f.strip()]
+        return [f.strip() for f in self.frameworks.split(",") if f.strip()]
+
+    @property
+    def framework_list(self) -> list[str]:
+        """The frameworks' names, in the given order ([] for 'none').
+
+        Built-ins upper-case (``SE``); a ``package.module:Class`` method by its
+        class name (``Class``), the name it has in summary.json and the report.
+        """
+        return [_name(t) for t in self._tokens()]
+
+    @property
+    def plugin_methods(self) -> dict[str, str]:
+        """Name -> ``package.module:Class`` of each method of one's own."""
+        return {_name(t): t for t in self._tokens() if is_plugin(t)}
 
     @property
     def forget_client_list(self) -> list[int]:
         """Explicit ``forget-clients`` as ints, in the given order ([] if unset)."""
         return [int(t) for t in self.forget_clients.split(",") if t.strip()]
+
+
+def _name(token: str) -> str:
+    """A ``frameworks`` entry's name: a built-in upper-case, a method its class name."""
+    return token.rpartition(":")[2].rpartition(".")[2] if is_plugin(token) \
+        else token.upper()

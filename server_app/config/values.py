@@ -24,7 +24,7 @@ MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
            "blocks-per-shard": 100_000}
 # Range of each float key (sanity ranges; lr and momentum have their own checks).
 FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
-               "link-rate-mbps": (1e-3, 1e9)}
+               "link-rate-mbps": (1e-3, 1e9), "client-gpus": (0.0, 1024.0)}
 MAX_SERVER_LR = 1e3  # server-lr's own check (0 means the strategy's default)
 EPOCHS_PER_RATIO = (1e-3, 1000.0)  # allowed L / r: the epochs of retraining
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")

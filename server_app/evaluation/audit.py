@@ -21,25 +21,32 @@ import torch
 from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
+from server_app.config.tasks import load_run_data
 from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
-from task.data import client_data, load_task_data, partition_sizes
-from task.model import build_model
-from task.train import local_train, predict_proba
+from task.data import client_data, partition_sizes
+from task.device import resolve_device
+from task.interface import Task
 
 MIA_KEYS = ("f1", "precision", "recall", "auc")
 COUNT_KEYS = ("n_target", "n_heldout")
 
 
-def ensemble_proba(models: Sequence[ArrayRecord], x: torch.Tensor, dataset: str,
-                   num_classes: int) -> np.ndarray:
-    """Mean softmax of ``models`` on ``x``: float32 (N, C) or (N, T, V)."""
-    model = build_model(dataset, num_classes)
+def ensemble_proba(models: Sequence[ArrayRecord], x: torch.Tensor, task: Task,
+                   num_classes: int, device: torch.device | str = "cpu") -> np.ndarray:
+    """Mean softmax of ``models`` on ``x`` (the task's ``predict`` on ``device``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float32 (N, C) or (N, T, V).
+    """
+    model = task.model(num_classes)
     total = None
     for arrays in models:
         model.load_state_dict(arrays.to_torch_state_dict())
-        p = predict_proba(model, x)
+        p = task.predict(model, x, device=device)
         total = p if total is None else total + p
     return total / len(models)
 
@@ -89,7 +96,8 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
         ``recall``, ``auc`` (positive class = member), the counts scored
         ``n_target`` / ``n_heldout``, and :func:`with_signal`'s keys.
     """
-    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
+    task, spec = load_run_data(cfg, data_dir), cfg.task()
+    device = resolve_device(cfg.training.device)
     forgotten = set(forget)
     retained = [p for pids in shards for p in pids if p not in forgotten]
     x_mem, y_mem = _samples(cfg, task, retained, max_samples, cfg.seed)
@@ -99,10 +107,11 @@ def membership_audit(cfg: RunConfig, data_dir: str, shards: Sequence[Sequence[in
     x_out, y_out = task.test_x[half:][:max_samples], task.test_y[half:][:max_samples]
 
     def proba(models, x):
-        return ensemble_proba(models, x, cfg.data.dataset, task.num_classes)
+        return ensemble_proba(models, x, spec, task.num_classes, device)
 
-    attack = MembershipAttack().fit(proba(original, x_mem), y_mem.numpy(),
-                                    proba(original, x_non), y_non.numpy(), seed=cfg.seed)
+    attack = MembershipAttack(features=spec.membership).fit(
+        proba(original, x_mem), y_mem.numpy(), proba(original, x_non), y_non.numpy(),
+        seed=cfg.seed)
     results = {}
     for name, models in {"original": original, **unlearned}.items():
         scores = attack.score(proba(models, x_tgt), y_tgt.numpy(),
@@ -149,29 +158,35 @@ def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
 
     G rounds of FedAvg (equal parts, so equal weights), ``clients-per-round /
     num-shards`` clients a round drawn with ``seed``, L local epochs each with the
-    run's optimizer (:func:`task.train.local_train`), from a seeded initial model.
+    run's optimizer (the task's ``train``), from a seeded initial model.
     """
     torch.manual_seed(seed)
-    training = cfg.training
-    model = build_model(cfg.data.dataset, task.num_classes)
+    training, spec = cfg.training, cfg.task()
+    device = resolve_device(training.device)
+    model = spec.model(task.num_classes)
     parts = np.array_split(np.arange(len(y)), clients)
     per_round = min(clients, max(1, training.clients_per_round // training.num_shards))
     rng = np.random.default_rng(seed)
     for rnd in range(training.num_rounds):
         states = []
         for c in rng.choice(clients, size=per_round, replace=False):
-            local = build_model(cfg.data.dataset, task.num_classes)
+            local = spec.model(task.num_classes)
             local.load_state_dict(model.state_dict())
             idx = torch.from_numpy(parts[c])
-            local_train(local, x[idx], y[idx], epochs=training.local_epochs,
-                        batch_size=training.batch_size, lr=training.lr,
-                        momentum=training.momentum,
-                        seed=seed * 1000 + rnd * 100 + int(c),
-                        optimizer=training.optimizer)
-            states.append(local.state_dict())
-        model.load_state_dict({k: sum(s[k] for s in states) / len(states)
-                               for k in states[0]})
+            spec.train(local, x[idx], y[idx], epochs=training.local_epochs,
+                       batch_size=training.batch_size, lr=training.lr,
+                       momentum=training.momentum, proximal_mu=0.0,
+                       seed=seed * 1000 + rnd * 100 + int(c), grad_transform=None,
+                       optimizer=training.optimizer, device=device)
+            states.append({k: v.cpu() for k, v in local.state_dict().items()})
+        model.load_state_dict({k: _mean([s[k] for s in states]) for k in states[0]})
     return model
+
+
+def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """FedAvg of equal parts, in the tensors' dtype (integer buffers rounded)."""
+    mean = sum(tensors) / len(tensors)
+    return mean if tensors[0].is_floating_point() else mean.round().to(tensors[0].dtype)
 
 
 def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
@@ -187,15 +202,17 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
     ``verification.mia``).
     """
     probas, labels, is_in = [], [], []
+    spec, device = cfg.task(), resolve_device(cfg.training.device)
     splits = shadow_splits(len(y_pool), m, cfg.audit.mia_shadows, cfg.seed)
     for i, (inside, outside) in enumerate(splits):
         x_in, y_in = x_pool[torch.from_numpy(inside)], y_pool[torch.from_numpy(inside)]
         model = _shadow_federation(cfg, task, x_in, y_in, len(shards[0]), cfg.seed + 1 + i)
         x_out = x_pool[torch.from_numpy(outside)]
-        probas += [predict_proba(model, x_in), predict_proba(model, x_out)]
+        probas += [spec.predict(model, x_in, device=device),
+                   spec.predict(model, x_out, device=device)]
         labels += [y_in.numpy(), y_pool[torch.from_numpy(outside)].numpy()]
         is_in += [np.ones(m, np.int64), np.zeros(m, np.int64)]
-    attack = ShadowAttack(task.num_classes, cfg.seed).fit(
+    attack = ShadowAttack(task.num_classes, cfg.seed, spec.membership).fit(
         np.concatenate(probas), np.concatenate(labels), np.concatenate(is_in))
     training = cfg.training
     return attack, {"attack": "shadow models, one attack model per class",
@@ -218,6 +235,7 @@ def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
     None if no target is in ``shards``.
     """
     t_p, t_y, h_p, h_y = [], [], [], []
+    spec, device = cfg.task(), resolve_device(cfg.training.device)
     for s, pids in enumerate(shards):
         mine = np.isin(sets.owner, list(pids))
         if not mine.any():
@@ -226,8 +244,8 @@ def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
         partner = sets.partner[mine]
         x_h, y_h = _rows(task, sets.heldout_split, partner[partner >= 0])
         for probas, x in ((t_p, x_t), (h_p, x_h)):
-            probas.append(ensemble_proba([shard_models[s]], x, cfg.data.dataset,
-                                         task.num_classes))
+            probas.append(ensemble_proba([shard_models[s]], x, spec,
+                                         task.num_classes, device))
         t_y.append(y_t.numpy())
         h_y.append(y_h.numpy())
     if not t_p:
@@ -261,7 +279,7 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         Per name ``auc``, ``f1``, ``tpr_at_1fpr``, ``n_target``, ``n_heldout``
         and :func:`with_signal`'s keys; and the ``verification.mia`` block.
     """
-    task = load_task_data(cfg.data.dataset, data_dir, cfg.data.block_size)
+    task = load_run_data(cfg, data_dir)
     first = next(iter(models.values()))[1]
     sizes = partition_sizes(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
                             cfg.data.client_samples)

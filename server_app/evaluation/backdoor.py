@@ -24,8 +24,7 @@ from flwr.app import ArrayRecord
 from server_app.config import RunConfig
 from task.backdoor import Backdoor, attack_success_rate, triggered_test_set
 from task.data import TaskData
-from task.model import build_model
-from task.train import predict_proba
+from task.device import resolve_device
 
 
 def backdoor_of(cfg: RunConfig) -> Backdoor:
@@ -39,20 +38,24 @@ class BackdoorProbe:
     Parameters
     ----------
     cfg : RunConfig
-        The run (dataset, ``backdoor-*``, ``forget-clients``, ``test-samples``).
+        The run (its task, ``backdoor-*``, ``forget-clients``, ``test-samples``,
+        ``device``).
     task : TaskData
-        The loaded task (its test set is stamped).
+        The loaded data (its test set is stamped with the task's trigger).
     """
 
     def __init__(self, cfg: RunConfig, task: TaskData) -> None:
         self.backdoor = backdoor_of(cfg)
+        self.task = cfg.task()
+        self.device = resolve_device(cfg.training.device)
         cut = cfg.data.test_samples or None
-        self.x = triggered_test_set(task.test_x[:cut], task.test_y[:cut], self.backdoor)
-        self._model = build_model(cfg.data.dataset, task.num_classes)
+        self.x = triggered_test_set(task.test_x[:cut], task.test_y[:cut], self.backdoor,
+                                    self.task.stamp)
+        self._model = self.task.model(task.num_classes)
 
     def _proba(self, arrays: ArrayRecord) -> np.ndarray:
         self._model.load_state_dict(arrays.to_torch_state_dict())
-        return predict_proba(self._model, self.x)
+        return self.task.predict(self._model, self.x, device=self.device)
 
     def scores(self, models: Sequence[ArrayRecord], shards: Sequence[Sequence[int]]
                ) -> dict[str, float]:

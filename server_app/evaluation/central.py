@@ -2,6 +2,8 @@
 
 The deployed predictor averages the S shard models' softmax outputs (as in SISA,
 Bourtoule et al. 2021); for the character model, the next-character probabilities.
+The run's task gives the model, the prediction and the score
+(:class:`task.interface.Task`); the models run on the run's ``device``.
 """
 
 from __future__ import annotations
@@ -11,39 +13,46 @@ from collections.abc import Sequence
 import numpy as np
 from flwr.app import ArrayRecord
 
-from task.data import load_task_data
-from task.model import build_model
-from task.train import predict_proba, score_proba
+from task.data import TaskData
+from task.device import resolve_device
+from task.interface import Task
 
 
 class CentralEvaluator:
-    """Scores models on the held-out test set of ``dataset``.
+    """Scores models on the held-out test set of the run's task.
 
     Parameters
     ----------
-    dataset : str
-        A name from ``task.config.DATASETS``.
-    data_dir : str or None
-        Passed to ``load_task_data``.
-    block_size : int
-        Characters per block (text only).
+    task : Task
+        The run's task (its ``model``, ``predict`` and ``score``).
+    data : TaskData
+        Its loaded data (the test split is used).
     max_samples : int or None
         Evaluate on the first ``max_samples`` test samples only (tests, speed).
+    device : str
+        Run-config ``device`` (:func:`task.device.resolve_device`).
+
+    Attributes
+    ----------
+    task : Task
+        The run's task.
+    num_classes : int
+        The task's classes (the models' output size).
     """
 
-    def __init__(self, dataset: str, data_dir: str | None = None,
-                 block_size: int = 64, max_samples: int | None = None) -> None:
-        task = load_task_data(dataset, data_dir, block_size)
-        self.dataset = dataset
-        self.num_classes = task.num_classes
-        self.x = task.test_x[:max_samples]
-        self.y = task.test_y[:max_samples].numpy()
-        self._model = build_model(dataset, task.num_classes)
+    def __init__(self, task: Task, data: TaskData, max_samples: int | None = None,
+                 device: str = "cpu") -> None:
+        self.task = task
+        self.num_classes = data.num_classes
+        self.x = data.test_x[:max_samples]
+        self.y = data.test_y[:max_samples].numpy()
+        self.device = resolve_device(device)
+        self._model = task.model(data.num_classes)
 
     def proba(self, arrays: ArrayRecord) -> np.ndarray:
         """Softmax outputs of one model: float32 (N, classes) or (N, T, vocab)."""
         self._model.load_state_dict(arrays.to_torch_state_dict())
-        return predict_proba(self._model, self.x)
+        return self.task.predict(self._model, self.x, device=self.device)
 
     def evaluate(self, models: Sequence[ArrayRecord]) -> dict[str, object]:
         """Loss (nats) and accuracy (fraction) of the ensemble and of each model.
@@ -58,10 +67,10 @@ class CentralEvaluator:
         shard_loss, shard_accuracy = [], []
         for arrays in models:
             p = self.proba(arrays)
-            loss, acc = score_proba(p, self.y)
+            loss, acc = self.task.score(p, self.y)
             shard_loss.append(loss)
             shard_accuracy.append(acc)
             mean = p if mean is None else mean + p
-        loss, acc = score_proba(mean / len(models), self.y)
+        loss, acc = self.task.score(mean / len(models), self.y)
         return {"accuracy": acc, "loss": loss, "shard_accuracy": shard_accuracy,
                 "shard_loss": shard_loss}

@@ -32,7 +32,7 @@ numpy and scikit-learn only; no Flower, no torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 
 import numpy as np
@@ -46,114 +46,15 @@ from sklearn.metrics import (
 )
 from threadpoolctl import threadpool_limits
 
-#: Floor on p[y] before the log, so a zero probability gives a finite loss
-#: (-log 1e-12 = 27.6 nats).
-PROBA_FLOOR = 1e-12
-
-#: Largest allowed |sum of a probability vector - 1| (float32 softmax, averaged
-#: ensembles and rounding stay far inside it; logits do not).
-SUM_TOLERANCE = 1e-3
+from task.membership import (  # noqa: F401 - re-exported: the audit's features
+    PROBA_FLOOR,
+    SUM_TOLERANCE,
+    check_labels,
+    check_proba,
+    membership_features,
+)
 
 CLASSIFIERS = ("hgb",)
-
-
-def _check_proba(proba, name: str) -> np.ndarray:
-    """``proba`` as a float64 array (N, C) or (N, T, V), validated."""
-    array = np.asarray(proba)
-    if not np.issubdtype(array.dtype, np.floating):
-        raise ValueError(
-            f"{name} must hold floating-point probabilities, got dtype {array.dtype} "
-            f"with shape {array.shape}"
-        )
-    if array.ndim not in (2, 3):
-        raise ValueError(
-            f"{name} must have shape (N, C) or (N, T, V), got shape {array.shape}"
-        )
-    if array.size == 0:
-        raise ValueError(f"{name} is empty: shape {array.shape}")
-    if array.shape[-1] < 2:
-        raise ValueError(
-            f"{name} has fewer than 2 classes on its last axis: shape {array.shape}"
-        )
-    array = array.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} (shape {array.shape}) holds NaN or infinite values")
-    if array.min() < 0.0 or array.max() > 1.0:
-        raise ValueError(
-            f"{name} (shape {array.shape}) must hold probabilities in [0, 1], "
-            f"found values in [{array.min():.4g}, {array.max():.4g}]"
-        )
-    sums = array.sum(axis=-1)
-    worst = float(np.max(np.abs(sums - 1.0)))
-    if worst > SUM_TOLERANCE:
-        raise ValueError(
-            f"{name} (shape {array.shape}) must sum to 1 over its last axis "
-            f"(softmax outputs, not logits); off by up to {worst:.4g}"
-        )
-    return array
-
-
-def _check_labels(labels, proba: np.ndarray, name: str, proba_name: str) -> np.ndarray:
-    """``labels`` as an int64 array of shape ``proba.shape[:-1]``, validated."""
-    array = np.asarray(labels)
-    if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(
-            f"{name} must hold integer class indices, got dtype {array.dtype} "
-            f"with shape {array.shape}"
-        )
-    if array.shape != proba.shape[:-1]:
-        raise ValueError(
-            f"{name} must have shape {proba.shape[:-1]} to match {proba_name} "
-            f"{proba.shape}, got shape {array.shape}"
-        )
-    num_classes = proba.shape[-1]
-    if array.min() < 0 or array.max() >= num_classes:
-        raise ValueError(
-            f"{name} (shape {array.shape}) must lie in [0, {num_classes}) for "
-            f"{proba_name} {proba.shape}, found values in "
-            f"[{array.min()}, {array.max()}]"
-        )
-    return array.astype(np.int64, copy=False)
-
-
-def membership_features(proba, labels) -> np.ndarray:
-    """Attack features of each sample from a model's outputs.
-
-    Parameters
-    ----------
-    proba : array_like, float, shape (N, C) or (N, T, V)
-        Softmax outputs of the attacked model: class probabilities of N images,
-        or next-character probabilities of N blocks of T characters.
-    labels : array_like, int, shape (N,) or (N, T)
-        True classes, or the next characters (targets) of each block.
-
-    Returns
-    -------
-    numpy.ndarray, float64, shape (N, 2 C + 1) or (N, 4)
-        Classifiers: the probabilities sorted in descending order, the one-hot
-        true label, and the loss -log p[y] (nats). Character model: mean, min,
-        max and standard deviation of the per-character loss (nats).
-
-    Raises
-    ------
-    ValueError
-        If an array is empty, of the wrong shape or dtype, has fewer than 2
-        classes, or holds values that are not probabilities / valid labels.
-    """
-    proba = _check_proba(proba, "proba")
-    labels = _check_labels(labels, proba, "labels", "proba")
-    p_true = np.take_along_axis(proba, labels[..., None], axis=-1)[..., 0]
-    loss = -np.log(np.maximum(p_true, PROBA_FLOOR))
-    if proba.ndim == 3:
-        return np.stack(
-            [loss.mean(axis=1), loss.min(axis=1), loss.max(axis=1), loss.std(axis=1)],
-            axis=1,
-        )
-    num_samples, num_classes = proba.shape
-    ranked = -np.sort(-proba, axis=1)
-    one_hot = np.zeros((num_samples, num_classes))
-    one_hot[np.arange(num_samples), labels] = 1.0
-    return np.concatenate([ranked, one_hot, loss[:, None]], axis=1)
 
 
 def _balanced(n_first: int, n_second: int, rng: np.random.Generator):
@@ -228,6 +129,10 @@ class MembershipAttack:
         for the few thousand samples an attack sees, and avoids OpenMP
         oversubscription on a busy machine (there, all-cores fits of a few
         hundred samples took over 10 s instead of under 1 s).
+    features : callable
+        ``features(proba, labels) -> (N, F)`` attack features of checked outputs:
+        the task's (:attr:`task.interface.Task.membership`), by default
+        :func:`membership_features`.
 
     Attributes
     ----------
@@ -241,13 +146,16 @@ class MembershipAttack:
         The seed given to ``fit``; the default seed of ``score``.
     """
 
-    def __init__(self, classifier: str = "hgb", n_threads: int | None = 1) -> None:
+    def __init__(self, classifier: str = "hgb", n_threads: int | None = 1,
+                 features: Callable[[np.ndarray, np.ndarray], np.ndarray]
+                 = membership_features) -> None:
         if classifier not in CLASSIFIERS:
             raise ValueError(f"classifier must be one of {CLASSIFIERS}, got {classifier!r}")
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be None or >= 1, got {n_threads}")
         self.classifier = classifier
         self.n_threads = n_threads
+        self.features = features
         self.model_ = None
 
     def _threads(self):
@@ -261,8 +169,8 @@ class MembershipAttack:
             l2_regularization=1.0, early_stopping=False, random_state=seed)
 
     def _checked_features(self, proba, labels, proba_name: str, labels_name: str):
-        proba = _check_proba(proba, proba_name)
-        labels = _check_labels(labels, proba, labels_name, proba_name)
+        proba = check_proba(proba, proba_name)
+        labels = check_labels(labels, proba, labels_name, proba_name)
         if self.model_ is not None:
             sequence = proba.ndim == 3
             if sequence != self.sequence_ or proba.shape[-1] != self.num_classes_:
@@ -271,7 +179,7 @@ class MembershipAttack:
                     f"{proba_name} has shape {proba.shape}, but the attack was fit on "
                     f"{expected} outputs with {self.num_classes_} classes"
                 )
-        return membership_features(proba, labels)
+        return np.asarray(self.features(proba, labels), dtype=np.float64)
 
     def fit(self, member_proba, member_labels, nonmember_proba, nonmember_labels,
             seed: int = 0) -> MembershipAttack:

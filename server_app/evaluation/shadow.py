@@ -28,14 +28,14 @@ true-positive rate at 1% false positives (Carlini et al. 2022's low-FPR view).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.metrics import f1_score, roc_auc_score, roc_curve
 from threadpoolctl import threadpool_limits
 
-from server_app.evaluation.mia import membership_features
+from server_app.evaluation.mia import check_labels, check_proba, membership_features
 
 #: The false-positive rate at which ``tpr_at_1fpr`` is read.
 LOW_FPR = 0.01
@@ -72,17 +72,28 @@ class ShadowAttack:
         attack of all classes together.
     seed : int
         Seeds the classifiers.
+    features : callable
+        ``features(proba, labels) -> (N, F)``: the task's attack features
+        (:attr:`task.interface.Task.membership`; default :func:`membership_features`).
     """
 
-    def __init__(self, num_classes: int, seed: int = 0) -> None:
+    def __init__(self, num_classes: int, seed: int = 0,
+                 features: Callable[[np.ndarray, np.ndarray], np.ndarray]
+                 = membership_features) -> None:
         self.num_classes = num_classes
         self.seed = seed
+        self.features = features
         self.models_: dict[int, HistGradientBoostingClassifier] = {}
 
     def _new(self) -> HistGradientBoostingClassifier:
         return HistGradientBoostingClassifier(
             max_iter=100, learning_rate=0.1, max_leaf_nodes=15, min_samples_leaf=10,
             l2_regularization=1.0, early_stopping=False, random_state=self.seed)
+
+    def _features(self, proba, labels) -> np.ndarray:
+        proba = check_proba(proba, "proba")
+        labels = check_labels(labels, proba, "labels", "proba")
+        return np.asarray(self.features(proba, labels), dtype=np.float64)
 
     def fit(self, proba: np.ndarray, labels: np.ndarray, is_in: np.ndarray
             ) -> ShadowAttack:
@@ -94,7 +105,7 @@ class ShadowAttack:
             Bad shapes or values (:func:`server_app.evaluation.mia.membership_features`),
             or ``is_in`` without both classes.
         """
-        features = membership_features(proba, labels)
+        features = self._features(proba, labels)
         is_in = np.asarray(is_in).astype(np.int64)
         if is_in.shape != (len(features),) or len(set(is_in.tolist())) != 2:
             raise ValueError(f"is_in must be 0/1 of shape ({len(features)},) with both "
@@ -112,7 +123,7 @@ class ShadowAttack:
         """Member probability (N,) of each sample under its class's attack model."""
         if not self.models_:
             raise RuntimeError("ShadowAttack is not fitted: call fit() first")
-        features = membership_features(proba, labels)
+        features = self._features(proba, labels)
         labels = np.asarray(labels)
         out = np.empty(len(features))
         with threadpool_limits(limits=1):

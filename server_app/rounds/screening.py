@@ -13,7 +13,8 @@ structure the ClientApp sends:
 - ``arrays`` holds exactly the layers of the model sent, in the same order, each
   with the dtype and shape sent, only finite values and updates within the
   history store's range (``max_update``: the quantisation range when coded, a
-  sanity bound of 1e4 per parameter when uncoded);
+  sanity bound of 1e4 per parameter when uncoded; integer layers, counters
+  stored exactly, up to 2^24);
 - ``metrics`` holds exactly the keys of :data:`TRAIN_METRICS`, each a single
   number (not a bool, not a list) in its range:
 
@@ -40,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+
+from history.coded_catalog import EXACT_INTEGER
 
 TRAIN_RECORDS: dict[str, type] = {"arrays": ArrayRecord, "metrics": MetricRecord}
 """Record name -> record type of a training reply (exactly these)."""
@@ -214,9 +217,11 @@ def _check_arrays(arrays: ArrayRecord, sent: ArrayRecord, max_update: float | No
             return f"layer {key!r} has NaN or Inf values"
         if max_update is not None and got.size:
             step = float(np.max(np.abs(got.astype(np.float64) - want)))
-            if step > max_update:
+            # integer buffers (counters) are stored exactly, up to EXACT_INTEGER
+            bound = max_update if got.dtype.kind in "fc" else EXACT_INTEGER
+            if step > bound:
                 return (f"layer {key!r} moves by {step:.3g}: the history store "
-                        f"holds updates up to {max_update:.3g} per parameter")
+                        f"holds updates up to {bound:.3g} per parameter")
     return None
 
 

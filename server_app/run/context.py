@@ -23,13 +23,12 @@ from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.catalog import RunLog
 from server_app.run.folder import RunFolder
-from task.model import build_model
 
 
 def initial_model(cfg: RunConfig, num_classes: int) -> ArrayRecord:
-    """W^0: the model initialised from ``seed`` (the same for every shard)."""
+    """W^0: the run's task's model initialised from ``seed`` (the same for every shard)."""
     torch.manual_seed(cfg.seed)
-    return ArrayRecord(build_model(cfg.data.dataset, num_classes).state_dict())
+    return ArrayRecord(cfg.task().model(num_classes).state_dict())
 
 
 def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:

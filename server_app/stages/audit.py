@@ -10,12 +10,13 @@ beside each model's accuracy.
 
 from __future__ import annotations
 
+from server_app.config.tasks import load_run_data
 from server_app.evaluation.audit import membership_audit, shadow_audit
 from server_app.evaluation.backdoor import BackdoorProbe, participation
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
-from task.data import load_task_data
+from server_app.unlearning.frameworks import BASELINE_FRAMEWORKS
 
 
 def audit(run: RunState, summary: RunSummary, baseline_models,
@@ -48,7 +49,7 @@ def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dic
     cfg, shards = ctx.cfg, run.federation.shards
     if cfg.audit.mia_shadows:
         models = {"original": (run.models, shards),
-                  **{n: (m, shards if n == "SE" else run.baseline.shards)
+                  **{n: (m, run.baseline.shards if n in BASELINE_FRAMEWORKS else shards)
                      for n, m in unlearned.items()}}
         scores, summary.verification["mia"] = shadow_audit(cfg, ctx.data_dir, rounds,
                                                            models)
@@ -62,15 +63,14 @@ def _backdoor(run: RunState, summary: RunSummary, baseline_models,
               results: dict[str, FrameworkResult]) -> None:
     """ASR of the original, FE's own original and every framework (``backdoor_*``)."""
     ctx = run.ctx
-    data = ctx.cfg.data
-    probe = BackdoorProbe(ctx.cfg, load_task_data(data.dataset, ctx.data_dir,
-                                                  data.block_size))
+    probe = BackdoorProbe(ctx.cfg, load_run_data(ctx.cfg, ctx.data_dir))
     summary.original.set_backdoor(probe.scores(run.models, run.federation.shards))
     if baseline_models is not None:
         summary.baseline_learning.backdoor_asr = probe.scores(
             baseline_models, run.baseline.shards)["backdoor_asr"]
     for name, result in results.items():
         if result.models:
-            shards = run.federation.shards if name == "SE" else run.baseline.shards
+            shards = run.baseline.shards if name in BASELINE_FRAMEWORKS \
+                else run.federation.shards
             summary.frameworks[name].set_backdoor(probe.scores(result.models, shards))
     summary.verification["backdoor"] = probe.settings()

@@ -43,7 +43,6 @@ from server_app.stages.planned import baseline_federation, handle_planned
 from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState
 from strategies.factory import server_settings
-from task.provenance import data_provenance
 
 __all__ = ["run_pipeline"]
 
@@ -90,7 +89,7 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
     strategy = {"name": cfg.training.shard_strategy,
                 **server_settings(cfg.training.shard_strategy, options["server_lr"],
                                   options["server_momentum"])}
-    data = data_provenance(cfg.data.dataset, ctx.data_dir)
+    data = cfg.task().provenance_of(ctx.data_dir)
     ctx.log(f"data: {data['format']}; sha256 {data['sha256'][:16]} over "
             f"{len(data['files'])} file(s) in {ctx.data_dir}")
     notes = list(ctx.notes)

@@ -1,6 +1,7 @@
 """The unlearning stage: run each framework on the requests and measure it.
 
-For every framework (SE, FR, FE, RR) and request batch this builds the strategy
+For every framework (SE, FR, FE, RR, and methods of one's own,
+:mod:`server_app.unlearning.methods`) and request batch this builds the strategy
 (:mod:`server_app.unlearning.frameworks`), drives its rounds over the grid through the
 shared round loop and measures: retraining compute seconds (clients' training
 seconds plus the server's aggregation and calibration seconds), wall seconds,
@@ -37,7 +38,12 @@ from flwr.app import ArrayRecord
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
-from server_app.unlearning.frameworks import Framework, Stage, build_framework
+from server_app.unlearning.frameworks import (
+    BASELINE_FRAMEWORKS,
+    Framework,
+    Stage,
+    build_framework,
+)
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
 
@@ -132,8 +138,11 @@ def _check_progress(label: str, stats: CostMeter, faults: FaultLog) -> None:
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,
                   stats: CostMeter, stage: Stage, name: str) -> RequestCost:
-    """The per-request entry; adds SE's slice retrieval (coded) to ``stats``."""
-    retrieval = _slice_retrieval(stage) if name == "SE" else None
+    """The per-request entry; adds a slice retrieval (coded) to ``stats``.
+
+    SE and methods of one's own read SE's sharded history; FE its own.
+    """
+    retrieval = _slice_retrieval(stage) if name not in BASELINE_FRAMEWORKS else None
     if retrieval:  # coded storage: the history was fetched and decoded first
         stats.comm_time_s += retrieval["comm_time_s"]
         stats.compute_s += retrieval["decode_s"]
@@ -158,7 +167,8 @@ def _rounds_replayed(replay: dict | None) -> int | None:
 
 def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
                        per_request: list[RequestCost]) -> FrameworkSummary:
-    store = {"SE": stage.sharded_store, "FE": stage.baseline_store}.get(name)
+    store = {"FR": None, "RR": None, "FE": stage.baseline_store}.get(
+        name, stage.sharded_store)  # SE and methods of one's own: the sharded one
     sampled = [r.clients_per_round for r in per_request
                if r.clients_per_round is not None]
     target = next((r.to_target for r in reversed(per_request) if r.to_target), None)

@@ -1,22 +1,24 @@
-"""Build an unlearning framework (SE, FE, FR, RR) for one request.
+"""Build an unlearning framework (SE, FE, FR, RR, or one's own) for one request.
 
 :func:`build_framework` turns a framework's name, the learned stage and the
 clients to forget into a :class:`Framework`: its Flower strategy
-(:mod:`strategies.unlearning`), the shard models it starts from, its rounds, the
-shards it retrains and, for the from-scratch baselines, how many clients it
-samples per round.
+(:mod:`strategies.unlearning`, or a ``package.module:Class`` method of
+:mod:`server_app.unlearning.methods`), the shard models it starts from, its
+rounds, the shards it retrains and, for the from-scratch baselines, how many
+clients it samples per round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord
 
 from history import StoreError, TrainingHistory
 from server_app.config import RunConfig
 from server_app.rounds.federation import Federation
+from server_app.unlearning.methods import UnlearningRequest, build_method
 from strategies.calibration import weighted_step
 from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import (
@@ -28,6 +30,8 @@ from strategies.unlearning import (
 )
 
 FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR")
+BASELINE_FRAMEWORKS = ("FR", "FE", "RR")
+"""The frameworks that run on the baselines' federation (``baseline-shards``)."""
 # shard strategies whose round is W^g = W^(g-1) + sum n_m U_m^g / sum n_m, so a
 # shard model can be rebuilt from the stored record (coded storage keeps no W^g)
 REBUILDABLE = ("FedAvg", "FedProx")
@@ -56,7 +60,10 @@ class UnlearningSettings:
     num_requests : int
         K, for the paper's expected cost (1 with ``forget-clients``).
     frameworks : tuple[str, ...]
-        The frameworks to run, in order (run-config ``frameworks``).
+        The frameworks to run, in order (run-config ``frameworks``; a method of
+        one's own by its class name).
+    methods : dict[str, str]
+        Name -> ``package.module:Class`` of each method of one's own.
     """
 
     retrain_epochs: float
@@ -69,6 +76,7 @@ class UnlearningSettings:
     request_mode: str
     num_requests: int
     frameworks: tuple[str, ...] = FRAMEWORK_NAMES
+    methods: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -79,7 +87,7 @@ class UnlearningSettings:
                    training.shard_strategy, dict(training.shard_strategy_options),
                    cfg.seed, unlearning.request_mode,
                    1 if unlearning.forget_clients else unlearning.num_requests,
-                   tuple(unlearning.framework_list))
+                   tuple(unlearning.framework_list), dict(unlearning.plugin_methods))
 
 
 @dataclass
@@ -146,6 +154,8 @@ def build_framework(name: str, stage: Stage, forget: set[int],
     ValueError
         Unknown framework, or FE without a baseline history.
     """
+    if name in stage.settings.methods:
+        return _method(stage.settings.methods[name], stage, forget, batch, current)
     if name == "SE":
         return _sharding_eraser(stage, forget, batch, current)
     if name == "FE":
@@ -222,6 +232,21 @@ def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
         model = weighted_step(model, [store.update(shard, g, p) for p, _ in members],
                               [n for _, n in members])
     return model
+
+
+def _method(spec: str, stage: Stage, forget: set[int], batch: Sequence[int] | None,
+            current: Sequence[ArrayRecord] | None) -> Framework:
+    """A method of one's own on SE's shards (:mod:`server_app.unlearning.methods`)."""
+    settings, federation = stage.settings, stage.sharded
+    request = UnlearningRequest(
+        frozenset(forget), tuple(sorted(batch or forget)), federation.shards,
+        federation.node_of, stage.sharded_store, list(current or stage.sharded_models),
+        stage.initial, stage.train_config, settings.retrain_epochs, settings.num_rounds,
+        settings.clients_per_round, settings.seed)
+    strategy = build_method(spec, request)
+    initial = list(getattr(strategy, "initial_models", None) or request.models)
+    impacted = list(getattr(strategy, "impacted", None) or range(len(request.shards)))
+    return Framework(strategy, initial, strategy.num_rounds, impacted)
 
 
 def _fed_eraser(stage: Stage, forget: set[int]) -> Framework:

@@ -1,0 +1,109 @@
+"""The run's task as the server sees it: which one, its data, and its checks.
+
+:func:`resolve_task` resolves run-config ``task`` (:func:`task.registry.get_task`:
+a built-in, or a plug-in imported once per process); :func:`check_task` refuses,
+in one line naming the key, every setting that needs a part the task lacks
+(:class:`task.interface.Task`'s optional parts) or that its own ``check``
+refuses. :meth:`RunConfig.validate` runs it for the built-in tasks (nothing to
+import); :func:`server_app.preflight.check_run` for every task, before any
+engine starts, and again with the loaded data. The functions take the
+:class:`~server_app.config.RunConfig` (``cfg``), whose ``task()`` and
+``task_settings()`` they use.
+"""
+
+from __future__ import annotations
+
+from server_app.config.values import ConfigError, bad
+from task.data import TaskData
+from task.interface import Task
+from task.registry import get_task, load_data
+
+
+def resolve_task(spec: str) -> Task:
+    """The task ``spec`` names (:func:`task.registry.get_task`, cached per process).
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``task``: a module that cannot be imported, a missing
+        attribute, or a factory that gives no :class:`Task`.
+    """
+    try:
+        return get_task(spec)
+    except ValueError as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+
+
+def data_folder(cfg) -> str:
+    """Where the run's data is (:meth:`Task.locate` of ``data-dir``).
+
+    Raises
+    ------
+    ConfigError
+        The data is not there (one line naming ``data-dir``).
+    """
+    try:
+        return str(cfg.task().locate(cfg.data.data_dir))
+    except FileNotFoundError as err:  # DatasetNotFoundError: one line, naming data-dir
+        raise ConfigError(str(err).splitlines()[0]) from None
+
+
+def load_run_data(cfg, folder: str) -> TaskData:
+    """The run's data from ``folder`` (:func:`task.registry.load_data`, cached).
+
+    Raises
+    ------
+    ConfigError
+        The task's loader fails, or its data contradicts the task (one line).
+    """
+    try:
+        return load_data(cfg.task(), cfg.task_settings(), folder)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(f"run-config 'task' = {cfg.data.task_spec!r}: its data "
+                          f"cannot be loaded: {str(err).splitlines()[0]}") from err
+
+
+def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
+    """Refuse the settings that need a part ``task`` lacks, and what its check refuses.
+
+    Parameters
+    ----------
+    cfg : server_app.config.RunConfig
+        The parsed settings.
+    task : Task
+        The run's task.
+    data : TaskData, optional
+        Its loaded data: then the number of classes bounds ``backdoor-target``
+        and ``classes-per-client`` (else :attr:`Task.num_classes`, if declared).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key, the value and why (the task's name).
+    """
+    audit, who = cfg.audit, f"task {task.name!r}"
+    try:  # the settings a ClientApp builds, then the task's own checks of them
+        settings = cfg.task_settings()
+        if task.check is not None:
+            task.check(settings)
+    except ValueError as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+    if audit.backdoor_trigger and task.stamp is None:
+        raise bad("backdoor-trigger", audit.backdoor_trigger,
+                  f"0 with {who}, which has no backdoor trigger (Task.stamp)")
+    if audit.mia and task.membership is None:
+        raise bad("mia", audit.mia, f"false with {who}, which gives the membership "
+                  "audit no attack features (Task.membership)")
+    if audit.mia_shadows and not task.classes:
+        raise bad("mia-shadows", audit.mia_shadows,
+                  f"0 with {who}: shadow models need one class label a sample "
+                  "(Task.classes)")
+    classes = data.num_classes if data is not None else task.num_classes
+    if classes is None:
+        return
+    if audit.backdoor_trigger and audit.backdoor_target >= classes:
+        raise bad("backdoor-target", audit.backdoor_target,
+                  f"a class index in 0..{classes - 1} ({who} has {classes} classes)")
+    if cfg.data.partition == "pathological" and cfg.data.classes_per_client > classes:
+        raise bad("classes-per-client", cfg.data.classes_per_client,
+                  f"at most the {classes} classes of {who}")

@@ -1,0 +1,178 @@
+"""The learning task as an interface: what both apps need from it, and nothing more.
+
+A :class:`Task` is a frozen record of functions. The four built-in tasks
+(:mod:`task.builtin`) are written against it, and so is a user's own
+(``task = "package.module:factory"``, :mod:`task.registry`; docs/TASKS.md). Everything
+downstream (the ClientApp's training and evaluation, the server's central
+evaluation, coded storage's quantisation range, the membership audit, the
+backdoor check) reads the run's task through this record, never a dataset name.
+
+Required: ``name``, ``load`` (the whole task's data as a
+:class:`~task.data.TaskData`) and ``model`` (a fresh model for a number of
+classes). The local training and evaluation steps default to the project's loops
+(:func:`task.train.local_train`, :func:`task.train.predict_proba`,
+:func:`task.train.score_proba`). Optional parts (None: the task has none, and a run
+that needs one is refused before any engine starts, naming the key):
+
+- ``stamp``: the backdoor trigger (run-config ``backdoor-trigger``);
+- ``membership``: what the membership audit feeds its attack (``mia``; the
+  default :func:`task.membership.membership_features` takes any softmax outputs);
+- ``classes = False``: targets are not one class a sample (e.g. next characters),
+  so the shadow-model attack (``mia-shadows``) and label partitions do not apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+
+from task.backdoor import Stamp
+from task.config import TaskConfig
+from task.data import TaskData
+from task.membership import membership_features
+from task.train import TrainResult, local_train, predict_proba, score_proba
+
+TrainFn = Callable[..., TrainResult]
+"""``train(model, x, y, *, epochs, batch_size, lr, momentum, seed, proximal_mu,
+grad_transform, optimizer, device) -> TrainResult``: trains ``model`` in place
+(the signature of :func:`task.train.local_train`)."""
+
+PredictFn = Callable[..., np.ndarray]
+"""``predict(model, x, *, device) -> proba``: softmax outputs, float32 (N, C) or
+(N, T, V), on the CPU (the signature of :func:`task.train.predict_proba`)."""
+
+ScoreFn = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
+"""``score(proba, y) -> (loss, accuracy)``: loss in nats, accuracy in [0, 1]."""
+
+
+def given_folder(data_dir: str) -> str:
+    """A plug-in task's data folder: run-config ``data-dir`` as given (``""``: none)."""
+    return data_dir
+
+
+def is_folder(folder: str) -> bool:
+    """Whether ``folder`` names an existing folder (a plug-in task's ``holds``)."""
+    return bool(folder) and Path(folder).expanduser().is_dir()
+
+
+@dataclass(frozen=True)
+class Task:
+    """A learning task: its data, model, local steps and optional parts.
+
+    Attributes
+    ----------
+    name : str
+        Short name (logs, summary.json ``task``, the default run name).
+    load : callable
+        ``load(settings: TaskConfig) -> TaskData``: train and test samples with
+        their targets (:meth:`TaskData.from_arrays`, or
+        :meth:`TaskData.from_datasets` for Hugging Face ``datasets.Dataset``).
+        ``settings.data_dir`` is the folder ``locate`` found. Called once per
+        process and settings (cached), in the ServerApp and every ClientApp, so
+        it must give the same data every time.
+    model : callable
+        ``model(num_classes: int) -> torch.nn.Module``: a fresh model. The
+        ServerApp builds W^0 with it right after ``torch.manual_seed(seed)``.
+        Its ``state_dict()`` is what travels and is stored: parameters and
+        buffers of any dtype (e.g. BatchNorm's running statistics and its
+        int64 ``num_batches_tracked``).
+    train : callable
+        :data:`TrainFn`; default :func:`task.train.local_train`.
+    predict : callable
+        :data:`PredictFn`; default :func:`task.train.predict_proba`.
+    score : callable
+        :data:`ScoreFn`; default :func:`task.train.score_proba`.
+    classes : bool
+        Each sample has one class label (targets (N,)); False for per-position
+        targets (N, T), split by contiguous ranges and without shadow models.
+    stamp : callable or None
+        ``stamp(x, trigger) -> x'``: a stamped copy of samples (the backdoor
+        check, ``backdoor-trigger``); None: no backdoor check.
+    membership : callable or None
+        ``membership(proba, targets) -> features`` (N, F): the membership
+        audit's attack features of this task's ``predict`` outputs; None: no
+        membership audit (``mia`` must be false).
+    check : callable or None
+        ``check(settings: TaskConfig)``: the task's own checks of run-config keys
+        (raise ValueError naming the key); run before any engine starts.
+    locate : callable
+        ``locate(data_dir) -> folder``: where the data is, from run-config
+        ``data-dir`` (``""``: the task's default); raise FileNotFoundError
+        naming ``data-dir`` when it is not there. Default: ``data-dir`` as given.
+    holds : callable
+        ``holds(folder) -> bool``: whether a folder holds the data (a ClientApp
+        takes the server's folder where it does). Default: it exists.
+    provenance : callable or None
+        ``provenance(folder) -> dict`` with ``format``, ``files`` and ``sha256``
+        (summary.json ``data``); None: the task's name only.
+    perplexity : bool
+        The loss is nats per token: the summary adds ``perplexity`` = exp(loss).
+    num_classes : int or None
+        Classes known without loading the data (checks of ``backdoor-target``
+        and ``classes-per-client`` before any engine starts); None: taken from
+        the loaded data.
+    """
+
+    name: str
+    load: Callable[[TaskConfig], TaskData]
+    model: Callable[[int], nn.Module]
+    train: TrainFn = local_train
+    predict: PredictFn = predict_proba
+    score: ScoreFn = score_proba
+    classes: bool = True
+    stamp: Stamp | None = None
+    membership: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = \
+        membership_features
+    check: Callable[[TaskConfig], None] | None = None
+    locate: Callable[[str], str] = given_folder
+    holds: Callable[[str], bool] = is_folder
+    provenance: Callable[[str], dict] | None = None
+    perplexity: bool = False
+    num_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Task.name = {self.name!r} must be a non-empty string")
+        for part in ("load", "model", "train", "predict", "score", "locate", "holds"):
+            if not callable(getattr(self, part)):
+                raise ValueError(f"Task {self.name!r}: {part} must be callable, got "
+                                 f"{type(getattr(self, part)).__name__}")
+
+    def check_data(self, data: TaskData) -> TaskData:
+        """``data`` if it is what this task declares (``classes``), else ValueError.
+
+        Raises
+        ------
+        ValueError
+            ``load`` returned something else than a :class:`TaskData`, targets
+            whose shape contradicts ``classes``, or labels outside
+            [0, num_classes).
+        """
+        if not isinstance(data, TaskData):
+            raise ValueError(f"task {self.name!r}: load() returned a "
+                             f"{type(data).__name__}, not a task.data.TaskData")
+        if data.has_classes != self.classes:
+            want = "(N,) class labels" if self.classes else "(N, T) targets"
+            raise ValueError(f"task {self.name!r}: targets of shape "
+                             f"{tuple(data.train_y.shape)}, but the task declares "
+                             f"classes={self.classes} ({want})")
+        if self.num_classes is not None and data.num_classes != self.num_classes:
+            raise ValueError(f"task {self.name!r}: the data has {data.num_classes} "
+                             f"classes, the task declares {self.num_classes}")
+        for split, y in (("train", data.train_y), ("test", data.test_y)):
+            if len(y) and (int(y.min()) < 0 or int(y.max()) >= data.num_classes):
+                raise ValueError(f"task {self.name!r}: {split} targets outside "
+                                 f"[0, {data.num_classes})")
+        return data
+
+    def provenance_of(self, folder: str) -> dict:
+        """summary.json ``data``: :attr:`provenance`'s, or the task's name alone."""
+        if self.provenance is not None:
+            return self.provenance(folder)
+        return {"dataset": self.name, "folder": folder,
+                "format": f"task {self.name!r}, read by its own loader", "files": [],
+                "sha256": ""}

@@ -1,0 +1,210 @@
+"""Which task a run uses (run-config ``task``), its data, and a client's share of it.
+
+``task`` is ``""`` (the built-in task named by ``dataset``: existing runs are
+unchanged), a built-in name (:data:`task.builtin.TASKS`), or
+``package.module:factory``: an attribute of an importable module that is a
+:class:`~task.interface.Task` or a callable returning one. The module must be
+importable wherever the task runs: the command's preflight, the ServerApp and
+every ClientApp (docs/TASKS.md: simulation, deployment, the FAB). Tasks are
+resolved once per process (:func:`get_task`).
+
+:func:`load_data` loads a task's data once per process and settings and checks
+it against the task's declaration; :func:`load_client_data` is a ClientApp's
+share (:func:`task.data.client_data`, capped at ``client-samples``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from dataclasses import replace
+
+import torch
+
+from task.builtin import TASKS
+from task.config import TaskConfig
+from task.data import TaskData, client_data
+from task.interface import Task
+
+_PLUGIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def task_spec(task: str, dataset: str) -> str:
+    """The task a run names: run-config ``task``, or ``dataset`` when it is ``""``."""
+    return task or dataset
+
+
+def is_plugin(spec: str) -> bool:
+    """Whether ``spec`` names a plug-in (``package.module:attribute``)."""
+    return ":" in spec
+
+
+def check_spec(spec: str, key: str = "task", builtins: tuple[str, ...] = tuple(TASKS)
+               ) -> None:
+    """Refuse a malformed spec (without importing anything).
+
+    Raises
+    ------
+    ValueError
+        One line naming ``key``: neither one of ``builtins`` nor
+        ``package.module:attribute``.
+    """
+    if spec in builtins or _PLUGIN.fullmatch(spec):
+        return
+    raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: one of "
+                     f"{', '.join(builtins)}, or 'package.module:attribute' importable "
+                     "by the ServerApp and the ClientApps (docs/TASKS.md)")
+
+
+def import_object(spec: str, key: str) -> object:
+    """The attribute ``spec`` = ``package.module:attr.sub`` names.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``key`` and ``spec``: a malformed spec, a module that
+        cannot be imported (with its error), or a missing attribute.
+    """
+    if not _PLUGIN.fullmatch(spec):
+        raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: "
+                         "'package.module:attribute'")
+    module_name, _, path = spec.partition(":")
+    where = ("put its folder on PYTHONPATH or pip-install it where the ServerApp, "
+             "the ClientApps and the command run (docs/TASKS.md)")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - a user's module: any import error
+        first = str(err).splitlines()[0] if str(err) else ""
+        raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: cannot import "
+                         f"{module_name!r} ({type(err).__name__}: {first}); "
+                         f"{where}") from err
+    for part in path.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: "
+                             f"{module_name!r} has no attribute {path!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+@functools.cache
+def get_task(spec: str) -> Task:
+    """The task ``spec`` names (a built-in name or ``package.module:factory``).
+
+    Parameters
+    ----------
+    spec : str
+        :func:`task_spec` of the run config.
+
+    Returns
+    -------
+    Task
+        The same object for the same spec within a process.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``task``: an unknown name, a module that cannot be
+        imported, a factory that fails, or one that gives no :class:`Task`.
+    """
+    check_spec(spec)
+    if spec in TASKS:
+        return TASKS[spec]
+    made = import_object(spec, "task")
+    if not isinstance(made, Task) and callable(made):
+        try:
+            made = made()
+        except Exception as err:  # noqa: BLE001 - a user's factory: report its error
+            raise ValueError(f"run-config 'task' = {spec!r}: calling it failed "
+                             f"({type(err).__name__}: {err})") from err
+    if not isinstance(made, Task):
+        raise ValueError(f"run-config 'task' = {spec!r} is not allowed: it gave a "
+                         f"{type(made).__name__}, not a task.interface.Task")
+    return made
+
+
+def task_of(settings: TaskConfig) -> Task:
+    """The task of a run's :class:`TaskConfig` (:func:`get_task`)."""
+    return get_task(task_spec(settings.task, settings.dataset))
+
+
+@functools.lru_cache(maxsize=16)
+def _load(task: Task, settings: TaskConfig) -> TaskData:
+    return task.check_data(task.load(settings))
+
+
+def load_data(task: Task, settings: TaskConfig, folder: str) -> TaskData:
+    """The whole task's data read from ``folder``, once per process and settings.
+
+    Parameters
+    ----------
+    task : Task
+        The run's task.
+    settings : TaskConfig
+        The run's task settings; ``data_dir`` is replaced by ``folder``.
+    folder : str
+        Where the data is (:meth:`Task.locate`'s answer; ``""``: none).
+
+    Returns
+    -------
+    TaskData
+        Checked against the task (:meth:`Task.check_data`).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        As the task's ``load``, or data that contradicts its declaration.
+    """
+    if TASKS.get(task.name) is task:  # built-in: task.data caches the files it read
+        return task.check_data(task.load(replace(settings, data_dir=folder)))
+    return _load(task, replace(settings, data_dir=folder, device="auto"))
+
+
+def node_folder(task: Task, explicit: str, server: str) -> str:
+    """A client node's data folder.
+
+    The server's folder (message ``config["data-dir"]``) where it holds the data
+    on this node too; else the run-config ``data-dir`` (``explicit``); then
+    :meth:`Task.locate` finds it (an error naming ``data-dir`` when absent,
+    never another folder).
+    """
+    chosen = server if server and task.holds(server) else explicit
+    return task.locate(chosen)
+
+
+def load_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str = ""
+                     ) -> tuple[torch.Tensor, torch.Tensor, TaskData]:
+    """A ClientApp's training data: its share of the task, capped at ``client-samples``.
+
+    Parameters
+    ----------
+    cfg : TaskConfig
+        The task's run-config keys.
+    partition_id : int
+        This node's client index in ``[0, cfg.num_clients)``.
+    server_data_dir : str
+        The server's data folder (message ``config["data-dir"]``), used where it
+        holds the data on this node too (:func:`node_folder`).
+
+    Returns
+    -------
+    x, y : torch.Tensor
+        As :func:`task.data.client_data`, the first ``cfg.client_samples`` rows
+        (all if 0).
+    task : TaskData
+        The whole task (for ``num_classes``).
+
+    Raises
+    ------
+    ValueError
+        Naming ``task``, ``partition-id`` or the partition's keys when invalid.
+    FileNotFoundError
+        The data is not where this node looks (``DatasetNotFoundError`` for the
+        built-in tasks).
+    """
+    task = task_of(cfg)
+    data = load_data(task, cfg, node_folder(task, cfg.data_dir, server_data_dir))
+    x, y = client_data(data, partition_id, cfg.num_clients, cfg.partition, cfg.seed,
+                       cfg.partition_alpha, cfg.classes_per_client)
+    limit = cfg.client_samples or None  # 0: all of the partition
+    return x[:limit], y[:limit], data

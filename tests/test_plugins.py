@@ -1,0 +1,158 @@
+"""A task and an unlearning method of one's own, defined outside the repository.
+
+The two files are the code blocks of docs/TASKS.md, written to a temporary folder
+and put on ``sys.path`` (as ``PYTHONPATH`` does for a real run): the page is what
+runs. One in-process run (the real ServerApp and ClientApp) takes the task through
+learning, SE, FR, FE, RR, coded storage and the membership audit, with the method
+beside them in summary.json and the printed tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from server_app.config import ConfigError
+from server_app.preflight import validate_run_config
+from task.config import fused_run_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "docs" / "TASKS.md").read_text()
+
+
+def page_file(name: str) -> str:
+    """The code block of docs/TASKS.md whose first line is ``# <name>``."""
+    found = re.findall(r"```python\n(# " + re.escape(name) + r".*?)```", PAGE, re.S)
+    assert len(found) == 1, name
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """A folder outside the repository holding mytask.py and mymethod.py, on sys.path."""
+    folder = tmp_path_factory.mktemp("outside")
+    assert ROOT not in folder.parents
+    for name in ("mytask.py", "mymethod.py"):
+        (folder / name).write_text(page_file(name))
+    sys.path.insert(0, str(folder))
+    yield folder
+    sys.path.remove(str(folder))
+
+
+RUN = {"task": "mytask:task", "num-clients": 8, "num-shards": 2,
+       "clients-per-round": 4, "num-rounds": 2, "local-epochs": 1,
+       "client-samples": 48, "test-samples": 200, "batch-size": 16, "lr": 0.1,
+       "forget-clients": "3", "frameworks": "SE,FR,FE,RR,mymethod:FineTune",
+       "storage": "coded", "blocks-per-shard": 2, "mia": True, "mia-samples": 64}
+
+
+@pytest.fixture(scope="module")
+def summary(outside, tmp_path_factory):
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+
+    set_task_identity()
+    results = tmp_path_factory.mktemp("results")
+    config = fused_run_config({**RUN, "results-dir": str(results), "run-name": "own"})
+    grid = InProcessGrid(client_app, 8, config)
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=config))
+    return json.loads((results / "own" / "summary.json").read_text())
+
+
+def test_own_task_learns_and_every_framework_and_the_audit_run(summary):
+    assert summary["config"]["task"] == "mytask:task"
+    assert summary["data"]["dataset"] == "blobs"
+    assert summary["learning"]["accuracy"] > 0.5  # ten separable blobs: chance is 0.1
+    assert sorted(summary["frameworks"]) == ["FE", "FR", "FineTune", "RR", "SE"]
+    for name, result in summary["frameworks"].items():
+        assert 0.0 <= result["accuracy"] <= 1.0 and result["client_epochs"] > 0, name
+        assert 0.0 <= result["mia_auc"] <= 1.0, name
+    assert 0.0 <= summary["original"]["mia_auc"] <= 1.0
+    assert summary["storage"]["SE_coded"]["server_bytes"] > 0
+    assert summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"] is not None
+
+
+def test_own_method_is_in_the_tables_like_the_built_in_ones(summary):
+    from cli.report import render
+
+    fine = summary["frameworks"]["FineTune"]
+    assert fine["requests"][0]["impacted_shards"] == \
+        summary["frameworks"]["SE"]["requests"][0]["impacted_shards"]
+    # one round of the impacted shard's retained clients (L = 1 epoch each)
+    assert fine["client_epochs"] == pytest.approx(3.0)
+    text = render(summary)
+    assert re.search(r"^\s*FineTune\s", text, re.M), text
+
+
+def test_the_command_imports_the_task_before_any_engine(outside):
+    from cli import config
+    from cli.simulation import preflight
+
+    merged = config.merge(config.defaults(), [{**RUN, "frameworks": "SE,FR"}])
+    cfg = preflight(merged.config)
+    assert cfg.task().name == "blobs"
+
+
+@pytest.mark.parametrize("overrides, key, words", [
+    ({"task": "no_such_module_xyz:task"}, "task", "cannot import 'no_such_module_xyz'"),
+    ({"task": "mytask:nothing"}, "task", "has no attribute 'nothing'"),
+    ({"task": "mytask:load"}, "task", "calling it failed"),
+    ({"task": "mytask:np"}, "task", "not a task.interface.Task"),
+    ({"task": "my task"}, "task", "package.module:attribute"),
+    ({"backdoor-trigger": 3}, "backdoor-trigger", "no backdoor trigger (Task.stamp)"),
+    ({"frameworks": "SE,mytask:Task"}, "frameworks", "not a strategies.ShardedStrategy"),
+    ({"frameworks": "SE,no_such_module_xyz:M"}, "frameworks", "cannot import"),
+])
+def test_what_the_task_or_method_cannot_do_is_one_line_before_any_engine(
+        outside, overrides, key, words):
+    run = {**RUN, "frameworks": "SE", "storage": "uncoded", **overrides}
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(fused_run_config(run), files=False)
+    message = str(err.value)
+    assert "\n" not in message and f"'{key}'" in message and words in message, message
+
+
+def test_own_method_lands_in_the_experiment_suite(summary):
+    from experiments import collect, report, suites
+    from server_app.run.summary import RunSummary
+
+    rows = collect.summary_rows("single", "own", RunSummary.from_json(summary), 1.0)
+    assert collect.methods_in(rows) == ["FineTune"]
+    assert {r["dataset"] for r in rows} == {"mytask:task"}
+    section = "\n".join(report._single_sections(rows))
+    assert re.search(r"\| mytask:task \| iid \| FineTune \|", section), section
+    specs = suites.plan("single", "tiny")
+    mixed = suites.with_methods(specs, ("mymethod:FineTune",))
+    for before, after in zip(specs, mixed, strict=True):
+        runs_se = "SE" in before.config["frameworks"].split(",")
+        assert after.config["frameworks"].endswith(",mymethod:FineTune") == runs_se
+        assert (after.name == before.name + "-with-FineTune") == runs_se
+    assert report.command({"experiment": "single", "suite": "tiny",
+                           "methods": ["mymethod:FineTune"]}).endswith(
+        "--methods mymethod:FineTune")
+
+
+def test_own_task_lives_on_through_stages(outside, tmp_path):
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+
+    set_task_identity()
+    config = fused_run_config({**RUN, "frameworks": "SE,FR", "storage": "uncoded",
+                               "forget-clients": "", "mia": False, "num-rounds": 1,
+                               "num-stages": 2, "requests-per-stage": 1,
+                               "results-dir": str(tmp_path), "run-name": "staged"})
+    main(InProcessGrid(client_app, 8, config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config=config))
+    staged = json.loads((tmp_path / "staged" / "summary.json").read_text())
+    assert [s["stage"] for s in staged["stages"]] == [1, 2]
+    assert all(len(s["forgotten"]) == 1 for s in staged["stages"])
+    assert staged["stages"][-1]["accuracy"] > 0.3
