@@ -96,8 +96,8 @@ def test_the_command_imports_the_task_before_any_engine(outside):
     from cli.simulation import preflight
 
     merged = config.merge(config.defaults(), [{**RUN, "frameworks": "SE,FR"}])
-    cfg = preflight(merged.config)
-    assert cfg.task().name == "blobs"
+    cfg, data_dir = preflight(merged.config)
+    assert cfg.task().name == "blobs" and data_dir"
 
 
 @pytest.mark.parametrize("overrides, key, words", [
