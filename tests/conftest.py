@@ -14,6 +14,30 @@ from task.config import fused_run_config
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+SLOW_TIERS = ("slow", "inprocess", "subprocess", "e2e")
+"""Markers of the slow tiers (pyproject.toml); ``--fast`` runs the tests with none."""
+IN_PROCESS_FIXTURES = {"run_server", "make_grid",  # here
+                       "runs", "tiny_all", "stored", "staged_run"}  # module fixtures
+"""A test using one of these (directly or through its fixtures) runs whole federations."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="the fast tier: leave out tests marked " + ", ".join(SLOW_TIERS))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark in-process runs by their fixtures; with ``--fast`` keep the fast tier."""
+    for item in items:
+        if IN_PROCESS_FIXTURES & set(item.fixturenames):
+            item.add_marker("inprocess")
+    if not config.getoption("--fast"):
+        return
+    slow = [item for item in items if any(item.get_closest_marker(m) for m in SLOW_TIERS)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item not in set(slow)]
+
 
 @pytest.fixture(autouse=True)
 def _task_identity():

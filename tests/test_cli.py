@@ -118,6 +118,7 @@ def test_deploy_shrinks_a_preset_but_not_explicit_values():
         deploy_config(3, None, ["num-clients=5"])
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("value", ["20", "-1", "x", "2.5"])
 def test_deploy_control_nice_out_of_range_is_one_line_before_anything(tmp_path, value):
     proc, record = _cli(["deploy", "2", "--control-nice", value, "--run-config",
@@ -175,6 +176,7 @@ def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
     return proc, record
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("value, key", [("forget-clients='-1'", "forget-clients"),
                                         ("lr=inf", "lr"),
                                         ("num-rounds='5'", "num-rounds")])
@@ -187,6 +189,7 @@ def test_bad_value_exits_2_with_one_line_and_starts_nothing(tmp_path, value, key
     assert not record.exists()  # no engine was started
 
 
+@pytest.mark.subprocess
 def test_good_config_reaches_flwr(tmp_path):
     """The control for the test above: the fake flwr does record a call."""
     proc, record = _cli(["--run-config", TINY_RUN], tmp_path)
@@ -197,6 +200,7 @@ def test_good_config_reaches_flwr(tmp_path):
     assert not list((tmp_path / "flwr_home").glob("sim-*"))  # its FLWR_HOME is gone
 
 
+@pytest.mark.subprocess
 def test_a_superlink_that_does_not_start_in_time_is_started_again(tmp_path):
     """flwr's 15 s start-up limit of its local SuperLink: tried 3 times, then failed."""
     proc, record = _cli(["--run-config", TINY_RUN], tmp_path, then=(
@@ -222,6 +226,7 @@ HOLDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_a_live_run_is_not_joined_and_a_killed_one_resumes(tmp_path):
     results = tmp_path / "results"
     holder = subprocess.Popen(
@@ -284,6 +289,7 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 def test_sigterm_stops_children_and_grandchildren():
     driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT))],
@@ -334,6 +340,7 @@ def test_relative_paths_reach_the_serverapp_absolute(tmp_path, monkeypatch):
         assert merged.config[key] == merged.overrides[key] == str(tmp_path / name)
 
 
+@pytest.mark.subprocess
 def test_a_partition_that_cannot_be_built_stops_before_any_engine(tmp_path, shared_data):
     proc, record = _cli(["--run-config", TINY_RUN + " num-clients=100000",
                          "--run-config", f"data-dir='{shared_data}'"], tmp_path)

@@ -58,6 +58,7 @@ def chunked(width: int | None):
     return mock.patch.object(_kernels, "encode_chunk", lambda rows: width)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(k=st.integers(1, 13), extra=st.integers(0, 16), d=st.integers(0, 300),
        chunk=st.one_of(st.none(), st.integers(1, 70)), seed=st.integers(0, 2**32 - 1))
@@ -79,6 +80,7 @@ def test_fast_encode_equals_the_reference(k, extra, d, chunk, seed):
     assert (wide[:, :2] == 7).all() and (wide[:, d + 2:] == 7).all()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(k=st.integers(1, 10), t=st.integers(0, 3), extra=st.integers(0, 10),
        length=st.integers(0, 400), slack=st.integers(0, 9), bits=st.integers(0, 30),

@@ -98,6 +98,7 @@ def test_resnet20_buffers_survive_coded_storage_exactly(tmp_path):
                                                      SCALE_BITS))
 
 
+@pytest.mark.inprocess
 def test_resnet20_runs_through_coded_storage_and_calibration(tmp_path, shared_data):
     from examples.resnet import task
     from server_app.run.context import initial_model
@@ -134,6 +135,7 @@ def test_resnet20_runs_through_coded_storage_and_calibration(tmp_path, shared_da
     assert summary["data"]["dataset"] == "cifar10" and task.name == "cifar10-resnet20"
 
 
+@pytest.mark.inprocess
 def test_digits_runs_through_se_and_fr(tmp_path):
     summary, _ = _run({"task": "examples.digits:task", "partition": "dirichlet",
                        "partition-alpha": 1.0, "num-clients": 8, "num-shards": 2,

@@ -77,6 +77,7 @@ def test_trained_suite_runs_the_quick_experiments_on_all_the_data():
             assert spec.config["num-rounds"] == rounds
 
 
+@pytest.mark.subprocess
 def test_parallel_jobs_give_the_sequential_results(tiny_all, tmp_path, shared_data):
     results, out, _ = tiny_all
     stream = io.StringIO()
@@ -317,6 +318,7 @@ def test_cli_reuses_finished_runs(tiny_all, shared_data, capsys, tmp_path):
     assert "report:" in err
 
 
+@pytest.mark.subprocess
 def test_simulate_sh_has_the_experiments_command():
     proc = subprocess.run([str(ROOT / "simulate.sh"), "experiments", "--help"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -379,6 +381,7 @@ def test_storage_table_renders_as_before():
         "           19.32 MB                          0            1,234 s"]
 
 
+@pytest.mark.subprocess
 def test_storage_table_script_is_a_thin_caller():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "storage_table.py"),
                            "--help"], cwd=ROOT, capture_output=True, text=True,
@@ -484,6 +487,7 @@ def _die(*args, **kwargs):  # a job process killed mid-run (module level: pickla
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.subprocess
 def test_a_killed_job_process_fails_its_runs_not_the_suite(tmp_path, shared_data,
                                                            monkeypatch):
     from concurrent.futures import ProcessPoolExecutor

@@ -6,11 +6,13 @@ import io
 import zipfile
 from pathlib import Path
 
+import pytest
 from flwr.cli.build import build_fab_from_disk
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_fab_holds_the_apps_and_leaves_docs_tests_and_benchmarks_out():
     names = zipfile.ZipFile(io.BytesIO(build_fab_from_disk(ROOT))).namelist()
     for module in ("server_app/app.py", "client_app/app.py", "task/train.py",

@@ -27,8 +27,9 @@ from server_app.config import ConfigError
 from server_app.run.lock import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(),
-                                reason="needs /proc")
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/environ").exists(),
+                                 reason="needs /proc"),
+              pytest.mark.subprocess]  # every test starts and kills processes
 
 DRIVER = textwrap.dedent("""
     import subprocess, sys, time

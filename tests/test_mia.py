@@ -264,6 +264,7 @@ def mnist_outputs(shared_data):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_attack_on_overfit_model(mnist_outputs):
     half = N_TRAIN // 2
     member_p, heldout_p = mnist_outputs["original"]

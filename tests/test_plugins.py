@@ -66,6 +66,7 @@ def summary(outside, tmp_path_factory):
     return json.loads((results / "own" / "summary.json").read_text())
 
 
+@pytest.mark.inprocess  # the module's run (summary)
 def test_own_task_learns_and_every_framework_and_the_audit_run(summary):
     assert summary["config"]["task"] == "mytask:task"
     assert summary["data"]["dataset"] == "blobs"
@@ -79,6 +80,7 @@ def test_own_task_learns_and_every_framework_and_the_audit_run(summary):
     assert summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"] is not None
 
 
+@pytest.mark.inprocess  # the module's run (summary)
 def test_own_method_is_in_the_tables_like_the_built_in_ones(summary):
     from cli.report import render
 
@@ -120,6 +122,7 @@ def test_what_the_task_or_method_cannot_do_is_one_line_before_any_engine(
     assert "\n" not in message and f"'{key}'" in message and words in message, message
 
 
+@pytest.mark.inprocess  # the module's run (summary)
 def test_own_method_lands_in_the_experiment_suite(summary):
     from experiments import collect, report, suites
     from server_app.run.summary import RunSummary

@@ -23,6 +23,7 @@ def test_roles_of_the_deployment_processes():
     assert role("sleep 3", "bash") == "other"
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not PROC.is_dir(), reason="needs Linux /proc")
 def test_counts_a_grandchild_that_burns_cpu():
     # a shell whose child burns 0.5 s of CPU: the grandchild is in the tree
@@ -36,6 +37,7 @@ def test_counts_a_grandchild_that_burns_cpu():
     assert 0.3 <= by_role["other"] <= 5.0, by_role
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not PROC.is_dir(), reason="needs Linux /proc")
 def test_other_processes_are_not_counted():
     burner = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.5)])

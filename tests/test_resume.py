@@ -8,8 +8,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from history.files import read_arrays
 from server_app.run.catalog import RunLog
+
+pytestmark = pytest.mark.subprocess  # each test kills and restarts a run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -28,6 +28,7 @@ def _wait_reaped(executor: warm_exec.ForkExecutor, seconds: float = 20.0) -> Non
         time.sleep(0.05)
 
 
+@pytest.mark.subprocess
 def test_a_clientapp_task_runs_flowers_body_in_a_forked_child(tmp_path, monkeypatch):
     out = tmp_path / "ran.json"
 
@@ -46,6 +47,7 @@ def test_a_clientapp_task_runs_flowers_body_in_a_forked_child(tmp_path, monkeypa
     assert ran["token"] == "abc" and ran["pid"] != os.getpid() == ran["parent"]
 
 
+@pytest.mark.subprocess
 def test_close_stops_children_still_running(monkeypatch):
     monkeypatch.setattr(flower_clientapp, "run_clientapp", lambda **kw: time.sleep(60))
     executor = warm_exec.ForkExecutor(grace_s=2.0)
@@ -85,6 +87,7 @@ def test_slots_allow_k_holders_and_free_on_close(tmp_path):
         warm_exec.Slots(tmp_path / "slots", 0)
 
 
+@pytest.mark.subprocess
 def test_a_forked_clientapp_holds_its_slot_until_it_exits(tmp_path, monkeypatch):
     monkeypatch.setattr(flower_clientapp, "run_clientapp", lambda **kw: time.sleep(1.0))
     folder = tmp_path / "slots"
