@@ -8,23 +8,45 @@ stored history and writes a new model version), or with ``--record-only`` later,
 with ``forget --run NAME --pending``. ``receipts --run NAME`` lists the receipts
 and the requests still waiting. The run folder is found as :mod:`cli.runs` says.
 Nothing is recorded when the run does not exist, is a one-stage run still going,
-or when a client is unknown, already forgotten or already named by a request: one
-line on stderr, exit status 2.
+or when a client is unknown, already forgotten or already named by a request; nor,
+for a finished run, when the request would leave a shard without a client or a
+node folder its coded history needs is missing (``--lost-nodes`` accepts named
+ones as lost, :func:`cli.later.check_later`): one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from cli.later import carry_out
+from cli.later import carry_out, check_later
 from cli.runs import SUMMARY, open_inbox, run_folder
-from server_app.config import ConfigError
-from server_app.run.inbox import InboxError
+from history.catalog import StoreError
+from server_app.config import ConfigError, RunConfig
+from server_app.run.catalog import RunLog, RunLogError
+from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.receipts import list_receipts, receipt_line
+from server_app.run.summary import StageSummary
+from server_app.run.versions import ModelVersion
+from server_app.stages.churn import later_refusal, run_shards
 
 
-def parse_clients(text: str, num_clients: int) -> list[int]:
+def parse_clients(text: str, num_clients: int, flag: str = "--clients") -> list[int]:
     """``"3,17"`` -> [3, 17]: distinct partition ids in 0..num_clients-1.
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated partition ids.
+    num_clients : int
+        The run's ``num-clients``.
+    flag : str
+        The option the text came from, for messages.
+
+    Returns
+    -------
+    list[int]
+        The ids, ascending.
 
     Raises
     ------
@@ -33,26 +55,32 @@ def parse_clients(text: str, num_clients: int) -> list[int]:
     """
     tokens = [t.strip() for t in text.split(",") if t.strip()]
     if not tokens or not all(t.isascii() and t.isdigit() for t in tokens):
-        raise ConfigError(f"--clients {text!r}: comma-separated partition ids in "
+        raise ConfigError(f"{flag} {text!r}: comma-separated partition ids in "
                           f"0..{num_clients - 1}, e.g. '3,17'")
     ids = [int(t) for t in tokens]
     unknown = [p for p in ids if p >= num_clients]
     if unknown:
-        raise ConfigError(f"--clients {text!r}: unknown client(s) {unknown}; this run's "
+        raise ConfigError(f"{flag} {text!r}: unknown client(s) {unknown}; this run's "
                           f"clients are 0..{num_clients - 1}")
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"--clients {text!r}: each id once")
+        raise ConfigError(f"{flag} {text!r}: each id once")
     return sorted(ids)
 
 
 def submit(name: str, clients: str, results_dir: str | None = None) -> str:
     """Record a request to forget ``clients`` in run ``name``; return its id.
 
+    A finished run takes the request only if it could carry it out: no
+    client already forgotten, and every shard keeps a client after the
+    requests pending before it (:func:`server_app.stages.churn.later_refusal`,
+    the ServerApp's own rule).
+
     Raises
     ------
     ConfigError
-        The run does not exist, has finished or has one stage; a client is
-        unknown, forgotten or already requested. Nothing is recorded then.
+        The run does not exist, or is a one-stage run still going; a client is
+        unknown, forgotten or already requested, or (a finished run) its
+        removal would leave a shard without a client. Nothing is recorded then.
     """
     folder = run_folder(name, results_dir)
     finished = (folder / SUMMARY).exists()
@@ -76,10 +104,58 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
         if gone:
             raise ConfigError(f"--clients {clients!r}: client(s) {gone} are already "
                               f"forgotten (model version v{versions[-1].version})")
+        reason = _later_refusal(folder, settings, versions[-1], ids, inbox) \
+            if finished else None
+        if reason is not None:
+            raise ConfigError(f"--clients {clients!r}: {reason} (model version "
+                              f"v{versions[-1].version}); nothing was recorded")
         try:
             return inbox.submit(ids).id
         except InboxError as err:  # checked and recorded in one transaction
             raise ConfigError(f"--clients {clients!r}: {err}") from None
+
+
+def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
+                   ids: list[int], inbox: RequestInbox) -> str | None:
+    """Why the finished run would refuse ``ids`` after its pending requests, or None.
+
+    The pending requests go first, in order, each taken unless the same rule
+    refuses it, as the ServerApp handles them. A client named by a pending
+    request is left to :meth:`RequestInbox.submit` (``already requested``).
+
+    Raises
+    ------
+    ConfigError
+        A staged run's last stage result cannot be read back (one line).
+    """
+    pending = inbox.pending()
+    if set(ids) & {p for r in pending for p in r.clients}:
+        return None
+    cfg = RunConfig.from_run_config(settings)
+    if cfg.stages.staged:  # the last stage's clients, as the run recorded them
+        last = f"stage:{cfg.stages.num_stages}"
+        try:
+            log = RunLog(folder / "run.sqlite", settings, read_only=True)
+        except (StoreError, RunLogError) as err:
+            raise ConfigError(str(err)) from None
+        try:
+            entry = log.done_as(last, StageSummary)
+        except RunLogError as err:
+            raise ConfigError(str(err)) from None
+        finally:
+            log.close()
+        if entry is None:
+            raise ConfigError(f"--run {folder.name!r}: {last} is not recorded as done "
+                              "(a damaged run catalog?); restore it")
+        present = entry.present_clients
+    else:
+        present = list(range(cfg.initial_clients))
+    feds, joined = run_shards(cfg), cfg.data.num_clients  # finished: all have joined
+    gone = set(latest.forgotten)
+    for request in pending:
+        if later_refusal(request.clients, joined, gone, present, feds) is None:
+            gone |= set(request.clients)
+    return later_refusal(ids, joined, gone, present, feds)
 
 
 def main_forget(argv: list[str], prog: str) -> int:
@@ -99,10 +175,22 @@ def main_forget(argv: list[str], prog: str) -> int:
     parser.add_argument("--pending", action="store_true",
                         help="finished run: carry out the requests recorded before "
                         "(no new one)")
+    parser.add_argument("--lost-nodes", default=None, metavar="IDS",
+                        help="finished coded run: accept these clients' missing node "
+                        "folders as lost (their slices count as erasures)")
     args = parser.parse_args(argv)
     if (args.clients is None) == (not args.pending):
         parser.error("give --clients, or --pending (and no --clients)")
+    if args.lost_nodes is not None and args.record_only:
+        parser.error("--lost-nodes goes with a request carried out now (no "
+                     "--record-only)")
     folder = run_folder(args.run, args.results_dir)
+    finished = (folder / SUMMARY).exists()
+    if args.lost_nodes is not None and not finished:
+        raise ConfigError(f"--lost-nodes {args.lost_nodes!r}: --run {args.run!r} has not "
+                          "finished; node folders are checked for later requests only")
+    if finished and not args.record_only:  # before the request is recorded
+        check_later(folder, args.lost_nodes)
     if args.clients is not None:
         rid = submit(args.run, args.clients, args.results_dir)
         live = not (folder / SUMMARY).exists()
@@ -114,7 +202,7 @@ def main_forget(argv: list[str], prog: str) -> int:
     elif not (folder / SUMMARY).exists():
         raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
                           "finished runs")
-    return carry_out(folder, prog)
+    return carry_out(folder, prog, args.lost_nodes)
 
 
 def main_receipts(argv: list[str], prog: str) -> int:

@@ -6,6 +6,11 @@ engine with one SuperNode per client, as ``./simulate.sh`` ran it. The command
 prints one line per request handled (:func:`server_app.run.receipts.receipt_line`)
 and exits 0 when every pending request is done or refused, 1 when one is still
 pending (the engine failed: see its log; run ``forget --pending`` again).
+
+Before the engine starts, a coded run's node folders are checked
+(:func:`check_later`): a missing one is refused in one line (restore it), or,
+named in ``--lost-nodes``, accepted as lost (made again, empty: its slices count
+as erasures).
 """
 
 from __future__ import annotations
@@ -15,21 +20,80 @@ from pathlib import Path
 
 from cli.runs import open_inbox
 from cli.terminal import TerminalFilter
-from server_app.config import ConfigError
+from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
 from server_app.run.folder import COMMAND_LOGS
 from server_app.run.lock import RunLock
 from server_app.run.receipts import receipt_line
+from server_app.run.stored import check_node_folders, missing_node_folders
 
 
-def carry_out(folder: Path, prog: str) -> int:
-    """Start the engine on ``folder``'s pending requests; return the exit status.
+def check_later(folder: Path, lost: str | None = None) -> list[Path]:
+    """What a later request on the finished run ``folder`` reads back is there.
+
+    Every node folder the run's simulated clients wrote (a coded run with
+    ``node-dirs``, :func:`server_app.run.stored.check_node_folders`). Nothing
+    is changed on disk.
+
+    Parameters
+    ----------
+    folder : Path
+        The finished run's folder.
+    lost : str, optional
+        ``--lost-nodes``: partition ids (``"3,5"``) whose missing node folders
+        the operator accepts as lost.
+
+    Returns
+    -------
+    list[Path]
+        The node folders accepted as lost, to be made again (empty) before the
+        engine starts: their clients then hold no slices, which the server
+        counts as erasures.
 
     Raises
     ------
     ConfigError
-        A live process holds the run's lock, or the recorded settings no longer
-        pass the checks (one line; nothing was started).
+        A missing node folder not named in ``lost``; ``lost`` names a client
+        whose node folder is there, or a path that is not a folder (one line).
+    """
+    from cli.forget import parse_clients
+
+    with open_inbox(folder) as inbox:
+        settings = inbox.settings()
+    cfg = RunConfig.from_run_config(settings)
+    missing = missing_node_folders(cfg, folder)
+    ids = parse_clients(lost, cfg.data.num_clients, "--lost-nodes") if lost else []
+    there = [p for p in ids if p not in missing]
+    if there:
+        raise ConfigError(f"--lost-nodes {lost!r}: the node folder(s) of client(s) "
+                          f"{there} are there (or were never written); name only "
+                          f"missing ones: {sorted(missing) or 'none is missing'}")
+    blocked = [str(missing[p]) for p in ids if missing[p].exists()]
+    if blocked:
+        raise ConfigError(f"--lost-nodes {lost!r}: {', '.join(blocked)} is not a "
+                          "folder; move it away first")
+    check_node_folders(cfg, folder, ids)
+    return [missing[p] for p in ids]
+
+
+def carry_out(folder: Path, prog: str, lost: str | None = None) -> int:
+    """Start the engine on ``folder``'s pending requests; return the exit status.
+
+    Parameters
+    ----------
+    folder : Path
+        The finished run's folder.
+    prog : str
+        The command's name, for messages.
+    lost : str, optional
+        ``--lost-nodes`` (:func:`check_later`).
+
+    Raises
+    ------
+    ConfigError
+        A live process holds the run's lock, the recorded settings no longer
+        pass the checks, or a node folder is missing (one line; nothing was
+        started).
     """
     with open_inbox(folder) as inbox:
         settings, pending = inbox.settings(), [r.id for r in inbox.pending()]
@@ -43,9 +107,14 @@ def carry_out(folder: Path, prog: str) -> int:
                           "--pending` once it is free")
     overrides = {**settings, "later-requests": True}
     cfg = validate_run_config(overrides, files=False)
+    made = check_later(folder, lost)
     from cli.simulation import claim_run, launch
 
     claim_run(folder)
+    for path in made:  # the operator's choice: no slices there, each one an erasure
+        path.mkdir(parents=True)
+        print(f"{prog}: node folder {path} accepted as lost (made again, empty): its "
+              "slices count as erasures", file=sys.stderr)
 
     print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} (Flower's "
           f"simulation engine, {cfg.data.num_clients} SuperNodes)", file=sys.stderr)

@@ -17,7 +17,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
               [--jobs N] ...
        {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
-              [--results-dir DIR]
+              [--lost-nodes IDS] [--results-dir DIR]
        {prog} receipts --run NAME [--results-dir DIR]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt

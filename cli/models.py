@@ -2,9 +2,10 @@
 
 ``models --run NAME`` lists the versions (:mod:`server_app.run.versions`): v1
 after learning, then one per handled request or batch, each with its time, what
-made it, the clients forgotten in it, its test accuracy and the digest a receipt
-names. ``export --run NAME [--version N] --out FILE`` writes version N (default:
-the latest) in a standard format a serving stack loads without this project:
+made it (the requests it reflects), the clients forgotten in it, its test
+accuracy and the full SHA-256 digest of its models, as a receipt names it.
+``export --run NAME [--version N] --out FILE`` writes version N (default: the
+latest) in a standard format a serving stack loads without this project:
 
 - ``FILE.safetensors``: every shard's tensors under ``shard<s>/<layer>``; the
   metadata names the architecture and the ensemble rule;
@@ -41,7 +42,18 @@ def _versions(folder: Path) -> list[ModelVersion]:
 
 
 def main_models(argv: list[str], prog: str) -> int:
-    """The ``models`` command: one line per model version; exit status 0 or 2."""
+    """The ``models`` command: one line per model version; exit status 0 or 2.
+
+    A line: ``v<N>``, when it was made (UTC), its test accuracy, the clients
+    forgotten in it, the requests it reflects, the SHA-256 of its models (all
+    64 hex digits: an operator compares it with a receipt's), its file and
+    what made it.
+
+    Raises
+    ------
+    ConfigError
+        No such run, or one without model versions (one line).
+    """
     ap = argparse.ArgumentParser(prog=prog, description="List a run's model versions.")
     ap.add_argument("--run", required=True, help="the run's run-name")
     ap.add_argument("--results-dir", default=None)
@@ -50,8 +62,8 @@ def main_models(argv: list[str], prog: str) -> int:
         accuracy = v.scores.get("accuracy")
         print(f"v{v.version}  {_utc(v.created)}  accuracy "
               f"{accuracy if accuracy is None else f'{accuracy:.4f}'}  forgotten "
-              f"{v.forgotten or '-'}  models {v.digests['models'][:16]}  {v.file}  "
-              f"({v.note})")
+              f"{v.forgotten or '-'}  requests {','.join(v.requests) or '-'}  models "
+              f"sha256 {v.digests['models']}  {v.file}  ({v.note})")
     return 0
 
 

@@ -32,7 +32,7 @@ from server_app.rounds.polling_grid import fast_replies
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
-from server_app.run.stored import run_settings
+from server_app.run.stored import check_node_folders, run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
@@ -109,6 +109,8 @@ def prepare(run_config) -> Prepared:
     later = cfg.stages.later_requests
     if not later:  # what a resume reads back, as the command checked it (blobs: later)
         check_stored(cfg, data_dir, verify_blobs=False)
+    else:  # the node folders a later request decodes, as `forget` checked them
+        check_node_folders(cfg, cfg.output.resolved_results_dir() / cfg.resolved_run_name())
     folder = RunFolder.reopen(cfg) if later else RunFolder.start(cfg)
     # resolved paths: another spelling of the same folders is the same run; the
     # later-requests switch says what this process does, not what the run is

@@ -11,7 +11,9 @@ from flwr.app import Context, RecordDict
 from cli.forget import submit
 from history.files import read_arrays
 from server_app.app import main
+from server_app.rounds.federation import assign_shards
 from server_app.run.inbox import RequestInbox
+from server_app.stages.churn import lineage_shards
 from task.config import fused_run_config
 from tests.conftest import TINY
 
@@ -58,7 +60,8 @@ def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shar
     old = read_arrays(folder / v1.file)
     receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
     impacted = receipt["shards_retrained"]
-    assert len(impacted) == 1
+    assert impacted == [s for s, pids in enumerate(assign_shards(8, 2, BASE["seed"]))
+                        if 3 in pids]  # client 3's shard only
     for key in new:
         shard = int(key.split("/", 1)[0].removeprefix("shard"))
         want = se[key] if shard in impacted else old[key]
@@ -71,24 +74,44 @@ def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shar
     assert erased["updates"] and all(c == 3 for _, _, c in erased["updates"])
 
 
-def test_export_writes_files_plain_torch_and_safetensors_load(tmp_path, make_grid,
-                                                              shared_data, capsys):
+def test_models_lists_versions_and_export_loads_each_in_plain_torch(
+        tmp_path, make_grid, shared_data, capsys):
     import torch
+    from safetensors import safe_open
     from safetensors.torch import load_file
 
     from cli.models import main_export, main_models
+    from server_app.run.receipts import utc
     from task.model import build_model
 
-    _run(make_grid, _config(tmp_path, shared_data, "e", frameworks="none"))
+    learned = _config(tmp_path, shared_data, "e", frameworks="none")
+    _run(make_grid, learned)
+    rid = submit("e", "3", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    folder = tmp_path / "e"
+    v1, v2 = _versions(folder)
+    capsys.readouterr()
     assert main_models(["--run", "e", "--results-dir", str(tmp_path)], "models") == 0
-    assert "v1" in capsys.readouterr().out
-    (v1,) = _versions(tmp_path / "e")
-    for suffix in (".safetensors", ".pt"):
-        out = tmp_path / f"model{suffix}"
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2
+    for row, version, forgotten, requests in ((rows[0], v1, "-", "-"),
+                                              (rows[1], v2, "[3]", rid)):
+        digest = version.digests["models"]
+        assert len(digest) == 64  # the full SHA-256, as receipts name it
+        assert row.startswith(f"v{version.version}  {utc(version.created)}  accuracy "
+                              f"{version.scores['accuracy']:.4f}  forgotten "
+                              f"{forgotten}  requests {requests}  models sha256 "
+                              f"{digest}  {version.file}  ("), row
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    assert receipt["models_sha256"]["after"]["models"] == v2.digests["models"] in rows[1]
+    assert v1.digests["models"] != v2.digests["models"]
+    for version, suffix in ((v2, ".safetensors"), (v2, ".pt"), (v1, ".pt")):
+        out = tmp_path / f"model-v{version.version}{suffix}"
         assert main_export(["--run", "e", "--out", str(out), "--results-dir",
-                            str(tmp_path)], "export") == 0
+                            str(tmp_path), "--version", str(version.version)],
+                           "export") == 0
         printed = capsys.readouterr().out
-        assert v1.digests["models"] in printed
+        assert f"models sha256 {version.digests['models']}" in printed
         if suffix == ".pt":
             saved = torch.load(out, weights_only=True)
             shards, meta = saved["shards"], saved["metadata"]
@@ -96,12 +119,12 @@ def test_export_writes_files_plain_torch_and_safetensors_load(tmp_path, make_gri
             flat = load_file(out)
             shards = [{k.split("/", 1)[1]: v for k, v in flat.items()
                        if k.startswith(f"shard{s}/")} for s in range(2)]
-            from safetensors import safe_open
-
             with safe_open(out, "pt") as f:
                 meta = f.metadata()
         assert meta["architecture"] == "task.model.CNN" and meta["num_shards"] == "2"
-        stored = read_arrays(tmp_path / "e" / v1.file)
+        assert meta["version"] == str(version.version)
+        assert json.loads(meta["forgotten"]) == version.forgotten
+        stored = read_arrays(folder / version.file)
         for s, state in enumerate(shards):
             model = build_model("mnist", 10)
             model.load_state_dict(state)  # strict: every layer, nothing else
@@ -109,21 +132,56 @@ def test_export_writes_files_plain_torch_and_safetensors_load(tmp_path, make_gri
                 assert np.array_equal(tensor.numpy(), stored[f"shard{s}/{key}"])
 
 
-def test_refused_later_requests_change_nothing(tmp_path, make_grid, shared_data):
-    from server_app.config import ConfigError
+def _forget_command(argv: list[str], folder, tmp_path, capsys) -> str:
+    """``forget argv`` refused: its one stderr line; no engine, the folder unchanged."""
+    from tests.test_stored_state import _command, _snapshot
 
-    learned = _config(tmp_path, shared_data, "r", frameworks="none")
+    before = _snapshot(folder)
+    status, err, record = _command(["forget", *argv], tmp_path, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err[-2000:]
+    assert not record.exists()  # no engine was started
+    assert _snapshot(folder) == before  # nothing recorded
+    return lines[0]
+
+
+def test_refused_later_requests_change_nothing(tmp_path, make_grid, shared_data,
+                                               capsys):
+    from server_app.config import ConfigError
+    from server_app.rounds.federation import assign_shards
+
+    # SE carries out the planned request: v2 has client 3 forgotten
+    learned = _config(tmp_path, shared_data, "r", frameworks="SE",
+                      **{"forget-clients": "3"})
     _run(make_grid, learned)
+    folder = tmp_path / "r"
+    v1, v2 = _versions(folder)
+    assert v2.forgotten == [3]
     with pytest.raises(ConfigError, match="unknown client"):
         submit("r", "8", str(tmp_path))
-    rid = submit("r", "0,1,2,3,4,5,6,7", str(tmp_path))  # would empty every shard
+    where = ["--run", "r", "--results-dir", str(tmp_path)]
+    line = _forget_command([*where, "--clients", "3"], folder, tmp_path, capsys)
+    assert line.endswith("--clients '3': client(s) [3] are already forgotten (model "
+                         "version v2)"), line
+    # the rest of client 3's shard: the shard would keep no client
+    (shard,) = [s for s, pids in enumerate(assign_shards(8, 2, BASE["seed"]))
+                if 3 in pids]
+    rest = [p for p in assign_shards(8, 2, BASE["seed"])[shard] if p != 3]
+    text = ",".join(map(str, rest))
+    line = _forget_command([*where, "--clients", text], folder, tmp_path, capsys)
+    assert line.endswith(f"--clients '{text}': shard(s) [{shard}] would keep no client "
+                         "(model version v2); nothing was recorded"), line
+    # the ServerApp refuses it too (a request recorded past the command's check)
+    inbox = RequestInbox(folder / "run.sqlite")
+    rid = inbox.submit(rest).id
+    inbox.close()
     _run(make_grid, {**learned, "later-requests": True})
-    assert len(_versions(tmp_path / "r")) == 1
-    inbox = RequestInbox(tmp_path / "r" / "run.sqlite")
+    assert _versions(folder) == [v1, v2]
+    inbox = RequestInbox(folder / "run.sqlite")
     (receipt,) = inbox.receipts()
     inbox.close()
     assert receipt["request_id"] == rid and receipt["status"] == "refused"
-    assert "would keep no client" in receipt["reason"]
+    assert receipt["reason"] == f"shard(s) [{shard}] would keep no client"
 
 
 def test_a_killed_later_request_leaves_v1_and_is_done_once_on_rerun(
@@ -159,6 +217,16 @@ def test_a_killed_later_request_leaves_v1_and_is_done_once_on_rerun(
     inbox.close()
 
 
+def _names_versions(receipt: dict, before, after) -> None:
+    """The receipt names both versions, their models' digests and the new file's."""
+    assert receipt["status"] == "done" and receipt["after_run"] is True
+    assert receipt["models_sha256"]["before"] == before.digests
+    assert receipt["models_sha256"]["after"] == after.digests
+    assert before.digests["models"] != after.digests["models"]
+    assert receipt["version"] == {"before": before.version, "after": after.version,
+                                  "after_file_sha256": after.file_sha256}
+
+
 def _impacted_equal(new: dict, want: dict, old: dict, impacted: list[int]) -> None:
     for key in new:
         shard = int(key.split("/", 1)[0].removeprefix("shard"))
@@ -183,6 +251,10 @@ def test_a_coded_run_decodes_its_node_folders_for_a_later_request(
     _impacted_equal(read_arrays(folder / v2.file),
                     read_arrays(tmp_path / "cb" / "models" / "SE.npz"),
                     read_arrays(folder / v1.file), receipt["shards_retrained"])
+    # client 3's shard was retrained (else the comparison proves nothing)
+    assert receipt["shards_retrained"] == [
+        s for s, pids in enumerate(assign_shards(8, 2, BASE["seed"])) if 3 in pids]
+    _names_versions(receipt, v1, v2)
     erased = receipt["erased"]
     assert erased["store"] == "coded" and erased["stale"] == []
     assert erased["updates"] and {c for _, _, c in erased["updates"]} == {3}
@@ -226,4 +298,9 @@ def test_a_finished_staged_run_forgets_as_its_last_boundary_would_have(
     _impacted_equal(read_arrays(folder / v3.file),
                     read_arrays(tmp_path / "sb" / "models" / "stage2.npz"),
                     read_arrays(folder / v2.file), receipt["shards_retrained"])
-    assert v3.forgotten == [1] and receipt["version"]["before"] == 2
+    # client 1's lineage was retrained (else the comparison proves nothing)
+    shards = lineage_shards(8, 6, 2, BASE["seed"])  # 6 clients in stage 1
+    assert receipt["shards_retrained"] == [s for s, pids in enumerate(shards)
+                                           if 1 in pids]
+    assert v3.forgotten == [1]
+    _names_versions(receipt, v2, v3)

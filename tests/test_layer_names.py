@@ -161,15 +161,19 @@ def test_any_names_round_trip_saved_models_and_shard_packing(arrays):
             assert_same(to_numpy(got), model)
 
 
-@STORE_SETTINGS
-@given(named_arrays())
-def test_any_names_round_trip_the_coded_history(arrays):
-    """Names, dtypes and shapes exact; values on the quantisation grid."""
+def _coded_round_trip(arrays: dict, node_dirs: Path | None) -> None:
+    """Record W^0 and an update coded, read both back: names, dtypes, shapes exact.
+
+    ``node_dirs``: the clients' slices also go to ``<node_dirs>/<p>`` (slice
+    files), and a fresh grid (empty node states, as after a restart) reads them
+    back from there; None: the slices live in the nodes' state only.
+    """
     from client_app.app import app as client_app
 
     set_task_identity()
     update = _shifted(arrays)
-    grid = InProcessGrid(client_app, 3, {})
+    run_config = {"node-dirs": str(node_dirs)} if node_dirs else {}
+    grid = InProcessGrid(client_app, 3, run_config)
     node_of = {p: 1000 + p for p in range(3)}
     with tempfile.TemporaryDirectory() as tmp:
         recorder = CodedRecorder.create(Path(tmp) / "h", Federation(node_of, [[0, 1, 2]]),
@@ -180,13 +184,43 @@ def test_any_names_round_trip_the_coded_history(arrays):
         recorder.end_round(1, grid)
         recorder.mark_complete()
         recorder.close()
+        if node_dirs:  # every client wrote both rounds; read back by fresh nodes
+            for p in range(3):
+                (store,) = (node_dirs / str(p) / "slices").iterdir()
+                assert sorted(f.name for f in store.glob("round-*.npz")) == [
+                    "round-0.npz", "round-1.npz"]
+            grid = InProcessGrid(client_app, 3, run_config)
         history = CodedHistory.open(Path(tmp) / "h", grid, node_of)
         for got, want in ((history.shard_model(0, 0), arrays),
                           (history.update(0, 1, 1), update)):
             assert_same(got, {k: dequantize(quantize(v.astype(np.float32), SCALE_BITS),
                                             SCALE_BITS).astype(v.dtype)
                               for k, v in want.items()})
+        if node_dirs:  # the fresh nodes hold no slice in state: they came from files
+            assert not any(ctx.state.array_records for ctx in grid.contexts.values())
         history.close()
+
+
+@STORE_SETTINGS
+@given(named_arrays())
+def test_any_names_round_trip_the_coded_history(arrays):
+    """Names, dtypes and shapes exact; values on the quantisation grid."""
+    _coded_round_trip(arrays, None)
+
+
+@STORE_SETTINGS
+@given(named_arrays())
+def test_any_names_round_trip_coded_slices_in_node_folders(arrays):
+    """The same with the slices in node folders, decoded from the files alone.
+
+    Slice files hold fixed keys only (``slice``, ``tags``, ``keys``,
+    ``slice_index``; :mod:`history.slice_files`): the layer names live in the
+    coded catalog's layout, so this checks the path names take through files.
+    The node cache (:mod:`task.node_cache`) stores fixed keys too (``x``, ``y``,
+    ``num_classes``) and holds no layer; it needs no case here.
+    """
+    with tempfile.TemporaryDirectory() as nodes:
+        _coded_round_trip(arrays, Path(nodes))
 
 
 # ---- messages ----------------------------------------------------------------

@@ -6,7 +6,9 @@ way a disk, an operator or a backup restore would, then starts the command
 (``run`` or ``deploy``, with a fake ``flwr`` on PATH that records being called;
 in this process, and once as ``python -m cli``). Each damage is one line on
 stderr naming the file, exit status 2, no engine, and not one byte changed in
-the run folder; the intact folder passes.
+the run folder; the intact folder passes. A finished coded run whose node folder
+is deleted is refused the same way by ``forget`` (a later request) and by the
+ServerApp, until ``--lost-nodes`` accepts the folder as lost.
 """
 
 from __future__ import annotations
@@ -83,9 +85,14 @@ def _fake_flwr(tmp_path: Path) -> Path:
 
 
 def _start(command: list[str], stored, tmp_path, capsys, items: dict | None = None):
-    """The command in this process: (exit status, stderr, fake flwr's record)."""
+    """``command`` with the run's run.toml: (exit status, stderr, fake flwr's record)."""
     path = tmp_path / "run.toml"
     path.write_text(config.to_toml(items or stored[0]))
+    return _command([*command, "--run-config", str(path)], tmp_path, capsys)
+
+
+def _command(argv: list[str], tmp_path, capsys):
+    """``argv`` in this process: (exit status, stderr, fake flwr's record)."""
     record = _fake_flwr(tmp_path)
     environ = dict(os.environ)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT,
@@ -97,7 +104,7 @@ def _start(command: list[str], stored, tmp_path, capsys, items: dict | None = No
         "FLWR_HOME": str(tmp_path / "flwr_home"), "SE_DEPLOY_DIR": str(tmp_path / "d")})
     capsys.readouterr()
     try:
-        status = cli_main([*command, "--run-config", str(path)])
+        status = cli_main(argv)
     finally:
         os.environ.clear()
         os.environ.update(environ)
@@ -187,3 +194,82 @@ def test_the_serverapp_check_is_a_config_error_naming_the_file(stored, run_folde
     (run_folder / "models" / "SE.npz").unlink()
     with pytest.raises(ConfigError, match="SE.npz: cannot be read"):
         prepare(fused_run_config(stored[0]))
+
+
+# ---- a later request on a finished coded run: its clients' node folders ---------
+@pytest.fixture
+def coded_run(tmp_path, shared_data):
+    """(run config, run folder): a finished coded run, node folders in the run folder.
+
+    As ``./simulate.sh`` makes one: ``node-dirs = <run folder>/nodes``, so a
+    simulated client p keeps its slices in ``<run folder>/nodes/<p>``.
+    """
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid
+    from server_app.app import main
+
+    folder = tmp_path / "results" / "c"
+    run_config = fused_run_config({
+        **TINY, "num-rounds": 1, "test-samples": 100, "frameworks": "none",
+        "mia": False, "storage": "coded", "blocks-per-shard": 2,
+        "node-dirs": str(folder / "nodes"), "data-dir": str(shared_data),
+        "results-dir": str(folder.parent), "run-name": "c"})
+    main(InProcessGrid(client_app, TINY["num-clients"], run_config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config=run_config))
+    assert (folder / "summary.json").is_file()
+    return run_config, folder
+
+
+def test_a_deleted_node_folder_is_refused_before_a_later_request(
+        coded_run, tmp_path, capsys):
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid
+    from server_app.app import main
+    from server_app.run.inbox import RequestInbox
+
+    run_config, folder = coded_run
+    assert sorted(int(p.name) for p in (folder / "nodes").iterdir()) == list(range(8))
+    node = folder / "nodes" / "5"
+    shutil.rmtree(node)
+    forget = ["forget", "--run", "c", "--clients", "3", "--results-dir",
+              str(folder.parent)]
+    before = _snapshot(folder)
+    status, err, record = _command(forget, tmp_path, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err[-2000:]
+    assert f"node folder(s) {node} of coded run 'c' are missing" in lines[0]
+    assert "restore them" in lines[0] and "--lost-nodes 5" in lines[0]
+    assert not record.exists()  # no engine was started
+    assert _snapshot(folder) == before  # not even the request was recorded
+    # the ServerApp makes the same check before it opens the folder
+    with pytest.raises(StoredStateError, match=f"node folder\\(s\\) {node} "):
+        prepare({**run_config, "later-requests": True})
+    assert _snapshot(folder) == before
+    # --lost-nodes names only missing node folders
+    status, err, record = _command([*forget, "--lost-nodes", "4"], tmp_path, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and not record.exists(), err[-2000:]
+    assert "--lost-nodes '4': the node folder(s) of client(s) [4] are there" in lines[0]
+    assert "name only missing ones: [5]" in lines[0]
+    assert _snapshot(folder) == before
+    # accepted as lost: made again, empty, the request recorded, the engine started
+    status, err, record = _command([*forget, "--lost-nodes", "5"], tmp_path, capsys)
+    assert record.exists() and status == 1, err[-2000:]  # the fake flwr did nothing
+    assert f"node folder {node} accepted as lost" in err
+    assert node.is_dir() and not any(node.iterdir())
+    # the engine's part, in process: client 5's slices are erasures, the request done
+    main(InProcessGrid(client_app, TINY["num-clients"], run_config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config={**run_config, "later-requests": True}))
+    inbox = RequestInbox(folder / "run.sqlite")
+    (receipt,) = inbox.receipts()
+    v1, v2 = inbox.versions()
+    inbox.close()
+    assert receipt["status"] == "done" and v2.forgotten == [3] and v2.requests == [
+        receipt["request_id"]]
+    # the re-coded rounds' new parts reached every holder but the lost one
+    erased = receipt["erased"]
+    assert erased["rounds_recoded"] and erased["stale"] == [
+        [s, g, 5] for s, g in erased["rounds_recoded"]]
+    assert not any(node.iterdir())  # nothing written into the lost node's folder

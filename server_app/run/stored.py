@@ -21,13 +21,21 @@ could not use:
 
 The command line runs it before it starts any engine (``run``, ``deploy``), the
 ServerApp again before it opens the folder (:func:`server_app.app.prepare`).
+
+A later request on a finished run (``forget``) reads the run's coded history
+back from its clients' node folders; :func:`check_node_folders` checks, before
+``forget`` starts the engine and again in the ServerApp, that every node folder
+the run's simulated clients wrote (run-config ``node-dirs``) is still there.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 from history import HistoryStore, StoreError
+from history.catalog import CATALOG_FILE, SQLiteCatalog
 from server_app.config import ConfigError, RunConfig
 from server_app.run.catalog import RunLog, RunLogError
 from server_app.run.folder import ModelsFileError, RunFolder
@@ -189,3 +197,87 @@ def _check_inbox(log: RunLog) -> None:
     folder = RunFolder(log.path.parent)
     for version in versions:  # models/<name>.npz of each model version
         folder.verify_models(Path(version.file).stem, {"sha256": version.file_sha256})
+
+
+def missing_node_folders(cfg: RunConfig, folder: Path) -> dict[int, Path]:
+    """Node folders a finished coded run's simulated clients wrote that are gone.
+
+    A simulated client p of a run with ``node-dirs`` keeps its slices in
+    ``<node-dirs>/<p>``; the clients that wrote there are those whose
+    acknowledged slices took disk bytes (the coded catalog's ``slices`` table).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The finished run's settings (as its catalog recorded them).
+    folder : Path
+        The run folder.
+
+    Returns
+    -------
+    dict[int, Path]
+        Partition id -> its node folder, for each one that is missing or is not
+        a folder; empty for uncoded runs and runs without ``node-dirs``.
+
+    Raises
+    ------
+    StoredStateError
+        The run's coded history catalog is missing or cannot be read (one line,
+        naming it).
+    """
+    if not (cfg.storage.coded and cfg.storage.node_dirs):
+        return {}
+    catalog = RunFolder(folder).history_dir("sharded") / CATALOG_FILE
+    if not catalog.is_file():
+        raise StoredStateError(f"no coded history store at {catalog.parent}: the "
+                               "run's later requests decode it; restore it")
+    try:
+        conn = SQLiteCatalog.connect(catalog, read_only=True)
+    except StoreError as err:
+        raise StoredStateError(str(err)) from None
+    try:
+        writers = [int(r[0]) for r in conn.execute(
+            "SELECT DISTINCT partition_id FROM slices WHERE disk_bytes > 0 "
+            "ORDER BY partition_id")]
+    except sqlite3.Error as err:
+        raise StoredStateError(f"coded store {catalog} is damaged ({err}); restore "
+                               "it") from None
+    finally:
+        conn.close()
+    root = Path(cfg.storage.node_dirs)
+    return {p: root / str(p) for p in writers if not (root / str(p)).is_dir()}
+
+
+def check_node_folders(cfg: RunConfig, folder: Path, lost: Iterable[int] = ()) -> None:
+    """Every node folder the finished coded run wrote is there, or accepted as lost.
+
+    A missing node folder is most likely a mistake (a moved or unmounted
+    folder): carrying on would count all its slices as erasures, so it is
+    refused unless the operator names it in ``lost`` (``forget --lost-nodes``).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The finished run's settings (as its catalog recorded them).
+    folder : Path
+        The run folder.
+    lost : Iterable[int]
+        Partition ids whose node folders the operator accepts as lost.
+
+    Raises
+    ------
+    StoredStateError
+        One line naming each missing node folder not in ``lost`` and what to do,
+        or the coded history catalog cannot be read. Nothing is changed on disk.
+    """
+    accepted = set(lost)
+    left = {p: path for p, path in missing_node_folders(cfg, folder).items()
+            if p not in accepted}
+    if left:
+        ids = ",".join(map(str, left))
+        raise StoredStateError(
+            f"node folder(s) {', '.join(map(str, left.values()))} of coded run "
+            f"{folder.name!r} are missing or not folders (they hold client(s) "
+            f"{ids}'s slices of its history): restore them; if they are gone for good, "
+            f"`forget --run {folder.name} --lost-nodes {ids} ...` accepts them as lost "
+            "(their slices count as erasures)")

@@ -36,7 +36,7 @@ from server_app.run.receipts import utc, write_receipt
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
 from server_app.stages.boundary import forget_with_se, se_stage
-from server_app.stages.churn import Churn, Membership, present_shards
+from server_app.stages.churn import Churn, Membership, later_refusal
 from server_app.stages.planned import baseline_federation
 from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
@@ -113,29 +113,16 @@ def _members(ctx: RunContext, run: RunState) -> list[Membership]:
 def refusal(run: RunState, request: Request) -> str | None:
     """Why a finished run cannot forget ``request``'s clients (None: it can).
 
-    Any client that ever took part can be forgotten, one that left included;
-    one whose removal would leave a shard of the last stage without a client
-    cannot.
+    :func:`server_app.stages.churn.later_refusal` over the run's own
+    federations: SE's shards and, with FR in ``frameworks``, FR's.
     """
     cfg = run.ctx.cfg
     joined = cfg.initial_clients + (len(run.members) - 1) * cfg.stages.joins_per_stage
-    unknown = [p for p in request.clients if p >= joined]
-    if unknown:
-        return f"client(s) {unknown} are not clients of this run"
-    done = [p for p in request.clients if p in run.forgotten]
-    if done:
-        return f"client(s) {done} are already forgotten"
-    gone = run.forgotten | set(request.clients)
-    feds = [(run.federation, "shard")]
-    if "FR" in run.ctx.cfg.unlearning.framework_list:
-        feds.append((run.baseline, "FR shard"))
-    for fed, what in feds:
-        here = present_shards(fed.shards, (p for p in run.members[-1].present
-                                           if p not in gone))
-        empty = [s for s, pids in enumerate(here) if not pids]
-        if empty:
-            return f"{what}(s) {empty} would keep no client"
-    return None
+    feds = [(run.federation.shards, "shard")]
+    if "FR" in cfg.unlearning.framework_list:
+        feds.append((run.baseline.shards, "FR shard"))
+    return later_refusal(request.clients, joined, run.forgotten, run.members[-1].present,
+                         feds)
 
 
 def _handle(run: RunState, request: Request, latest: ModelVersion
