@@ -2,8 +2,9 @@
 
 - ``single_retraining.png``: SE / FR / FE / RR retraining compute seconds and
   client-epochs per dataset and partition (paper Fig. 3 / Table 1);
-- ``single_accuracy.png``: test accuracy (images) and test loss (Shakespeare)
-  of the original and each unlearned model;
+- ``single_accuracy.png``: test accuracy (tasks whose headline metric is
+  accuracy) and test loss (tasks whose headline metric is the loss, e.g. Tiny
+  Shakespeare; rows' ``metric``) of the original and each unlearned model;
 - ``single_mia.png``: membership-inference F1 on the forgotten clients' data,
   with the stability seeds' spread;
 - ``concurrent.png``: SE's retraining seconds against K, measured beside the
@@ -54,10 +55,16 @@ def make_all(results: dict, rows: Sequence[dict], folder: Path) -> list[str]:
     return written
 
 
+DISPLAY_ORDER = ("mnist", "fmnist", "cifar10", "shakespeare")
+"""The built-in tasks in the paper's order; every other task after them, by name.
+Order only: what a cell shows is read from its rows (``metric``)."""
+
+
 def _cells(rows):
     cells = collect.single_cells(rows)
-    order = {"mnist": 0, "fmnist": 1, "cifar10": 2, "shakespeare": 3}
-    return sorted(cells.items(), key=lambda kv: (order.get(kv[0][0], 9), kv[0][1]))
+    order = {name: i for i, name in enumerate(DISPLAY_ORDER)}
+    return sorted(cells.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
+                                                 kv[0][0], kv[0][1]))
 
 
 def _bars(ax, labels, series: dict[str, list], ylabel: str, log: bool = False):
@@ -105,27 +112,46 @@ def single_retraining(rows, path: Path) -> bool:
     return _save(fig, path)
 
 
+def accuracy_panels(rows) -> dict[str, list]:
+    """The cells of ``single_accuracy.png``, by panel (``"accuracy"``, ``"loss"``).
+
+    A cell goes to the panel of its headline metric (:func:`collect.cell_metric`:
+    the rows' ``metric``, which the run's task declared), never by its name.
+
+    Parameters
+    ----------
+    rows : Sequence[dict]
+        Run rows (:func:`collect.summary_rows`).
+
+    Returns
+    -------
+    dict[str, list]
+        Each metric's ``((dataset, partition), {framework: row})`` cells in display
+        order; a metric without cells is absent.
+    """
+    panels: dict[str, list] = {}
+    for key, fw in _cells(rows):
+        panels.setdefault(collect.cell_metric(fw), []).append((key, fw))
+    return {m: panels[m] for m in ("accuracy", "loss") if m in panels}
+
+
 def single_accuracy(rows, path: Path) -> bool:
-    """Test accuracy (images) and test loss (Shakespeare) per model."""
-    cells = _cells(rows)
-    if not cells:
+    """Test accuracy or test loss per model: each task by its headline metric."""
+    panels = accuracy_panels(rows)
+    if not panels:
         return False
-    images = [(k, fw) for k, fw in cells if k[0] != "shakespeare"]
-    text = [(k, fw) for k, fw in cells if k[0] == "shakespeare"]
-    panels = [p for p in (images, text) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels) + 1, 4),
                              squeeze=False)
     names = ["original", *collect.FRAMEWORKS, *collect.methods_in(rows)]
-    for ax, panel in zip(axes[0], panels, strict=True):
-        is_text = panel is text
-        key = "loss" if is_text else "accuracy"
-        scale = 1.0 if is_text else 100.0
+    for ax, (key, panel) in zip(axes[0], panels.items(), strict=True):
+        is_loss = key == "loss"
+        scale = 1.0 if is_loss else 100.0
         series = {n: [((fw.get(n) or {}).get(key) or 0.0) * scale for _, fw in panel]
                   for n in names if any(n in fw for _, fw in panel)}
         _bars(ax, [f"{d}\n{p}" for (d, p), _ in panel], series,
-              "test loss (nats / character)" if is_text else "test accuracy (%)")
-        ax.set_title("Tiny Shakespeare: test loss" if is_text
-                     else "Images: test accuracy")
+              "test loss (nats / target)" if is_loss else "test accuracy (%)")
+        ax.set_title("Test loss (tasks scored by loss)" if is_loss
+                     else "Test accuracy (tasks scored by accuracy)")
         ax.set_xlabel("dataset / partition")
     return _save(fig, path)
 

@@ -220,7 +220,7 @@ def dataset_config(suite: str, dataset: str) -> dict:
     cap = _SETTINGS[suite]["client-samples"].get(dataset)
     if cap:
         out["client-samples"] = cap
-    if dataset == "shakespeare":
+    if dataset == "shakespeare":  # the suite's own plan: this built-in's preset
         out.update(text_training())
     out.update(_SETTINGS[suite].get("dataset", {}).get(dataset, {}))
     return out

@@ -79,7 +79,24 @@ def check_split(partition: str, num_clients: int, partition_id: int | None = Non
         raise ValueError(
             f"partition-id={partition_id!r} must be an integer in [0, {num_clients})"
         )
-    if block_size is not None and (not is_int(block_size) or block_size < 2):
+    if block_size is not None:
+        check_block_size(block_size)
+
+
+def check_block_size(block_size: object) -> None:
+    """Refuse a sequence length below 2 (run-config ``block-size`` of a text task).
+
+    Parameters
+    ----------
+    block_size : object
+        The value of run-config ``block-size``.
+
+    Raises
+    ------
+    ValueError
+        ``block_size`` is not an integer >= 2 (naming the key).
+    """
+    if not is_int(block_size) or block_size < 2:
         raise ValueError(f"block-size={block_size!r} must be an integer >= 2 "
                          "(run-config 'block-size')")
 
@@ -133,7 +150,10 @@ class TaskConfig:
         ``data-dir``: explicit data folder, ``""`` = look in the usual places
         (:func:`task.locate.resolve_data_dir`).
     block_size : int
-        ``block-size``: text block length in characters (>= 2; images ignore it).
+        ``block-size``: text block length in characters. Only its type is
+        checked here: which values a task takes is the task's
+        (:meth:`task.interface.Task.check_settings`: >= 2 for a task with
+        per-position targets; tasks with class labels ignore it).
     client_samples : int
         ``client-samples``: cap on a client's training samples, 0 = all (>= 0).
     partition_alpha : float
@@ -163,9 +183,11 @@ class TaskConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        text = self.dataset == "shakespeare"  # images ignore block-size
-        validate_data_args(self.dataset, self.partition, self.num_clients,
-                           block_size=self.block_size if text else None)
+        # block-size's range is the task's (Task.check_settings), not the name's
+        validate_data_args(self.dataset, self.partition, self.num_clients)
+        if not is_int(self.block_size):
+            raise ValueError(f"block-size={self.block_size!r} must be an integer "
+                             "(run-config 'block-size')")
         if not is_int(self.seed):
             raise ValueError(f"seed={self.seed!r} must be an integer")
         if not is_int(self.client_samples) or self.client_samples < 0:

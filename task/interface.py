@@ -18,7 +18,13 @@ that needs one is refused before any engine starts, naming the key):
 - ``membership``: what the membership audit feeds its attack (``mia``; the
   default :func:`task.membership.membership_features` takes any softmax outputs);
 - ``classes = False``: targets are not one class a sample (e.g. next characters),
-  so the shadow-model attack (``mia-shadows``) and label partitions do not apply.
+  so the shadow-model attack (``mia-shadows``) and label partitions do not apply,
+  and run-config ``block-size`` (the blocks' length) must be at least 2.
+
+``metric`` says which score heads the task's results, ``"accuracy"`` or ``"loss"``
+(e.g. a language model; None: ``"loss"`` where ``perplexity``, else
+``"accuracy"``): summary.json ``task`` records it (:meth:`Task.describe`), and
+the experiment report and figures read it there, never a dataset name.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import numpy as np
 from torch import nn
 
 from task.backdoor import Stamp
-from task.config import TaskConfig
+from task.config import TaskConfig, check_block_size
 from task.data import TaskData
 from task.membership import membership_features
 from task.train import TrainResult, local_train, predict_proba, score_proba
@@ -47,6 +53,10 @@ PredictFn = Callable[..., np.ndarray]
 
 ScoreFn = Callable[[np.ndarray, np.ndarray], tuple[float, float]]
 """``score(proba, y) -> (loss, accuracy)``: loss in nats, accuracy in [0, 1]."""
+
+METRICS = ("accuracy", "loss")
+""":attr:`Task.metric`: the headline score (accuracy: higher is better; loss, in
+nats: lower is better)."""
 
 
 def given_folder(data_dir: str) -> str:
@@ -88,7 +98,9 @@ class Task:
         :data:`ScoreFn`; default :func:`task.train.score_proba`.
     classes : bool
         Each sample has one class label (targets (N,)); False for per-position
-        targets (N, T), split by contiguous ranges and without shadow models.
+        targets (N, T), split by contiguous ranges and without shadow models,
+        whose run-config ``block-size`` must be at least 2
+        (:meth:`check_settings`).
     stamp : callable or None
         ``stamp(x, trigger) -> x'``: a stamped copy of samples (the backdoor
         check, ``backdoor-trigger``); None: no backdoor check.
@@ -111,6 +123,11 @@ class Task:
         (summary.json ``data``); None: the task's name only.
     perplexity : bool
         The loss is nats per token: the summary adds ``perplexity`` = exp(loss).
+    metric : {"accuracy", "loss"} or None
+        The headline score of the task: what the experiment report and its
+        figures show for it (``"loss"``: the test loss, lower is better; the
+        accuracy-only checks are skipped). None: ``"loss"`` where
+        ``perplexity``, else ``"accuracy"`` (:attr:`headline_metric`).
     num_classes : int or None
         Classes known without loading the data (checks of ``backdoor-target``
         and ``classes-per-client`` before any engine starts); None: taken from
@@ -133,6 +150,7 @@ class Task:
     provenance: Callable[[str], dict] | None = None
     perplexity: bool = False
     num_classes: int | None = None
+    metric: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -141,6 +159,50 @@ class Task:
             if not callable(getattr(self, part)):
                 raise ValueError(f"Task {self.name!r}: {part} must be callable, got "
                                  f"{type(getattr(self, part)).__name__}")
+        if self.metric is not None and self.metric not in METRICS:
+            raise ValueError(f"Task {self.name!r}: metric = {self.metric!r} must be "
+                             f"one of {METRICS} or None")
+
+    @property
+    def headline_metric(self) -> str:
+        """:attr:`metric`; None: ``"loss"`` with ``perplexity``, else ``"accuracy"``."""
+        if self.metric is not None:
+            return self.metric
+        return "loss" if self.perplexity else "accuracy"
+
+    def describe(self) -> dict:
+        """summary.json ``task``: what the task says about itself.
+
+        Returns
+        -------
+        dict
+            ``name``, ``metric`` (:attr:`headline_metric`), ``classes`` and
+            ``perplexity``: what the experiments read instead of a dataset name.
+        """
+        return {"name": self.name, "metric": self.headline_metric,
+                "classes": self.classes, "perplexity": self.perplexity}
+
+    def check_settings(self, settings: TaskConfig) -> None:
+        """Check the run-config keys whose range depends on the task, then :attr:`check`.
+
+        A task with per-position targets (``classes = False``) reads its samples
+        as blocks of ``block-size`` positions, so ``block-size`` must be at least
+        2; a task with class labels ignores the key.
+
+        Parameters
+        ----------
+        settings : TaskConfig
+            The run's task settings (as every ClientApp builds them).
+
+        Raises
+        ------
+        ValueError
+            One line naming the key (``block-size``, or what :attr:`check` names).
+        """
+        if not self.classes:
+            check_block_size(settings.block_size)
+        if self.check is not None:
+            self.check(settings)
 
     def check_data(self, data: TaskData) -> TaskData:
         """``data`` if it is what this task declares (``classes``), else ValueError.

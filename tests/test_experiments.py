@@ -519,3 +519,92 @@ def test_uncoded_storage_comes_from_the_uncoded_runs_own_store():
     block = collect.storage_block(rows, {"sc": coded_block, "su": uncoded_block})
     assert block["server_bytes"] == {"FE": 100, "SE uncoded": 120, "SE coded": 1}
     assert block["uncoded_reduction_vs_FE"] == pytest.approx(-0.2)
+
+
+def _run_summary(task_config: dict, *, task: dict | None = None,
+                 perplexity: float | None = None, accuracy: float = 0.5,
+                 loss: float = 1.0):
+    """A one-shard summary with its original's and SE's scores (no real run)."""
+    from server_app.run.summary import (
+        FrameworkSummary,
+        LearningSummary,
+        ModelScores,
+        RunSummary,
+    )
+
+    learning = LearningSummary(accuracy, loss, [accuracy], [loss], 1.0, 1.0, 1.0,
+                               perplexity=perplexity)
+    return RunSummary(
+        config={"dataset": "mnist", "task": "", "partition": "iid", "seed": 0,
+                **task_config},
+        data_dir="", shards=[[0, 1]], shard_strategy={"name": "FedAvg"}, notes=[],
+        learning=learning, original=ModelScores(accuracy, loss),
+        frameworks={"SE": FrameworkSummary(accuracy=accuracy, loss=loss)}, task=task)
+
+
+# Plug-in tasks whose names are none of the built-in ones: a character model scored
+# by its loss, and an image task scored by its accuracy (Task.describe()).
+TEXT_PLUGIN = {"name": "chars", "metric": "loss", "classes": False, "perplexity": True}
+IMAGE_PLUGIN = {"name": "digits", "metric": "accuracy", "classes": True,
+                "perplexity": False}
+
+
+def _plugin_rows():
+    text = _run_summary({"task": "mytext:task", "dataset": "shakespeare"},
+                        task=TEXT_PLUGIN, accuracy=1.0, loss=1.4)
+    images = _run_summary({"task": "mydigits:task", "dataset": "mnist"},
+                          task=IMAGE_PLUGIN, accuracy=1.0, loss=0.01)
+    return (collect.summary_rows("single", "single-text", text, 1.0)
+            + collect.summary_rows("single", "single-images", images, 1.0))
+
+
+def test_rows_carry_the_tasks_metric_not_its_name():
+    rows = _plugin_rows()
+    assert {(r["dataset"], r["metric"]) for r in rows} == {
+        ("mytext:task", "loss"), ("mydigits:task", "accuracy")}
+    assert "metric" in collect.COLUMNS
+    # summaries written before the task block: the perplexity says "loss"
+    old_text = _run_summary({"dataset": "shakespeare"}, perplexity=4.0)
+    old_images = _run_summary({"dataset": "cifar10"})
+    assert {r["metric"] for r in collect.summary_rows("single", "a", old_text, 1.0)} \
+        == {"loss"}
+    assert {r["metric"] for r in collect.summary_rows("single", "b", old_images, 1.0)} \
+        == {"accuracy"}
+
+
+def test_figure_panels_follow_the_metric_and_unknown_tasks_sort_last(tmp_path):
+    from experiments import figures
+
+    rows = _plugin_rows() + [
+        _row("single", "original", dataset="shakespeare", partition="iid",
+             metric="loss", loss=2.0),
+        _row("single", "original", dataset="mnist", partition="iid",
+             metric="accuracy", accuracy=0.98)]
+    panels = figures.accuracy_panels(rows)
+    assert [k for k, _ in panels["accuracy"]] == [("mnist", "iid"),
+                                                  ("mydigits:task", "iid")]
+    assert [k for k, _ in panels["loss"]] == [("shakespeare", "iid"),
+                                              ("mytext:task", "iid")]
+    # only a loss-scored plug-in: one panel, the loss one
+    only_text = [r for r in rows if r["dataset"] == "mytext:task"]
+    assert list(figures.accuracy_panels(only_text)) == ["loss"]
+    assert figures.single_accuracy(rows, tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_accuracy_note_skips_tasks_scored_by_loss_whatever_their_name():
+    notes = "\n".join(report._notes(_plugin_rows(), []))
+    # both originals score accuracy 1.0: only the accuracy-scored task is noted
+    assert "mydigits:task-iid: the original model's test accuracy is 1.000" in notes
+    assert "mytext:task" not in notes
+
+
+def test_paper_claims_keep_to_the_papers_datasets():
+    rows = []
+    for dataset in ("mytext:task", "mydigits:task"):
+        for name in ("SE", "FR", "FE", "RR"):
+            rows.append(_row("single", name, dataset=dataset, partition="noniid",
+                             retrain_compute_s=1.0, client_epochs=1.0))
+    images, text, _ = collect.headline(rows, None)
+    assert images["cells"] == [] and text["cells"] == []  # no paper figure for them
+    assert len(collect.single_reductions(rows)) == 2  # their own reductions stay

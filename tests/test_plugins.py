@@ -70,6 +70,8 @@ def summary(outside, tmp_path_factory):
 def test_own_task_learns_and_every_framework_and_the_audit_run(summary):
     assert summary["config"]["task"] == "mytask:task"
     assert summary["data"]["dataset"] == "blobs"
+    assert summary["task"] == {"name": "blobs", "metric": "accuracy", "classes": True,
+                               "perplexity": False}  # what the experiments read
     assert summary["learning"]["accuracy"] > 0.5  # ten separable blobs: chance is 0.1
     assert sorted(summary["frameworks"]) == ["FE", "FR", "FineTune", "RR", "SE"]
     for name, result in summary["frameworks"].items():
@@ -130,6 +132,7 @@ def test_own_method_lands_in_the_experiment_suite(summary):
     rows = collect.summary_rows("single", "own", RunSummary.from_json(summary), 1.0)
     assert collect.methods_in(rows) == ["FineTune"]
     assert {r["dataset"] for r in rows} == {"mytask:task"}
+    assert {r["metric"] for r in rows} == {"accuracy"}
     section = "\n".join(report._single_sections(rows))
     assert re.search(r"\| mytask:task \| iid \| FineTune \|", section), section
     specs = suites.plan("single", "tiny")
@@ -160,3 +163,96 @@ def test_own_task_lives_on_through_stages(outside, tmp_path):
     assert [s["stage"] for s in staged["stages"]] == [1, 2]
     assert all(len(s["forgotten"]) == 1 for s in staged["stages"])
     assert staged["stages"][-1]["accuracy"] > 0.3
+
+
+# A character task of one's own: per-position targets, loss in nats per character.
+# Its name is none of the built-in ones; what it is comes from its Task fields.
+TEXT_MODULE = '''
+import numpy as np
+from torch import nn
+
+from task.data import TaskData
+from task.interface import Task
+
+
+def load(settings):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 5, size=(40, settings.block_size + 1))
+    return TaskData.from_arrays(ids[:32, :-1], ids[:32, 1:], ids[32:, :-1],
+                                ids[32:, 1:], num_classes=5)
+
+
+def model(num_classes):
+    return nn.Sequential(nn.Embedding(num_classes, 8), nn.Linear(8, num_classes))
+
+
+task = Task(name="chars", load=load, model=model, classes=False, perplexity=True)
+'''
+
+
+@pytest.fixture()
+def text_plugin(tmp_path):
+    """mytext.py (a per-position task, :data:`TEXT_MODULE`) on sys.path."""
+    (tmp_path / "mytext.py").write_text(TEXT_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    yield tmp_path
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("mytext", None)
+
+
+def test_a_plugin_tasks_fields_decide_its_block_size_check_not_its_name(
+        outside, text_plugin):
+    base = {**RUN, "frameworks": "SE", "storage": "uncoded", "mia": False}
+    # a per-position plug-in: block-size is its blocks' length, whatever `dataset` is
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(fused_run_config({**base, "task": "mytext:task",
+                                              "block-size": 1}), files=False)
+    assert "'block-size'" in str(err.value) and "\n" not in str(err.value)
+    validate_run_config(fused_run_config({**base, "task": "mytext:task",
+                                          "block-size": 8}), files=False)
+    # a class-label plug-in ignores block-size, even beside dataset='shakespeare'
+    validate_run_config(fused_run_config({**base, "task": "mytask:task",
+                                          "dataset": "shakespeare", "block-size": 1}),
+                        files=False)
+
+
+def test_a_tasks_headline_metric_is_its_own_declaration():
+    from torch import nn
+
+    from task.builtin import TASKS
+    from task.interface import Task
+
+    def load(settings):
+        raise AssertionError("not loaded")
+
+    def model(num_classes):
+        return nn.Linear(2, num_classes)
+
+    assert Task(name="x", load=load, model=model).headline_metric == "accuracy"
+    assert Task(name="x", load=load, model=model,
+                perplexity=True).headline_metric == "loss"
+    assert Task(name="x", load=load, model=model,
+                metric="loss").describe() == {"name": "x", "metric": "loss",
+                                              "classes": True, "perplexity": False}
+    with pytest.raises(ValueError, match="metric = 'f1'"):
+        Task(name="x", load=load, model=model, metric="f1")
+    # the built-in tasks keep their scores: images by accuracy, text by loss
+    assert {n: t.headline_metric for n, t in TASKS.items()} == {
+        "mnist": "accuracy", "fmnist": "accuracy", "cifar10": "accuracy",
+        "shakespeare": "loss"}
+
+
+def test_the_summary_records_the_task_and_reads_its_metric_back():
+    from server_app.run.summary import LearningSummary, RunSummary
+
+    learning = LearningSummary(0.4, 1.5, [0.4], [1.5], 1.0, 1.0, 1.0)
+    summary = RunSummary(config={"task": "mytext:task"}, data_dir="", shards=[[0]],
+                         shard_strategy={"name": "FedAvg"}, notes=[],
+                         learning=learning,
+                         task={"name": "chars", "metric": "loss", "classes": False,
+                               "perplexity": True})
+    back = RunSummary.from_json(json.loads(json.dumps(summary.to_json())))
+    assert back.task == summary.task and back.headline_metric() == "loss"
+    # written before the task block: no perplexity, so accuracy
+    old = {k: v for k, v in summary.to_json().items() if k != "task"}
+    assert RunSummary.from_json(old).headline_metric() == "accuracy"

@@ -98,12 +98,20 @@ def test_task_config_refuses_bad_values(key, value, expected):
         TaskConfig.from_run_config({**default_run_config(), key: value})
 
 
-def test_task_config_block_size_checked_for_text_only():
-    # images ignore block-size, as the ServerApp's RunConfig does
-    assert TaskConfig.from_run_config({**default_run_config(), "block-size": 1})
-    with pytest.raises(ValueError, match="block-size=1"):
-        TaskConfig.from_run_config({**default_run_config(), "dataset": "shakespeare",
-                                    "block-size": 1})
+def test_task_config_block_size_checked_by_the_task_not_the_dataset_name():
+    from task.builtin import TASKS
+
+    # TaskConfig types block-size; whether its value matters is the task's
+    # (Task.check_settings: tasks with per-position targets), whatever `dataset` says
+    image = TaskConfig.from_run_config({**default_run_config(), "block-size": 1})
+    text = TaskConfig.from_run_config({**default_run_config(), "dataset": "shakespeare",
+                                       "block-size": 1})
+    with pytest.raises(ValueError, match="must be an integer"):
+        dataclasses.replace(image, block_size="8")
+    for settings in (image, text):
+        TASKS["mnist"].check_settings(settings)  # images ignore block-size
+        with pytest.raises(ValueError, match="block-size=1"):
+            TASKS["shakespeare"].check_settings(settings)
     cfg = TaskConfig.from_run_config({**default_run_config(), "num-clients": 8.0})
     assert cfg.num_clients == 8 and isinstance(cfg.num_clients, int)
 

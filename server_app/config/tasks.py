@@ -3,12 +3,13 @@
 :func:`resolve_task` resolves run-config ``task`` (:func:`task.registry.get_task`:
 a built-in, or a plug-in imported once per process); :func:`check_task` refuses,
 in one line naming the key, every setting that needs a part the task lacks
-(:class:`task.interface.Task`'s optional parts) or that its own ``check``
-refuses. :meth:`RunConfig.validate` runs it for the built-in tasks (nothing to
-import); :func:`server_app.preflight.check_run` for every task, before any
-engine starts, and again with the loaded data. The functions take the
-:class:`~server_app.config.RunConfig` (``cfg``), whose ``task()`` and
-``task_settings()`` they use.
+(:class:`task.interface.Task`'s optional parts) or that the task refuses
+(:meth:`~task.interface.Task.check_settings`: ``block-size`` of a task with
+per-position targets, then its own ``check``). :meth:`RunConfig.validate` runs it
+for the built-in tasks (nothing to import); :func:`server_app.preflight.check_run`
+for every task, before any engine starts, and again with the loaded data. The
+functions take the :class:`~server_app.config.RunConfig` (``cfg``), whose
+``task()`` and ``task_settings()`` they use.
 """
 
 from __future__ import annotations
@@ -82,10 +83,8 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
         One line naming the key, the value and why (the task's name).
     """
     audit, who = cfg.audit, f"task {task.name!r}"
-    try:  # the settings a ClientApp builds, then the task's own checks of them
-        settings = cfg.task_settings()
-        if task.check is not None:
-            task.check(settings)
+    try:  # the settings a ClientApp builds, then the task's checks of them
+        task.check_settings(cfg.task_settings())
     except ValueError as err:
         raise ConfigError(str(err).splitlines()[0]) from None
     if audit.backdoor_trigger and task.stamp is None:

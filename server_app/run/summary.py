@@ -391,6 +391,26 @@ class RunSummary:
     verification: dict | None = None  # backdoor settings, forgotten clients' rounds
     stages: list[StageSummary] | None = None
     """Staged runs: one entry per stage (:mod:`server_app.stages.pipeline`)."""
+    task: dict | None = None
+    """What the run's task says about itself (:meth:`task.interface.Task.describe`:
+    ``name``, ``metric``, ``classes``, ``perplexity``); absent in summaries written
+    before it (:meth:`headline_metric` then reads the perplexity)."""
+
+    def headline_metric(self) -> str:
+        """The task's headline score: ``"accuracy"`` or ``"loss"``.
+
+        ``task.metric``; in a summary written before the ``task`` block, ``"loss"``
+        where the learning block has a perplexity (the task's loss was nats per
+        token, :attr:`task.interface.Task.perplexity`), else ``"accuracy"``.
+
+        Returns
+        -------
+        str
+            One of :data:`task.interface.METRICS`.
+        """
+        if self.task and self.task.get("metric"):
+            return str(self.task["metric"])
+        return "loss" if self.learning.perplexity is not None else "accuracy"
 
     def collect_warnings(self) -> list[str]:
         """Every stage's warnings, in run order: learning, baseline, each framework."""

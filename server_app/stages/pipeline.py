@@ -89,7 +89,8 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
     strategy = {"name": cfg.training.shard_strategy,
                 **server_settings(cfg.training.shard_strategy, options["server_lr"],
                                   options["server_momentum"])}
-    data = cfg.task().provenance_of(ctx.data_dir)
+    task = cfg.task()
+    data = task.provenance_of(ctx.data_dir)
     ctx.log(f"data: {data['format']}; sha256 {data['sha256'][:16]} over "
             f"{len(data['files'])} file(s) in {ctx.data_dir}")
     notes = list(ctx.notes)
@@ -98,7 +99,7 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
                      "staged run (not staged yet)")
     return RunSummary(config=cfg.as_dict(), data_dir=ctx.data_dir,
                       shards=run.federation.shards, shard_strategy=strategy,
-                      notes=notes, learning=None, data=data)
+                      notes=notes, learning=None, data=data, task=task.describe())
 
 
 def _run_one_stage(run: RunState, summary: RunSummary) -> None:
