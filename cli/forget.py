@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 
 from cli.later import carry_out, check_later
-from cli.runs import SUMMARY, open_inbox, run_folder
+from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
 from history.catalog import StoreError
 from server_app.config import ConfigError, RunConfig
 from server_app.run.catalog import RunLog, RunLogError
@@ -29,42 +29,6 @@ from server_app.run.receipts import list_receipts, receipt_line
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion
 from server_app.stages.churn import later_refusal, run_shards
-
-
-def parse_clients(text: str, num_clients: int, flag: str = "--clients") -> list[int]:
-    """``"3,17"`` -> [3, 17]: distinct partition ids in 0..num_clients-1.
-
-    Parameters
-    ----------
-    text : str
-        Comma-separated partition ids.
-    num_clients : int
-        The run's ``num-clients``.
-    flag : str
-        The option the text came from, for messages.
-
-    Returns
-    -------
-    list[int]
-        The ids, ascending.
-
-    Raises
-    ------
-    ConfigError
-        Empty, not integers, repeated, or out of range (naming the value).
-    """
-    tokens = [t.strip() for t in text.split(",") if t.strip()]
-    if not tokens or not all(t.isascii() and t.isdigit() for t in tokens):
-        raise ConfigError(f"{flag} {text!r}: comma-separated partition ids in "
-                          f"0..{num_clients - 1}, e.g. '3,17'")
-    ids = [int(t) for t in tokens]
-    unknown = [p for p in ids if p >= num_clients]
-    if unknown:
-        raise ConfigError(f"{flag} {text!r}: unknown client(s) {unknown}; this run's "
-                          f"clients are 0..{num_clients - 1}")
-    if len(set(ids)) != len(ids):
-        raise ConfigError(f"{flag} {text!r}: each id once")
-    return sorted(ids)
 
 
 def submit(name: str, clients: str, results_dir: str | None = None) -> str:

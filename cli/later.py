@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cli.runs import open_inbox
+from cli.runs import open_inbox, parse_clients
 from cli.terminal import TerminalFilter
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
@@ -56,8 +56,6 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
         A missing node folder not named in ``lost``; ``lost`` names a client
         whose node folder is there, or a path that is not a folder (one line).
     """
-    from cli.forget import parse_clients
-
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
     cfg = RunConfig.from_run_config(settings)

@@ -3,7 +3,7 @@
 ``--run NAME`` is ``<results-dir>/NAME`` (``--results-dir``, else
 ``$SE_RESULTS_DIR``, else the default results folder, as for a run); the folder
 must hold a run catalog ``run.sqlite``. Used by ``forget``, ``receipts``,
-``models`` and ``export``.
+``models`` and ``export``; client ids on their command lines (:func:`parse_clients`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,42 @@ from server_app.config.values import RUN_NAME
 from server_app.run.inbox import InboxError, RequestInbox
 
 SUMMARY = "summary.json"
+
+
+def parse_clients(text: str, num_clients: int, flag: str = "--clients") -> list[int]:
+    """``"3,17"`` -> [3, 17]: distinct partition ids in 0..num_clients-1.
+
+    Parameters
+    ----------
+    text : str
+        Comma-separated partition ids.
+    num_clients : int
+        The run's ``num-clients``.
+    flag : str
+        The option the text came from, for messages.
+
+    Returns
+    -------
+    list[int]
+        The ids, ascending.
+
+    Raises
+    ------
+    ConfigError
+        Empty, not integers, repeated, or out of range (naming the value).
+    """
+    tokens = [t.strip() for t in text.split(",") if t.strip()]
+    if not tokens or not all(t.isascii() and t.isdigit() for t in tokens):
+        raise ConfigError(f"{flag} {text!r}: comma-separated partition ids in "
+                          f"0..{num_clients - 1}, e.g. '3,17'")
+    ids = [int(t) for t in tokens]
+    unknown = [p for p in ids if p >= num_clients]
+    if unknown:
+        raise ConfigError(f"{flag} {text!r}: unknown client(s) {unknown}; this run's "
+                          f"clients are 0..{num_clients - 1}")
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{flag} {text!r}: each id once")
+    return sorted(ids)
 
 
 def run_folder(name: str, results_dir: str | None) -> Path:
