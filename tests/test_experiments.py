@@ -81,9 +81,11 @@ def test_trained_suite_runs_the_quick_experiments_on_all_the_data():
 def test_parallel_jobs_give_the_sequential_results(tiny_all, tmp_path, shared_data):
     results, out, _ = tiny_all
     stream = io.StringIO()
-    parallel = execute("single", "tiny", tmp_path / "p", str(shared_data), stream=stream,
+    # the storage experiment's two runs: one for each job process
+    parallel = execute("storage", "tiny", tmp_path / "p", str(shared_data), stream=stream,
                        jobs=2)
-    sequential = [r for r in results["runs"] if r["spec"]["experiment"] == "single"]
+    sequential = [r for r in results["runs"] if r["spec"]["experiment"] == "storage"]
+    assert len(sequential) == 2
     assert [r["spec"]["name"] for r in parallel["runs"]] == [
         r["spec"]["name"] for r in sequential]  # the plan's order, not finishing order
     for par, seq in zip(parallel["runs"], sequential, strict=True):
