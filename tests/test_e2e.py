@@ -1,4 +1,8 @@
-"""End-to-end: ./simulate.sh runs the real Flower simulation engine (Ray)."""
+"""End-to-end: ./simulate.sh runs the real Flower simulation engine (Ray).
+
+Coded storage, so the slices live in the simulated clients' node folders and a
+later request decodes them from there, through the engine.
+"""
 
 import json
 import os
@@ -18,7 +22,7 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
            "FLWR_HOME": str(tmp_path / "flwr_home"), "SE_DATA_DIR": str(shared_data)}
     config = ("num-clients=8 num-shards=2 clients-per-round=4 num-rounds=2 "
               "local-epochs=1 client-samples=64 test-samples=500 batch-size=16 "
-              "forget-clients='1' run-name='e2e'")
+              "forget-clients='1' storage='coded' run-name='e2e'")
     proc = subprocess.run([str(ROOT / "simulate.sh"), "--run-config", config],
                           cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
@@ -30,7 +34,12 @@ def test_simulate_sh_learns_and_unlearns(tmp_path, shared_data):
     assert summary["config"]["num-clients"] == 8
     assert len(summary["learning"]["shard_accuracy"]) == 2
     assert summary["learning"]["accuracy"] > 0.2
-    assert summary["storage"]["server_bytes"] > 0
+    # coded storage on Ray: slices in the simulated clients' node folders
+    assert summary["storage"]["mode"] == "coded"
+    assert summary["storage"]["SE_coded"]["server_bytes"] > 0
+    assert summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"] is not None
+    nodes = tmp_path / "results" / "e2e" / "nodes"
+    assert sorted(int(p.name) for p in nodes.iterdir()) == list(range(8))
     assert summary["unlearning"]["requests"] == [[1]]
     assert set(summary["frameworks"]) == {"SE", "FR", "FE", "RR"}
     assert "SE" in proc.stdout and "FR" in proc.stdout  # the comparison table

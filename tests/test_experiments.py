@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import shutil
@@ -329,17 +330,46 @@ def test_simulate_sh_has_the_experiments_command():
     assert "--preset" not in proc.stdout  # run presets are ./simulate.sh's
 
 
-@pytest.mark.e2e
-def test_flwr_engine_runs_a_configuration_through_simulate_sh(tmp_path, shared_data):
-    from experiments.run import run_one
+FAKE_SIMULATE_SH = """#!{python}
+import json, os, sys, tomllib
+from pathlib import Path
+args = sys.argv[1:]
+config = tomllib.loads(Path(args[args.index("--run-config") + 1]).read_text())
+config = config.get("tool", {{}}).get("flwr", {{}}).get("app", {{}}).get("config", config)
+Path(os.environ["FLWR_HOME"]).mkdir(parents=True)
+(Path(os.environ["FLWR_HOME"]) / "call.json").write_text(json.dumps(
+    {{"args": args, "cwd": os.getcwd(), "config": config}}))
+if config["run-name"] != "fails":
+    folder = Path(config["results-dir"]) / config["run-name"]
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({{"config": config}}))
+"""
 
+
+@pytest.mark.subprocess
+def test_flwr_engine_hands_the_configuration_to_simulate_sh(tmp_path, monkeypatch,
+                                                             shared_data):
+    """``run_one(..., "flwr")`` runs ``./simulate.sh --supernodes C --run-config FILE``
+    with the spec's keys, in a FLWR_HOME of its own; ``test_e2e`` runs simulate.sh
+    itself on Flower's engine, so here a stand-in records the call."""
+    from experiments import run as runner
+
+    (tmp_path / "simulate.sh").write_text(FAKE_SIMULATE_SH.format(python=sys.executable))
+    (tmp_path / "simulate.sh").chmod(0o755)
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
     spec = next(s for s in suites.plan("storage", "tiny") if s.tags["storage"] == "coded")
-    path = run_one(spec, tmp_path, str(shared_data), "flwr")
-    summary = json.loads(path.read_text())
-    assert path == tmp_path / "runs" / spec.name / "summary.json"
-    assert summary["config"]["storage"] == "coded"
-    assert set(summary["frameworks"]) == {"SE", "FE"}
-    assert summary["storage"]["SE_coded"]["server_bytes"] > 0
+    out = tmp_path / "out"
+    path = runner.run_one(spec, out, str(shared_data), "flwr")
+    assert path == out / "runs" / spec.name / "summary.json"
+    call = json.loads((out / ".flwr_home" / "call.json").read_text())
+    assert call["args"][:2] == ["--supernodes", str(spec.config["num-clients"])]
+    assert call["cwd"] == str(tmp_path)
+    assert {k: call["config"][k] for k in spec.config} == spec.config
+    assert call["config"]["data-dir"] == str(shared_data.resolve())
+    assert json.loads(path.read_text())["config"]["storage"] == "coded"
+    failing = dataclasses.replace(spec, name="fails")
+    with pytest.raises(RuntimeError, match="without .*fails/summary.json"):
+        runner.run_one(failing, tmp_path / "out2", str(shared_data), "flwr")
 
 
 def test_experiments_take_suites_not_run_presets(capsys):
