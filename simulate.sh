@@ -4,7 +4,7 @@
 #   ./simulate.sh                          learn with the defaults (pyproject.toml)
 #   ./simulate.sh --preset paper           a named preset (presets/<name>.toml)
 #   ./simulate.sh --run-config "dataset='fmnist' num-rounds=5"   override keys
-#   ./simulate.sh test [pytest args]       run the test suite
+#   ./simulate.sh test [--fast] [pytest args]   run the test suite (--fast: fast tier)
 #   ./simulate.sh deploy [N] [--preset NAME] [--run-config "..."]   real SuperLink
 #                                          + N SuperNodes on 127.0.0.1
 #   ./simulate.sh experiments NAME [--suite quick|trained|paper]  single, concurrent,

@@ -11,7 +11,7 @@ from server_app.config import ConfigError
 
 USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
-       {prog} test [pytest arguments]
+       {prog} test [--fast] [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
@@ -24,7 +24,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
-test         the test suite (pytest)
+test         the test suite (pytest; --fast: the fast tier, between edits)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1
 experiments  the paper's experiments: runs, CSV, figures, report.md
 forget       ask a run to forget clients: a live staged run at its next stage

@@ -11,8 +11,10 @@ On the CPU nothing moves: the results are those of a run without this key.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 """The forms run-config ``device`` may take."""
@@ -40,6 +42,8 @@ def check_device(spec: object) -> None:
                          f"{', '.join(DEVICES)}")
     if not spec.startswith("cuda"):
         return
+    import torch  # here: the run-config checks above need no torch (a fast refusal)
+
     if not torch.cuda.is_available():
         raise ValueError(f"run-config 'device' = {spec!r} is not allowed: CUDA is not "
                          "available on this machine (torch.cuda.is_available() is "
@@ -68,6 +72,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
     ValueError
         As :func:`check_device`.
     """
+    import torch
+
     check_device(spec)
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -33,11 +33,23 @@ CHILD = textwrap.dedent("""
 """)
 
 
+def start_child(config, script=CHILD):
+    """The in-process ServerApp of ``config`` in a process of its own (output piped)."""
+    script = script.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    return subprocess.Popen([sys.executable, "-c", script, json.dumps(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def finished(proc):
+    """(exit status, output) of a child started by :func:`start_child`."""
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out
+
+
 def run_child(config, kill_on=None):
-    script = CHILD.format(root=str(ROOT), tests=str(ROOT / "tests"))
-    proc = subprocess.Popen([sys.executable, "-c", script, json.dumps(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = start_child(config)
     lines = []
     for line in proc.stdout:
         lines.append(line)
@@ -57,6 +69,8 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
 
     config = {**TINY, "data-dir": str(shared_data), "results-dir": str(tmp_path),
               "frameworks": "SE,FR,FE", "forget-clients": "2", "mia": False}
+    # the reference: an uninterrupted run with the same seeds, beside the others
+    whole = start_child({**config, "run-name": "whole"})
     # 1. killed right after SE finished, while FR runs
     code, out = run_child({**config, "run-name": "crash"}, kill_on="SE done: models saved")
     assert code == -signal.SIGKILL, out[-2000:]
@@ -75,8 +89,8 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
     assert summary["unlearning"]["requests"] == [[2]]
     log = RunLog(run / "run.sqlite", _settings(config, "crash"))
     assert [s for _, _, s in log.requests()] == ["done"]
-    # 3. an uninterrupted run with the same seeds ends with the same models
-    code, out = run_child({**config, "run-name": "whole"})
+    # 3. the uninterrupted run ended with the same models
+    code, out = finished(whole)
     assert code == 0, out[-3000:]
     for name in ("SE", "FR", "FE"):
         a, b = models(run / "models" / f"{name}.npz"), models(
@@ -100,8 +114,9 @@ STAGED_CHILD = CHILD.replace("set_task_identity()\n", textwrap.dedent("""\
     from server_app.stages import pipeline
     real = pipeline.run_stage
     def run_stage(run, member):  # the request arrives while stage 3 learns
-        if len(run.members) == 2:
-            submit(config["run-name"], sys.argv[2], config["results-dir"])
+        if len(run.members) == 2:  # the client: from the test, once it knows it
+            submit(config["run-name"], sys.stdin.readline().strip(),
+                   config["results-dir"])
         return real(run, member)
     pipeline.run_stage = run_stage
 """))
@@ -119,6 +134,8 @@ def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
     config = {**TINY, "num-clients": 12, "num-stages": 3, "joins-per-stage": 2,
               "leaves-per-stage": 1, "requests-per-stage": 1, "frameworks": "SE,FR",
               "mia": False, "data-dir": str(shared_data), "results-dir": str(tmp_path)}
+    # the reference (its request arrives while stage 3 learns), beside the others
+    whole = start_child({**config, "run-name": "whole"}, STAGED_CHILD)
     code, out = run_child({**config, "run-name": "crash"}, kill_on="stage 3 learn round 5")
     assert code == -signal.SIGKILL, out[-2000:]
     run = tmp_path / "crash"
@@ -128,6 +145,8 @@ def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
     log.close()
     client = next(p for p in stage2["present_clients"] if p not in stage2["forgotten"])
     rid = submit("crash", str(client), str(tmp_path))  # while the ServerApp is down
+    whole.stdin.write(f"{client}\n")  # the same request, in the reference run
+    whole.stdin.flush()
     code, out = run_child({**config, "run-name": "crash"})
     assert code == 0, out[-3000:]
     assert "stage 1 already done" in out and "stage 2 already done" in out
@@ -137,11 +156,8 @@ def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
     assert [r.state for r in inbox.all()] == ["done"] * 4
     inbox.close()
     # the same requests, never killed: the same models and receipts
-    script = STAGED_CHILD.format(root=str(ROOT), tests=str(ROOT / "tests"))
-    whole = {**config, "run-name": "whole"}
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(whole), str(client)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, out = finished(whole)
+    assert code == 0, out[-3000:]
     for name in ("stage3", "stage3-FR"):
         a, b = models(run / "models" / f"{name}.npz"), models(
             tmp_path / "whole" / "models" / f"{name}.npz")
