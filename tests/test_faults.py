@@ -66,20 +66,29 @@ HOSTILE = {  # kind -> (tamper, words of the recorded reason)
 }
 
 
-@pytest.mark.parametrize("kind", sorted(HOSTILE))
-def test_hostile_reply_is_rejected_recorded_and_excluded(run_server, tmp_path, kind):
-    # every client of the run is sampled (2 shards x 2 of 4... all 8 take part)
-    tamper, words = HOSTILE[kind]
-    summary, _ = run_server({"frameworks": "none", "num-rounds": 1,
-                             "clients-per-round": 8}, tamper={1002: tamper})
-    assert summary["faults"]["counts"] == {"rejected": 1}  # and summary.json exists
-    (fault,) = summary["faults"]["entries"]
-    assert (fault["partition"], fault["round"], fault["stage"]) == (2, 1, "sharded")
-    assert words in fault["reason"]
+def test_each_hostile_reply_is_rejected_recorded_and_excluded(run_server, tmp_path):
+    """One run in which each of 12 clients breaks its reply in its own way (6 a shard;
+    every client is sampled), and each shard's 6 honest clients are aggregated."""
+    from server_app.rounds.federation import assign_shards
+
+    config = {"frameworks": "none", "num-rounds": 1, "num-clients": 24,
+              "clients-per-round": 24}
+    shards = assign_shards(24, 2, 0)
+    first_six = [p for shard in shards for p in shard[:6]]
+    hostile = dict(zip(first_six, sorted(HOSTILE), strict=True))
+    summary, _ = run_server(config, tamper={1000 + p: HOSTILE[kind][0]
+                                            for p, kind in hostile.items()})
+    assert summary["shards"] == shards
+    assert summary["faults"]["counts"] == {"rejected": 12}  # and summary.json exists
+    faults = {fault["partition"]: fault for fault in summary["faults"]["entries"]}
+    assert sorted(faults) == sorted(hostile)
     store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
-    shard = next(s for s, pids in enumerate(summary["shards"]) if 2 in pids)
-    assert 2 not in [p for p, _ in store.participants(shard, 1)]
-    assert len(store.participants(shard, 1)) == 3  # the others were aggregated
+    for p, kind in hostile.items():
+        fault = faults[p]
+        assert (fault["round"], fault["stage"]) == (1, "sharded"), kind
+        assert HOSTILE[kind][1] in fault["reason"], (kind, fault["reason"])
+    for s, pids in enumerate(shards):
+        assert sorted(p for p, _ in store.participants(s, 1)) == pids[6:]  # the others
     assert np.isfinite(summary["learning"]["loss"])
 
 
