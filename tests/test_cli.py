@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from process_tree import GROUP_CHILD, running
 
 from cli import config
 from cli.deploy import deploy_config
@@ -260,18 +261,7 @@ DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     sys.path.insert(0, {root!r})
     from cli.procs import Children, exit_on_signals
-    CHILD = '''
-    import signal, subprocess, sys, time
-    a = subprocess.Popen(["sleep", "300"])                          # same group
-    b = subprocess.Popen(["sleep", "300"], start_new_session=True)  # left the group
-    c = subprocess.Popen([sys.executable, "-c", "import signal, time; "
-                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                          "print(1, flush=True); time.sleep(300)"],
-                         stdout=subprocess.PIPE, text=True)          # ignores SIGTERM
-    c.stdout.readline()
-    print(a.pid, b.pid, c.pid, flush=True)
-    time.sleep(300)
-    '''
+    CHILD = {child!r}
     exit_on_signals("driver")
     with Children(grace_s=1.0) as children:
         child = children.start([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
@@ -281,30 +271,24 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
 
 @pytest.mark.subprocess
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 def test_sigterm_stops_children_and_grandchildren():
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT))],
+    script = DRIVER.format(root=str(ROOT), child=GROUP_CHILD)
+    driver = subprocess.Popen([sys.executable, "-c", script],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         mark, *pids = driver.stdout.readline().split()
         pids = [int(p) for p in pids]
-        assert len(pids) == 4 and all(_running(p) for p in pids)
+        assert len(pids) == 4 and all(running(p) for p in pids)
         assert set(pids[1:]) <= set(marked_processes(mark))
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(timeout=30) == 128 + signal.SIGTERM
         deadline = time.time() + 5
-        while any(_running(p) for p in pids) and time.time() < deadline:
+        while any(running(p) for p in pids) and time.time() < deadline:
             time.sleep(0.1)
-        assert not [p for p in pids if _running(p)]
+        assert not [p for p in pids if running(p)]
         assert "SIGTERM" in driver.stderr.read()
     finally:
         driver.kill()

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_tree import GROUP_CHILD, running
 
 from cli import config
 from cli.procs import RUN_TAG, command_processes, run_processes
@@ -35,18 +36,7 @@ DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     sys.path.insert(0, {root!r})
     from cli.procs import Children
-    CHILD = '''
-    import signal, subprocess, sys, time
-    a = subprocess.Popen(["sleep", "300"])                          # same group
-    b = subprocess.Popen(["sleep", "300"], start_new_session=True)  # left the group
-    c = subprocess.Popen([sys.executable, "-c", "import signal, time; "
-                          "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                          "print(1, flush=True); time.sleep(300)"],
-                         stdout=subprocess.PIPE, text=True)          # ignores SIGTERM
-    c.stdout.readline()
-    print(a.pid, b.pid, c.pid, flush=True)
-    time.sleep(300)
-    '''
+    CHILD = {child!r}
     children = Children(grace_s=1.0)
     child = children.start([sys.executable, "-c", CHILD], stdout=subprocess.PIPE,
                            text=True)
@@ -55,27 +45,21 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
 
 def _gone_within(pids, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
-    while (left := [p for p in pids() if _running(p)]) and time.monotonic() < deadline:
+    while (left := [p for p in pids() if running(p)]) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
 
 def test_sigkill_of_the_command_stops_children_and_grandchildren():
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT))],
+    script = DRIVER.format(root=str(ROOT), child=GROUP_CHILD)
+    driver = subprocess.Popen([sys.executable, "-c", script],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in driver.stdout.readline().split()]
-        assert len(pids) == 4 and all(_running(p) for p in pids)
+        assert len(pids) == 4 and all(running(p) for p in pids)
         assert set(pids) <= set(command_processes(driver.pid))
         driver.send_signal(signal.SIGKILL)  # no handler, no finally: nothing of its own
         driver.wait(timeout=10)
