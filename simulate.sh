@@ -17,6 +17,18 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# paths the user types (--out, --run-config FILE, --results-dir, PYTHONPATH, ...) are
+# theirs: the command goes back to this folder (cli/main.py) after the install below
+export SE_CALLER_DIR="${SE_CALLER_DIR:-$PWD}"
+if [ -n "${PYTHONPATH:-}" ]; then  # a plug-in's folder, relative to the caller's
+    abs=""
+    IFS=: read -ra entries <<< "$PYTHONPATH"
+    for entry in "${entries[@]}"; do
+        case "$entry" in /*|"") ;; *) entry="$SE_CALLER_DIR/$entry" ;; esac
+        abs="${abs:+$abs:}$entry"
+    done
+    export PYTHONPATH="$abs"
+fi
 cd "$ROOT"
 VENV="$ROOT/.venv"
 

@@ -17,7 +17,9 @@ def setup_env(environ: dict | None = None) -> dict:
     unless it is there already; ``FLWR_HOME`` = ``.flwr_home/``;
     ``SE_RESULTS_DIR`` = ``results/``; ``SE_DATA_DIR`` = ``../shared/data``
     when that exists; no runtime dependency installation, telemetry or update
-    check; ``RAY_TMPDIR`` per user. Folders are created.
+    check; ``RAY_TMPDIR`` per user. These paths and ``PYTHONPATH``'s entries are
+    made absolute against the current folder (the command's children run in the
+    project folder). Folders are created.
 
     Returns
     -------
@@ -37,6 +39,14 @@ def setup_env(environ: dict | None = None) -> dict:
     shared = PROJECT.parent / "shared" / "data"
     if not env.get("SE_DATA_DIR") and shared.is_dir():
         env["SE_DATA_DIR"] = str(shared.resolve())
+    # absolute: the command's children run in the project folder, not this one
+    for key in ("FLWR_HOME", "RAY_TMPDIR", "SE_RESULTS_DIR", "SE_DATA_DIR"):
+        if env.get(key):
+            env[key] = str(Path(env[key]).expanduser().resolve())
+    if env.get("PYTHONPATH"):  # a plug-in task or method (docs/TASKS.md)
+        env["PYTHONPATH"] = os.pathsep.join(
+            str(Path(p).expanduser().resolve()) if p else p
+            for p in env["PYTHONPATH"].split(os.pathsep))
     for key in ("FLWR_HOME", "RAY_TMPDIR", "SE_RESULTS_DIR"):
         Path(env[key]).mkdir(parents=True, exist_ok=True)
     return env

@@ -171,8 +171,9 @@ def main_forget(argv: list[str], prog: str) -> int:
 
 def main_receipts(argv: list[str], prog: str) -> int:
     """The ``receipts`` command: one line per receipt, then requests still waiting."""
-    parser = argparse.ArgumentParser(prog=prog, description="List a staged run's "
-                                     "receipts and waiting requests.")
+    parser = argparse.ArgumentParser(prog=prog, description="List a run's receipts "
+                                     "(requests of a staged run, requests to a "
+                                     "finished run) and its waiting requests.")
     parser.add_argument("--run", required=True, help="the run's run-name")
     parser.add_argument("--results-dir", default=None)
     args = parser.parse_args(argv)
@@ -185,8 +186,8 @@ def main_receipts(argv: list[str], prog: str) -> int:
         waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
     for receipt in receipts:
         print(receipt_line(receipt))
-    late = "not handled: it arrived after the last stage boundary" if (
-        folder / SUMMARY).exists() else "not done yet"
+    late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
+        folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:
         print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  clients "
               f"{request.clients}  ({late})")

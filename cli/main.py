@@ -30,7 +30,8 @@ experiments  the paper's experiments: runs, CSV, figures, report.md
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new
              model version (--record-only: later, with --pending)
-receipts     list a run's receipts (one per request) and waiting requests
+receipts     list a run's receipts (each request of a staged run or to a finished
+             run: versions, shards, rounds, models digests) and waiting requests
 models       list a run's model versions (v1 after learning, one per request)
 export       write a model version for serving (safetensors or torch)
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS \
         else ("run", argv)
+    _back_to_caller(command)
     setup_env()
     if command in ("test", "experiments"):  # programs of their own, signals included
         module = "pytest" if command == "test" else "experiments.run"
@@ -67,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
+
+
+def _back_to_caller(command: str) -> None:
+    """Work in the folder ``./simulate.sh`` was called from (``$SE_CALLER_DIR``).
+
+    ``simulate.sh`` changes to the project folder to install it; the paths a user
+    types are relative to their own folder, and every process the command starts
+    is given the project folder itself. The test suite stays in the project.
+    """
+    caller = os.environ.pop("SE_CALLER_DIR", "")
+    if caller and command != "test" and os.path.isdir(caller):
+        os.chdir(caller)
 
 
 def _dispatch(command: str, rest: list[str], prog: str) -> int:

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from cli.runs import open_inbox, run_folder
+from history.files import atomic_write, readable_mode
 from server_app.config import ConfigError
 from server_app.run.folder import ModelsFileError, RunFolder
 from server_app.run.versions import ModelVersion
@@ -117,6 +118,9 @@ def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
 
     ``factory`` rebuilds the architecture: ``task.registry.get_task(task).model(
     num_classes)`` with ``factory_args`` (the run's task: a built-in or a plug-in).
+    ``layers`` is the model's own order of its ``state_dict`` (a ``.safetensors``
+    file sorts its tensors): the order :func:`server_app.run.receipts.models_sha256`
+    hashes them in, so the models digest can be recomputed from the file.
     """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
@@ -126,8 +130,10 @@ def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
     num_classes = _num_classes(settings)
     model = get_task(spec).model(num_classes)
     return {"format": FORMAT, "architecture": f"{type(model).__module__}."
-            f"{type(model).__qualname__}", "factory": "task.registry:get_task",
+            f"{type(model).__qualname__}",
+            "factory": "task.registry.get_task(task).model(num_classes)",
             "factory_args": json.dumps({"task": spec, "num_classes": num_classes}),
+            "layers": json.dumps(list(model.state_dict())),
             "num_shards": str(version.shards), "ensemble": ENSEMBLE,
             "run": folder.name, "version": str(version.version),
             "models_sha256": version.digests["models"],
@@ -143,18 +149,44 @@ def _num_classes(settings: dict) -> int:
 
 
 def export(out: Path, shards: list[dict], meta: dict[str, str]) -> None:
-    """Write ``shards`` (state dicts) and ``meta`` to ``out`` (by its suffix)."""
+    """Write ``shards`` (state dicts) and ``meta`` to ``out`` (by its suffix).
+
+    Atomic, readable as the umask allows. A ``.safetensors`` file is the same
+    bytes at every export of a version (:func:`canonical_safetensors`); a ``.pt``
+    file is not (torch writes a random serialization id into each).
+    """
+    import io
+
+    import torch
+
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.suffix == ".safetensors":
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         flat = {f"shard{s}/{k}": t.contiguous() for s, sd in enumerate(shards)
                 for k, t in sd.items()}
-        save_file(flat, str(out), metadata=meta)
-        return
-    import torch
+        data = canonical_safetensors(save(flat, metadata=meta))
+    else:
+        buffer = io.BytesIO()
+        torch.save({"shards": shards, "metadata": meta}, buffer)
+        data = buffer.getvalue()
+    atomic_write(out, data, readable_mode())
 
-    torch.save({"shards": shards, "metadata": meta}, out)
+
+def canonical_safetensors(blob: bytes) -> bytes:
+    """Safetensors bytes with the JSON header's keys sorted.
+
+    The library writes the header's ``__metadata__`` in hash order, so one
+    version's exports would differ in bytes; the tensors' offsets count from
+    the end of the header, so only the header changes. Format:
+    https://github.com/huggingface/safetensors (8-byte little-endian header
+    length, the JSON header padded with spaces to 8 bytes, the tensor data).
+    """
+    size = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + size])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + blob[8 + size:]
 
 
 def _utc(seconds: float) -> str:

@@ -117,10 +117,28 @@ def _read_manifest(archive: zipfile.ZipFile) -> dict[str, np.ndarray]:
     return out
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a fsync'ed temporary file and a rename."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def readable_mode() -> int:
+    """Permission bits of a file others may read: 0o666 less the process's umask."""
+    return 0o666 & ~_umask()
+
+
+def atomic_write(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` via a fsync'ed temporary file and a rename.
+
+    ``mode``: the file's permission bits; None keeps the temporary file's 0o600
+    (private: history, models, slices). Reports a reader outside this process
+    takes (summary.json, receipts, exported models) pass :func:`readable_mode`.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -346,3 +346,27 @@ def test_another_spelling_of_the_same_results_dir_resumes(tmp_path, shared_data)
     assert again.catalog.resumed and again.folder.path == first.folder.path
     again.catalog.close()
     again.folder.release()
+
+
+def test_typed_paths_are_the_callers_and_children_get_them_absolute(tmp_path,
+                                                                      monkeypatch):
+    """simulate.sh installs from the project folder; the command then works in the
+    caller's folder (an export's --out lands there) and hands its children absolute
+    paths, since they run in the project folder."""
+    from cli.env import setup_env
+    from cli.main import _back_to_caller
+
+    caller = tmp_path / "mine"
+    caller.mkdir()
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("SE_CALLER_DIR", str(caller))
+    _back_to_caller("test")  # the suite stays in the project
+    assert Path.cwd() == ROOT and "SE_CALLER_DIR" not in os.environ
+    monkeypatch.setenv("SE_CALLER_DIR", str(caller))
+    _back_to_caller("export")
+    assert Path.cwd() == caller
+    env = setup_env({"PYTHONPATH": f"plug{os.pathsep}/abs/x", "SE_RESULTS_DIR": "out",
+                     "FLWR_HOME": str(tmp_path / "home"), "RAY_TMPDIR": "ray"})
+    assert env["PYTHONPATH"] == f"{caller / 'plug'}{os.pathsep}/abs/x"
+    assert env["SE_RESULTS_DIR"] == str(caller / "out")
+    assert (caller / "out").is_dir() and (caller / "ray").is_dir()

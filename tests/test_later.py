@@ -77,12 +77,14 @@ def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shar
 def test_models_lists_versions_and_export_loads_each_in_plain_torch(
         tmp_path, make_grid, shared_data, capsys):
     import torch
+    from flwr.app import Array, ArrayRecord
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     from cli.models import main_export, main_models
-    from server_app.run.receipts import utc
-    from task.model import build_model
+    from history.files import readable_mode
+    from server_app.run.receipts import models_sha256, utc
+    from task.registry import get_task
 
     learned = _config(tmp_path, shared_data, "e", frameworks="none")
     _run(make_grid, learned)
@@ -124,12 +126,25 @@ def test_models_lists_versions_and_export_loads_each_in_plain_torch(
         assert meta["architecture"] == "task.model.CNN" and meta["num_shards"] == "2"
         assert meta["version"] == str(version.version)
         assert json.loads(meta["forgotten"]) == version.forgotten
+        assert out.stat().st_mode & 0o777 == readable_mode()  # a server may read it
         stored = read_arrays(folder / version.file)
+        args = json.loads(meta["factory_args"])  # the recipe the metadata names
+        assert meta["factory"] == "task.registry.get_task(task).model(num_classes)"
         for s, state in enumerate(shards):
-            model = build_model("mnist", 10)
+            model = get_task(args["task"]).model(args["num_classes"])
             model.load_state_dict(state)  # strict: every layer, nothing else
             for key, tensor in model.state_dict().items():
                 assert np.array_equal(tensor.numpy(), stored[f"shard{s}/{key}"])
+        # the models digest, recomputed from the file in the metadata's layer order
+        layers = json.loads(meta["layers"])
+        records = [ArrayRecord({k: Array(state[k].numpy()) for k in layers})
+                   for state in shards]
+        assert models_sha256(records) == version.digests["models"]
+        if suffix == ".safetensors":  # the same version, the same bytes
+            again = tmp_path / "again.safetensors"
+            main_export(["--run", "e", "--out", str(again), "--results-dir",
+                         str(tmp_path), "--version", str(version.version)], "export")
+            assert again.read_bytes() == out.read_bytes()
 
 
 def _forget_command(argv: list[str], folder, tmp_path, capsys) -> str:

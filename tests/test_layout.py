@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,8 +171,21 @@ def test_readme_layout_table_matches_the_tree():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Layout", 1)[1]
     named = set(re.findall(r"^\| `([\w.-]+)/` \|", section, flags=re.M))
-    tracked_dirs = {p.name for p in ROOT.iterdir() if p.is_dir()
-                    and not p.name.startswith(".") and p.name not in (
-                        "results", "build", "dist", "__pycache__")
-                    and not p.name.endswith(".egg-info")}
-    assert named == tracked_dirs
+    assert named == _tracked_top_folders()
+
+
+def _tracked_top_folders() -> set[str]:
+    """Top-level folders holding files git tracks (what a user added is not the tree's).
+
+    Outside a git checkout (an unpacked FAB or archive): every folder not hidden,
+    not a build or results folder.
+    """
+    try:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                               check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        return {p.name for p in ROOT.iterdir() if p.is_dir()
+                and not p.name.startswith(".") and p.name not in (
+                    "results", "build", "dist", "__pycache__")
+                and not p.name.endswith(".egg-info")}
+    return {f.split("/", 1)[0] for f in files if "/" in f and not f.startswith(".")}

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from history.files import atomic_write, atomic_write_arrays, decode_arrays
+from history.files import atomic_write, atomic_write_arrays, decode_arrays, readable_mode
 from server_app.config import ConfigError, RunConfig
 from server_app.run.lock import LOCK_NAME, RunLock, RunLockedError
 
@@ -178,7 +178,8 @@ class RunFolder:
             clean["warnings"] = list(clean["warnings"]) + [
                 f"{where} was {value} (not a finite number), written as null"
                 for where, value in bad]
-        atomic_write(target, json.dumps(clean, indent=2, allow_nan=False).encode())
+        atomic_write(target, json.dumps(clean, indent=2, allow_nan=False).encode(),
+                     readable_mode())
         self.release()
         return target
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flwr.app import ArrayRecord
 
-from history.files import atomic_write
+from history.files import atomic_write, readable_mode
 
 RECEIPTS_DIR = "receipts"
 REQUIRED = frozenset({"request_id", "clients", "status", "stage"})
@@ -66,7 +66,8 @@ def write_receipt(run_folder: Path, receipt: dict) -> Path:
     folder = Path(run_folder) / RECEIPTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{receipt['request_id']}.json"
-    atomic_write(path, (json.dumps(receipt, indent=2, allow_nan=False) + "\n").encode())
+    atomic_write(path, (json.dumps(receipt, indent=2, allow_nan=False) + "\n").encode(),
+                 readable_mode())
     return path
 
 
@@ -103,4 +104,13 @@ def receipt_line(receipt: dict) -> str:
             f"{receipt['clients']}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "
             f"{receipt.get('rounds_replayed', '-')}  SE {se.get('client_epochs', 0):.1f} "
-            f"client-epochs  done {receipt.get('done_at') or '-'}")
+            f"client-epochs  done {receipt.get('done_at') or '-'}{_digests(receipt)}")
+
+
+def _digests(receipt: dict) -> str:
+    """``  models sha256 <before> -> <after>`` where the receipt names both."""
+    digests = receipt.get("models_sha256") or {}
+    before, after = (digests.get(k) or {} for k in ("before", "after"))
+    if not (before.get("models") and after.get("models")):
+        return ""
+    return f"  models sha256 {before['models']} -> {after['models']}"
