@@ -153,7 +153,7 @@ def main_forget(argv: list[str], prog: str) -> int:
     if args.lost_nodes is not None and not finished:
         raise ConfigError(f"--lost-nodes {args.lost_nodes!r}: --run {args.run!r} has not "
                           "finished; node folders are checked for later requests only")
-    if finished and not args.record_only:  # before the request is recorded
+    if finished:  # before the request is recorded (also one only recorded)
         check_later(folder, args.lost_nodes)
     if args.clients is not None:
         rid = submit(args.run, args.clients, args.results_dir)

@@ -15,6 +15,7 @@ as erasures).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,11 @@ from server_app.preflight import validate_run_config
 from server_app.run.folder import COMMAND_LOGS
 from server_app.run.lock import RunLock
 from server_app.run.receipts import receipt_line
-from server_app.run.stored import check_node_folders, missing_node_folders
+from server_app.run.stored import (
+    check_finished_run,
+    check_node_folders,
+    missing_node_folders,
+)
 
 
 def check_later(folder: Path, lost: str | None = None) -> list[Path]:
@@ -53,20 +58,24 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     Raises
     ------
     ConfigError
-        A missing node folder not named in ``lost``; ``lost`` names a client
-        whose node folder is there, or a path that is not a folder (one line).
+        The run's stored state fails :func:`server_app.run.stored.check_finished_run`;
+        a missing node folder not named in ``lost``; ``lost`` is empty, names a
+        client whose node folder is there, or a path that is not a folder (one
+        line).
     """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
     cfg = RunConfig.from_run_config(settings)
+    check_finished_run(cfg, settings, folder)  # what the request will read back
     missing = missing_node_folders(cfg, folder)
-    ids = parse_clients(lost, cfg.data.num_clients, "--lost-nodes") if lost else []
+    ids = [] if lost is None else parse_clients(lost, cfg.data.num_clients,
+                                                "--lost-nodes")
     there = [p for p in ids if p not in missing]
     if there:
         raise ConfigError(f"--lost-nodes {lost!r}: the node folder(s) of client(s) "
                           f"{there} are there (or were never written); name only "
                           f"missing ones: {sorted(missing) or 'none is missing'}")
-    blocked = [str(missing[p]) for p in ids if missing[p].exists()]
+    blocked = [str(missing[p]) for p in ids if os.path.lexists(missing[p])]
     if blocked:
         raise ConfigError(f"--lost-nodes {lost!r}: {', '.join(blocked)} is not a "
                           "folder; move it away first")
@@ -108,7 +117,13 @@ def carry_out(folder: Path, prog: str, lost: str | None = None) -> int:
     made = check_later(folder, lost)
     from cli.simulation import claim_run, launch
 
-    claim_run(folder)
+    try:
+        claim_run(folder)
+    except ConfigError:  # another command works on the run right now
+        raise ConfigError(f"--run {folder.name!r} is busy (another command's processes "
+                          f"work on it): the requests {pending} are recorded; the "
+                          f"command at work may carry them out, else `{prog} --run "
+                          f"{folder.name} --pending` once it is free") from None
     for path in made:  # the operator's choice: no slices there, each one an erasure
         path.mkdir(parents=True)
         print(f"{prog}: node folder {path} accepted as lost (made again, empty): its "
@@ -132,8 +147,9 @@ def _report(folder: Path, ids: list[str], log_path: Path, status: int) -> int:
         if rid in receipts:
             print(receipt_line(receipts[rid]))
     if left:
-        print(f"not handled: {', '.join(left)} (flwr exit status {status}; see "
-              f"{log_path}); they stay recorded", file=sys.stderr)
+        print(f"not handled: {', '.join(left)} (the engine did not carry them out; "
+              f"flwr exit status {status}; see {log_path}); they stay recorded",
+              file=sys.stderr)
         return 1
     print(f"receipts: {folder / 'receipts'}", flush=True)
     return 0

@@ -82,14 +82,38 @@ def main_export(argv: list[str], prog: str) -> int:
         raise ConfigError(f"--out {args.out!r}: a file name ending in .safetensors, .pt "
                           "or .pth")
     folder = run_folder(args.run, args.results_dir)
+    _check_out(out, args.out, folder)
     version = _pick(_versions(folder), args.version)
     shards = _load(folder, version)
-    export(out, shards, metadata(folder, version))
+    try:
+        export(out, shards, metadata(folder, version))
+    except OSError as err:
+        raise ConfigError(f"--out {args.out!r}: cannot be written "
+                          f"({err.strerror or err})") from None
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     print(f"v{version.version} of run {args.run} -> {out}")
     print(f"models sha256 {version.digests['models']} (the receipts' models_sha256)")
     print(f"file sha256 {digest}")
     return 0
+
+
+def _check_out(out: Path, text: str, folder: Path) -> None:
+    """Refuse an ``--out`` that could overwrite what the runs stored.
+
+    Raises
+    ------
+    ConfigError
+        ``--out`` is a folder or a symbolic link, or lies inside the folder that
+        holds the run folders (one line; nothing is written).
+    """
+    if out.is_symlink() or out.is_dir():
+        what = "symbolic link" if out.is_symlink() else "folder"
+        raise ConfigError(f"--out {text!r} is a {what}: give the path of a new file "
+                          "(or of a file to replace)")
+    results = folder.parent.resolve()
+    if out.resolve().is_relative_to(results):
+        raise ConfigError(f"--out {text!r} lies inside {results}, where the runs keep "
+                          "their files: write the export outside it")
 
 
 def _pick(versions: list[ModelVersion], number: int | None) -> ModelVersion:

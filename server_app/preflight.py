@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
-from server_app.config.tasks import check_task, data_folder, load_run_data
+from server_app.config.tasks import check_model, check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
 from server_app.run.stored import check_run_folder, run_settings
@@ -116,6 +116,7 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     notes = baseline_sampling_notes(cfg, requests)
     if cfg.storage.coded:
         num_classes = (task if task is not None else _load_task(cfg)).num_classes
+        check_model(cfg, cfg.task(), num_classes)  # built next, for the coded range
         check_coded_range(cfg, initial_magnitude(cfg.task(), num_classes, cfg.seed))
     if files:
         _check_files(cfg)

@@ -17,7 +17,8 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SLOW_TIERS = ("slow", "inprocess", "subprocess", "e2e")
 """Markers of the slow tiers (pyproject.toml); ``--fast`` runs the tests with none."""
 IN_PROCESS_FIXTURES = {"run_server", "make_grid",  # here
-                       "runs", "tiny_all", "stored", "staged_run"}  # module fixtures
+                       "runs", "tiny_all", "stored", "staged_run",  # module fixtures
+                       "_finished_once", "coded_run"}
 """A test using one of these (directly or through its fixtures) runs whole federations."""
 
 

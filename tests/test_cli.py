@@ -129,6 +129,7 @@ def test_deploy_control_nice_out_of_range_is_one_line_before_anything(tmp_path, 
     assert not record.exists()  # exits at parsing, before the run config or flwr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("nice", [0, 3])
 def test_control_plane_processes_start_at_the_given_niceness(nice):
     probe = "import os; print(os.nice(0))"
@@ -140,6 +141,7 @@ def test_control_plane_processes_start_at_the_given_niceness(nice):
     assert os.nice(0) == base  # this process is unchanged
 
 
+@pytest.mark.subprocess
 def test_local_superlink_keeps_its_state_in_memory_at_the_given_niceness(tmp_path):
     """No ``--database``: Flower's in-memory state (an SQLite file cost 42 s of CPU)."""
     started = []

@@ -256,3 +256,37 @@ def test_the_summary_records_the_task_and_reads_its_metric_back():
     # written before the task block: no perplexity, so accuracy
     old = {k: v for k, v in summary.to_json().items() if k != "task"}
     assert RunSummary.from_json(old).headline_metric() == "accuracy"
+
+
+BROKEN = '''
+import dataclasses
+import mytask
+
+def _fails(*args):
+    raise KeyError("boom\\nsecond line")
+
+broken_load = dataclasses.replace(mytask.task, load=_fails)
+broken_model = dataclasses.replace(mytask.task, model=_fails)
+not_a_model = dataclasses.replace(mytask.task, model=lambda num_classes: "a model")
+'''
+
+
+@pytest.mark.parametrize("name, words", [
+    ("broken_load", "its data cannot be loaded: KeyError: 'boom"),
+    ("broken_model", "failed: KeyError: 'boom"),
+    ("not_a_model", "returned a str, not a torch.nn.Module"),
+])
+@pytest.mark.parametrize("storage", ["uncoded", "coded"])
+def test_a_plugins_failing_code_is_one_line_before_any_engine(outside, name, words,
+                                                              storage):
+    """The command's own checks with the data (cli.simulation.preflight) call the
+    task's loader and model factory: their failures are one line, not a traceback
+    and not a started engine."""
+    from cli.simulation import preflight
+
+    (outside / "broken.py").write_text(BROKEN)
+    run = fused_run_config({**RUN, "task": f"broken:{name}", "storage": storage})
+    with pytest.raises(ConfigError) as err:
+        preflight(run)
+    message = str(err.value)
+    assert "\n" not in message and "'task'" in message and words in message, message

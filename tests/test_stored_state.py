@@ -253,6 +253,21 @@ def test_a_deleted_node_folder_is_refused_before_a_later_request(
     assert "--lost-nodes '4': the node folder(s) of client(s) [4] are there" in lines[0]
     assert "name only missing ones: [5]" in lines[0]
     assert _snapshot(folder) == before
+    # a request only recorded is checked the same way; an empty --lost-nodes is no id
+    for argv, words in (([*forget, "--record-only"], "--lost-nodes 5"),
+                        ([*forget, "--lost-nodes", ""], "comma-separated partition ids")):
+        status, err, record = _command(argv, tmp_path, capsys)
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and not record.exists(), err[-2000:]
+        assert words in lines[0]
+        assert _snapshot(folder) == before
+    # a dangling link where the folder was is not a folder to make again
+    node.symlink_to(tmp_path / "gone")
+    status, err, record = _command([*forget, "--lost-nodes", "5"], tmp_path, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and not record.exists(), err[-2000:]
+    assert f"{node} is not a folder; move it away first" in lines[0]
+    node.unlink()
     # accepted as lost: made again, empty, the request recorded, the engine started
     status, err, record = _command([*forget, "--lost-nodes", "5"], tmp_path, capsys)
     assert record.exists() and status == 1, err[-2000:]  # the fake flwr did nothing
@@ -273,3 +288,69 @@ def test_a_deleted_node_folder_is_refused_before_a_later_request(
     assert erased["rounds_recoded"] and erased["stale"] == [
         [s, g, 5] for s, g in erased["rounds_recoded"]]
     assert not any(node.iterdir())  # nothing written into the lost node's folder
+
+
+@pytest.fixture(scope="module")
+def _finished_once(tmp_path_factory, shared_data):
+    """A pristine finished uncoded run (model version v1, its history), made once."""
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+
+    set_task_identity()  # module scope: before the autouse fixture
+    results = tmp_path_factory.mktemp("finished") / "results"
+    run_config = fused_run_config({
+        **TINY, "num-rounds": 1, "test-samples": 100, "frameworks": "none",
+        "mia": False, "data-dir": str(shared_data), "results-dir": str(results),
+        "run-name": "f"})
+    main(InProcessGrid(client_app, TINY["num-clients"], run_config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config=run_config))
+    assert (results / "f" / "summary.json").is_file()
+    return results / "f"
+
+
+@pytest.fixture
+def stored_finished(_finished_once, tmp_path):
+    """A copy of the finished run, for one test to damage."""
+    folder = tmp_path / "results" / "f"
+    shutil.copytree(_finished_once, folder)
+    return folder
+
+
+def test_a_later_request_reads_the_finished_run_back_first(stored_finished, tmp_path,
+                                                            capsys):
+    """A garbled history blob of a finished run: `forget` refuses in one line before
+    it records the request or starts an engine, as `run` does for a resume."""
+    folder = stored_finished
+    blob = next((folder / "history" / "sharded" / "blobs").glob("update_*"))
+    blob.write_bytes(b"garbage" + blob.read_bytes()[7:])
+    before = _snapshot(folder)
+    for argv in (["--clients", "3"], ["--clients", "3", "--record-only"]):
+        status, err, record = _command(["forget", "--run", folder.name, *argv,
+                                        "--results-dir", str(folder.parent)],
+                                       tmp_path, capsys)
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and not record.exists(), err[-2000:]
+        assert blob.name in lines[0] and "restore it" in lines[0], lines[0]
+        assert _snapshot(folder) == before
+
+
+def test_export_never_writes_over_a_runs_files(stored_finished, tmp_path, capsys):
+    """--out as a link to a stored model, a folder, a path in the results folder or
+    one that cannot be written: one line each, nothing written."""
+    folder = stored_finished
+    before = _snapshot(folder)
+    link = tmp_path / "evil.pt"
+    link.symlink_to(folder / "models" / "v1.npz")
+    (tmp_path / "d.safetensors").mkdir()
+    for out, words in ((link, "is a symbolic link"),
+                       (tmp_path / "d.safetensors", "is a folder"),
+                       (folder / "models" / "v1.pt", "where the runs keep their files"),
+                       (folder.parent / "x.safetensors", "where the runs keep"),
+                       (Path("/proc/1/nope.pt"), "cannot be written")):
+        status, err, _ = _command(["export", "--run", folder.name, "--out", str(out),
+                                   "--results-dir", str(folder.parent)], tmp_path, capsys)
+        err = err.strip().splitlines()
+        assert status == 2 and len(err) == 1 and words in err[0], err
+        assert _snapshot(folder) == before

@@ -61,7 +61,37 @@ def load_run_data(cfg, folder: str) -> TaskData:
         return load_data(cfg.task(), cfg.task_settings(), folder)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"run-config 'task' = {cfg.data.task_spec!r}: its data "
-                          f"cannot be loaded: {str(err).splitlines()[0]}") from err
+                          f"cannot be loaded: {_first_line(err)}") from err
+    except Exception as err:  # a plug-in's own code failed: one line, not a traceback
+        raise ConfigError(f"run-config 'task' = {cfg.data.task_spec!r}: its data "
+                          f"cannot be loaded: {type(err).__name__}: {_first_line(err)}"
+                          ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0]
+
+
+def check_model(cfg, task: Task, num_classes: int) -> None:
+    """The task's model factory builds a ``torch.nn.Module`` (before any engine).
+
+    Raises
+    ------
+    ConfigError
+        ``Task.model(num_classes)`` raised, or returned something that is not a
+        ``torch.nn.Module`` (one line naming ``task``).
+    """
+    import torch
+
+    where = f"run-config 'task' = {cfg.data.task_spec!r}: its model({num_classes})"
+    try:
+        model = task.model(num_classes)
+    except Exception as err:  # a plug-in's own code
+        raise ConfigError(f"{where} failed: {type(err).__name__}: {_first_line(err)}"
+                          ) from err
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"{where} returned a {type(model).__name__}, not a "
+                          "torch.nn.Module")
 
 
 def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
@@ -80,7 +110,8 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
     Raises
     ------
     ConfigError
-        One line naming the key, the value and why (the task's name).
+        One line naming the key, the value and why (the task's name); with
+        ``data``, also :func:`check_model`'s refusal.
     """
     audit, who = cfg.audit, f"task {task.name!r}"
     try:  # the settings a ClientApp builds, then the task's checks of them
@@ -100,6 +131,8 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
     classes = data.num_classes if data is not None else task.num_classes
     if classes is None:
         return
+    if data is not None:  # what every process will build from the task
+        check_model(cfg, task, classes)
     if audit.backdoor_trigger and audit.backdoor_target >= classes:
         raise bad("backdoor-target", audit.backdoor_target,
                   f"a class index in 0..{classes - 1} ({who} has {classes} classes)")

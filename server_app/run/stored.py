@@ -111,6 +111,35 @@ def check_run_folder(cfg: RunConfig, settings: dict,
     return path
 
 
+def check_finished_run(cfg: RunConfig, settings: dict, folder: Path) -> None:
+    """What a later request reads back from a finished run, read back first.
+
+    As :func:`check_run_folder` for a resume, less the refusal of a finished
+    run: the catalog with ``settings`` (as the run recorded them), every
+    finished stage's result, the models files it recorded, the uncoded history
+    (every blob against its SHA-256), the inbox and every model version's file.
+    Nothing is changed.
+
+    Raises
+    ------
+    StoredStateError
+        The first thing a later request could not use (one line, naming it).
+    """
+    try:
+        log = RunLog(folder / "run.sqlite", settings, read_only=True)
+    except (StoreError, RunLogError) as err:
+        raise StoredStateError(str(err)) from None
+    try:
+        done = _finished(log)
+        _check_models(RunFolder(folder), log, done)
+        _check_histories(RunFolder(folder), cfg, done, verify_blobs=True)
+        _check_inbox(log)
+    except (StoreError, RunLogError, ModelsFileError) as err:
+        raise StoredStateError(str(err)) from None
+    finally:
+        log.close()
+
+
 def _finished(log: RunLog) -> dict[str, object]:
     """Each finished stage's result, parsed (stages of unknown kinds: as stored).
 
