@@ -272,7 +272,7 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     experiment : str
         ``single``, ``concurrent``, ``storage`` or ``all``.
     suite : str
-        ``quick``, ``paper`` or ``tiny`` (:data:`experiments.suites.SUITES`).
+        ``quick``, ``trained``, ``paper`` or ``tiny`` (:data:`experiments.suites.SUITES`).
     out : Path
         Output folder; runs whose summary.json is there already are reused.
     data_dir : str
@@ -380,7 +380,8 @@ def _write_json(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the experiment."""
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.run", description=__doc__,
+        prog=f"{os.environ.get('SE_CLI_PROG', 'python -m cli')} experiments",
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all"])
     ap.add_argument("--suite", default="quick", choices=suites.SUITES,
