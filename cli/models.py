@@ -103,17 +103,18 @@ def _check_out(out: Path, text: str, folder: Path) -> None:
     Raises
     ------
     ConfigError
-        ``--out`` is a folder or a symbolic link, or lies inside the folder that
-        holds the run folders (one line; nothing is written).
+        ``--out`` is a folder or a symbolic link, or lies inside a run folder (a
+        folder holding a run catalog ``run.sqlite``, at any depth; one line,
+        nothing is written).
     """
     if out.is_symlink() or out.is_dir():
         what = "symbolic link" if out.is_symlink() else "folder"
         raise ConfigError(f"--out {text!r} is a {what}: give the path of a new file "
                           "(or of a file to replace)")
-    results = folder.parent.resolve()
-    if out.resolve().is_relative_to(results):
-        raise ConfigError(f"--out {text!r} lies inside {results}, where the runs keep "
-                          "their files: write the export outside it")
+    run = next((p for p in out.resolve().parents if (p / "run.sqlite").is_file()), None)
+    if run is not None:
+        raise ConfigError(f"--out {text!r} lies inside the run folder {run}, where a "
+                          "run keeps its files: write the export outside it")
 
 
 def _pick(versions: list[ModelVersion], number: int | None) -> ModelVersion:

@@ -346,8 +346,8 @@ def test_export_never_writes_over_a_runs_files(stored_finished, tmp_path, capsys
     (tmp_path / "d.safetensors").mkdir()
     for out, words in ((link, "is a symbolic link"),
                        (tmp_path / "d.safetensors", "is a folder"),
-                       (folder / "models" / "v1.pt", "where the runs keep their files"),
-                       (folder.parent / "x.safetensors", "where the runs keep"),
+                       (folder / "models" / "v1.pt", "lies inside the run folder"),
+                       (folder / "x.safetensors", "where a run keeps its files"),
                        (Path("/proc/1/nope.pt"), "cannot be written")):
         status, err, _ = _command(["export", "--run", folder.name, "--out", str(out),
                                    "--results-dir", str(folder.parent)], tmp_path, capsys)
