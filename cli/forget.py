@@ -153,8 +153,8 @@ def main_forget(argv: list[str], prog: str) -> int:
     if args.lost_nodes is not None and not finished:
         raise ConfigError(f"--lost-nodes {args.lost_nodes!r}: --run {args.run!r} has not "
                           "finished; node folders are checked for later requests only")
-    if finished:  # before the request is recorded (also one only recorded)
-        check_later(folder, args.lost_nodes)
+    # before the request is recorded (also one only recorded); once, for carry_out too
+    made = check_later(folder, args.lost_nodes) if finished else []
     if args.clients is not None:
         rid = submit(args.run, args.clients, args.results_dir)
         live = not (folder / SUMMARY).exists()
@@ -163,10 +163,12 @@ def main_forget(argv: list[str], prog: str) -> int:
                  else ""))
         if live or args.record_only:
             return 0
+        if not finished:  # it finished while the request was recorded
+            made = check_later(folder, None)
     elif not (folder / SUMMARY).exists():
         raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
                           "finished runs")
-    return carry_out(folder, prog, args.lost_nodes)
+    return carry_out(folder, prog, made)
 
 
 def main_receipts(argv: list[str], prog: str) -> int:

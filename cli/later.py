@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from cli.runs import open_inbox, parse_clients
@@ -83,8 +84,11 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     return [missing[p] for p in ids]
 
 
-def carry_out(folder: Path, prog: str, lost: str | None = None) -> int:
+def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
     """Start the engine on ``folder``'s pending requests; return the exit status.
+
+    The caller has run :func:`check_later` on the folder (the stored state
+    read back, the node folders checked).
 
     Parameters
     ----------
@@ -92,15 +96,15 @@ def carry_out(folder: Path, prog: str, lost: str | None = None) -> int:
         The finished run's folder.
     prog : str
         The command's name, for messages.
-    lost : str, optional
-        ``--lost-nodes`` (:func:`check_later`).
+    made : Sequence[Path]
+        Node folders accepted as lost (:func:`check_later`'s result): made
+        again, empty, once the run is claimed.
 
     Raises
     ------
     ConfigError
-        A live process holds the run's lock, the recorded settings no longer
-        pass the checks, or a node folder is missing (one line; nothing was
-        started).
+        A live process holds the run's lock, or the recorded settings no
+        longer pass the checks (one line; nothing was started).
     """
     with open_inbox(folder) as inbox:
         settings, pending = inbox.settings(), [r.id for r in inbox.pending()]
@@ -114,7 +118,6 @@ def carry_out(folder: Path, prog: str, lost: str | None = None) -> int:
                           "--pending` once it is free")
     overrides = {**settings, "later-requests": True}
     cfg = validate_run_config(overrides, files=False)
-    made = check_later(folder, lost)
     from cli.simulation import claim_run, launch
 
     try:

@@ -116,7 +116,8 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     notes = baseline_sampling_notes(cfg, requests)
     if cfg.storage.coded:
         num_classes = (task if task is not None else _load_task(cfg)).num_classes
-        check_model(cfg, cfg.task(), num_classes)  # built next, for the coded range
+        if task is None:  # with the data, check_task above has built the model
+            check_model(cfg, cfg.task(), num_classes)  # built next, for the range
         check_coded_range(cfg, initial_magnitude(cfg.task(), num_classes, cfg.seed))
     if files:
         _check_files(cfg)

@@ -93,8 +93,21 @@ def check_run_folder(cfg: RunConfig, settings: dict,
         return path
     if not catalog.is_file():
         raise StoredStateError(f"run catalog {catalog} is not a file; remove it")
+    _read_back(path, cfg, settings, requests, verify_blobs)
+    return path
+
+
+def _read_back(path: Path, cfg: RunConfig, settings: dict,
+               requests: list[list[int]] | None, verify_blobs: bool) -> None:
+    """Catalog, planned requests, stage results, models, histories and inbox of ``path``.
+
+    Raises
+    ------
+    StoredStateError
+        The first thing that cannot be read back (one line).
+    """
     try:
-        log = RunLog(catalog, settings, read_only=True)
+        log = RunLog(path / "run.sqlite", settings, read_only=True)
     except (StoreError, RunLogError) as err:
         raise StoredStateError(str(err)) from None
     try:
@@ -108,7 +121,6 @@ def check_run_folder(cfg: RunConfig, settings: dict,
         raise StoredStateError(str(err)) from None
     finally:
         log.close()
-    return path
 
 
 def check_finished_run(cfg: RunConfig, settings: dict, folder: Path) -> None:
@@ -125,19 +137,7 @@ def check_finished_run(cfg: RunConfig, settings: dict, folder: Path) -> None:
     StoredStateError
         The first thing a later request could not use (one line, naming it).
     """
-    try:
-        log = RunLog(folder / "run.sqlite", settings, read_only=True)
-    except (StoreError, RunLogError) as err:
-        raise StoredStateError(str(err)) from None
-    try:
-        done = _finished(log)
-        _check_models(RunFolder(folder), log, done)
-        _check_histories(RunFolder(folder), cfg, done, verify_blobs=True)
-        _check_inbox(log)
-    except (StoreError, RunLogError, ModelsFileError) as err:
-        raise StoredStateError(str(err)) from None
-    finally:
-        log.close()
+    _read_back(folder, cfg, settings, None, verify_blobs=True)
 
 
 def _finished(log: RunLog) -> dict[str, object]:
