@@ -40,6 +40,8 @@ if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; the
     echo "installing the project into $VENV (torch 2.14.1 from this machine's disk)" >&2
     "$VENV/bin/python" -m pip install -q --upgrade pip >&2
     "$VENV/bin/python" -m pip install -q -e ".[dev]" >&2
+    # numba compiles the coding kernels on first use (15-20 s): once here, not in a run
+    "$VENV/bin/python" -m coding.warmup >&2
     touch "$VENV/.installed"
 fi
 

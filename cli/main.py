@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_env()
     if command in ("test", "experiments"):  # programs of their own, signals included
         module = "pytest" if command == "test" else "experiments.run"
+        if command == "test":
+            rest = _test_workers(rest)
         os.execv(sys.executable, [sys.executable, "-m", module, *rest])
     exit_on_signals(prog)
     try:
@@ -69,6 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
+
+
+def _test_workers(args: list[str]) -> list[str]:
+    """``args`` with one pytest-xdist worker per CPU, unless they choose otherwise.
+
+    Unchanged when they name ``-n`` / ``--numprocesses`` / ``-p no:xdist``, or
+    pytest-xdist is not installed; ``SE_TEST_WORKERS=0`` runs in one process.
+    The suite's processes wait a lot (engine start-ups, subprocesses), so two
+    workers on 2 cores take about half the time of one (docs/DEVELOPING.md).
+    """
+    import importlib.util
+
+    chosen = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith(
+        ("-n", "--numprocesses=")) for a in args)
+    workers = os.environ.get("SE_TEST_WORKERS", "auto")
+    if chosen or workers == "0" or importlib.util.find_spec("xdist") is None:
+        return args
+    return ["-n", workers, "--maxschedchunk", "1", *args]
 
 
 def _back_to_caller(command: str) -> None:

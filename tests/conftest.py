@@ -28,16 +28,29 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark in-process runs by their fixtures; with ``--fast`` keep the fast tier."""
+    """Mark in-process runs by their fixtures; with ``--fast`` keep the fast tier.
+
+    Across pytest-xdist workers (``-n``) the slowest tiers go first: each worker
+    takes the next test as it frees (``--maxschedchunk 1``), so the long tests
+    spread over the workers instead of one of them ending the suite alone.
+    """
     for item in items:
         if IN_PROCESS_FIXTURES & set(item.fixturenames):
             item.add_marker("inprocess")
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=_tier_rank)  # stable: a tier keeps its modules' order
     if not config.getoption("--fast"):
         return
     slow = [item for item in items if any(item.get_closest_marker(m) for m in SLOW_TIERS)]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item not in set(slow)]
+
+
+def _tier_rank(item) -> int:
+    """0 for e2e, 1 subprocess, 2 in-process, 3 slow, 4 the fast tier."""
+    ranks = [i for i, m in enumerate(reversed(SLOW_TIERS)) if item.get_closest_marker(m)]
+    return min(ranks, default=len(SLOW_TIERS))
 
 
 @pytest.fixture(autouse=True)
