@@ -372,3 +372,21 @@ def test_typed_paths_are_the_callers_and_children_get_them_absolute(tmp_path,
     assert env["PYTHONPATH"] == f"{caller / 'plug'}{os.pathsep}/abs/x"
     assert env["SE_RESULTS_DIR"] == str(caller / "out")
     assert (caller / "out").is_dir() and (caller / "ray").is_dir()
+
+
+@pytest.mark.parametrize("args, env, want", [
+    ([], {}, ["-n", "auto", "--maxschedchunk", "1"]),
+    (["-x"], {"SE_TEST_WORKERS": "3"}, ["-n", "3", "--maxschedchunk", "1", "-x"]),
+    (["-n", "0"], {}, ["-n", "0"]),
+    (["-n2", "-q"], {}, ["-n2", "-q"]),
+    (["--numprocesses=2"], {}, ["--numprocesses=2"]),
+    (["-p", "no:xdist"], {}, ["-p", "no:xdist"]),
+    (["-q"], {"SE_TEST_WORKERS": "0"}, ["-q"]),
+])
+def test_the_test_command_adds_workers_unless_told_otherwise(monkeypatch, args, env, want):
+    from cli.main import _test_workers
+
+    monkeypatch.delenv("SE_TEST_WORKERS", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert _test_workers(args) == want
