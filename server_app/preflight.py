@@ -57,7 +57,7 @@ updates, which may outgrow it, so an initial model at the edge of the range
 would fail a few rounds in. 8x (3 bits) keeps the default 24 bits (|x| <= 64)
 valid for every model here (CNN: largest initial weight < 1)."""
 
-BASELINES = ("FR", "FE", "RR")
+BASELINES = ("FR", "FE", "RR", "FRec")
 
 
 def validate_run_config(run_config: Mapping[str, object], task: TaskData | None = None,

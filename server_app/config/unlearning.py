@@ -10,7 +10,9 @@ from server_app.config.training import TrainingConfig
 from server_app.config.values import EPOCHS_PER_RATIO, bad
 from task.registry import check_spec, is_plugin
 
-FRAMEWORKS = ("SE", "FR", "FE", "RR")
+FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
+CANONICAL = {name.upper(): name for name in FRAMEWORKS}
+"""A built-in's name in any case -> its own spelling (``frec`` -> ``FRec``)."""
 RESERVED_NAMES = (*FRAMEWORKS, "original")
 """Names a plug-in method may not take (the built-ins, and the audit's learned model)."""
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
@@ -41,6 +43,10 @@ class UnlearningConfig(Section):
         FedEraser's interval: every n-th stored round is replayed.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
+    recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
+        SE-R and FRec (:mod:`strategies.recovery`): exact rounds after the first
+        (T_w >= 0), an exact round every T_c-th after them (0: none), exact final
+        rounds (T_f >= 0), L-BFGS pairs kept per client (s >= 1).
     """
 
     frameworks: str = "SE,FR,FE,RR"
@@ -52,12 +58,20 @@ class UnlearningConfig(Section):
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
     baseline_shards: int = 1
+    recovery_warmup: int = 2
+    recovery_correction: int = 4
+    recovery_final: int = 1
+    recovery_memory: int = 2
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""
         self._validate_frameworks()
         self.check_positive("num-requests", "clients-per-request",
-                            "calibration-interval", "baseline-shards")
+                            "calibration-interval", "baseline-shards", "recovery-memory")
+        for key in ("recovery-warmup", "recovery-correction", "recovery-final"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 0:
+                raise bad(key, value, "an integer >= 0")
         self.check_bounds()
         if self.request_distribution not in REQUEST_DISTRIBUTIONS:
             raise bad("request-distribution", self.request_distribution,
@@ -89,14 +103,13 @@ class UnlearningConfig(Section):
             raise bad("frameworks", self.frameworks, "at least one framework, or 'none'")
         for token in self._tokens():
             try:
-                check_spec(token.upper() if token.upper() in FRAMEWORKS else token,
-                           "frameworks", FRAMEWORKS)
+                check_spec(CANONICAL.get(token.upper(), token), "frameworks", FRAMEWORKS)
             except ValueError:
                 raise bad("frameworks", self.frameworks, allowed) from None
         if len(set(names)) != len(names):
             raise bad("frameworks", self.frameworks, allowed)
         clash = [n for n in self.plugin_methods
-                 if n.upper() in FRAMEWORKS or n.lower() == "original"]
+                 if n.upper() in CANONICAL or n.lower() == "original"]
         if clash:
             raise bad("frameworks", self.frameworks,
                       f"methods whose class is not named {clash[0]!r} "
@@ -149,6 +162,12 @@ class UnlearningConfig(Section):
         return {_name(t): t for t in self._tokens() if is_plugin(t)}
 
     @property
+    def recovery_settings(self) -> dict:
+        """``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
+        return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
+                "final": self.recovery_final, "memory": self.recovery_memory}
+
+    @property
     def forget_client_list(self) -> list[int]:
         """Explicit ``forget-clients`` as ints, in the given order ([] if unset)."""
         return [int(t) for t in self.forget_clients.split(",") if t.strip()]
@@ -157,4 +176,4 @@ class UnlearningConfig(Section):
 def _name(token: str) -> str:
     """A ``frameworks`` entry's name: a built-in upper-case, a method its class name."""
     return token.rpartition(":")[2].rpartition(".")[2] if is_plugin(token) \
-        else token.upper()
+        else CANONICAL.get(token.upper(), token.upper())

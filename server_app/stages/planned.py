@@ -25,7 +25,7 @@ from server_app.stages.audit import audit
 from server_app.stages.learn import learn_federation
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult, run_unlearning
-from server_app.unlearning.frameworks import Stage, UnlearningSettings
+from server_app.unlearning.frameworks import HISTORY_BASELINES, Stage, UnlearningSettings
 
 
 def baseline_federation(ctx: RunContext):
@@ -37,7 +37,7 @@ def baseline_federation(ctx: RunContext):
 
 def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
                    ) -> dict[str, FrameworkResult]:
-    """FE's own learning, every framework on the planned requests, the audit.
+    """FE's (and FRec's) own learning, every framework on the planned requests, the audit.
 
     Fills ``summary``'s ``baseline_learning``, ``frameworks``, ``unlearning``,
     ``original`` and the audit's scores; sets ``run.baseline_store``. Returns
@@ -45,7 +45,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
     """
     ctx = run.ctx
     baseline_models = None
-    if "FE" in ctx.cfg.unlearning.framework_list:
+    if set(HISTORY_BASELINES) & set(ctx.cfg.unlearning.framework_list):
         summary.baseline_learning, baseline_models, run.baseline_store = \
             learn_federation(ctx, run.baseline, "baseline")
     stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,

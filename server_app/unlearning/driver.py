@@ -167,7 +167,8 @@ def _rounds_replayed(replay: dict | None) -> int | None:
 
 def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
                        per_request: list[RequestCost]) -> FrameworkSummary:
-    store = {"FR": None, "RR": None, "FE": stage.baseline_store}.get(
+    store = {"FR": None, "RR": None, "FE": stage.baseline_store,
+             "FRec": stage.baseline_store}.get(
         name, stage.sharded_store)  # SE and methods of one's own: the sharded one
     sampled = [r.clients_per_round for r in per_request
                if r.clients_per_round is not None]

@@ -20,6 +20,7 @@ from server_app.config import RunConfig
 from server_app.rounds.federation import Federation
 from server_app.unlearning.methods import UnlearningRequest, build_method
 from strategies.calibration import weighted_step
+from strategies.recovery import ShardRecovery
 from strategies.sharded import ShardedStrategy, to_record
 from strategies.unlearning import (
     FedEraser,
@@ -29,8 +30,12 @@ from strategies.unlearning import (
     first_participation,
 )
 
-FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR")
-BASELINE_FRAMEWORKS = ("FR", "FE", "RR")
+FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
+BASELINE_FRAMEWORKS = ("FR", "FE", "RR", "FRec")
+HISTORY_BASELINES = ("FE", "FRec")
+"""Baselines that read the baseline federation's own stored history (it learns first)."""
+RECOVERY = ("SE-R", "FRec")
+"""Server-side recovery (:mod:`strategies.recovery`)."""
 """The frameworks that run on the baselines' federation (``baseline-shards``)."""
 # shard strategies whose round is W^g = W^(g-1) + sum n_m U_m^g / sum n_m, so a
 # shard model can be rebuilt from the stored record (coded storage keeps no W^g)
@@ -77,6 +82,9 @@ class UnlearningSettings:
     num_requests: int
     frameworks: tuple[str, ...] = FRAMEWORK_NAMES
     methods: dict = field(default_factory=dict)
+    recovery: dict = field(default_factory=dict)
+    """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
+    ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -87,7 +95,8 @@ class UnlearningSettings:
                    training.shard_strategy, dict(training.shard_strategy_options),
                    cfg.seed, unlearning.request_mode,
                    1 if unlearning.forget_clients else unlearning.num_requests,
-                   tuple(unlearning.framework_list), dict(unlearning.plugin_methods))
+                   tuple(unlearning.framework_list), dict(unlearning.plugin_methods),
+                   unlearning.recovery_settings)
 
 
 @dataclass
@@ -160,6 +169,8 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         return _sharding_eraser(stage, forget, batch, current)
     if name == "FE":
         return _fed_eraser(stage, forget)
+    if name in RECOVERY:
+        return _recovery(name, stage, forget, batch, current)
     if name in ("FR", "RR"):
         return _from_scratch(name, stage, forget)
     raise ValueError(f"unknown framework {name!r}: one of {', '.join(FRAMEWORK_NAMES)}")
@@ -247,6 +258,52 @@ def _method(spec: str, stage: Stage, forget: set[int], batch: Sequence[int] | No
     initial = list(getattr(strategy, "initial_models", None) or request.models)
     impacted = list(getattr(strategy, "impacted", None) or range(len(request.shards)))
     return Framework(strategy, initial, strategy.num_rounds, impacted)
+
+
+def _recovery(name: str, stage: Stage, forget: set[int], batch: Sequence[int] | None,
+              current: Sequence[ArrayRecord] | None) -> Framework:
+    """SE-R (the impacted shards of SE's federation) or FRec (the unsharded one).
+
+    SE-R starts each impacted shard at g0, the first round a client of the
+    request trained there (from the stored or rebuilt W^(g0-1), as SE); FRec
+    replays the baseline federation from round 1, as FedRecover does. Both
+    rebuild the original models from the record, so the shard strategy must be
+    a weighted mean of the updates (:data:`REBUILDABLE`).
+
+    Raises
+    ------
+    ValueError
+        FRec without the baseline federation's history, or a shard strategy
+        whose rounds cannot be rebuilt from the record.
+    """
+    settings = stage.settings
+    if settings.shard_strategy not in REBUILDABLE:
+        raise ValueError(f"{name} rebuilds the original models from the stored record: "
+                         f"shard-strategy {settings.shard_strategy!r} cannot be rebuilt "
+                         f"(one of {', '.join(REBUILDABLE)})")
+    sharded = name == "SE-R"
+    store = stage.sharded_store if sharded else stage.baseline_store
+    if store is None:
+        raise ValueError(f"{name} needs the baseline federation's history")
+    federation = stage.sharded if sharded else stage.baseline
+    clients = set(batch or forget) if sharded else set(forget)
+    held = {federation.shard_of[p] for p in clients}
+    impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
+    starts = {}
+    for s in impacted:
+        g0 = first_participation(store, s, clients) if sharded else 1
+        starts[s] = rebuild_shard_model(store, s, g0 - 1)
+    strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
+                             starts, impacted, from_first_participation=sharded,
+                             **settings.recovery)
+    models = (current or stage.sharded_models) if sharded else [  # learned, rebuilt
+        rebuild_shard_model(store, s, max(store.rounds(s), default=0))
+        for s in range(len(federation.shards))]
+    initial = [to_record(starts[s]) if s in starts else
+               (m if isinstance(m, ArrayRecord) else to_record(m))
+               for s, m in enumerate(models)]
+    replay = {"shards": strategy.replay_report(), "unchanged": sorted(held - set(impacted))}
+    return Framework(strategy, initial, strategy.num_rounds, impacted, replay=replay)
 
 
 def _fed_eraser(stage: Stage, forget: set[int]) -> Framework:

@@ -1,0 +1,114 @@
+"""Server-side recovery: the L-BFGS product, SE-R inside a shard, FRec unsharded."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from history import HistoryStore
+from history.files import read_arrays
+from strategies.recovery import RecoveredShard, lbfgs_product
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), d=st.integers(2, 12))
+def test_lbfgs_is_exact_on_the_pairs_it_was_given(seed, d):
+    """B s_i = y_i for the newest pair (the secant equation) on a quadratic."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(d, d))
+    hessian = a @ a.T + d * np.eye(d)  # positive definite
+    pairs = [(s, hessian @ s) for s in rng.normal(size=(min(3, d), d))]
+    s_new, y_new = pairs[-1]
+    np.testing.assert_allclose(lbfgs_product(pairs, s_new), y_new, rtol=1e-6, atol=1e-8)
+
+
+def test_lbfgs_with_the_whole_space_is_the_hessian():
+    rng = np.random.default_rng(0)
+    hessian = np.diag([1.0, 2.0, 3.0, 4.0])
+    pairs = [(s, hessian @ s) for s in np.eye(4)]
+    v = rng.normal(size=4)
+    np.testing.assert_allclose(lbfgs_product(pairs, v), hessian @ v, rtol=1e-8)
+
+
+def test_lbfgs_leaves_out_pairs_against_the_curvature_condition():
+    v = np.ones(3)
+    assert not lbfgs_product([], v).any()
+    assert not lbfgs_product([(np.ones(3), -np.ones(3))], v).any()  # s.y < 0
+
+
+class History:
+    """Two rounds of one shard: clients 0, 1, 2 each round."""
+
+    def __init__(self):
+        self.updates = {(g, p): {"w": np.full(3, g + p, np.float32)}
+                        for g in (1, 2, 3, 4) for p in (0, 1, 2)}
+
+    def rounds(self, shard):
+        return [1, 2, 3, 4]
+
+    def participants(self, shard, rnd):
+        return [(0, 10), (1, 10), (2, 20)]
+
+    def update(self, shard, rnd, pid):
+        return self.updates[(rnd, pid)]
+
+
+@pytest.mark.parametrize("warmup, correction, final, exact", [
+    (2, 4, 1, [2, 3, 4]), (0, 0, 0, []), (1, 2, 0, [2, 4]), (0, 0, 1, [4])])
+def test_exact_rounds_are_warmup_correction_and_final(warmup, correction, final, exact):
+    shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
+                           {"w": np.zeros(3, np.float32)}, warmup, correction, final,
+                           from_first_participation=False)
+    assert shard.num_rounds == 4
+    assert [k for k in range(1, 5) if shard.is_exact(k)] == exact
+    assert shard.replay_report()["exact_rounds"] == len(exact)
+
+
+def test_bad_recovery_settings_are_refused():
+    with pytest.raises(ValueError, match="memory = 0 must be an int >= 1"):
+        RecoveredShard(History(), 0, {1}, {}, {"w": np.zeros(3)}, memory=0)
+
+
+@pytest.mark.inprocess
+def test_se_r_and_frec_recover_with_fewer_client_rounds(run_server, tmp_path):
+    summary, grid = run_server({"forget-clients": "3", "num-rounds": 4,
+                                "frameworks": "SE,SE-R,FRec,FR", "mia": False,
+                                "recovery-warmup": 1, "recovery-correction": 0,
+                                "recovery-final": 1})
+    frameworks = summary["frameworks"]
+    assert set(frameworks) == {"SE", "SE-R", "FRec", "FR"}
+    for name in ("SE-R", "FRec"):
+        assert 0.0 <= frameworks[name]["accuracy"] <= 1.0 and \
+            np.isfinite(frameworks[name]["loss"])
+    # SE-R: client work only in its exact rounds, so less than SE's calibration
+    assert frameworks["SE-R"]["client_epochs"] < frameworks["FR"]["client_epochs"]
+    assert frameworks["FRec"]["client_epochs"] < frameworks["FR"]["client_epochs"]
+    # the shards without the forgotten client stay bit for bit
+    shards = summary["shards"]
+    impacted = next(s for s, pids in enumerate(shards) if 3 in pids)
+    run = tmp_path / "t"
+    recovered = read_arrays(run / "models" / "SE-R.npz")
+    learned = HistoryStore.open(run / "history" / "sharded")
+    last = max(learned.rounds(0))
+    for s in range(len(shards)):
+        stored = learned.shard_model(s, last)
+        same = all(recovered[f"shard{s}/{k}"].tobytes() == v.tobytes()
+                   for k, v in stored.items())
+        assert same == (s != impacted), s
+
+
+def test_exact_rounds_message_the_retained_clients_only_as_in_learning():
+    from flwr.app import ConfigRecord
+
+    from strategies.sharded import to_record
+
+    shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
+                           {"w": np.zeros(3, np.float32)}, 2, 0, 0,
+                           from_first_participation=False)
+    arrays = to_record({"w": np.zeros(3, np.float32)})
+    assert shard.configure_train(1, arrays, ConfigRecord({}), None) == []
+    messages = shard.configure_train(2, arrays, ConfigRecord({"server-round": 9}), None)
+    assert sorted(m.metadata.dst_node_id for m in messages) == [100, 102]
+    assert {m.metadata.message_type for m in messages} == {"train"}
+    # learning's seed: the stored round's number, not the server round's
+    assert {m.content["config"]["server-round"] for m in messages} == {2}
