@@ -61,7 +61,7 @@ def test_exact_rounds_are_warmup_correction_and_final(warmup, correction, final,
                            from_first_participation=False)
     assert shard.num_rounds == 4
     assert [k for k in range(1, 5) if shard.is_exact(k)] == exact
-    assert shard.replay_report()["exact_rounds"] == len(exact)
+    assert shard.replay_report()["exact_rounds_planned"] == len(exact)
 
 
 def test_bad_recovery_settings_are_refused():
@@ -112,3 +112,25 @@ def test_exact_rounds_message_the_retained_clients_only_as_in_learning():
     assert {m.metadata.message_type for m in messages} == {"train"}
     # learning's seed: the stored round's number, not the server round's
     assert {m.content["config"]["server-round"] for m in messages} == {2}
+
+
+def test_an_abnormal_estimate_asks_the_client_to_train_instead():
+    """FedRecover's abnormality fixing: a wild Hessian model costs work, not the model."""
+    from flwr.app import ConfigRecord
+
+    from strategies.sharded import to_record
+
+    shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
+                           {"w": np.zeros(3, np.float32)}, 0, 0, 0, threshold=0.5,
+                           from_first_participation=False)
+    moved = to_record({"w": np.ones(3, np.float32)})  # W' - W = (1, 1, 1)
+    shard._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I: a small correction
+    assert shard.configure_train(2, moved, ConfigRecord({}), None) == []
+    shard._shared = [(np.ones(3), 100 * np.ones(3))]  # B = 100 I: |U' - U| >> |U|
+    asked = shard.configure_train(2, moved, ConfigRecord({}), None)
+    assert sorted(m.metadata.dst_node_id for m in asked) == [100, 102]
+    # without replies the round keeps the stored updates, never the wild estimate
+    arrays, _ = shard.aggregate_train(2, [])
+    stored = History().updates
+    want = np.ones(3) + (10 * stored[(2, 0)]["w"] + 20 * stored[(2, 2)]["w"]) / 30
+    np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)

@@ -46,7 +46,10 @@ class UnlearningConfig(Section):
     recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
         SE-R and FRec (:mod:`strategies.recovery`): exact rounds after the first
         (T_w >= 0), an exact round every T_c-th after them (0: none), exact final
-        rounds (T_f >= 0), L-BFGS pairs kept per client (s >= 1).
+        rounds (T_f >= 0), L-BFGS pairs kept per shard (s >= 1).
+    recovery_threshold : float
+        tau > 0: an estimated update further than tau ||U|| from the stored U is
+        abnormal and the client trains instead (FedRecover's abnormality fixing).
     """
 
     frameworks: str = "SE,FR,FE,RR"
@@ -62,6 +65,7 @@ class UnlearningConfig(Section):
     recovery_correction: int = 4
     recovery_final: int = 1
     recovery_memory: int = 2
+    recovery_threshold: float = 1.0
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""
@@ -72,6 +76,8 @@ class UnlearningConfig(Section):
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
                 raise bad(key, value, "an integer >= 0")
+        if not 0 < self.recovery_threshold < float("inf"):
+            raise bad("recovery-threshold", self.recovery_threshold, "a number > 0")
         self.check_bounds()
         if self.request_distribution not in REQUEST_DISTRIBUTIONS:
             raise bad("request-distribution", self.request_distribution,
@@ -165,7 +171,8 @@ class UnlearningConfig(Section):
     def recovery_settings(self) -> dict:
         """``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
         return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
-                "final": self.recovery_final, "memory": self.recovery_memory}
+                "final": self.recovery_final, "memory": self.recovery_memory,
+                "threshold": self.recovery_threshold}
 
     @property
     def forget_client_list(self) -> list[int]:
