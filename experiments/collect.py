@@ -18,7 +18,7 @@ from server_app.rounds.federation import assign_shards
 from server_app.run.summary import RequestCost, RunSummary
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
 
-FRAMEWORKS = ("SE", "FR", "FE", "RR")
+FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
 BASELINES = ("FR", "FE", "RR")
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",

@@ -28,7 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments import collect  # noqa: E402
 
 COLORS = {"original": "#7f7f7f", "SE": "#d62728", "FR": "#1f77b4", "FE": "#2ca02c",
-          "RR": "#9467bd", "SE uncoded": "#ff7f0e", "SE coded": "#d62728"}
+          "RR": "#9467bd", "SE-R": "#e377c2", "FRec": "#17becf",
+          "SE uncoded": "#ff7f0e", "SE coded": "#d62728"}
 DPI = 90
 
 
