@@ -1,0 +1,73 @@
+"""SE, SE-R, FRec and FR on one small MNIST federation, in process (issue 26's first look).
+
+Usage: ``.venv/bin/python docs/results/recovery/compare.py SEED [SEED ...]``
+writes ``docs/results/recovery/seed<SEED>.json`` (each framework's accuracy, loss,
+client-epochs, compute and modelled wall seconds) and prints a table of all the
+seed files there. 20 clients in 4 shards, 8 a round, 8 rounds of 2 local epochs,
+300 samples each, client 3 forgotten; the in-process grid of the tests (one
+process, messages one after another), so wall seconds are this machine's only.
+"""
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path[:0] = [str(ROOT)]
+
+FRAMEWORKS = ("SE", "SE-R", "FRec", "FR")
+KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
+
+
+def run(seed: int) -> dict:
+    """One seeded run; returns the learned accuracy and each framework's KEYS."""
+    from flwr.app import Context, RecordDict
+
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+    from task.config import fused_run_config
+
+    set_task_identity()
+    out = Path(tempfile.mkdtemp(prefix="se-recovery."))
+    cfg = fused_run_config({
+        "dataset": "mnist", "num-clients": 20, "num-shards": 4, "clients-per-round": 8,
+        "num-rounds": 8, "local-epochs": 2, "client-samples": 300, "test-samples": 2000,
+        "batch-size": 32, "forget-clients": "3", "seed": seed, "mia": False,
+        "frameworks": ",".join(FRAMEWORKS),
+        "data-dir": str(ROOT.parent / "shared" / "data"),
+        "results-dir": str(out), "run-name": f"s{seed}"})
+    try:
+        main(InProcessGrid(client_app, 20, cfg),
+             Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                     run_config=cfg))
+        summary = json.loads((out / f"s{seed}" / "summary.json").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"seed": seed, "learned_accuracy": summary["learning"]["accuracy"],
+            "config": {k: cfg[k] for k in sorted(cfg) if k.startswith("recovery-")},
+            "frameworks": {n: {k: summary["frameworks"][n][k] for k in KEYS}
+                           for n in FRAMEWORKS}}
+
+
+def table() -> str:
+    """Markdown: one row per seed and framework, from the seed files here."""
+    lines = ["| seed | framework | accuracy | client-epochs | modelled wall s |",
+             "|---|---|---|---|---|"]
+    for path in sorted(HERE.glob("seed*.json")):
+        data = json.loads(path.read_text())
+        lines.append(f"| {data['seed']} | learned | {data['learned_accuracy']:.4f} | | |")
+        for name, row in data["frameworks"].items():
+            lines.append(f"| {data['seed']} | {name} | {row['accuracy']:.4f} | "
+                         f"{row['client_epochs']:.0f} | {row['modelled_wall_s']:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        result = run(int(arg))
+        (HERE / f"seed{arg}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(table())
