@@ -296,12 +296,9 @@ def _deploy_hosts(run_dir: Path, nodes: int, start: float, isolation: str = "pro
             except DeployError as err:
                 _say(str(err))
                 return None
-            app = stage_app(run_dir / "app") if os.environ.get(
-                "SE_DEPLOY_STAGE", "1") == "1" else config.PROJECT
-            follow_run(children, app, fed.connection, run_dir / "run-config.toml", log,
-                       [fed.superlink, *fed.supernodes], timeout_s, start, terminal,
-                       wrap=fed.link.wrap())
-    summary = summary_path(log)
+            summary = fed.run(run_dir / "run-config.toml", log,
+                              max(1.0, timeout_s - (time.monotonic() - start))
+                              if timeout_s else 0.0, terminal)
     if summary is None:
         _say(f"the run failed: no summary.json was written (see {log})")
     return summary

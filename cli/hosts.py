@@ -40,12 +40,15 @@ from cli.deploy_parts import (
     DeployError,
     Place,
     connection_entry,
+    follow_run,
+    stage_app,
     start_executors,
     start_superlink,
     start_supernodes,
     wait_for_nodes,
 )
 from cli.procs import Children
+from cli.terminal import TerminalFilter
 
 LINK_PORT = 9093
 NODE_PORT = 9094
@@ -88,14 +91,19 @@ class Federation:
         self.network = netns.Network(DOMAIN)
         self._stack = contextlib.ExitStack()
         self._stack.callback(self.network.close)
-        self.link = self.network.add_host(LINK_NAME)
-        self.hosts = [self.network.add_host(f"node{i}") for i in range(nodes)]
-        self.spares = [self.network.add_host(f"spare{i}") for i in range(spare)]
+        try:
+            self.link = self.network.add_host(LINK_NAME)
+            self.hosts = [self.network.add_host(f"node{i}") for i in range(nodes)]
+            self.spares = [self.network.add_host(f"spare{i}") for i in range(spare)]
+            self.ca = pki.make_ca(self.pki_dir)
+            self.server = pki.server_certificate(self.ca, self.pki_dir, self.link.name,
+                                                 addresses=(self.link.address,))
+            self.keys = [pki.node_key(self.pki_dir / f"node{i}.key")
+                         for i in range(nodes)]
+        except BaseException:
+            self.close()
+            raise
         self.address = f"{self.link.name}:{LINK_PORT}"
-        self.ca = pki.make_ca(self.pki_dir)
-        self.server = pki.server_certificate(self.ca, self.pki_dir, self.link.name,
-                                             addresses=(self.link.address,))
-        self.keys = [pki.node_key(self.pki_dir / f"node{i}.key") for i in range(nodes)]
         self.node_ids: list[int] = []
         self.connection = ""
         self.superlink: subprocess.Popen | None = None
@@ -217,6 +225,24 @@ class Federation:
         out = self.flwr("supernode", "ls", self.connection, "--format", "json").stdout
         data = json.loads(out[out.index("{"):])
         return {int(n["node-id"]): str(n.get("status", "")) for n in data["nodes"]}
+
+    def run(self, run_config: Path, log: Path, timeout_s: float = 0.0,
+            terminal: TerminalFilter | None = None, app: Path | None = None
+            ) -> Path | None:
+        """``flwr run`` from the SuperLink host with ``run_config`` (a TOML file).
+
+        Returns the ``summary.json`` path its log names, or None (the run failed,
+        a watched process died or ``timeout_s`` passed: see ``log``).
+        """
+        from cli.config import PROJECT
+        from cli.simulation import summary_path
+
+        app = app or (stage_app(self.run_dir / "app") if os.environ.get(
+            "SE_DEPLOY_STAGE", "1") == "1" else PROJECT)
+        watched = [p for p in (self.superlink, *self.supernodes) if p is not None]
+        follow_run(self.children, app, self.connection, run_config, log, watched,
+                   timeout_s, time.monotonic(), terminal, wrap=self.link.wrap())
+        return summary_path(log)
 
     def kill_host(self, i: int) -> list[int]:
         """SIGKILL every process on SuperNode host ``i`` (a host crash); their pids."""

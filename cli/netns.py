@@ -108,8 +108,8 @@ def remove_stale() -> list[str]:
     for name in namespaces():
         match = _TAG.match(name)
         if match and _start_time(int(match.group(1))) != int(match.group(2)):
-            delete_namespace(name)
             stale.append(name)
+    delete_namespaces(stale)
     for folder in NETNS_ETC.glob(f"{PREFIX}*") if NETNS_ETC.is_dir() else []:
         match = _TAG.match(folder.name)
         if match and _start_time(int(match.group(1))) != int(match.group(2)):
@@ -127,16 +127,23 @@ def namespace_pids(name: str) -> list[int]:
 
 def delete_namespace(name: str, grace_s: float = 3.0) -> None:
     """Stop every process in ``name`` (SIGTERM, then SIGKILL), delete it and its files."""
+    delete_namespaces([name], grace_s)
+
+
+def delete_namespaces(names: list[str], grace_s: float = 3.0) -> None:
+    """:func:`delete_namespace` of each, their processes stopped all at once."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in namespace_pids(name):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+        for name in names:
+            for pid in namespace_pids(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
         deadline = time.monotonic() + grace_s
-        while namespace_pids(name) and time.monotonic() < deadline:
+        while any(map(namespace_pids, names)) and time.monotonic() < deadline:
             time.sleep(0.1)
-    with contextlib.suppress(NetnsError):
-        ip("netns", "del", name)
-    shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
+    for name in names:
+        with contextlib.suppress(NetnsError):
+            ip("netns", "del", name)
+        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -290,8 +297,7 @@ class Network:
 
     def close(self) -> None:
         """Stop every process in the network's namespaces and delete them; idempotent."""
-        for netns in reversed(self._made):
-            delete_namespace(netns)
+        delete_namespaces(self._made[::-1])
         self._made.clear()
         if self._lifeline is not None:  # the watchdog finds nothing and ends
             os.close(self._lifeline)
@@ -330,9 +336,7 @@ def watch(lifeline: int, tag: str) -> int:
         signal.signal(sig, signal.SIG_IGN)  # outlive a Ctrl-C to the whole group
     while os.read(lifeline, 4096):
         pass
-    for name in namespaces():
-        if _tag_of(name) == tag:
-            delete_namespace(name)
+    delete_namespaces([name for name in namespaces() if _tag_of(name) == tag])
     for folder in NETNS_ETC.glob(f"{tag}*") if NETNS_ETC.is_dir() else []:
         if _tag_of(folder.name) == tag:
             shutil.rmtree(folder, ignore_errors=True)
