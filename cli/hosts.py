@@ -244,6 +244,17 @@ class Federation:
                    timeout_s, time.monotonic(), terminal, wrap=self.link.wrap())
         return summary_path(log)
 
+    def wait_online(self, seconds: float = 60.0) -> bool:
+        """Wait until ``flwr supernode ls`` lists every SuperNode online; the result."""
+        def online() -> bool:
+            try:
+                listed = self.listed_nodes()
+            except HostsError:  # the SuperLink is (re)starting
+                return False
+            return all(listed.get(n) == "online" for n in self.node_ids)
+
+        return wait_until(online, seconds, 1.0)
+
     def kill_host(self, i: int) -> list[int]:
         """SIGKILL every process on SuperNode host ``i`` (a host crash); their pids."""
         pids = netns.namespace_pids(self.hosts[i].netns)

@@ -62,7 +62,8 @@ def fed(tmp_path_factory, shared_data):
         for sub in ("logs", "nodes"):
             (run_dir / sub).mkdir(parents=True)
         with Children() as children, Federation(
-                run_dir, NODES, children, slots=2, nice=5, spare=1) as federation:
+                run_dir, NODES, children, slots=2, nice=5, spare=1,
+                database=True) as federation:
             federation.start()
             yield federation
 
@@ -245,3 +246,171 @@ def test_node_cannot_fetch_another_nodes_slices(fed, learned):
     with pytest.raises(slices.SliceAccessError):
         fetch(holder=1, prover=0)
     assert fetch(holder=1, prover=1).config_records["info"]["held"] == 1
+
+
+# --- network faults -----------------------------------------------------------------
+
+
+def _watch(log: Path, steps: list, seconds: float = RUN_TIMEOUT_S):
+    """A thread that runs ``action()`` once ``pattern`` is in ``log``, step by step."""
+    import threading
+
+    done: list[str] = []
+
+    def body() -> None:
+        deadline = time.monotonic() + seconds
+        for pattern, action in steps:
+            while time.monotonic() < deadline:
+                text = log.read_text(errors="replace") if log.exists() else ""
+                if re.search(pattern, text):
+                    action()
+                    done.append(pattern)
+                    break
+                time.sleep(0.2)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, done
+
+
+# one shard of 4 clients: three requests can each forget one (3 now, then 0 and 1)
+FAULTS = {**CONFIG, "num-shards": 1, "num-rounds": 3, "frameworks": "SE",
+          "forget-clients": "3", "round-timeout": 20.0}
+
+
+@pytest.fixture(scope="module")
+def link_fault(fed):
+    """Run "faults": SuperNode host 2's link down during round 2, up after it."""
+    host = fed.hosts[2]
+    log = fed.run_dir / "logs" / "faults.log"
+    times: dict = {}
+
+    def down():
+        times["down"] = time.monotonic()
+        host.link(False)
+
+    def up():
+        times["up"] = time.monotonic()
+        host.link(True)
+
+    thread, done = _watch(log, [(r"sharded round 1/3", down), (r"sharded round 2/3", up)])
+    try:
+        summary = run_on(fed, FAULTS, "faults")
+    finally:
+        host.link(True)
+    thread.join(timeout=5)
+    return summary, done, times
+
+
+def test_link_down_mid_round(fed, link_fault):
+    summary, done, times = link_fault
+    assert len(done) == 2, done
+    rounds = summary["learning"]["rounds"]
+    assert [r["participants"] for r in rounds] == [4, 3, 4]
+    # the round went on without host 2 within round-timeout, and said so
+    assert times["up"] - times["down"] < 3 * FAULTS["round-timeout"] + 30
+    faults = [f for f in summary["faults"]["entries"] if f["partition"] == 2]
+    assert any(f["round"] == 2 and f["kind"] == "dropout" for f in faults), faults
+    assert all(f["partition"] == 2 for f in summary["faults"]["entries"])
+    # it came back and served its slices to SE's retrieval (round 2's it never got)
+    node2 = fed.run_dir / "nodes" / "2" / "slices"
+    held = sorted(p.name for p in node2.rglob("round-*.npz"))
+    assert "round-2.npz" not in held and "round-3.npz" in held, held
+    (shard,) = summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"]["shards"]
+    assert shard["holders"] == NODES and shard["absent"] == 0 and shard["silent"] == 0
+    assert shard["lost"] <= 1
+
+
+def _later(fed, name: str, clients: str) -> tuple[str, Path, Path | None]:
+    """Record a request to forget ``clients`` in run ``name`` and carry it out there."""
+    from cli.forget import submit
+    from cli.runs import open_inbox, run_folder
+
+    results = os.environ["SE_RESULTS_DIR"]
+    request = submit(name, clients, results)
+    folder = run_folder(name, results)
+    with open_inbox(folder) as inbox:
+        settings = inbox.settings()
+    path = fed.run_dir / f"{name}-{request}.toml"
+    path.write_text(cli_config.to_toml({**settings, "later-requests": True}))
+    log = fed.run_dir / "logs" / f"{name}-{request}.log"
+    return request, folder, fed.run(path, log, RUN_TIMEOUT_S) and log
+
+
+def _receipt(folder: Path, request: str) -> dict:
+    return json.loads((folder / "receipts" / f"{request}.json").read_text())
+
+
+def test_host_killed_and_restarted_keeps_its_slices(fed, link_fault):
+    before = sorted(p.read_bytes() for p in
+                    (fed.run_dir / "nodes" / "1" / "slices").rglob("round-*.npz"))
+    assert fed.kill_host(1)
+    assert not netns.namespace_pids(fed.hosts[1].netns)
+    fed.start_node(1)
+    assert fed.wait_online(60)
+    request, folder, log = _later(fed, "faults", "0")
+    assert log is not None
+    receipt = _receipt(folder, request)
+    assert receipt["status"] == "done", receipt
+    text = log.read_text(errors="replace")
+    assert re.search(r"coded history of shard 0: \d+ rounds decoded from 4 holders "
+                     r"\(0 absent", text), text[-3000:]
+    after = sorted(p.read_bytes() for p in
+                   (fed.run_dir / "nodes" / "1" / "slices").rglob("round-*.npz"))
+    assert after == before
+
+
+def test_superlink_killed_and_restarted(fed, learned):
+    import sqlite3
+
+    from cli.runs import open_inbox
+
+    folder = Path(os.environ["SE_RESULTS_DIR"]) / "hosts"
+    versions = sorted(p.name for p in (folder / "models").iterdir())
+    log = fed.run_dir / "logs" / "killed-link.log"
+    # a later request under way when the SuperLink host dies (ServerApp with it)
+    thread, done = _watch(log, [(r"Start `flwr-serverapp` process",
+                                 lambda: (time.sleep(4), fed.kill_link()))])
+    from cli.forget import submit
+
+    request = submit("hosts", "0", os.environ["SE_RESULTS_DIR"])
+    path = fed.run_dir / "killed-link.toml"
+    with open_inbox(folder) as inbox:
+        settings = inbox.settings()
+    path.write_text(cli_config.to_toml({**settings, "later-requests": True}))
+    assert fed.run(path, log, RUN_TIMEOUT_S) is None
+    thread.join(timeout=5)
+    assert done, log.read_text(errors="replace")[-2000:]
+    assert "summary: " not in log.read_text(errors="replace")
+    # nothing stored was lost or half-written: the request still waits, the
+    # catalog is intact, no model version was added
+    with open_inbox(folder) as inbox:
+        assert request in [r.id for r in inbox.pending()]
+    check = sqlite3.connect(folder / "run.sqlite").execute("PRAGMA integrity_check")
+    assert check.fetchone()[0] == "ok"
+    assert sorted(p.name for p in (folder / "models").iterdir()) == versions
+    # restarted on its database: the registered nodes come back, the request is done
+    fed.start_link()
+    assert fed.wait_online(90)
+    relog = fed.run_dir / "logs" / "relink.log"
+    assert fed.run(path, relog, RUN_TIMEOUT_S) is not None or \
+        (folder / "receipts" / f"{request}.json").exists(), relog.read_text()[-3000:]
+    assert _receipt(folder, request)["status"] == "done"
+
+
+def test_more_hosts_lost_than_the_budget(fed, learned):
+    import shutil
+
+    lost = [1, 2, 3]  # 3 of 4 slices of every round; the budget is 2 (0.5 x 4)
+    for i in lost:
+        fed.kill_host(i)
+        shutil.rmtree(fed.run_dir / "nodes" / str(i) / "slices")
+        fed.start_node(i)
+    assert fed.wait_online(60)
+    start = time.monotonic()
+    request, folder, log = _later(fed, "faults", "1")
+    text = (fed.run_dir / "logs" / f"faults-{request}.log").read_text(errors="replace")
+    assert time.monotonic() - start < 200
+    line = next((x for x in text.splitlines() if "shard 0" in x and "lost" in x), "")
+    assert line, text[-3000:]
+    assert re.search(r"slice", line), line
