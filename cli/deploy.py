@@ -191,17 +191,18 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     """
     start = time.monotonic()
     args = parser(prog).parse_args(argv)
-    merged, _, _ = checked_run(absolute_paths(
-        deploy_config(args.nodes, args.preset, args.run_config)))
-    if shutil.which("flower-superlink") is None:
-        raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
-                          "create .venv")
     if args.hosts:
         from cli.netns import unavailable
 
         reason = unavailable()
         if reason:
             raise ConfigError(f"--hosts: {reason}")
+    merged, _, _ = checked_run(absolute_paths(
+        deploy_config(args.nodes, args.preset, args.run_config)))
+    if shutil.which("flower-superlink") is None:
+        raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
+                          "create .venv")
+
     _say("run config: " + config.describe(merged.overrides))
     run_dir = _run_dir()
     ok = False

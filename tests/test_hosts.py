@@ -274,13 +274,17 @@ def _watch(log: Path, steps: list, seconds: float = RUN_TIMEOUT_S):
 
 
 # one shard of 4 clients: three requests can each forget one (3 now, then 0 and 1)
-FAULTS = {**CONFIG, "num-shards": 1, "num-rounds": 3, "frameworks": "SE",
+FAULTS = {**CONFIG, "num-shards": 1, "num-rounds": 4, "frameworks": "SE",
           "forget-clients": "3", "round-timeout": 20.0}
 
 
 @pytest.fixture(scope="module")
 def link_fault(fed):
-    """Run "faults": SuperNode host 2's link down during round 2, up after it."""
+    """Run "faults": SuperNode host 2's link down during round 2, up after it.
+
+    Round 3 starts at once, before the SuperNode has reconnected (its retries
+    back off): it may miss round 3 too; it is back for round 4.
+    """
     host = fed.hosts[2]
     log = fed.run_dir / "logs" / "faults.log"
     times: dict = {}
@@ -293,7 +297,7 @@ def link_fault(fed):
         times["up"] = time.monotonic()
         host.link(True)
 
-    thread, done = _watch(log, [(r"sharded round 1/3", down), (r"sharded round 2/3", up)])
+    thread, done = _watch(log, [(r"sharded round 1/4", down), (r"sharded round 2/4", up)])
     try:
         summary = run_on(fed, FAULTS, "faults")
     finally:
@@ -306,16 +310,18 @@ def test_link_down_mid_round(fed, link_fault):
     summary, done, times = link_fault
     assert len(done) == 2, done
     rounds = summary["learning"]["rounds"]
-    assert [r["participants"] for r in rounds] == [4, 3, 4]
+    participants = [r["participants"] for r in rounds]
+    assert participants[:2] == [4, 3] and participants[3] == 4, participants
     # the round went on without host 2 within round-timeout, and said so
     assert times["up"] - times["down"] < 3 * FAULTS["round-timeout"] + 30
-    faults = [f for f in summary["faults"]["entries"] if f["partition"] == 2]
+    faults = summary["faults"]["entries"]
     assert any(f["round"] == 2 and f["kind"] == "dropout" for f in faults), faults
-    assert all(f["partition"] == 2 for f in summary["faults"]["entries"])
+    # every fault is host 2's missing answer (none misread as another node's reply)
+    assert all(f["partition"] == 2 and f["kind"] == "dropout" for f in faults), faults
     # it came back and served its slices to SE's retrieval (round 2's it never got)
     node2 = fed.run_dir / "nodes" / "2" / "slices"
     held = sorted(p.name for p in node2.rglob("round-*.npz"))
-    assert "round-2.npz" not in held and "round-3.npz" in held, held
+    assert "round-2.npz" not in held and "round-4.npz" in held, held
     (shard,) = summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"]["shards"]
     assert shard["holders"] == NODES and shard["absent"] == 0 and shard["silent"] == 0
     assert shard["lost"] <= 1
