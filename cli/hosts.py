@@ -267,6 +267,25 @@ class Federation:
                     proc.wait(timeout=10)
         return pids
 
+    def restart_node(self, i: int, seconds: float = 120.0) -> subprocess.Popen:
+        """Start SuperNode ``i`` again once the SuperLink has taken it as offline.
+
+        A node that died without deactivating stays online for the SuperLink
+        until two heartbeat intervals pass, and a new start with its key is
+        refused until then (``activate-node`` 412, exit 305).
+
+        Raises
+        ------
+        HostsError
+            Still listed online after ``seconds``.
+        """
+        node = self.node_ids[i]
+        if not wait_until(lambda: self.listed_nodes().get(node) != "online", seconds,
+                          1.0):
+            raise HostsError(f"SuperNode {i} (node {node}) still online for the "
+                             f"SuperLink after {seconds:.0f} s")
+        return self.start_node(i)
+
     def kill_link(self) -> None:
         """SIGKILL every process on the SuperLink host (the ServerApp too)."""
         for pid in netns.namespace_pids(self.link.netns):
