@@ -369,6 +369,9 @@ def test_host_killed_and_restarted_keeps_its_slices(fed, link_fault):
     assert not netns.namespace_pids(fed.hosts[1].netns)
     fed.restart_node(1)  # once the SuperLink has taken the dead one as offline
     assert fed.wait_online(60)
+    after = sorted(p.read_bytes() for p in
+                   (fed.run_dir / "nodes" / "1" / "slices").rglob("round-*.npz"))
+    assert after == before  # the crash lost nothing of its node-dir
     request, folder, log = _later(fed, "faults", "0")
     receipt = _receipt(folder, request)
     assert receipt["status"] == "done", receipt
@@ -376,9 +379,6 @@ def test_host_killed_and_restarted_keeps_its_slices(fed, link_fault):
     # all 4 holders answered: host 1 (restarted) and host 2 (its link back up)
     assert re.search(r"coded history of shard 0: \d+ rounds decoded from 4 holders "
                      r"\(0 absent", text), text[-3000:]
-    after = sorted(p.read_bytes() for p in
-                   (fed.run_dir / "nodes" / "1" / "slices").rglob("round-*.npz"))
-    assert after == before
 
 
 def test_superlink_killed_and_restarted(fed, learned):
@@ -431,8 +431,15 @@ def test_more_hosts_lost_than_the_budget(fed, learned):
     assert fed.wait_online(60)
     start = time.monotonic()
     request, folder, log = _later(fed, "faults", "1")
-    text = (fed.run_dir / "logs" / f"faults-{request}.log").read_text(errors="replace")
-    assert time.monotonic() - start < 200
-    line = next((x for x in text.splitlines() if "shard 0" in x and "lost" in x), "")
-    assert line, text[-3000:]
-    assert re.search(r"slice", line), line
+    text = log.read_text(errors="replace")
+    assert time.monotonic() - start < 200  # an error, not a hang
+    line = next((x for x in text.splitlines() if "cannot recover round" in x), "")
+    assert "of shard 0" in line and "slices missing: partitions [1, 2, 3]" in line, \
+        text[-3000:]
+    # nothing was changed: the request was not carried out, no version was added
+    from cli.runs import open_inbox
+
+    with open_inbox(folder) as inbox:
+        assert request not in [r.id for r in inbox.all() if r.state == "done"]
+    assert not (folder / "receipts" / f"{request}.json").exists() or \
+        _receipt(folder, request)["status"] != "done"
