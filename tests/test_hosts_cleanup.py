@@ -30,7 +30,8 @@ def _leftovers(pid: int, tag: str) -> list[str]:
 
 @pytest.mark.hosts
 @pytest.mark.subprocess
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGKILL"])
 def test_stopped_harness_leaves_nothing(tmp_path, sig):
     reason = netns.unavailable()
     if reason:
