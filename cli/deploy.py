@@ -18,6 +18,12 @@ unless --keep is given. Environment: SE_DEPLOY_DIR (parent of the run folder;
 default $TMPDIR or /tmp), SE_DEPLOY_TIMEOUT (seconds for the whole run; default
 0 = no limit), SE_DEPLOY_STAGE=0 (run on the working tree instead of a copy of
 the app's files).
+
+With ``--hosts`` the SuperLink and every SuperNode run on separate network
+hosts (Linux network namespaces on one private LAN, :mod:`cli.hosts`): TLS
+with a certificate naming the SuperLink's host, SuperNode keys registered with
+``flwr supernode register`` and ``--enable-supernode-auth``. Needs root and
+iproute2 ``ip``; a one-line error otherwise.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--run-config", "-c", action="append", default=[],
                     metavar='"k=v ..."|FILE.toml', help="repeatable; later wins")
     ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    ap.add_argument("--hosts", action="store_true",
+                    help="separate network hosts (one namespace each, needs root): "
+                    "TLS and SuperNode authentication across a private LAN")
     ap.add_argument("--isolation", choices=ISOLATIONS, default="process",
                     help="process (default): a warm SuperExec per SuperNode forks a "
                     "ClientApp process per message (torch imported once); "
@@ -182,20 +191,27 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     """
     start = time.monotonic()
     args = parser(prog).parse_args(argv)
+    if args.hosts:
+        from cli.netns import unavailable
+
+        reason = unavailable()
+        if reason:
+            raise ConfigError(f"--hosts: {reason}")
     merged, _, _ = checked_run(absolute_paths(
         deploy_config(args.nodes, args.preset, args.run_config)))
     if shutil.which("flower-superlink") is None:
         raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
                           "create .venv")
+
     _say("run config: " + config.describe(merged.overrides))
     run_dir = _run_dir()
     ok = False
     terminal = TerminalFilter()
     try:
         (run_dir / "run-config.toml").write_text(config.to_toml(merged.overrides))
-        summary = _deploy(run_dir, args.nodes, start, args.isolation,
-                          args.clientapp_slots, args.node_poll, args.control_nice,
-                          terminal)
+        summary = (_deploy_hosts if args.hosts else _deploy)(
+            run_dir, args.nodes, start, args.isolation, args.clientapp_slots,
+            args.node_poll, args.control_nice, terminal)
         ok = summary is not None
     finally:
         if ok and not args.keep:
@@ -211,8 +227,9 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     report.main([str(summary)])
     sys.stdout.flush()
     terminal.release(sys.stdout.buffer)  # the engine's shutdown lines, after the tables
+    where = "separate hosts, TLS" if args.hosts else "127.0.0.1"
     print(f"deploy wall time: {time.monotonic() - start:.1f} s ({args.nodes} SuperNodes, "
-          "start-up to result)")
+          f"{where}, start-up to result)")
     print(f"summary: {summary}", flush=True)
     return 0
 
@@ -255,6 +272,36 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
             _say(f"{expired} ClientApp calls were refused with an expired task token: "
                  "ClientApp processes took longer than Flower's 30 s start window "
                  "(an overloaded machine? try fewer SuperNodes)")
+    return summary
+
+
+def _deploy_hosts(run_dir: Path, nodes: int, start: float, isolation: str = "process",
+                  slots: int = 0, node_poll_s: float = 1.0, nice: int = 0,
+                  terminal: TerminalFilter | None = None) -> Path | None:
+    """As :func:`_deploy`, on separate network hosts (:class:`cli.hosts.Federation`)."""
+    from cli.hosts import Federation
+    from cli.netns import NetnsError
+
+    log = run_dir / "logs" / "flwr-run.log"
+    timeout_s = float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0)
+    with Children() as children:
+        try:
+            fed = Federation(run_dir, nodes, children, isolation=isolation, slots=slots,
+                             node_poll_s=node_poll_s, nice=nice)
+        except NetnsError as err:
+            _say(f"--hosts: {err}")
+            return None
+        with fed:
+            try:
+                fed.start()
+            except DeployError as err:
+                _say(str(err))
+                return None
+            summary = fed.run(run_dir / "run-config.toml", log,
+                              max(1.0, timeout_s - (time.monotonic() - start))
+                              if timeout_s else 0.0, terminal)
+    if summary is None:
+        _say(f"the run failed: no summary.json was written (see {log})")
     return summary
 
 

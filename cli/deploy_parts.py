@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from cli.procs import Children, tee
@@ -29,16 +30,39 @@ class DeployError(RuntimeError):
     """A process of the deployment did not start or died."""
 
 
-def start_superlink(children: Children, run_dir: Path, port: int,
-                    nice: int = 0) -> subprocess.Popen:
-    """``flower-superlink`` on 127.0.0.1:``port`` (one port serves every API).
+@dataclass(frozen=True)
+class Place:
+    """Where a process of the deployment runs and how it is secured.
 
-    Its state stays in memory (Flower's default, no ``--database``): the run
+    ``host``: the address it binds (SuperLink) or its Runtime API binds
+    (SuperNode); ``wrap``: argv prefix that runs it on its host (e.g. ``ip
+    netns exec NS``; empty: this machine's own network); ``security``: its TLS
+    and authentication arguments (default ``--insecure``); ``connect(host,
+    port)``: whether a TCP connection to it succeeds from where it runs.
+    """
+
+    host: str = "127.0.0.1"
+    wrap: tuple[str, ...] = ()
+    security: tuple[str, ...] = ("--insecure",)
+    connect: Callable[[str, int], bool] | None = None
+
+
+LOOPBACK = Place()
+
+
+def start_superlink(children: Children, run_dir: Path, port: int,
+                    nice: int = 0, place: Place = LOOPBACK,
+                    database: Path | None = None, log_name: str = "superlink.log"
+                    ) -> subprocess.Popen:
+    """``flower-superlink`` on ``place.host``:``port`` (one port serves every API).
+
+    Without ``database`` its state stays in memory (Flower's default): the run
     dies with this SuperLink anyway, and with an SQLite file every request
     (each object of a message, each poll) went through SQLAlchemy: the
     SuperLink used 42 s of CPU in the 3-round deploy benchmark instead of
     16-20 s, taken from the clients' training on 2 cores
-    (docs/results/deploy/README.md). ``nice``: see :func:`niced`.
+    (docs/results/deploy/README.md). With ``database`` (a file) a restarted
+    SuperLink keeps its nodes and runs. ``nice``: see :func:`niced`.
 
     Raises
     ------
@@ -47,21 +71,29 @@ def start_superlink(children: Children, run_dir: Path, port: int,
     """
     env = {k: v for k, v in os.environ.items()  # only the HTTP APIs on --port
            if k not in ("FLWR_INTERNAL_GRPC_CONTROL_API", "FLWR_INTERNAL_GRPC_FLEET_API")}
-    with open(run_dir / "logs" / "superlink.log", "wb") as log:
+    state = ["--database", str(database)] if database else []
+    with open(run_dir / "logs" / log_name, "ab") as log:
         proc = children.start(
-            ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(port),
-             "--disable-runtime-dependency-installation"],
+            [*place.wrap, "flower-superlink", *place.security, "--host", place.host,
+             "--port", str(port), *state, "--disable-runtime-dependency-installation"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=niced(nice))
-    _say(f"SuperLink pid {proc.pid} on 127.0.0.1:{port}; run folder {run_dir}")
-    wait_for_port(port, proc, 60.0, "SuperLink", run_dir)
+    _say(f"SuperLink pid {proc.pid} on {place.host}:{port}; run folder {run_dir}")
+    wait_for_port(port, proc, 60.0, "SuperLink", run_dir, place)
     return proc
 
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
                      ports: Sequence[int], isolation: str = "process",
-                     node_poll_s: float = 1.0, nice: int = 0) -> list[subprocess.Popen]:
+                     node_poll_s: float = 1.0, nice: int = 0,
+                     places: Sequence[Place] | None = None, first: int = 0,
+                     total: int | None = None) -> list[subprocess.Popen]:
     """One ``flower-supernode`` per port; SuperNode i has partition-id i.
+
+    ``places[i]`` (default: all :data:`LOOPBACK`) says where SuperNode i runs
+    and its TLS / authentication arguments. ``first``: partition id of the
+    first (a restart of one SuperNode); ``total``: num-partitions (default
+    ``len(ports)``).
 
     ``isolation`` is the SuperNodes' ``--isolation``: ``subprocess`` (each
     starts a cold ``flwr-clientapp`` per message itself) or ``process`` (they
@@ -76,16 +108,18 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
     env = {**_thread_env(), "SE_NODE_POLL_S": str(node_poll_s)}
     command = (["flower-supernode"] if node_poll_s >= 3
                else [sys.executable, "-m", "cli.supernode"])
+    places = places or [LOOPBACK] * len(ports)
     procs = []
-    for i, port in enumerate(ports):
+    for k, port in enumerate(ports):
+        i, place = first + k, places[k]
         node_dir = run_dir / "nodes" / str(i)
         node_dir.mkdir(parents=True, exist_ok=True)
-        node_config = (f'partition-id={i} num-partitions={len(ports)} '
+        node_config = (f'partition-id={i} num-partitions={total or len(ports)} '
                        f'node-dir="{node_dir}"')
-        with open(run_dir / "logs" / f"supernode-{i}.log", "wb") as log:
+        with open(run_dir / "logs" / f"supernode-{i}.log", "ab") as log:
             procs.append(children.start(
-                [*command, "--insecure", "--superlink", link,
-                 "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config,
+                [*place.wrap, *command, *place.security, "--superlink", link,
+                 "--host", place.host, "--port", str(port), "--node-config", node_config,
                  "--isolation", isolation],
                 env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -97,24 +131,28 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
 
 
 def start_executors(children: Children, run_dir: Path, ports: Sequence[int],
-                    slots: int = 0) -> list[subprocess.Popen]:
+                    slots: int = 0, places: Sequence[Place] | None = None,
+                    first: int = 0) -> list[subprocess.Popen]:
     """One warm SuperExec (:mod:`cli.warm_exec`) per SuperNode Runtime API port.
 
     Each imports torch and Flower once and forks a ClientApp process per
     message; its output goes to ``logs/clientapp-<i>.log``. With ``slots`` > 0
     at most that many ClientApp processes run at once over all of them (files
     in ``<run>/slots``). They run in the project folder (for ``cli``); the
-    ClientApp itself is loaded from the FAB.
+    ClientApp itself is loaded from the FAB. ``places[i]``: where SuperNode i
+    runs (its executor runs there too); ``first``: its partition id.
     """
     from cli.config import PROJECT
 
     limit = ["--slots", str(slots), "--slots-dir", str(run_dir / "slots")] if slots else []
+    places = places or [LOOPBACK] * len(ports)
     procs = []
-    for i, port in enumerate(ports):
-        with open(run_dir / "logs" / f"clientapp-{i}.log", "wb") as log:
+    for k, port in enumerate(ports):
+        i, place = first + k, places[k]
+        with open(run_dir / "logs" / f"clientapp-{i}.log", "ab") as log:
             procs.append(children.start(
-                [sys.executable, "-m", "cli.warm_exec", "--runtime-api-address",
-                 f"127.0.0.1:{port}", *limit],
+                [*place.wrap, sys.executable, "-m", "cli.warm_exec",
+                 "--runtime-api-address", f"{place.host}:{port}", *limit],
                 env=_thread_env(), cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL))
     _say(f"{len(procs)} warm ClientApp executors "
@@ -142,7 +180,8 @@ def _thread_env() -> dict:
 
 
 def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],
-                   seconds: float, run_dir: Path) -> None:
+                   seconds: float, run_dir: Path,
+                   places: Sequence[Place] | None = None) -> None:
     """Wait until every SuperNode listens on its port (a bar with the time left).
 
     Raises
@@ -152,10 +191,11 @@ def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],
     """
     progress, task = wait_bar("SuperNodes up", len(ports))
     start = time.monotonic()
+    places = places or [LOOPBACK] * len(ports)
     try:
         for i, (proc, port) in enumerate(zip(procs, ports, strict=True)):
             left = max(1.0, seconds - (time.monotonic() - start))
-            wait_for_port(port, proc, left, f"SuperNode {i}", run_dir)
+            wait_for_port(port, proc, left, f"SuperNode {i}", run_dir, places[i])
             if progress is not None:
                 progress.advance(task)
     finally:
@@ -165,31 +205,45 @@ def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, seconds: float, name: str,
-                  run_dir: Path) -> None:
-    """Wait until 127.0.0.1:``port`` accepts connections while ``proc`` lives.
+                  run_dir: Path, place: Place = LOOPBACK) -> None:
+    """Wait until ``place.host``:``port`` accepts connections while ``proc`` lives.
 
     Raises
     ------
     DeployError
         ``proc`` exited, or ``seconds`` passed.
     """
+    connect = place.connect or _connects
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise DeployError(f"{name} exited during start-up (see {run_dir}/logs)")
-        with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", port), timeout=0.5):
+        if connect(place.host, port):
             return
         time.sleep(0.2)
-    raise DeployError(f"{name} not listening on 127.0.0.1:{port} after {seconds:.0f} s")
+    raise DeployError(f"{name} not listening on {place.host}:{port} after "
+                      f"{seconds:.0f} s")
+
+
+def _connects(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port),
+                                                                timeout=0.5):
+        return True
+    return False
 
 
 @contextlib.contextmanager
-def connection_entry(flwr_home: Path, name: str, address: str) -> Iterator[str]:
-    """A ``[superlink.<name>]`` entry in ``flwr_home/config.toml`` while in use."""
+def connection_entry(flwr_home: Path, name: str, address: str,
+                     root_certificates: Path | None = None) -> Iterator[str]:
+    """A ``[superlink.<name>]`` entry in ``flwr_home/config.toml`` while in use.
+
+    Insecure, or TLS checked against ``root_certificates`` (a CA file).
+    """
     path = flwr_home / "config.toml"
+    security = (f'root-certificates = "{root_certificates}"' if root_certificates
+                else "insecure = true")
     block = (f"\n# se-deploy begin {name}\n[superlink.{name}]\n"
-             f'address = "{address}"\ninsecure = true\n# se-deploy end {name}\n')
+             f'address = "{address}"\n{security}\n# se-deploy end {name}\n')
     with _config_lock(path):
         text = path.read_text() if path.exists() else '[superlink]\ndefault = "local"\n'
         path.write_text(text.rstrip("\n") + "\n" + block)
@@ -237,7 +291,8 @@ def stage_app(out: Path) -> Path:
 
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
                watched: Sequence[subprocess.Popen], timeout_s: float,
-               start: float, terminal: TerminalFilter | None = None) -> None:
+               start: float, terminal: TerminalFilter | None = None,
+               wrap: Sequence[str] = ()) -> None:
     """``flwr run app name --stream`` with its output in ``log`` and on stdout.
 
     Stdout gets what ``terminal`` keeps (:mod:`cli.terminal`; default a fresh
@@ -246,7 +301,8 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     Stops early when a watched process (SuperLink, SuperNode) dies or
     ``timeout_s`` seconds after ``start`` (``time.monotonic``; 0: no limit). If
     the log stream is killed by a signal while the run goes on, follows it again
-    with ``flwr log`` (up to 3 times).
+    with ``flwr log`` (up to 3 times). ``wrap``: argv prefix that runs ``flwr``
+    on the host it submits from (e.g. ``ip netns exec NS``).
     """
     argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
     _say(f"flwr run {app} {name} --stream (log: {log})")
@@ -254,7 +310,8 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     with open(log, "ab") as sink, output_sink() as out:
         terminal.out = out
         for attempt in range(4):
-            proc = children.start(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = children.start([*wrap, *argv], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
             pump = tee(proc.stdout, terminal, sink)

@@ -12,7 +12,7 @@ from server_app.config import ConfigError
 USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
        {prog} test [--fast] [pytest arguments]
-       {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep]
+       {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep] [--hosts]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
               [--jobs N] ...
@@ -25,7 +25,8 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
 test         the test suite (pytest; --fast: the fast tier, between edits)
-deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1
+deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1 (--hosts:
+             separate network hosts with TLS and node keys; root)
 experiments  the paper's experiments: runs, CSV, figures, report.md
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new

@@ -34,6 +34,10 @@ import types
 from server_app.rounds.polling_grid import shorten_object_pulls
 
 POLL_ENV = "SE_NODE_POLL_S"
+HEARTBEAT_ENV = "SE_NODE_HEARTBEAT_S"
+"""Seconds between a SuperNode's heartbeats (unset: Flower's 30). The SuperLink takes
+a node as offline after two intervals without one, and refuses a restarted node
+with the same key until then (``activate-node``: 412, exit 305)."""
 LOCAL_WAIT_S = 0.05
 """Seconds a wait under 1 s (the node's own state, no network) sleeps at most."""
 
@@ -80,6 +84,32 @@ def shorten_waits(cap_s: float) -> bool:
     return True
 
 
+def set_heartbeat(seconds: float) -> list[str]:
+    """Make Flower's SuperNode heartbeat every ``seconds``; the modules changed.
+
+    The interval goes to the SuperLink with every heartbeat and activation (it
+    takes the node as offline after two intervals without one) and paces the
+    SuperNode's heartbeat thread. Modules without the constant are left alone.
+
+    Raises
+    ------
+    ValueError
+        ``seconds`` is not a finite number >= 2 (Flower's heartbeat call itself
+        may take a second).
+    """
+    import importlib
+
+    if not 2 <= seconds < float("inf"):
+        raise ValueError(f"{HEARTBEAT_ENV} = {seconds!r} is not allowed: use seconds >= 2")
+    changed = []
+    for name in ("flwr.supernode.fleet_http_connection", "flwr.supercore.heartbeat"):
+        module = importlib.import_module(name)
+        if hasattr(module, "HEARTBEAT_DEFAULT_INTERVAL"):
+            module.HEARTBEAT_DEFAULT_INTERVAL = seconds
+            changed.append(name)
+    return changed
+
+
 def main() -> None:
     """Shorten the waits, then run ``flower-supernode`` with ``sys.argv[1:]``."""
     raw = os.environ.get(POLL_ENV) or "1"
@@ -89,6 +119,15 @@ def main() -> None:
         cap = float("nan")
     if not 0 < cap < float("inf"):
         sys.exit(f"cli.supernode: {POLL_ENV}={raw!r} is not allowed: use seconds > 0")
+    beat = os.environ.get(HEARTBEAT_ENV)
+    if beat:
+        try:
+            if len(set_heartbeat(float(beat))) < 2:
+                print("cli.supernode: warning: this Flower has no heartbeat interval "
+                      f"to set in every module; {HEARTBEAT_ENV} may not apply",
+                      file=sys.stderr, flush=True)
+        except ValueError as err:
+            sys.exit(f"cli.supernode: {err}")
     if not shorten_waits(cap):
         print("cli.supernode: warning: this Flower's SuperNode loop has no module "
               "'time'; it keeps its own waits", file=sys.stderr, flush=True)

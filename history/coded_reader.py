@@ -365,9 +365,12 @@ class CodedHistory(CodedCatalog, TrainingHistory):
                 stats: dict) -> Arrays | dict[int, Arrays]:
         pids = sorted(got)
         if len(pids) < self.k:
+            missing = sorted(set(self.node_of) - set(pids))
             raise CodedHistoryError(
                 f"cannot recover round {rnd} of shard {shard}: {len(pids)} usable "
-                f"slices, k = {self.k} needed ({stats['holders']} holders: "
+                f"slices, k = {self.k} needed; slices missing: partitions "
+                f"{missing[:20]}{' ...' if len(missing) > 20 else ''} "
+                f"({stats['holders']} holders: "
                 f"{stats['absent']} absent, {stats['silent']} silent, "
                 f"{stats['refused']} refused, {stats['tag_failures']} failed tags, "
                 f"{stats['malformed']} malformed, {stats['damaged']} damaged, "

@@ -276,6 +276,24 @@ def _epoch_range(config: Mapping, held: int) -> tuple[float, float]:
     return max(0.0, float(asked) - slack), float(asked) + slack
 
 
+def _answered_for(reply: Message, sent: Mapping[int, Message]) -> int | None:
+    """The node an error reply of the SuperLink stands for, or None.
+
+    Flower's SuperLink answers a message to a node it deems offline (no
+    heartbeat in time: a link down, a host gone) itself, with an error reply
+    from its own node id whose ``reply_to_message_id`` is the message's id
+    (given at push). Such a reply is that node's missing answer, not a reply
+    from a node that was not asked.
+    """
+    wanted = reply.metadata.reply_to_message_id
+    if not reply.has_error() or not wanted:
+        return None
+    for node, message in sent.items():
+        if (message.metadata.message_id or message.object_id) == wanted:
+            return node
+    return None
+
+
 def screen(replies: Iterable[Message], messages: Sequence[Message], stage: str,
            rnd: int, faults: FaultLog, partition_of: Mapping[int, int] | None = None,
            limits: ReplyLimits | None = None) -> list[Message]:
@@ -310,6 +328,12 @@ def screen(replies: Iterable[Message], messages: Sequence[Message], stage: str,
     for reply in replies:
         node = reply.metadata.src_node_id
         pid = partition_of.get(node)
+        if node not in sent and (target := _answered_for(reply, sent)) is not None:
+            if target not in answered:  # the SuperLink answers for an offline node
+                answered.add(target)
+                faults.add(stage, rnd, target, partition_of.get(target), "dropout",
+                           f"unreachable: {reply.error.reason}")
+            continue
         if node not in sent:
             faults.add(stage, rnd, node, pid, "rejected", "reply from a node not asked")
             continue
