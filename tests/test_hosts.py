@@ -33,7 +33,8 @@ CONFIG = {"num-clients": NODES, "num-shards": 2, "clients-per-round": 4, "num-ro
           "frameworks": "SE,FR", "storage": "coded", "forget-clients": "1", "seed": 0}
 RUN_TIMEOUT_S = 400
 
-pytestmark = [pytest.mark.hosts, pytest.mark.e2e]
+pytestmark = [pytest.mark.hosts, pytest.mark.e2e,
+              pytest.mark.xdist_group("hosts")]  # one worker: the federations are shared
 
 
 def _items(values: dict) -> str:
