@@ -47,3 +47,15 @@ def test_an_error_reply_for_no_sent_message_is_still_rejected():
     screen([stray], sent, "sharded", 1, faults, {7: 0})
     kinds = sorted((f["node"], f["kind"]) for f in faults.entries)
     assert kinds == [(SUPERLINK, "rejected"), (7, "dropout")]
+
+
+def test_a_client_cannot_answer_for_another_node():
+    """A SuperNode's error reply naming node 7's message is its own stray reply."""
+    sent = [_pushed(7)]
+    forged = _superlink_error(sent[0])
+    forged.metadata.__dict__["_src_node_id"] = 9  # a client, not the SuperLink
+    faults = FaultLog()
+    screen([forged], sent, "sharded", 1, faults, {7: 0, 9: 1})
+    kinds = sorted((f["node"], f["kind"], f["reason"]) for f in faults.entries)
+    assert kinds == [(7, "dropout", "no answer within the round timeout"),
+                     (9, "rejected", "reply from a node not asked")]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID
 
 from history.coded_catalog import EXACT_INTEGER
 
@@ -283,10 +284,13 @@ def _answered_for(reply: Message, sent: Mapping[int, Message]) -> int | None:
     heartbeat in time: a link down, a host gone) itself, with an error reply
     from its own node id whose ``reply_to_message_id`` is the message's id
     (given at push). Such a reply is that node's missing answer, not a reply
-    from a node that was not asked.
+    from a node that was not asked. Only the SuperLink's id
+    (``SUPERLINK_NODE_ID``, never a SuperNode's) may answer for another node: a
+    client's error reply naming another node's message stays a rejected reply.
     """
     wanted = reply.metadata.reply_to_message_id
-    if not reply.has_error() or not wanted:
+    if reply.metadata.src_node_id != SUPERLINK_NODE_ID or not reply.has_error() \
+            or not wanted:
         return None
     for node, message in sent.items():
         if (message.metadata.message_id or message.object_id) == wanted:
