@@ -81,9 +81,7 @@ def _test_workers(args: list[str]) -> list[str]:
     pytest-xdist is not installed; ``SE_TEST_WORKERS=0`` runs in one process.
     The suite's processes wait a lot (engine start-ups, subprocesses, network
     faults), so two workers on 2 cores take far less time than one
-    (docs/DEVELOPING.md). ``--dist loadgroup``: one test at a time to the
-    worker that frees first, and an ``xdist_group`` (the hosts tests, which
-    share their federations) whole to one worker.
+    (docs/DEVELOPING.md). How tests go to workers: ``tests/conftest.py``.
     """
     import importlib.util
 
@@ -92,7 +90,7 @@ def _test_workers(args: list[str]) -> list[str]:
     workers = os.environ.get("SE_TEST_WORKERS", "auto")
     if chosen or workers == "0" or importlib.util.find_spec("xdist") is None:
         return args
-    return ["-n", workers, "--dist", "loadgroup", *args]
+    return ["-n", workers, *args]
 
 
 def _back_to_caller(command: str) -> None:

@@ -30,14 +30,15 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """Mark in-process runs by their fixtures; with ``--fast`` keep the fast tier.
 
-    Across pytest-xdist workers (``-n``) the slowest tiers go first: each worker
-    takes the next test as it frees (``--maxschedchunk 1``), so the long tests
-    spread over the workers instead of one of them ending the suite alone.
+    On pytest-xdist workers (``-n``) the slow tiers go first: each worker takes
+    the next test as it frees (:func:`pytest_xdist_make_scheduler`), so the long
+    tests spread over the workers instead of one of them ending the suite alone.
+    (A worker's ``config.option.numprocesses`` is None: it is told by its env.)
     """
     for item in items:
         if IN_PROCESS_FIXTURES & set(item.fixturenames):
             item.add_marker("inprocess")
-    if getattr(config.option, "numprocesses", None):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=_tier_rank)  # stable: a tier keeps its modules' order
     if not config.getoption("--fast"):
         return
@@ -45,6 +46,29 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item not in set(slow)]
+
+
+SHARED_MODULES = ("tests/test_hosts.py",)
+"""Modules whose tests share module fixtures and build on each other: one worker each."""
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """One test at a time to the worker that frees first; a shared module whole.
+
+    Each test is its own work unit, except the tests of :data:`SHARED_MODULES`,
+    which go to one worker together, first (the largest unit). pytest-xdist's
+    own ``xdist_group`` marks do not group under pytest 9.2 (xdist 3.8 renames
+    ``item._nodeid``, which pytest 9.2 no longer reads), so the unit is named
+    here.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_MODULES else nodeid
+
+    return TierScheduling(config, log)
 
 
 def _tier_rank(item) -> int:

@@ -375,8 +375,8 @@ def test_typed_paths_are_the_callers_and_children_get_them_absolute(tmp_path,
 
 
 @pytest.mark.parametrize("args, env, want", [
-    ([], {}, ["-n", "auto", "--dist", "loadgroup"]),
-    (["-x"], {"SE_TEST_WORKERS": "3"}, ["-n", "3", "--dist", "loadgroup", "-x"]),
+    ([], {}, ["-n", "auto"]),
+    (["-x"], {"SE_TEST_WORKERS": "3"}, ["-n", "3", "-x"]),
     (["-n", "0"], {}, ["-n", "0"]),
     (["-n2", "-q"], {}, ["-n2", "-q"]),
     (["--numprocesses=2"], {}, ["--numprocesses=2"]),

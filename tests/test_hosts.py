@@ -33,8 +33,7 @@ CONFIG = {"num-clients": NODES, "num-shards": 2, "clients-per-round": 4, "num-ro
           "frameworks": "SE,FR", "storage": "coded", "forget-clients": "1", "seed": 0}
 RUN_TIMEOUT_S = 400
 
-pytestmark = [pytest.mark.hosts, pytest.mark.e2e,
-              pytest.mark.xdist_group("hosts")]  # one worker: the federations are shared
+pytestmark = [pytest.mark.hosts, pytest.mark.e2e]  # one worker: conftest.SHARED_MODULES
 
 
 def _items(values: dict) -> str:

@@ -122,8 +122,9 @@ def _kill_early(argv: list[str], tmp_path: Path, shared_data: Path,
         command.wait(timeout=10)
         folder = tmp_path / "results" / "k"
         killed = time.monotonic()
-        left = _gone_within(lambda: command_processes(command.pid), 10)
-        assert not left, "alive 10 s after the command: " + "; ".join(map(_cmdline, left))
+        # 30 s: on 2 busy cores (two test workers) Ray's agents took over 10 s to exit
+        left = _gone_within(lambda: command_processes(command.pid), 30)
+        assert not left, "alive 30 s after the command: " + "; ".join(map(_cmdline, left))
         tagged = run_processes(folder)  # the same processes: none left
         assert not tagged, "; ".join(map(_cmdline, tagged))
         # a process whose memory is gone may still be closing its files (the lock)
