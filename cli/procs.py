@@ -265,6 +265,10 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
+LATE_S = 2.0
+"""Seconds the watchdog keeps killing processes of the command that start late."""
+
+
 def sweep(mark: str, grace_s: float = GRACE_S) -> list[int]:
     """Stop every process marked ``mark`` and their process groups; return the left.
 
@@ -287,8 +291,15 @@ def sweep(mark: str, grace_s: float = GRACE_S) -> list[int]:
     while time.monotonic() < deadline and any(map(_running, marked_processes(mark))):
         time.sleep(0.1)
     left = [p for p in marked_processes(mark) if _running(p)]
-    if left:
+    # A dying parent may still start a child (Ray's raylet its RuntimeEnvAgent,
+    # seen alive 30 s after a kill -9): SIGKILL what is marked for LATE_S, not once
+    end = time.monotonic() + LATE_S
+    while True:
         signal_all(signal.SIGKILL)
+        if time.monotonic() >= end:
+            break
+        time.sleep(0.2)
+        left += [p for p in marked_processes(mark) if _running(p) and p not in left]
     return left
 
 

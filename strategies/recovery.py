@@ -38,8 +38,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from strategies.calibration import difference, first_participation, weighted_step
-from strategies.sharded import ShardedStrategy, to_numpy, to_record
-from strategies.unlearning import FrozenShard, HistoryReader
+from strategies.sharded import to_numpy, to_record
+from strategies.unlearning import FrozenShard, HistoryReader, ImpactedShards
 
 TRAIN_MESSAGE = "train"
 
@@ -334,7 +334,7 @@ def _unflat(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.
     return {k: out[k] for k in like}
 
 
-class ShardRecovery(ShardedStrategy):
+class ShardRecovery(ImpactedShards):
     """SE-R: :class:`RecoveredShard` in each impacted shard; the others frozen.
 
     Parameters
@@ -375,16 +375,6 @@ class ShardRecovery(ShardedStrategy):
             if s in self.impacted else FrozenShard() for s in range(len(shards))]
         super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],
                          seed=None)
-
-    @property
-    def num_rounds(self) -> int:
-        """Server rounds: the longest plan of an impacted shard."""
-        return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
-                   default=0)
-
-    def replay_report(self) -> dict[int, dict]:
-        """Impacted shard -> :meth:`RecoveredShard.replay_report`."""
-        return {s: self.shard_strategies[s].replay_report() for s in self.impacted}
 
 
 class FedRecover(ShardRecovery):

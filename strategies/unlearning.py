@@ -37,8 +37,8 @@ from strategies.sharded import ShardedStrategy, to_numpy, to_record
 
 UNLEARN_MESSAGE = "train.unlearn"
 __all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
-           "HistoryReader", "RapidRetrain", "ShardingEraser", "UNLEARN_MESSAGE",
-           "calibration_plan", "first_participation"]
+           "HistoryReader", "ImpactedShards", "RapidRetrain", "ShardingEraser",
+           "UNLEARN_MESSAGE", "calibration_plan", "first_participation"]
 
 
 class HistoryReader(Protocol):
@@ -252,7 +252,26 @@ class FrozenShard(Strategy):
         """Nothing to log."""
 
 
-class ShardingEraser(ShardedStrategy):
+class ImpactedShards(ShardedStrategy):
+    """A sharded strategy that redoes its ``impacted`` shards; the others frozen.
+
+    Each impacted shard's sub-strategy has ``num_rounds`` and ``replay_report``.
+    """
+
+    impacted: list[int]
+
+    @property
+    def num_rounds(self) -> int:
+        """Server rounds: the longest plan of an impacted shard."""
+        return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
+                   default=0)
+
+    def replay_report(self) -> dict[int, dict]:
+        """Impacted shard -> its sub-strategy's ``replay_report()``."""
+        return {s: self.shard_strategies[s].replay_report() for s in self.impacted}
+
+
+class ShardingEraser(ImpactedShards):
     """SE: calibrated retraining of the impacted shards only.
 
     Parameters
@@ -311,12 +330,6 @@ class ShardingEraser(ShardedStrategy):
         super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],
                          seed=None)
 
-    @property
-    def num_rounds(self) -> int:
-        """Server rounds: the longest plan of an impacted shard."""
-        return max((getattr(s, "num_rounds", 0) for s in self.shard_strategies),
-                   default=0)
-
     def start_rounds(self) -> dict[int, int | None]:
         """Impacted shard -> g0, the stored round its replay starts at.
 
@@ -325,9 +338,6 @@ class ShardingEraser(ShardedStrategy):
         return {s: self.shard_strategies[s].start_round
                 if self.shard_strategies[s].plan else None for s in self.impacted}
 
-    def replay_report(self) -> dict[int, dict]:
-        """Impacted shard -> :meth:`CalibratedRetraining.replay_report`."""
-        return {s: self.shard_strategies[s].replay_report() for s in self.impacted}
 
 
 class FedEraser(ShardingEraser):
