@@ -169,7 +169,6 @@ class RecoveredShard(Strategy):
         self._estimates: dict[int, dict] = {}
         self._stored: dict[int, dict] = {}
         self._shift = np.zeros(0)
-        self.exact_rounds: list[int] = []
 
     @property
     def num_rounds(self) -> int:
@@ -227,8 +226,6 @@ class RecoveredShard(Strategy):
                     ask.append((pid, n))
                 else:
                     self._estimates[pid] = estimate
-        if ask:
-            self.exact_rounds.append(rnd)
         config = ConfigRecord(dict(config))
         config["server-round"] = rnd  # learning's seed for round rnd
         content = RecordDict({"arrays": arrays, "config": config})

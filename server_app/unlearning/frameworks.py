@@ -288,11 +288,10 @@ def _recovery(name: str, stage: Stage, forget: set[int], batch: Sequence[int] | 
     federation = stage.sharded if sharded else stage.baseline
     clients = set(batch or forget) if sharded else set(forget)
     held = {federation.shard_of[p] for p in clients}
-    impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
-    starts = {}
-    for s in impacted:
-        g0 = first_participation(store, s, clients) if sharded else 1
-        starts[s] = rebuild_shard_model(store, s, g0 - 1)
+    first = {s: first_participation(store, s, clients) for s in held}
+    impacted = sorted(s for s, g0 in first.items() if g0 is not None)
+    starts = {s: rebuild_shard_model(store, s, (first[s] if sharded else 1) - 1)
+              for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
                              **settings.recovery)
