@@ -38,8 +38,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
     echo "installing the project into $VENV (torch 2.14.1 from this machine's disk)" >&2
-    "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-    "$VENV/bin/python" -m pip install -q -e ".[dev]" >&2
+    # No pip cache: torch's CUDA build and its libraries take about 5.5 GB in the venv,
+    # and a cached copy of their wheels would take as much again on a small disk.
+    "$VENV/bin/python" -m pip install -q --no-cache-dir --upgrade pip >&2
+    "$VENV/bin/python" -m pip install -q --no-cache-dir -e ".[dev]" >&2
     # numba compiles the coding kernels on first use (15-20 s): once here, not in a run
     "$VENV/bin/python" -m coding.warmup >&2
     touch "$VENV/.installed"
