@@ -10,6 +10,9 @@ from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import bad
 from task.backdoor import MAX_TRIGGER
 
+#: Most reference models of the likelihood-ratio attack (``mia-references``).
+MAX_REFERENCES = 256
+
 
 @dataclass(frozen=True)
 class AuditConfig(Section):
@@ -23,6 +26,11 @@ class AuditConfig(Section):
         Samples of each side (members, non-members) the attack scores.
     mia_shadows : int
         k >= 1 shadow models fit the attack instead of the original model.
+    mia_references : int
+        k >= 2 reference models of the offline likelihood-ratio attack (LiRA;
+        the shadow models, more trained where k exceeds ``mia_shadows``); 0: off.
+    mia_nonmembers : int
+        Non-members LiRA scores each model on (class-matched to the targets).
     backdoor_trigger : int
         Side of the square trigger in pixels (0: no backdoor check).
     backdoor_fraction : float
@@ -34,6 +42,8 @@ class AuditConfig(Section):
     mia: bool = True
     mia_samples: int = 2000
     mia_shadows: int = 0
+    mia_references: int = 0
+    mia_nonmembers: int = 10000
     backdoor_trigger: int = 0
     backdoor_fraction: float = 0.5
     backdoor_target: int = 0
@@ -44,7 +54,7 @@ class AuditConfig(Section):
         What needs the task (a trigger, classes, the audit's features, the
         number of classes) is :func:`server_app.config.tasks.check_task`'s.
         """
-        self.check_positive("mia-samples")
+        self.check_positive("mia-samples", "mia-nonmembers")
         self.check_bounds()
         if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
             raise bad("backdoor-trigger", self.backdoor_trigger,
@@ -61,9 +71,22 @@ class AuditConfig(Section):
         if self.mia_shadows and not self.mia:
             raise bad("mia-shadows", self.mia_shadows,
                       "0 unless mia = true and the task has classes")
+        self._validate_references()
         if self.backdoor_trigger == 0:
             return
         if not unlearning.forget_client_list:
             raise bad("backdoor-trigger", self.backdoor_trigger,
                       "0 unless forget-clients names the poisoned clients (the "
                       "clients of the one unlearning request)")
+
+    def _validate_references(self) -> None:
+        """``mia-references``: 0 or 2..MAX_REFERENCES, inside the shadow audit."""
+        if self.mia_references == 0:
+            return
+        if not 2 <= self.mia_references <= MAX_REFERENCES:
+            raise bad("mia-references", self.mia_references,
+                      f"0 (no LiRA) or 2..{MAX_REFERENCES} reference models")
+        if not self.mia_shadows:
+            raise bad("mia-references", self.mia_references,
+                      "0 unless mia-shadows >= 1 (LiRA runs in the shadow-model "
+                      "audit, on its disjoint targets, non-members and pool)")
