@@ -116,3 +116,14 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
         assert block["mia_auc"] is not None  # Shokri's keys are kept
     text = render(summary)
     assert "LiRA: offline" in text and "client TPR@1%FPR" in text
+
+
+def test_experiment_report_lists_lira_of_the_runs_that_have_it():
+    from experiments import collect
+    from experiments.report import _lira_section
+    row = {"run": "memorize-seed0", "framework": "FR", "mia_lira_auc": 0.512,
+           "mia_lira_tpr_at_1fpr": 0.015, "mia_lira_tpr_at_01fpr": None}
+    assert set(collect.LIRA_METRICS) <= set(collect.COLUMNS)
+    text = "\n".join(_lira_section([row, {"run": "other", "framework": "SE"}]))
+    assert "memorize-seed0" in text and "0.512" in text and "other" not in text
+    assert _lira_section([{"run": "other", "framework": "SE"}]) == []
