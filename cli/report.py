@@ -177,13 +177,17 @@ def lira_table(summary: RunSummary) -> str:
         return ""
     lira = (summary.verification or {}).get("mia", {}).get("lira", {})
     out = [f"LiRA: {lira.get('variant', 'offline')}; {lira.get('references')} "
-           f"reference models, {lira.get('variance')} variance; "
+           f"reference models, variance {lira.get('variance')}; "
            f"{lira.get('n_targets')} targets against {lira.get('n_nonmembers')} "
            f"non-members; {lira.get('forgotten_clients')} forgotten clients against "
            f"{lira.get('pseudo_clients')} pseudo-clients of non-members; "
            f"[95% bootstrap interval]", "",
            table(["model"] + [h for _, h in LIRA_COLUMNS], rows)]
     out += [f"  {line}" for line in lira.get("unread", [])]
+    out += [f"  {name}: each forgotten client's p-value against the pseudo-clients: "
+            + ", ".join(f"{p:.3f}" for p in m.audit["lira_client_pvalues"])
+            for name, m in models.items()
+            if m is not None and m.audit.get("lira_client_pvalues")]
     return "\n".join(out)
 
 

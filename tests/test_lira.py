@@ -11,6 +11,7 @@ from server_app.evaluation.lira import (
     MIN_FALSE_POSITIVES,
     PHI_FLOOR,
     bootstrap_metrics,
+    empirical_pvalues,
     fit_out,
     fpr_label,
     group_means,
@@ -160,3 +161,15 @@ def test_client_level_scores_sharpen_with_client_size():
     assert bootstrap_metrics(same, c_non).auc_ci[0] < 0.5
     with pytest.raises(ValueError, match="group 0"):
         group_means(member, [np.array([], np.int64)])
+
+
+def test_empirical_pvalues_are_exact_under_the_null():
+    null = np.arange(1.0, 100.0)  # 99 null scores 1..99
+    p = empirical_pvalues([100.0, 99.0, 0.0, 50.0], null)
+    assert p == pytest.approx([1 / 100, 2 / 100, 1.0, 51 / 100])
+    rng = np.random.default_rng(9)  # exchangeable: P(p <= 0.05) about 0.05
+    draws = [empirical_pvalues(rng.normal(size=1), rng.normal(size=199))[0]
+             for _ in range(2000)]
+    assert np.mean(np.array(draws) <= 0.05) == pytest.approx(0.05, abs=0.015)
+    with pytest.raises(ValueError, match="non-empty"):
+        empirical_pvalues([1.0], [])

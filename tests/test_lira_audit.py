@@ -71,6 +71,7 @@ def test_lira_audit_separates_members_and_forgotten_clients():
     assert scores["lira_tpr_at_1fpr"] > 0.05 and scores["lira_tpr_at_01fpr"] is not None
     assert scores["lira_client_auc"] == 1.0  # 40 samples of 1.5 sigma each
     assert scores["lira_client_tpr_at_01fpr"] is None  # 120 pseudo-clients: unread
+    assert scores["lira_client_pvalues"] == [1 / 121, 1 / 121]  # above every one
     clean = audit.score(lambda s, x: model(98, False)(x), [[1, 3]])
     assert clean["lira_auc_ci"][0] < 0.5 < clean["lira_auc_ci"][1]
     only_one = audit.score(lambda s, x: target(x), [[3]])  # client 1 in no shard
@@ -116,6 +117,8 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
         assert block["mia_auc"] is not None  # Shokri's keys are kept
     text = render(summary)
     assert "LiRA: offline" in text and "client TPR@1%FPR" in text
+    assert len(summary["original"]["mia_lira_client_pvalues"]) == 1
+    assert "each forgotten client's p-value" in text
 
 
 def test_experiment_report_lists_lira_of_the_runs_that_have_it():

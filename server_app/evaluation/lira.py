@@ -382,3 +382,34 @@ def group_means(scores, groups) -> np.ndarray:
                              f"0..{s.size - 1}, got {g.tolist()[:8]}")
         out[i] = s[g].mean()
     return out
+
+
+def empirical_pvalues(scores, null) -> np.ndarray:
+    """Each score's one-sided p-value against a null sample: (1 + #null >= s) / (1 + n).
+
+    The exact p-value of a permutation test when the score and the null
+    draws are exchangeable under the null hypothesis (Phipson and Smyth 2010,
+    eq. 2): here a forgotten client's mean score against pseudo-clients of
+    non-members, a finer view than an AUC over a handful of clients.
+
+    Parameters
+    ----------
+    scores : array_like, float, shape (G,)
+        The tested scores (higher = member).
+    null : array_like, float, shape (n,)
+        Scores drawn under the null (n >= 1).
+
+    Returns
+    -------
+    numpy.ndarray, float64, shape (G,)
+        In [1 / (n + 1), 1].
+
+    Raises
+    ------
+    ValueError
+        An empty null or non-finite values.
+    """
+    s, n = _checked(np.atleast_1d(scores), null)
+    n = np.sort(n)
+    above = n.size - np.searchsorted(n, s, side="left")
+    return (1.0 + above) / (1.0 + n.size)

@@ -36,6 +36,7 @@ from server_app.evaluation.lira import (
     MIN_FALSE_POSITIVES,
     PER_EXAMPLE_VARIANCE,
     bootstrap_metrics,
+    empirical_pvalues,
     fit_out,
     fpr_label,
     group_means,
@@ -146,7 +147,10 @@ class LiraAudit:
         dict
             :meth:`server_app.evaluation.lira.LowFprMetrics.to_audit` of the
             samples (prefix ``lira_``) and of the clients against the
-            pseudo-clients (``lira_client_``).
+            pseudo-clients (``lira_client_``), and ``lira_client_pvalues``:
+            each forgotten client's (ids in order) one-sided p-value against
+            the pseudo-clients
+            (:func:`server_app.evaluation.lira.empirical_pvalues`).
         """
         s, n = self.samples, len(self.samples.y_target)
         phi = np.full(n + len(s.y_non), np.nan)
@@ -165,9 +169,10 @@ class LiraAudit:
         clients = [g for g in s.clients if not np.isnan(z_t[g]).any()]
         pseudo = [g for g in s.pseudo if not np.isnan(z_n[g]).any()]
         if clients and pseudo:
-            client = bootstrap_metrics(group_means(z_t, clients), group_means(z_n, pseudo),
-                                       seed=self.seed)
-            out.update(client.to_audit("lira_client_"))
+            member, null = group_means(z_t, clients), group_means(z_n, pseudo)
+            out.update(bootstrap_metrics(member, null, seed=self.seed).to_audit(
+                "lira_client_"))
+            out["lira_client_pvalues"] = empirical_pvalues(member, null).tolist()
         return out
 
     def settings(self) -> dict[str, object]:
@@ -182,7 +187,8 @@ class LiraAudit:
                 "model is a shadow shard that never saw a target or non-member",
                 "references": self.k,
                 "variance": "per example" if self.per_example else
-                f"global (fewer than {PER_EXAMPLE_VARIANCE} reference models)",
+                f"global (one for all examples: fewer than {PER_EXAMPLE_VARIANCE} "
+                "reference models)",
                 "score": "z = (phi - mu_out) / sigma_out, phi = log(p_y / (1 - p_y))",
                 "n_targets": len(s.y_target), "n_nonmembers": len(s.y_non),
                 "forgotten_clients": len(s.clients), "client_sizes": sizes,
@@ -199,5 +205,5 @@ def _unread(what: str, count: int, fpr: float) -> str:
     return (f"mia_{prefix}tpr_at_{fpr_label(fpr)}fpr not read: {count} non-member "
             f"{'pseudo-clients' if what == 'clients' else 'samples'} allow "
             f"{int(np.floor(count * fpr + 1e-9))} false positives at {fpr:.1%} FPR; "
-            f"{MIN_FALSE_POSITIVES} need {need}")
+            f"reading it needs {MIN_FALSE_POSITIVES}, so at least {need}")
 
