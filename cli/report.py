@@ -56,9 +56,9 @@ def render(summary: RunSummary | dict) -> str:
         out += ["", stages_table(summary.stages)]
     if summary.frameworks:
         out += ["", frameworks_table(summary)]
-    lira = lira_table(summary)
-    if lira:
-        out += ["", lira]
+    for extra in (lira_table(summary), ulira_table(summary)):
+        if extra:
+            out += ["", extra]
     if summary.warnings:
         out += ["", warnings_list(summary.warnings)]
     return "\n".join(out)
@@ -189,6 +189,29 @@ def lira_table(summary: RunSummary) -> str:
             for name, m in models.items()
             if m is not None and m.audit.get("lira_client_pvalues")]
     return "\n".join(out)
+
+
+#: The U-LiRA table's columns: the references' game, the run's model.
+ULIRA_COLUMNS = (
+    ("ulira_game_auc", "game AUC"), ("ulira_game_tpr_at_1fpr", "game TPR@1%FPR"),
+    ("ulira_auc", "run's model AUC"), ("ulira_tpr_at_1fpr", "run's model TPR@1%FPR"),
+)
+
+
+def ulira_table(summary: RunSummary) -> str:
+    """U-LiRA of the original and SE (``mia-unlearn-references``); empty without."""
+    models = {"original": summary.original, **(summary.frameworks or {})}
+    rows = [[name] + [_with_interval(m.audit, k) for k, _ in ULIRA_COLUMNS]
+            for name, m in models.items() if m is not None and "ulira_auc" in m.audit]
+    if not rows:
+        return ""
+    u = (summary.verification or {}).get("mia", {}).get("ulira", {})
+    return "\n".join([
+        f"U-LiRA: {u.get('references')} reference shards ({u.get('recipe')}), each "
+        f"forgetting {u.get('forgotten_clients')} clients of {u.get('client_size')} "
+        f"from a pool of {u.get('pool')} targets; original: learned vs never saw, SE: "
+        "unlearned vs never saw [95% bootstrap interval]", "",
+        table(["model"] + [h for _, h in ULIRA_COLUMNS], rows)])
 
 
 def stages_table(stages: list[StageSummary]) -> str:

@@ -31,6 +31,9 @@ class AuditConfig(Section):
         the shadow models, more trained where k exceeds ``mia_shadows``); 0: off.
     mia_nonmembers : int
         Non-members LiRA scores each model on (class-matched to the targets).
+    mia_unlearn_references : int
+        k (even, >= 4) reference shards that learn and then unlearn with SE for
+        U-LiRA (Hayes et al. 2025); 0: off.
     backdoor_trigger : int
         Side of the square trigger in pixels (0: no backdoor check).
     backdoor_fraction : float
@@ -44,6 +47,7 @@ class AuditConfig(Section):
     mia_shadows: int = 0
     mia_references: int = 0
     mia_nonmembers: int = 10000
+    mia_unlearn_references: int = 0
     backdoor_trigger: int = 0
     backdoor_fraction: float = 0.5
     backdoor_target: int = 0
@@ -72,6 +76,7 @@ class AuditConfig(Section):
             raise bad("mia-shadows", self.mia_shadows,
                       "0 unless mia = true and the task has classes")
         self._validate_references()
+        self._validate_unlearn_references(unlearning)
         if self.backdoor_trigger == 0:
             return
         if not unlearning.forget_client_list:
@@ -90,3 +95,17 @@ class AuditConfig(Section):
             raise bad("mia-references", self.mia_references,
                       "0 unless mia-shadows >= 1 (LiRA runs in the shadow-model "
                       "audit, on its disjoint targets, non-members and pool)")
+
+    def _validate_unlearn_references(self, unlearning: UnlearningConfig) -> None:
+        """``mia-unlearn-references``: 0 or even 4..MAX_REFERENCES, SE's U-LiRA."""
+        k = self.mia_unlearn_references
+        if k == 0:
+            return
+        if not (4 <= k <= MAX_REFERENCES and k % 2 == 0):
+            raise bad("mia-unlearn-references", k,
+                      f"0 (no U-LiRA) or an even number in 4..{MAX_REFERENCES}")
+        if not self.mia_shadows or "SE" not in unlearning.framework_list \
+                or unlearning.calibration_interval != 1:
+            raise bad("mia-unlearn-references", k,
+                      "0 unless mia-shadows >= 1, frameworks has SE and "
+                      "calibration-interval = 1 (the references replay as SE does)")

@@ -28,6 +28,7 @@ from server_app.evaluation.lira_audit import LiraAudit, LiraSamples
 from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets, split_rows
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
+from server_app.evaluation.ulira_audit import real_phi, train_references, ulira_scores
 from task.data import client_data, partition_sizes
 from task.device import resolve_device
 from task.interface import Task
@@ -309,7 +310,33 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         scored="each model on its own")
     if lira is not None:
         settings["lira"] = lira.settings()
+    if cfg.audit.mia_unlearn_references:
+        settings["ulira"] = _ulira(cfg, task, sets, models, results)
     return with_signal(results), settings
+
+
+def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
+    """U-LiRA of the original and SE (``ulira_*`` into ``results``); its settings."""
+    shards = models["original"][1]
+    refs = train_references(cfg, task, sets, shards)
+    for name in ("original", "SE"):
+        if name in models and name in results:
+            shard_models, model_shards = models[name]
+            phi = real_phi(sets, refs, task, _shard_proba(cfg, task, shard_models),
+                           model_shards)
+            results[name].update(ulira_scores(refs, phi, name == "SE", cfg.seed))
+    training = cfg.training
+    return {"attack": "U-LiRA (Hayes et al. 2025): online LiRA between references that "
+            "unlearned a sample with SE and references that never saw it",
+            "references": cfg.audit.mia_unlearn_references,
+            "pool": int(len(refs.pool)), "forgotten_clients": refs.forgotten_clients,
+            "client_size": refs.client_size, "shard_clients": refs.shard_clients,
+            "recipe": f"FedAvg of {refs.shard_clients} clients, "
+            f"{training.clients_per_round // training.num_shards} a round, "
+            f"{training.num_rounds} rounds x {training.local_epochs} local epochs; "
+            f"SE replay, L / r = {training.local_epochs / cfg.unlearning.retrain_ratio:g}"
+            " epochs", "game": "leave-one-out over the references (ulira_game_*); the "
+            "run's model against the game's negatives (ulira_*)"}
 
 
 def _lira(cfg: RunConfig, task, sets: MiaSets, shadows: Sequence[torch.nn.Module]
