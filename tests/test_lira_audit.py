@@ -143,3 +143,37 @@ def test_experiment_report_lists_lira_of_the_runs_that_have_it():
     text = "\n".join(_lira_section([row, {"run": "other", "framework": "SE"}]))
     assert "memorize-seed0" in text and "0.512" in text and "other" not in text
     assert _lira_section([{"run": "other", "framework": "SE"}]) == []
+
+
+def _sets(shared_data, **overrides):
+    from server_app.evaluation.mia_sets import choose_sets
+    from task.data import load_task_data
+    from tests.conftest import TINY
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "forget-clients": "3", "mia-shadows": 2, "mia-references": 2,
+         **overrides}))
+    task = load_task_data("mnist", str(shared_data))
+    return choose_sets(cfg, task, [3], shadow_in=4 * 64), task
+
+
+def test_lira_non_members_are_class_matched_free_rows_apart_from_every_set(shared_data):
+    sets, task = _sets(shared_data, **{"mia-nonmembers": 640})
+    assert sets.lira_partner.shape == (64, 10) and (sets.lira_partner >= 0).all()
+    y = task.train_y.numpy()
+    assert (y[sets.lira_partner] == y[sets.target][:, None]).all()
+    assert not set(sets.lira_partner.ravel()) & set(sets.shadow)
+    assert not set(sets.lira_partner.ravel()) & set(sets.partner)
+    assert sets.heldout_split == "train" and len(sets.shadow) >= 2 * 4 * 64
+
+
+def test_lira_non_members_fall_back_to_the_test_set_with_the_partners(shared_data):
+    sets, task = _sets(shared_data, **{"client-samples": 0, "mia-samples": 100})
+    assert sets.heldout_split == "test" and sets.lira_partner.shape[0] == 100
+    rows = sets.lira_partner[sets.lira_partner >= 0]
+    half = len(task.test_y) // 2
+    assert rows.min() >= half and not set(rows) & set(sets.partner)
+    y = task.test_y.numpy()
+    matched = sets.lira_partner >= 0
+    assert (y[sets.lira_partner[matched]]
+            == task.train_y.numpy()[np.repeat(sets.target, sets.lira_partner.shape[1])
+                                    .reshape(sets.lira_partner.shape)][matched]).all()
