@@ -211,7 +211,8 @@ def ulira_table(summary: RunSummary) -> str:
         f"forgetting {u.get('forgotten_clients')} clients of {u.get('client_size')} "
         f"from a pool of {u.get('pool')} targets; original: learned vs never saw, SE: "
         "unlearned vs never saw [95% bootstrap interval]", "",
-        table(["model"] + [h for _, h in ULIRA_COLUMNS], rows)])
+        table(["model"] + [h for _, h in ULIRA_COLUMNS], rows),
+        *[f"  {line}" for line in u.get("unread", [])]])
 
 
 def stages_table(stages: list[StageSummary]) -> str:

@@ -132,6 +132,8 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
         assert block["mia_ulira_n_nonmember"] == block["mia_ulira_game_n_nonmember"]
     assert "mia_ulira_auc" not in summary["frameworks"]["FR"]
     assert "U-LiRA: 4 reference shards" in text
+    assert any(line.startswith("mia_ulira_game_tpr_at_01fpr not read: 128 negatives")
+               for line in ulira["unread"])
 
 
 def test_experiment_report_lists_lira_of_the_runs_that_have_it():

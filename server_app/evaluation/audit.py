@@ -24,7 +24,8 @@ from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
-from server_app.evaluation.lira_audit import LiraAudit, LiraSamples
+from server_app.evaluation.lira import LOW_FPRS, MIN_FALSE_POSITIVES
+from server_app.evaluation.lira_audit import LiraAudit, LiraSamples, unread_note
 from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets, split_rows
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
@@ -325,7 +326,10 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             phi = real_phi(sets, refs, task, _shard_proba(cfg, task, shard_models),
                            model_shards)
             results[name].update(ulira_scores(refs, phi, name == "SE", cfg.seed))
-    training = cfg.training
+    training, negatives = cfg.training, int((~refs.is_in).sum())
+    unread = [unread_note(prefix, negatives, fpr, "negatives (references that never "
+                          "saw the sample)") for prefix in ("ulira_game_", "ulira_")
+              for fpr in LOW_FPRS if negatives * fpr < MIN_FALSE_POSITIVES]
     return {"attack": "U-LiRA (Hayes et al. 2025): online LiRA between references that "
             "unlearned a sample with SE and references that never saw it",
             "references": cfg.audit.mia_unlearn_references,
@@ -336,7 +340,7 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             f"{training.num_rounds} rounds x {training.local_epochs} local epochs; "
             f"SE replay, L / r = {training.local_epochs / cfg.unlearning.retrain_ratio:g}"
             " epochs", "game": "leave-one-out over the references (ulira_game_*); the "
-            "run's model against the game's negatives (ulira_*)"}
+            "run's model against the game's negatives (ulira_*)", "unread": unread}
 
 
 def _lira(cfg: RunConfig, task, sets: MiaSets, shadows: Sequence[torch.nn.Module]

@@ -179,9 +179,10 @@ class LiraAudit:
         """The ``verification.mia.lira`` block: what was run, and what was not read."""
         s = self.samples
         sizes = sorted({len(g) for g in s.clients})
-        unread = [_unread(what, count, fpr)
-                  for what, count in (("samples", len(s.y_non)),
-                                      ("clients", len(s.pseudo)))
+        unread = [unread_note(prefix, count, fpr, what)
+                  for prefix, what, count in (
+                      ("lira_", "non-member samples", len(s.y_non)),
+                      ("lira_client_", "non-member pseudo-clients", len(s.pseudo)))
                   for fpr in LOW_FPRS if count * fpr < MIN_FALSE_POSITIVES]
         return {"variant": "offline (Carlini et al. 2022, Sec. IV-C): every reference "
                 "model is a shadow shard that never saw a target or non-member",
@@ -198,12 +199,27 @@ class LiraAudit:
                 "percentile interval", "unread": unread}
 
 
-def _unread(what: str, count: int, fpr: float) -> str:
-    """Why ``tpr_at_<fpr>`` of ``what`` is null: too few non-members to read it."""
-    prefix = "lira_client_" if what == "clients" else "lira_"
+def unread_note(prefix: str, count: int, fpr: float, what: str) -> str:
+    """Why summary key ``mia_<prefix>tpr_at_<fpr>fpr`` is null: too few negatives.
+
+    Parameters
+    ----------
+    prefix : str
+        The keys' prefix, e.g. ``"lira_"``.
+    count : int
+        Negatives scored.
+    fpr : float
+        The rate not read.
+    what : str
+        The negatives, in words.
+
+    Returns
+    -------
+    str
+        One line for ``verification.mia.<attack>.unread``.
+    """
     need = int(np.ceil(MIN_FALSE_POSITIVES / fpr))
-    return (f"mia_{prefix}tpr_at_{fpr_label(fpr)}fpr not read: {count} non-member "
-            f"{'pseudo-clients' if what == 'clients' else 'samples'} allow "
+    return (f"mia_{prefix}tpr_at_{fpr_label(fpr)}fpr not read: {count} {what} allow "
             f"{int(np.floor(count * fpr + 1e-9))} false positives at {fpr:.1%} FPR; "
             f"reading it needs {MIN_FALSE_POSITIVES}, so at least {need}")
 
