@@ -69,7 +69,22 @@ class MiaSets:
 
 
 def split_rows(task, split: str, idx) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images and classes of rows ``idx`` (int, (n,)) of ``split``, "train" or "test"."""
+    """Images and classes of rows ``idx`` of ``split``.
+
+    Parameters
+    ----------
+    task : TaskData
+        The dataset.
+    split : {"train", "test"}
+        Which split ``idx`` indexes.
+    idx : array_like, int, shape (n,)
+        Row indices.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        Images (n, ...) and classes (n,).
+    """
     x, y = (task.train_x, task.train_y) if split == "train" else (task.test_x, task.test_y)
     i = torch.from_numpy(np.asarray(idx, np.int64))
     return x[i], y[i]

@@ -74,8 +74,26 @@ def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int
                        ) -> tuple[Arrays, list[RoundRecord]]:
     """A reference shard learned as the run's shards, with its stored history.
 
-    Returns the final model W^G and, per round, W^(g-1) and every participant's
-    update (FedAvg weights: sample counts).
+    G rounds of FedAvg weighted by sample counts; each round ``clients-per-round /
+    num-shards`` clients drawn with ``seed`` train L local epochs with the run's
+    optimizer (the task's ``train``) from the current model W^(g-1).
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run's training settings and task.
+    task : TaskData
+        ``num_classes`` for the model.
+    parts : sequence of (x, y)
+        Each client's images (n_c, ...) and int64 classes (n_c,).
+    seed : int
+        Seeds the initial model, the draws and the local training.
+
+    Returns
+    -------
+    (dict, list of RoundRecord)
+        The final model W^G (layer name -> ndarray, the model's dtypes) and, per
+        round, W^(g-1) and every participant's update (float32).
     """
     training = cfg.training
     torch.manual_seed(seed)
@@ -96,6 +114,26 @@ def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int
 def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecord],
                forget: set[int], seed: int) -> Arrays | None:
     """SE's calibrated replay of one shard without the clients ``forget``.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        L and r (``retrain-ratio``), the training settings.
+    task : TaskData
+        ``num_classes`` for the model.
+    parts : sequence of (x, y)
+        The clients' data, as given to :func:`learn_with_history`.
+    rounds : list of RoundRecord
+        Its history.
+    forget : set of int
+        Indices into ``parts`` of the forgotten clients.
+    seed : int
+        Seeds the retraining.
+
+    Returns
+    -------
+    dict or None
+        The unlearned model (layer name -> ndarray).
 
     From the first round p a forgotten client took part in: W'^(p-1) = W^(p-1);
     round p applies the retained participants' stored updates (paper eq. 2);
@@ -149,7 +187,25 @@ class UliraReferences:
 
 def train_references(cfg: RunConfig, task, sets: MiaSets,
                      shards: Sequence[Sequence[int]]) -> UliraReferences:
-    """Train ``mia-unlearn-references`` reference shards; phi of the pool under each."""
+    """Train ``mia-unlearn-references`` reference shards; phi of the pool under each.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        k = ``mia-unlearn-references``, the recipe, the seed.
+    task : TaskData
+        The images of the targets and of the shadow pool.
+    sets : MiaSets
+        Targets (the pool: all of them, an even count), their owners, the pool.
+    shards : sequence of sequence of int
+        The run's shards: f, the most forgotten clients of one shard, and the
+        clients a reference shard has.
+
+    Returns
+    -------
+    UliraReferences
+        phi (k, n) of the pool under each reference, learned and unlearned.
+    """
     k, seed = cfg.audit.mia_unlearn_references, cfg.seed
     f = max(int(np.isin(np.unique(sets.owner), list(s)).sum()) for s in shards)
     size = max(len(s) for s in shards)
@@ -182,10 +238,23 @@ def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
                  seed: int) -> dict[str, object]:
     """The game on the references and the real model against its negatives.
 
-    ``phi_real`` (n,): the run's model (its shard's) on the pool; ``unlearned``:
-    use the SE-unlearned references (SE) or the learned ones (original).
-    Returns ``ulira_game_*`` and ``ulira_*`` keys
-    (:meth:`server_app.evaluation.lira.LowFprMetrics.to_audit`).
+    Parameters
+    ----------
+    refs : UliraReferences
+        The references' phi.
+    phi_real : numpy.ndarray, float, shape (n,)
+        The run's model (each target's shard's) on the pool (NaN: not scored).
+    unlearned : bool
+        Use the SE-unlearned references (for SE) or the learned ones (for the
+        original: online LiRA).
+    seed : int
+        Seeds the bootstrap.
+
+    Returns
+    -------
+    dict
+        ``ulira_game_*`` and ``ulira_*`` keys
+        (:meth:`server_app.evaluation.lira.LowFprMetrics.to_audit`).
     """
     phi = refs.unlearned if unlearned else refs.learned
     positive, negative = leave_one_out(phi, refs.is_in)
@@ -199,7 +268,26 @@ def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
 def real_phi(sets: MiaSets, refs: UliraReferences, task,
              proba: Callable[[int, torch.Tensor], np.ndarray],
              shards: Sequence[Sequence[int]]) -> np.ndarray:
-    """The pool's phi (n,) under the real model of each target's shard."""
+    """The pool's phi under the real model of each target's shard.
+
+    Parameters
+    ----------
+    sets : MiaSets
+        Targets and their owners.
+    refs : UliraReferences
+        The pool (indices into ``sets.target``).
+    task : TaskData
+        The targets' images.
+    proba : callable
+        ``proba(s, x) -> (N, C)``: shard s's model on images x.
+    shards : sequence of sequence of int
+        The model's shards (partition ids).
+
+    Returns
+    -------
+    numpy.ndarray, float64, shape (n,)
+        NaN where a target's client is in no shard.
+    """
     out = np.full(len(refs.pool), np.nan)
     owner = sets.owner[refs.pool]
     x, y = split_rows(task, "train", sets.target[refs.pool])

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 KEYS = ("mia_lira_auc", "mia_lira_tpr_at_1fpr", "mia_lira_tpr_at_01fpr",
-        "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr", "mia_auc",
-        "mia_tpr_at_1fpr", "accuracy")
+        "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr", "mia_ulira_game_auc",
+        "mia_ulira_game_tpr_at_1fpr", "mia_ulira_auc", "mia_ulira_tpr_at_1fpr",
+        "mia_auc", "mia_tpr_at_1fpr", "accuracy")
 
 
 def _blocks(summary: dict) -> dict[str, dict]:
@@ -64,7 +65,7 @@ def markdown(stats: dict) -> str:
     lines += ["", "| model | key | per run: value [95% bootstrap interval] |",
               "|---|---|---|"]
     for model, values in stats.items():
-        for key in keys[:5]:
+        for key in keys[:9]:
             if key in values:
                 runs = "; ".join(_run(v, ci) for v, ci in values[key]["runs"])
                 lines.append(f"| {model} | {key} | {runs} |")
@@ -81,6 +82,15 @@ def goals(stats: dict) -> list[str]:
                    f"{'reached' if tpr['mean'] >= 0.10 else 'not reached'}")
         out.append(f"original AUC mean {_cell(auc)} (goal >= 0.70): "
                    f"{'reached' if auc['mean'] >= 0.70 else 'not reached'}")
+    if "mia_ulira_auc" in original:
+        out.append(f"original, online LiRA against the learned U-LiRA references: AUC "
+                   f"{_cell(original['mia_ulira_auc'])}, TPR@1%FPR "
+                   f"{_cell(original['mia_ulira_tpr_at_1fpr'])}")
+    se = stats.get("SE", {})
+    if "mia_ulira_game_auc" in se:
+        out.append(f"U-LiRA, SE unlearned vs never saw: game AUC mean "
+                   f"{_cell(se['mia_ulira_game_auc'])}, TPR@1%FPR "
+                   f"{_cell(se['mia_ulira_game_tpr_at_1fpr'])} (chance: 0.5, 0.01)")
     if "mia_lira_tpr_at_1fpr" in fr:
         inside = [ci is not None and ci[0] <= 0.01 <= ci[1]
                   for _, ci in fr["mia_lira_tpr_at_1fpr"]["runs"]]
