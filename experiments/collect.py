@@ -19,9 +19,11 @@ from server_app.run.summary import RequestCost, RunSummary
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
-#: Offline LiRA (``mia-references``): per example, per forgotten client.
+#: Offline LiRA (``mia-references``): per example, per forgotten client; U-LiRA
+#: (``mia-unlearn-references``): the references' game, the run's model.
 LIRA_METRICS = ("mia_lira_auc", "mia_lira_tpr_at_1fpr", "mia_lira_tpr_at_01fpr",
-                "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr")
+                "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr",
+                "mia_ulira_game_auc", "mia_ulira_tpr_at_1fpr")
 BASELINES = ("FR", "FE", "RR")
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
