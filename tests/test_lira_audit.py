@@ -101,7 +101,7 @@ def test_bad_nonmember_count_is_refused():
 def test_run_reports_lira_per_example_and_per_client(run_server):
     summary, _ = run_server({"forget-clients": "3", "mia-shadows": 2,
                              "mia-references": 3, "mia-nonmembers": 640,
-                             "mia-unlearn-references": 4,
+                             "mia-unlearn-references": 6,
                              "frameworks": "SE,FR"})
     lira = summary["verification"]["mia"]["lira"]
     assert lira["references"] == 3 and lira["n_targets"] == 64
@@ -121,18 +121,18 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
     assert len(summary["original"]["mia_lira_client_pvalues"]) == 1
     assert "each forgotten client's p-value" in text
     ulira = summary["verification"]["mia"]["ulira"]
-    assert ulira["references"] == 4 and ulira["pool"] == 64
+    assert ulira["references"] == 6 and ulira["pool"] == 64
     assert ulira["forgotten_clients"] == 1 and ulira["client_size"] == 32
     for name in ("original", "SE"):
         block = summary["original"] if name == "original" else \
             summary["frameworks"][name]
         assert 0.0 <= block["mia_ulira_game_auc"] <= 1.0
-        assert block["mia_ulira_game_n_member"] == 4 * 32  # each reference's half
+        assert block["mia_ulira_game_n_member"] == 6 * 32  # each reference's half
         assert block["mia_ulira_n_member"] == 64  # the run's model: every target
         assert block["mia_ulira_n_nonmember"] == block["mia_ulira_game_n_nonmember"]
     assert "mia_ulira_auc" not in summary["frameworks"]["FR"]
-    assert "U-LiRA: 4 reference shards" in text
-    assert any(line.startswith("mia_ulira_game_tpr_at_01fpr not read: 128 negatives")
+    assert "U-LiRA: 6 reference shards" in text
+    assert any(line.startswith("mia_ulira_game_tpr_at_01fpr not read: 192 negatives")
                for line in ulira["unread"])
 
 

@@ -11,6 +11,7 @@ from server_app.config import ConfigError, RunConfig
 from server_app.evaluation.lira import roc_auc
 from server_app.evaluation.ulira import (
     balanced_halves,
+    challenge_scores,
     fit_in_out,
     leave_one_out,
     log_ratio,
@@ -54,8 +55,27 @@ def test_leave_one_out_game_reaches_the_analytic_auc(shift):
     phi, is_in = _references(300, 16, shift, seed=2)
     positive, negative = leave_one_out(phi, is_in)
     assert positive.size == negative.size == 16 * 150
-    analytic = norm.cdf(shift / np.sqrt(2.0 * (1.0 + 1.0 / 7.5)))
+    analytic = norm.cdf(shift / np.sqrt(2.0 * (1.0 + 1.0 / 7.0)))
     assert roc_auc(positive, negative) == pytest.approx(analytic, abs=0.03)
+
+
+def test_leave_one_out_is_unbiased_under_the_null():
+    """Same distribution on both sides: AUC 0.5 on average (leaving one out: 0.490)."""
+    aucs = []
+    for trial in range(30):
+        phi, is_in = _references(200, 16, 0.0, seed=100 + trial)
+        aucs.append(roc_auc(*leave_one_out(phi, is_in)))
+    assert abs(np.mean(aucs) - 0.5) < 0.006
+    phi, is_in = _references(400, 16, 0.0, seed=7)  # a model that never saw the pool
+    outside = phi.mean(axis=0) + np.random.default_rng(8).normal(0.0, 1.0, 400)
+    real = challenge_scores(outside, phi, is_in)
+    negative = leave_one_out(phi, is_in)[1]
+    assert abs(roc_auc(real, negative) - 0.5) < 0.04
+    unlearned = challenge_scores(outside + 1.0, phi + is_in * 1.0, is_in)
+    assert roc_auc(unlearned, negative) > 0.6  # it looks like the "in" side
+    phi, is_in = _references(20, 8, 0.0, seed=0)
+    with pytest.raises(ValueError, match="complementary"):
+        leave_one_out(phi, is_in[[0, 2, 1, 3, 4, 5, 6, 7]])
 
 
 def _tiny(num_rounds: int):
@@ -94,9 +114,10 @@ def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchang
 
 @pytest.mark.parametrize("overrides", [
     {"mia-unlearn-references": 3, "mia-shadows": 2},
-    {"mia-unlearn-references": 4},
-    {"mia-unlearn-references": 4, "mia-shadows": 2, "frameworks": "FR"},
-    {"mia-unlearn-references": 4, "mia-shadows": 2, "calibration-interval": 2},
+    {"mia-unlearn-references": 4, "mia-shadows": 2},
+    {"mia-unlearn-references": 6},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR"},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "calibration-interval": 2},
 ])
 def test_bad_unlearn_reference_settings_are_refused(overrides):
     with pytest.raises(ConfigError, match="'mia-unlearn-references'"):

@@ -32,7 +32,7 @@ class AuditConfig(Section):
     mia_nonmembers : int
         Non-members LiRA scores each model on (class-matched to the targets).
     mia_unlearn_references : int
-        k (even, >= 4) reference shards that learn and then unlearn with SE for
+        k (even, >= 6) reference shards that learn and then unlearn with SE for
         U-LiRA (Hayes et al. 2025); 0: off.
     backdoor_trigger : int
         Side of the square trigger in pixels (0: no backdoor check).
@@ -97,13 +97,13 @@ class AuditConfig(Section):
                       "audit, on its disjoint targets, non-members and pool)")
 
     def _validate_unlearn_references(self, unlearning: UnlearningConfig) -> None:
-        """``mia-unlearn-references``: 0 or even 4..MAX_REFERENCES, SE's U-LiRA."""
+        """``mia-unlearn-references``: 0 or even 6..MAX_REFERENCES, SE's U-LiRA."""
         k = self.mia_unlearn_references
         if k == 0:
             return
-        if not (4 <= k <= MAX_REFERENCES and k % 2 == 0):
+        if not (6 <= k <= MAX_REFERENCES and k % 2 == 0):
             raise bad("mia-unlearn-references", k,
-                      f"0 (no U-LiRA) or an even number in 4..{MAX_REFERENCES}")
+                      f"0 (no U-LiRA) or an even number in 6..{MAX_REFERENCES}")
         if not self.mia_shadows or "SE" not in unlearning.framework_list \
                 or unlearning.calibration_interval != 1:
             raise bad("mia-unlearn-references", k,

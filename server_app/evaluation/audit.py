@@ -339,8 +339,9 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             f"{training.clients_per_round // training.num_shards} a round, "
             f"{training.num_rounds} rounds x {training.local_epochs} local epochs; "
             f"SE replay, L / r = {training.local_epochs / cfg.unlearning.retrain_ratio:g}"
-            " epochs", "game": "leave-one-out over the references (ulira_game_*); the "
-            "run's model against the game's negatives (ulira_*)", "unread": unread}
+            " epochs", "game": "each reference against Gaussians of all but it and its "
+            "complementary partner (ulira_game_*); the run's model, fit the same way, "
+            "against the game's negatives (ulira_*)", "unread": unread}
 
 
 def _lira(cfg: RunConfig, task, sets: MiaSets, shadows: Sequence[torch.nn.Module]

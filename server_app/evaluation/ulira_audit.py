@@ -1,6 +1,6 @@
 """U-LiRA in the shadow-model audit: is SE's unlearned shard like one that never saw F.
 
-With ``mia-unlearn-references`` = k (even, >= 4) the audit trains k reference
+With ``mia-unlearn-references`` = k (even, >= 6) the audit trains k reference
 shards as the run trains a shard (FedAvg, G rounds of ``clients-per-round /
 num-shards`` clients x L local epochs, the run's optimizer) and then unlearns
 from each, with SE's calibrated retraining (paper eq. 2-3, FedEraser's rule,
@@ -14,9 +14,10 @@ shadow-pool samples (:mod:`server_app.evaluation.mia_sets`). References 2i and
 never seen by the other k / 2 (:func:`server_app.evaluation.ulira.balanced_halves`).
 
 Scores (:mod:`server_app.evaluation.ulira`), each with bootstrap intervals:
-``ulira_game_*`` the leave-one-out game on the references (SE: unlearned vs never
-saw; original: learned vs never saw, i.e. online LiRA on the references), and
-``ulira_*`` the run's real model on its forgotten samples against the game's
+``ulira_game_*`` the game on the references, each scored with the Gaussians of
+all but it and its complementary partner (SE: unlearned vs never saw; original:
+learned vs never saw, i.e. online LiRA on the references), and ``ulira_*`` the
+run's real model on its forgotten samples, fit the same way, against the game's
 negatives (a reference that never saw the sample). Only SE is referenced: FE and
 RR unlearn the unsharded federation and would need references of that shape.
 """
@@ -34,9 +35,8 @@ from server_app.evaluation.lira import bootstrap_metrics, logit_confidence
 from server_app.evaluation.mia_sets import MiaSets, split_rows
 from server_app.evaluation.ulira import (
     balanced_halves,
-    fit_in_out,
+    challenge_scores,
     leave_one_out,
-    log_ratio,
 )
 from strategies.calibration import calibrate, difference, weighted_step
 from task.device import resolve_device
@@ -258,7 +258,7 @@ def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
     """
     phi = refs.unlearned if unlearned else refs.learned
     positive, negative = leave_one_out(phi, refs.is_in)
-    real = log_ratio(phi_real, *fit_in_out(phi, refs.is_in))
+    real = challenge_scores(phi_real, phi, refs.is_in)
     out = bootstrap_metrics(positive, negative, seed=seed).to_audit("ulira_game_")
     out.update(bootstrap_metrics(real[~np.isnan(real)], negative, seed=seed)
                .to_audit("ulira_"))
