@@ -19,7 +19,8 @@ def test_warmup_round_trips_every_dtype_and_reports_seconds():
 @pytest.mark.subprocess
 def test_simulate_sh_warms_the_kernels_when_it_installs():
     script = (ROOT / "simulate.sh").read_text()
-    start, end = script.index("pip install -q --no-cache-dir -e"), script.index('touch "$VENV/.installed"')
+    start = script.index("pip install -q --no-cache-dir -e")
+    end = script.index('touch "$VENV/.installed"')
     install = script[start:end]
     assert '-m coding.warmup' in install
     assert subprocess.run([sys.executable, "-m", "coding.warmup"], cwd=ROOT,
