@@ -39,6 +39,10 @@ NOISE = (
     re.compile(r"INFO\s*:\s*flwr federation simulation-config "),
     # Flower's simulation stopping each Ray actor at the end of a run, one line each.
     re.compile(r"WARNING\s*:\s*Manually terminating ClientAppActor"),
+    # flwr about the FLWR_HOME the command makes for each run and removes after it
+    # (cli.simulation): a default configuration created there, the app installed there.
+    re.compile(r"^Flower configuration not found\. Created default configuration at "),
+    re.compile(r"^Successfully installed \S+ to .*/sim-\d+/apps/"),
 )
 """Lines never shown on the terminal (the log file keeps them)."""
 

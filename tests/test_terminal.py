@@ -44,6 +44,10 @@ def test_flower_lines_that_do_not_apply_are_not_shown():
         "INFO :      To change federation size, use the following command:\n",
         "INFO :      \tflwr federation simulation-config @none/default <superlink> "
         "--num-supernodes <N>\n",
+        "Flower configuration not found. Created default configuration at "
+        "/root/.flwr/sim-7/config.toml\n",
+        "Successfully installed sharding-eraser to /root/.flwr/sim-7/apps/"
+        "sharding-eraser.sharding-eraser.0.1.0.dbce8f6b.\n",
     ])
     assert shown == ["INFO :      Federation `@none/default` (8 simulated SuperNodes)"]
 
