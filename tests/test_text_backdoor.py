@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import tomllib
+import torch
 
 from cli.report import render
 from server_app.config import ConfigError, RunConfig
@@ -128,7 +128,7 @@ def test_the_vocabulary_is_tiny_shakespeares(shared_data):
     ({"backdoor-continuation": ""}, "backdoor-continuation"),
     ({"backdoor-phrase": "", "backdoor-trigger": 0}, "backdoor-continuation"),
     ({"backdoor-phrase": "x" * 33}, "backdoor-phrase"),
-    ({"backdoor-phrase": "@@"}, "backdoor-phrase"),                   # not in the vocabulary
+    ({"backdoor-phrase": "@@"}, "backdoor-phrase"),                   # not a character
     ({"backdoor-continuation": " é"}, "backdoor-continuation"),
     ({"block-size": 6}, "backdoor-phrase"),                           # 3 + 3 >= 6
     ({"dataset": "mnist", "backdoor-trigger": 3}, "backdoor-phrase"),  # one backdoor a run
