@@ -131,11 +131,12 @@ def test_the_receipts_command_prints_the_detail_or_json(tmp_path, capsys):
     assert out[0] == receipt_line(RECEIPT) and out[1:4] == receipt_detail(RECEIPT)[:3]
 
 
+@pytest.mark.parametrize("storage", [{}, {"storage": "coded", "blocks-per-shard": 2}])
 def test_a_one_stage_run_files_a_receipt_with_the_audits_figures(run_server, tmp_path,
-                                                                 capsys):
+                                                                 capsys, storage):
     summary, _ = run_server({"backdoor-trigger": 3, "backdoor-fraction": 1.0,
                              "forget-clients": "3", "mia": False, "frameworks": "SE,FR",
-                             "clients-per-round": 8}, run_name="planned")
+                             "clients-per-round": 8, **storage}, run_name="planned")
     folder = tmp_path / "planned"
     (receipt,) = list_receipts(folder)
     assert receipt["request_id"] == "r0001" and receipt["source"] == "planned"
@@ -150,6 +151,7 @@ def test_a_one_stage_run_files_a_receipt_with_the_audits_figures(run_server, tmp
     assert figures["forgotten_rounds"] == summary["verification"]["forgotten_rounds"]
     kept = receipt["erased"]  # a one-stage run erases nothing: its 2 rounds are kept
     assert kept["counts"] == {"updates": 0} and kept["kept"] == {"updates": 2}
+    assert kept["store"] == storage.get("storage", "uncoded")
     assert set(receipt["cost"]) == {"SE", "FR"}
     assert cli_main(["receipts", "--run", "planned", "--results-dir",
                      str(tmp_path)]) == 0
