@@ -205,7 +205,7 @@ def _verification_lines(summary: RunSummary) -> list[str]:
     backdoor = verification.get("backdoor")
     if backdoor and backdoor.get("kind") == "text":
         out.append(f"backdoor: {backdoor['trigger']} then {backdoor['continuation']!r} "
-                   f"in {backdoor['fraction']:g} of the blocks of clients "
+                   f"on {backdoor['fraction']:g} of the blocks of clients "
                    f"{backdoor['poisoned_clients']}; ASR on "
                    f"{backdoor['triggered_test_contexts']} test contexts ending in the "
                    "phrase, greedy continuation (sharded: impacted shard)")
