@@ -73,8 +73,10 @@ def _forget_later_and_export(env: dict, tmp_path: Path) -> None:
     import torch
 
     saved = torch.load(out, weights_only=True)
-    receipt = json.loads((tmp_path / "results" / "e2e" / "receipts" / "r0001.json")
+    # r0001 is the planned request's receipt, r0002 the later request's
+    receipt = json.loads((tmp_path / "results" / "e2e" / "receipts" / "r0002.json")
                          .read_text())
+    assert receipt["after_run"] is True and receipt["clients"] == [2]
     assert saved["metadata"]["models_sha256"] == receipt["models_sha256"]["after"]["models"]
     assert f"models sha256 {saved['metadata']['models_sha256']}" in proc.stdout
 
