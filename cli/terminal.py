@@ -52,6 +52,14 @@ _PYTHON_WARNING = re.compile(r":\d+: \w*Warning: ")
 _EMPTY_LOG_LINE = re.compile(r"^[A-Z]+\s*:\s*$")
 
 
+_ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reST marks left out (``x`` and :mod:`x` -> x)."""
+    return _ROLE.sub(r"\1", doc).replace("``", "")
+
+
 def plain(line: bytes) -> str:
     """A log line as text without colours, the actor prefix or the newline."""
     text = ANSI.sub("", line.decode(errors="replace")).rstrip("\r\n")

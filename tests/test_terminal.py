@@ -112,3 +112,13 @@ def test_a_run_prints_each_warning_once_and_the_tables_first(run_server, tmp_pat
         assert "MIA AUC" in text and "no signal" not in text
     else:
         assert "MIA AUC" not in text and "--preset memorize" in text
+
+
+def test_help_text_leaves_out_rest_marks():
+    from cli import deploy
+    from cli.terminal import help_text
+
+    assert help_text("``deploy`` runs :mod:`cli.warm_exec` and :func:`~a.b`.") == \
+        "deploy runs cli.warm_exec and a.b."
+    shown = deploy.parser("deploy").format_help()
+    assert "``" not in shown and ":mod:" not in shown and "cli.warm_exec" in shown
