@@ -56,6 +56,9 @@ def render(summary: RunSummary | dict) -> str:
         out += ["", stages_table(summary.stages)]
     if summary.frameworks:
         out += ["", frameworks_table(summary)]
+    for extra in (lira_table(summary), ulira_table(summary)):
+        if extra:
+            out += ["", extra]
     if summary.warnings:
         out += ["", warnings_list(summary.warnings)]
     return "\n".join(out)
@@ -141,6 +144,75 @@ def no_signal_line(summary: RunSummary) -> str:
             "not above 0.5): the audit cannot show forgetting here; scores in "
             "summary.json (mia_*). With signal: --preset memorize (or --preset verify, "
             "a backdoor check)")
+
+
+#: The LiRA table's columns: summary key (without ``mia_``) and heading.
+LIRA_COLUMNS = (
+    ("lira_auc", "AUC"), ("lira_tpr_at_1fpr", "TPR@1%FPR"),
+    ("lira_tpr_at_01fpr", "TPR@0.1%FPR"), ("lira_client_auc", "client AUC"),
+    ("lira_client_tpr_at_1fpr", "client TPR@1%FPR"),
+)
+UNREAD = "too few"
+
+
+def _with_interval(audit: dict, key: str) -> str:
+    """``0.6120 [0.5710, 0.6550]``; ``too few`` for a rate with too few non-members."""
+    if key not in audit:
+        return ""
+    if audit[key] is None:
+        return UNREAD
+    ci = audit.get(f"{key}_ci")
+    return f"{audit[key]:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+
+
+def lira_table(summary: RunSummary) -> str:
+    """Offline LiRA per model: per example and per forgotten client, 95% intervals.
+
+    Empty when the run has no LiRA (``mia-references`` = 0).
+    """
+    models = {"original": summary.original, **(summary.frameworks or {})}
+    rows = [[name] + [_with_interval(m.audit, k) for k, _ in LIRA_COLUMNS]
+            for name, m in models.items() if m is not None and "lira_auc" in m.audit]
+    if not rows:
+        return ""
+    lira = (summary.verification or {}).get("mia", {}).get("lira", {})
+    out = [f"LiRA: {lira.get('variant', 'offline')}; {lira.get('references')} "
+           f"reference models, variance {lira.get('variance')}; "
+           f"{lira.get('n_targets')} targets against {lira.get('n_nonmembers')} "
+           f"non-members; {lira.get('forgotten_clients')} forgotten clients against "
+           f"{lira.get('pseudo_clients')} pseudo-clients of non-members; "
+           f"[95% bootstrap interval]", "",
+           table(["model"] + [h for _, h in LIRA_COLUMNS], rows)]
+    out += [f"  {line}" for line in lira.get("unread", [])]
+    out += [f"  {name}: each forgotten client's p-value against the pseudo-clients: "
+            + ", ".join(f"{p:.3f}" for p in m.audit["lira_client_pvalues"])
+            for name, m in models.items()
+            if m is not None and m.audit.get("lira_client_pvalues")]
+    return "\n".join(out)
+
+
+#: The U-LiRA table's columns: the references' game, the run's model.
+ULIRA_COLUMNS = (
+    ("ulira_game_auc", "game AUC"), ("ulira_game_tpr_at_1fpr", "game TPR@1%FPR"),
+    ("ulira_auc", "run's model AUC"), ("ulira_tpr_at_1fpr", "run's model TPR@1%FPR"),
+)
+
+
+def ulira_table(summary: RunSummary) -> str:
+    """U-LiRA of the original and SE (``mia-unlearn-references``); empty without."""
+    models = {"original": summary.original, **(summary.frameworks or {})}
+    rows = [[name] + [_with_interval(m.audit, k) for k, _ in ULIRA_COLUMNS]
+            for name, m in models.items() if m is not None and "ulira_auc" in m.audit]
+    if not rows:
+        return ""
+    u = (summary.verification or {}).get("mia", {}).get("ulira", {})
+    return "\n".join([
+        f"U-LiRA: {u.get('references')} reference shards ({u.get('recipe')}), each "
+        f"forgetting {u.get('forgotten_clients')} clients of {u.get('client_size')} "
+        f"from a pool of {u.get('pool')} targets; original: learned vs never saw, SE: "
+        "unlearned vs never saw [95% bootstrap interval]", "",
+        table(["model"] + [h for _, h in ULIRA_COLUMNS], rows),
+        *[f"  {line}" for line in u.get("unread", [])]])
 
 
 def stages_table(stages: list[StageSummary]) -> str:

@@ -19,6 +19,11 @@ from server_app.run.summary import RequestCost, RunSummary
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
+#: Offline LiRA (``mia-references``): per example, per forgotten client; U-LiRA
+#: (``mia-unlearn-references``): the references' game, the run's model.
+LIRA_METRICS = ("mia_lira_auc", "mia_lira_tpr_at_1fpr", "mia_lira_tpr_at_01fpr",
+                "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr",
+                "mia_ulira_game_auc", "mia_ulira_tpr_at_1fpr")
 BASELINES = ("FR", "FE", "RR")
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
@@ -28,8 +33,8 @@ COLUMNS = [
     "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "client_epochs",
     "comm_time_s", "calibration_interval", "rounds_to_target", "target_compute_s",
     "target_modelled_wall_s", "rounds_replayed", "server_storage_bytes", "mia_f1",
-    "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", "backdoor_asr",
-    "backdoor_asr_ensemble",
+    "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
+    "backdoor_asr", "backdoor_asr_ensemble",
     "impacted_shards", "se_measured_shard_s", "se_expected_shard_s",
     "se_mean_shard_cost_s", "learning_compute_s", "learning_wall_s", "run_wall_s",
 ]
@@ -54,7 +59,7 @@ paper's datasets (:func:`headline`)."""
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
             "rounds_to_target", "rounds_replayed", "client_epochs",
             "comm_time_s", "server_storage_bytes", "mia_f1", "mia_precision",
-            "mia_recall", "mia_auc", "mia_tpr_at_1fpr", "backdoor_asr",
+            "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS, "backdoor_asr",
             "backdoor_asr_ensemble")
 
 

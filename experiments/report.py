@@ -127,7 +127,7 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
               "at calibration interval 1; interval 2 is reported beside it.",
               "", _headline(rows, store)]
     parts += _quality_section(rows)
-    parts += _single_sections(rows)
+    parts += _single_sections(rows) + _lira_section(rows)
     parts += _concurrent_section(rows, summaries)
     parts += _storage_section(store, results)
     parts += _figures(results)
@@ -203,6 +203,16 @@ def _to_target(row: dict) -> str:
     if row.get("rounds_to_target") in (None, ""):
         return "not reached"
     return f"{row['rounds_to_target']} ({_num(row.get('target_compute_s'), 1)})"
+
+
+def _lira_section(rows) -> list[str]:
+    """Offline LiRA's columns (``mia-references``) of every run that has them."""
+    have = [r for r in rows if r.get("mia_lira_auc") is not None]
+    return ["", "### Offline LiRA: per example and per forgotten client", "",
+            _table(["run", "model", *collect.LIRA_METRICS],
+                   [[r["run"], r["framework"], *[_num(r.get(k)) for k in
+                                                 collect.LIRA_METRICS]] for r in have])
+            ] if have else []
 
 
 def _single_sections(rows) -> list[str]:

@@ -11,6 +11,9 @@ from server_app.config.values import bad
 from task.backdoor import MAX_TRIGGER
 from task.text_backdoor import MAX_PHRASE
 
+#: Most reference models of the likelihood-ratio attack (``mia-references``).
+MAX_REFERENCES = 256
+
 
 @dataclass(frozen=True)
 class AuditConfig(Section):
@@ -24,6 +27,14 @@ class AuditConfig(Section):
         Samples of each side (members, non-members) the attack scores.
     mia_shadows : int
         k >= 1 shadow models fit the attack instead of the original model.
+    mia_references : int
+        k >= 2 reference models of the offline likelihood-ratio attack (LiRA;
+        the shadow models, more trained where k exceeds ``mia_shadows``); 0: off.
+    mia_nonmembers : int
+        Non-members LiRA scores each model on (class-matched to the targets).
+    mia_unlearn_references : int
+        k (even, >= 6) reference shards that learn and then unlearn with SE for
+        U-LiRA (Hayes et al. 2025); 0: off.
     backdoor_trigger : int
         Side of the square trigger in pixels (0: no backdoor check).
     backdoor_fraction : float
@@ -39,6 +50,9 @@ class AuditConfig(Section):
     mia: bool = True
     mia_samples: int = 2000
     mia_shadows: int = 0
+    mia_references: int = 0
+    mia_nonmembers: int = 10000
+    mia_unlearn_references: int = 0
     backdoor_trigger: int = 0
     backdoor_fraction: float = 0.5
     backdoor_target: int = 0
@@ -56,7 +70,7 @@ class AuditConfig(Section):
         What needs the task (a trigger, classes, the audit's features, the
         number of classes) is :func:`server_app.config.tasks.check_task`'s.
         """
-        self.check_positive("mia-samples")
+        self.check_positive("mia-samples", "mia-nonmembers")
         self.check_bounds()
         if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
             raise bad("backdoor-trigger", self.backdoor_trigger,
@@ -74,6 +88,8 @@ class AuditConfig(Section):
             raise bad("mia-shadows", self.mia_shadows,
                       "0 unless mia = true and the task has classes")
         self._validate_phrase(data)
+        self._validate_references()
+        self._validate_unlearn_references(unlearning)
         if not self.backdoor:
             return
         key, value = (("backdoor-trigger", self.backdoor_trigger) if self.backdoor_trigger
@@ -103,3 +119,29 @@ class AuditConfig(Section):
             raise bad("backdoor-phrase", phrase,
                       f"a phrase that, with its continuation ({len(continuation)} "
                       f"characters), is shorter than block-size={data.block_size}")
+
+    def _validate_references(self) -> None:
+        """``mia-references``: 0 or 2..MAX_REFERENCES, inside the shadow audit."""
+        if self.mia_references == 0:
+            return
+        if not 2 <= self.mia_references <= MAX_REFERENCES:
+            raise bad("mia-references", self.mia_references,
+                      f"0 (no LiRA) or 2..{MAX_REFERENCES} reference models")
+        if not self.mia_shadows:
+            raise bad("mia-references", self.mia_references,
+                      "0 unless mia-shadows >= 1 (LiRA runs in the shadow-model "
+                      "audit, on its disjoint targets, non-members and pool)")
+
+    def _validate_unlearn_references(self, unlearning: UnlearningConfig) -> None:
+        """``mia-unlearn-references``: 0 or even 6..MAX_REFERENCES, SE's U-LiRA."""
+        k = self.mia_unlearn_references
+        if k == 0:
+            return
+        if not (6 <= k <= MAX_REFERENCES and k % 2 == 0):
+            raise bad("mia-unlearn-references", k,
+                      f"0 (no U-LiRA) or an even number in 6..{MAX_REFERENCES}")
+        if not self.mia_shadows or "SE" not in unlearning.framework_list \
+                or unlearning.calibration_interval != 1:
+            raise bad("mia-unlearn-references", k,
+                      "0 unless mia-shadows >= 1, frameworks has SE and "
+                      "calibration-interval = 1 (the references replay as SE does)")

@@ -141,6 +141,10 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
     if audit.mia and task.membership is None:
         raise bad("mia", audit.mia, f"false with {who}, which gives the membership "
                   "audit no attack features (Task.membership)")
+    if audit.mia_references and not task.classes:
+        raise bad("mia-references", audit.mia_references,
+                  f"0 with {who}: LiRA reads one true class a sample (its logit-scaled "
+                  "confidence); a per-character score is not built (Task.classes)")
     if audit.mia_shadows and not task.classes:
         raise bad("mia-shadows", audit.mia_shadows,
                   f"0 with {who}: shadow models need one class label a sample "

@@ -21,6 +21,7 @@ MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
            "block-size": 2**16, "client-samples": 2**31 - 1,
            "test-samples": 2**31 - 1,
            "calibration-interval": 100_000, "mia-samples": 10_000_000,
+           "mia-nonmembers": 10_000_000,
            "blocks-per-shard": 100_000, "recovery-warmup": 100_000,
            "recovery-correction": 100_000, "recovery-final": 100_000,
            "recovery-memory": 1000}

@@ -9,7 +9,9 @@ auditor, the server rebuilds the clients' partitions from the run config; it
 never sees them in learning.
 
 With ``mia-shadows`` >= 1, :func:`shadow_audit` runs Shokri's shadow-model attack
-instead (:mod:`server_app.evaluation.shadow`), on each model separately.
+instead (:mod:`server_app.evaluation.shadow`), on each model separately; with
+``mia-references`` >= 2 also the offline likelihood-ratio attack, per example and
+per forgotten client (:mod:`server_app.evaluation.lira_audit`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
+from server_app.evaluation.lira import LOW_FPRS, MIN_FALSE_POSITIVES
+from server_app.evaluation.lira_audit import LiraAudit, LiraSamples, unread_note
 from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
-from server_app.evaluation.mia_sets import MiaSets, choose_sets
+from server_app.evaluation.mia_sets import MiaSets, choose_sets, split_rows
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
+from server_app.evaluation.ulira_audit import real_phi, train_references, ulira_scores
 from task.data import client_data, partition_sizes
 from task.device import resolve_device
 from task.interface import Task
@@ -191,22 +196,28 @@ def _mean(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
                       x_pool: torch.Tensor, y_pool: torch.Tensor, m: int
-                      ) -> tuple[ShadowAttack, dict]:
-    """Train ``mia-shadows`` shadow models with the run's recipe; fit the attack.
+                      ) -> tuple[ShadowAttack, list[torch.nn.Module], dict]:
+    """Train the shadow models with the run's recipe; fit the attack on ``mia-shadows``.
 
     Each shadow's "in" and "out" sets are ``m`` samples each of the pool ``x_pool``
     (N, ...), ``y_pool`` (N,) (N >= 2 m), data no client holds and no target or
     non-member (:func:`server_app.evaluation.mia_sets.choose_sets`).
+    max(``mia-shadows``, ``mia-references``) are trained; Shokri's attack is fit
+    on the first ``mia-shadows``, and LiRA uses the first ``mia-references``.
 
-    Returns the fitted :class:`ShadowAttack` and the settings used (for
-    ``verification.mia``).
+    Returns the fitted :class:`ShadowAttack`, every shadow model trained, and
+    the settings used (for ``verification.mia``).
     """
-    probas, labels, is_in = [], [], []
+    probas, labels, is_in, models = [], [], [], []
     spec, device = cfg.task(), resolve_device(cfg.training.device)
-    splits = shadow_splits(len(y_pool), m, cfg.audit.mia_shadows, cfg.seed)
+    count = max(cfg.audit.mia_shadows, cfg.audit.mia_references)
+    splits = shadow_splits(len(y_pool), m, count, cfg.seed)
     for i, (inside, outside) in enumerate(splits):
         x_in, y_in = x_pool[torch.from_numpy(inside)], y_pool[torch.from_numpy(inside)]
         model = _shadow_federation(cfg, task, x_in, y_in, len(shards[0]), cfg.seed + 1 + i)
+        models.append(model)
+        if i >= cfg.audit.mia_shadows:
+            continue
         x_out = x_pool[torch.from_numpy(outside)]
         probas += [spec.predict(model, x_in, device=device),
                    spec.predict(model, x_out, device=device)]
@@ -215,17 +226,11 @@ def fit_shadow_attack(cfg: RunConfig, task, shards: Sequence[Sequence[int]],
     attack = ShadowAttack(task.num_classes, cfg.seed, spec.membership).fit(
         np.concatenate(probas), np.concatenate(labels), np.concatenate(is_in))
     training = cfg.training
-    return attack, {"attack": "shadow models, one attack model per class",
+    return attack, models, {"attack": "shadow models, one attack model per class",
                     "shadows": cfg.audit.mia_shadows, "shadow_in_samples": m,
                     "shadow_recipe": f"FedAvg of {len(shards[0])} clients, "
                     f"{training.clients_per_round // training.num_shards} a round, "
                     f"{training.num_rounds} rounds x {training.local_epochs} local epochs"}
-
-
-def _rows(task, split: str, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    x, y = (task.train_x, task.train_y) if split == "train" else (task.test_x, task.test_y)
-    i = torch.from_numpy(np.asarray(idx, np.int64))
-    return x[i], y[i]
 
 
 def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
@@ -240,9 +245,9 @@ def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
         mine = np.isin(sets.owner, list(pids))
         if not mine.any():
             continue
-        x_t, y_t = _rows(task, "train", sets.target[mine])
+        x_t, y_t = split_rows(task, "train", sets.target[mine])
         partner = sets.partner[mine]
-        x_h, y_h = _rows(task, sets.heldout_split, partner[partner >= 0])
+        x_h, y_h = split_rows(task, sets.heldout_split, partner[partner >= 0])
         for probas, x in ((t_p, x_t), (h_p, x_h)):
             probas.append(ensemble_proba([shard_models[s]], x, spec,
                                          task.num_classes, device))
@@ -286,18 +291,73 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
     shard_size = sum(sizes) // len(first)
     targets = sorted(int(p) for p, n in forget_rounds.items() if n > 0)
     sets = choose_sets(cfg, task, targets, shard_size)
-    x_pool, y_pool = _rows(task, sets.shadow_split, sets.shadow)
-    attack, settings = fit_shadow_attack(cfg, task, first, x_pool, y_pool,
-                                         min(shard_size, len(y_pool) // 2))
+    x_pool, y_pool = split_rows(task, sets.shadow_split, sets.shadow)
+    attack, shadows, settings = fit_shadow_attack(cfg, task, first, x_pool, y_pool,
+                                                  min(shard_size, len(y_pool) // 2))
+    lira = _lira(cfg, task, sets, shadows)
     results = {}
     for name, (shard_models, shards) in models.items():
         scored = _scored_sets(cfg, task, shard_models, shards, sets)
         if scored is not None:
             results[name] = attack.score(*scored)
+            if lira is not None:
+                results[name].update(lira.score(_shard_proba(cfg, task, shard_models),
+                                                shards))
     settings.update(
         targets=targets, n_targets=int(len(sets.target)),
         target_rounds={str(p): int(forget_rounds[str(p)]) for p in targets},
         heldout=sets.heldout_source, shadow_pool=sets.shadow_source,
         disjoint="targets, non-members and shadow data share no sample",
         scored="each model on its own")
+    if lira is not None:
+        settings["lira"] = lira.settings()
+    if cfg.audit.mia_unlearn_references:
+        settings["ulira"] = _ulira(cfg, task, sets, models, results)
     return with_signal(results), settings
+
+
+def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
+    """U-LiRA of the original and SE (``ulira_*`` into ``results``); its settings."""
+    shards = models["original"][1]
+    refs = train_references(cfg, task, sets, shards)
+    for name in ("original", "SE"):
+        if name in models and name in results:
+            shard_models, model_shards = models[name]
+            phi = real_phi(sets, refs, task, _shard_proba(cfg, task, shard_models),
+                           model_shards)
+            results[name].update(ulira_scores(refs, phi, name == "SE", cfg.seed))
+    training, negatives = cfg.training, int((~refs.is_in).sum())
+    unread = [unread_note(prefix, negatives, fpr, "negatives (references that never "
+                          "saw the sample)") for prefix in ("ulira_game_", "ulira_")
+              for fpr in LOW_FPRS if negatives * fpr < MIN_FALSE_POSITIVES]
+    return {"attack": "U-LiRA (Hayes et al. 2025): online LiRA between references that "
+            "unlearned a sample with SE and references that never saw it",
+            "references": cfg.audit.mia_unlearn_references,
+            "pool": int(len(refs.pool)), "forgotten_clients": refs.forgotten_clients,
+            "client_size": refs.client_size, "shard_clients": refs.shard_clients,
+            "recipe": f"FedAvg of {refs.shard_clients} clients, "
+            f"{training.clients_per_round // training.num_shards} a round, "
+            f"{training.num_rounds} rounds x {training.local_epochs} local epochs; "
+            f"SE replay, L / r = {training.local_epochs / cfg.unlearning.retrain_ratio:g}"
+            " epochs", "game": "each reference against Gaussians of all but it and its "
+            "complementary partner (ulira_game_*); the run's model, fit the same way, "
+            "against the game's negatives (ulira_*)", "unread": unread}
+
+
+def _lira(cfg: RunConfig, task, sets: MiaSets, shadows: Sequence[torch.nn.Module]
+          ) -> LiraAudit | None:
+    """LiRA with the first ``mia-references`` shadows as reference models (None: off)."""
+    k = cfg.audit.mia_references
+    if not k or not sets.lira_partner.size:
+        return None
+    spec, device = cfg.task(), resolve_device(cfg.training.device)
+    references = [lambda x, m=model: spec.predict(m, x, device=device)
+                  for model in shadows[:k]]
+    return LiraAudit(LiraSamples.from_sets(task, sets), references, seed=cfg.seed)
+
+
+def _shard_proba(cfg: RunConfig, task, shard_models: Sequence[ArrayRecord]):
+    """``proba(s, x)``: the softmax of shard model s on ``x`` (N, C)."""
+    spec, device = cfg.task(), resolve_device(cfg.training.device)
+    return lambda s, x: ensemble_proba([shard_models[s]], x, spec, task.num_classes,
+                                       device)

@@ -18,9 +18,11 @@ Three sets, each a list of row indices into one split of the dataset:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from server_app.config import RunConfig
 from task.data import partitions
@@ -48,6 +50,11 @@ class MiaSets:
         Rows of the shadow pool.
     heldout_source, shadow_source : str
         In words, for ``verification.mia``.
+    lira_partner : numpy.ndarray, shape (n, r)
+        LiRA's non-members (``mia-references``): r further rows of
+        ``heldout_split`` of each target's class, in no other set; -1 where a
+        class ran short. Column j over one client's targets is a pseudo-client
+        of its size and classes. (n, 0) without LiRA.
     """
 
     target: np.ndarray
@@ -58,6 +65,29 @@ class MiaSets:
     shadow: np.ndarray
     shadow_split: str
     shadow_source: str
+    lira_partner: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+
+
+def split_rows(task, split: str, idx) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and classes of rows ``idx`` of ``split``.
+
+    Parameters
+    ----------
+    task : TaskData
+        The dataset.
+    split : {"train", "test"}
+        Which split ``idx`` indexes.
+    idx : array_like, int, shape (n,)
+        Row indices.
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        Images (n, ...) and classes (n,).
+    """
+    x, y = (task.train_x, task.train_y) if split == "train" else (task.test_x, task.test_y)
+    i = torch.from_numpy(np.asarray(idx, np.int64))
+    return x[i], y[i]
 
 
 def client_rows(cfg: RunConfig, task) -> list[np.ndarray]:
@@ -93,6 +123,59 @@ def pair_by_class(target_labels: np.ndarray, pool_labels: np.ndarray, seed: int
         k = min(len(mine), len(have))
         out[mine[:k]] = have[:k]
     return out
+
+
+def match_by_class(target_labels: np.ndarray, pool_labels: np.ndarray,
+                   per_target: int, seed: int) -> np.ndarray:
+    """For each target, ``per_target`` distinct pool indices of its class.
+
+    Column j holds one index for every target before column j + 1 gets any, so
+    a class that runs short leaves whole trailing columns of its targets at -1.
+
+    Parameters
+    ----------
+    target_labels : numpy.ndarray, int, shape (n,)
+        The targets' classes.
+    pool_labels : numpy.ndarray, int, shape (m,)
+        The pool's classes.
+    per_target : int
+        r >= 0.
+    seed : int
+        Seeds the draw.
+
+    Returns
+    -------
+    numpy.ndarray, int64, shape (n, r)
+        Distinct pool indices; -1 where the pool had too few of a class.
+    """
+    rng = np.random.default_rng([seed, 0x11FA])
+    out = np.full((len(target_labels), per_target), -1, np.int64)
+    for c in np.unique(target_labels):
+        mine = np.flatnonzero(target_labels == c)
+        have = rng.permutation(np.flatnonzero(pool_labels == c))
+        block = np.full((per_target, len(mine)), -1, np.int64)  # column-major fill
+        k = min(len(have), block.size)
+        block.flat[:k] = have[:k]
+        out[mine] = block.T
+    return out
+
+
+def _lira_partners(cfg: RunConfig, labels: tuple[np.ndarray, np.ndarray],
+                   spare: np.ndarray, room: int) -> np.ndarray:
+    """``spare`` rows matched to the targets' classes, r = ceil(mia-nonmembers / n).
+
+    ``labels``: the targets' classes and those of the split ``spare`` indexes;
+    at most ``room`` rows are taken (the shadow pool keeps the rest).
+    """
+    target_y, split_y = labels
+    n = len(target_y)
+    if not cfg.audit.mia_references or not n:
+        return np.zeros((n, 0), np.int64)
+    r = min(math.ceil(cfg.audit.mia_nonmembers / n), max(room, 0) // n)
+    if r == 0:
+        return np.zeros((n, 0), np.int64)
+    match = match_by_class(target_y, split_y[spare], r, cfg.seed + 3)
+    return np.where(match >= 0, spare[np.maximum(match, 0)], -1)
 
 
 def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> MiaSets:
@@ -131,29 +214,38 @@ def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> Mia
         partner = free[partner]
         heldout = ("train", FREE_TRAIN + ", the targets' classes")
         free = np.setdiff1d(free, partner)
+        keep = 2 * shadow_in if len(free) >= 2 * shadow_in else 0  # the pool's
+        lira = _lira_partners(cfg, (train_y[target], train_y), free, len(free) - keep)
+        free = np.setdiff1d(free, lira)
     else:
         partner = pair_by_class(train_y[target], test_y[half:], cfg.seed + 2)
         partner = np.where(partner >= 0, partner + half, -1)
         heldout = ("test", "second half of the test set, the targets' classes (too few "
                    "training samples no client holds)")
+        rest = np.setdiff1d(np.arange(half, len(test_y)), partner)
+        lira = _lira_partners(cfg, (train_y[target], test_y), rest, len(rest))
     shadow = (np.sort(free), "train", FREE_TRAIN) if len(free) >= 2 * shadow_in \
         else (np.arange(half), "test", "first half of the test set")
-    sets = MiaSets(target, owner.astype(np.int64), partner, *heldout, *shadow)
+    sets = MiaSets(target, owner.astype(np.int64), partner, *heldout, *shadow, lira)
     check_disjoint(sets, np.concatenate(rows))
     return sets
 
 
 def check_disjoint(sets: MiaSets, client_held: np.ndarray) -> None:
     """Raise RuntimeError if two sets share a row or a client holds a free row."""
+    lira = sets.lira_partner[sets.lira_partner >= 0]
     named = {"target": ("train", sets.target),
              "non-member": (sets.heldout_split, sets.partner[sets.partner >= 0]),
-             "shadow": (sets.shadow_split, sets.shadow)}
+             "shadow": (sets.shadow_split, sets.shadow),
+             "LiRA non-member": (sets.heldout_split, lira)}
+    if np.unique(lira).size != lira.size:
+        raise RuntimeError("membership-inference 'LiRA non-member' rows repeat")
     for a, (split_a, rows_a) in named.items():
         for b, (split_b, rows_b) in named.items():
             if a < b and split_a == split_b and np.intersect1d(rows_a, rows_b).size:
                 raise RuntimeError(f"membership-inference sets '{a}' and '{b}' share "
                                    f"{split_a} rows")
-    for name in ("non-member", "shadow"):
+    for name in ("non-member", "shadow", "LiRA non-member"):
         split, rows = named[name]
         if split == "train" and np.intersect1d(rows, client_held).size:
             raise RuntimeError(f"membership-inference '{name}' rows are held by a client")

@@ -1,0 +1,124 @@
+"""U-LiRA: SE's unlearned references against references that never saw (issue 27)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from server_app.config import ConfigError, RunConfig
+from server_app.evaluation.lira import roc_auc
+from server_app.evaluation.ulira import (
+    balanced_halves,
+    challenge_scores,
+    fit_in_out,
+    leave_one_out,
+    log_ratio,
+)
+from server_app.evaluation.ulira_audit import learn_with_history, se_unlearn
+from strategies.calibration import weighted_step
+from task.config import fused_run_config
+from tests.conftest import TINY
+
+
+def test_balanced_halves_put_each_example_in_half_the_forget_sets():
+    halves = balanced_halves(10, 6, seed=0)
+    assert halves.shape == (6, 10) and (halves.sum(axis=0) == 3).all()
+    assert (halves[0] == ~halves[1]).all() and (halves.sum(axis=1) == 5).all()
+    with pytest.raises(ValueError, match="even"):
+        balanced_halves(9, 4, seed=0)
+
+
+def _references(n: int, k: int, shift: float, seed: int):
+    rng = np.random.default_rng(seed)
+    is_in = balanced_halves(n, k, seed)
+    mu = rng.normal(0.0, 3.0, n)
+    phi = mu + rng.normal(0.0, 1.0, (k, n)) + shift * is_in
+    return phi, is_in
+
+
+def test_fit_in_out_reads_each_side():
+    phi, is_in = _references(400, 16, 2.0, seed=1)
+    mu_in, mu_out, s_in, s_out = fit_in_out(phi, is_in)
+    assert np.mean(mu_in - mu_out) == pytest.approx(2.0, abs=0.05)
+    assert s_in == pytest.approx(1.0, abs=0.05) and s_out == pytest.approx(1.0, abs=0.05)
+    score = log_ratio(mu_in, mu_in, mu_out, s_in, s_out)
+    assert (score > 0).mean() > 0.99  # at the "in" mean: more like "in"
+    with pytest.raises(ValueError, match=">= 2 reference"):
+        fit_in_out(phi[:2], is_in[:2])
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0])
+def test_leave_one_out_game_reaches_the_analytic_auc(shift):
+    """An unlearned model shifted by ``shift`` sigmas: AUC about Phi(shift / sqrt 2)."""
+    phi, is_in = _references(300, 16, shift, seed=2)
+    positive, negative = leave_one_out(phi, is_in)
+    assert positive.size == negative.size == 16 * 150
+    analytic = norm.cdf(shift / np.sqrt(2.0 * (1.0 + 1.0 / 7.0)))
+    assert roc_auc(positive, negative) == pytest.approx(analytic, abs=0.03)
+
+
+def test_leave_one_out_is_unbiased_under_the_null():
+    """Same distribution on both sides: AUC 0.5 on average (leaving one out: 0.490)."""
+    aucs = []
+    for trial in range(30):
+        phi, is_in = _references(200, 16, 0.0, seed=100 + trial)
+        aucs.append(roc_auc(*leave_one_out(phi, is_in)))
+    assert abs(np.mean(aucs) - 0.5) < 0.006
+    phi, is_in = _references(400, 16, 0.0, seed=7)  # a model that never saw the pool
+    outside = phi.mean(axis=0) + np.random.default_rng(8).normal(0.0, 1.0, 400)
+    real = challenge_scores(outside, phi, is_in)
+    negative = leave_one_out(phi, is_in)[1]
+    assert abs(roc_auc(real, negative) - 0.5) < 0.04
+    unlearned = challenge_scores(outside + 1.0, phi + is_in * 1.0, is_in)
+    assert roc_auc(unlearned, negative) > 0.6  # it looks like the "in" side
+    phi, is_in = _references(20, 8, 0.0, seed=0)
+    with pytest.raises(ValueError, match="complementary"):
+        leave_one_out(phi, is_in[[0, 2, 1, 3, 4, 5, 6, 7]])
+
+
+def _tiny(num_rounds: int):
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "num-rounds": num_rounds, "clients-per-round": 6, "num-shards": 2}))
+    torch.manual_seed(0)
+    parts = [(torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))) for _ in range(3)]
+    task = type("T", (), {"num_classes": 10})()
+    return cfg, task, parts
+
+
+@pytest.mark.slow
+def test_se_unlearn_of_one_round_is_the_preparation_step():
+    """G = 1: W' = W^0 + the retained clients' stored updates, weighted (eq. 2)."""
+    cfg, task, parts = _tiny(num_rounds=1)
+    learned, rounds = learn_with_history(cfg, task, parts, seed=3)
+    assert sorted(rounds[0].updates) == [0, 1, 2]
+    gone = se_unlearn(cfg, task, parts, rounds, {0}, seed=3)
+    expected = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],
+                             [8, 8])
+    assert all(np.array_equal(gone[k], expected[k]) for k in expected)
+    assert any(not np.array_equal(gone[k], learned[k]) for k in learned)
+
+
+@pytest.mark.slow
+def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchanged():
+    cfg, task, parts = _tiny(num_rounds=2)
+    learned, rounds = learn_with_history(cfg, task, parts, seed=4)
+    gone = se_unlearn(cfg, task, parts, rounds, {1}, seed=4)
+    assert all(np.isfinite(v).all() for v in gone.values())
+    assert gone.keys() == learned.keys()
+    again = se_unlearn(cfg, task, parts, rounds, {1}, seed=4)
+    assert all(np.array_equal(gone[k], again[k]) for k in gone)  # seeded
+    assert se_unlearn(cfg, task, parts, rounds, {7}, seed=4) is None  # unchanged
+
+
+@pytest.mark.parametrize("overrides", [
+    {"mia-unlearn-references": 3, "mia-shadows": 2},
+    {"mia-unlearn-references": 4, "mia-shadows": 2},
+    {"mia-unlearn-references": 6},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR"},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "calibration-interval": 2},
+])
+def test_bad_unlearn_reference_settings_are_refused(overrides):
+    with pytest.raises(ConfigError, match="'mia-unlearn-references'"):
+        RunConfig.from_run_config(fused_run_config(overrides))
