@@ -50,7 +50,7 @@ from cli.deploy_parts import (
 from cli.env import free_ports
 from cli.procs import Children
 from cli.simulation import absolute_paths, checked_run, summary_path
-from cli.terminal import TerminalFilter
+from cli.terminal import TerminalFilter, help_text
 from server_app.config import ConfigError
 
 ISOLATIONS = ("process", "subprocess")
@@ -61,7 +61,7 @@ not 1.10x, in 4 + 6 runs of benchmarks/deploy_bench.py (docs/results/deploy)."""
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """The ``deploy`` command's arguments."""
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
+    ap = argparse.ArgumentParser(prog=prog, description=help_text(__doc__),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("nodes", nargs="?", type=_positive, default=8, metavar="N",
                     help="SuperNodes (= num-clients; default 8)")

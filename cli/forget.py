@@ -6,7 +6,8 @@ its id. A staged run that is still going takes it at its next stage boundary; a
 finished run takes it at once (:mod:`cli.later`: the engine restarts on the run's
 stored history and writes a new model version), or with ``--record-only`` later,
 with ``forget --run NAME --pending``. ``receipts --run NAME`` lists the receipts
-and the requests still waiting. The run folder is found as :mod:`cli.runs` says.
+and the requests still waiting (``--detail``: the evidence under each, ``--json``: the
+receipts as JSON). The run folder is found as :mod:`cli.runs` says.
 Nothing is recorded when the run does not exist, is a one-stage run still going,
 or when a client is unknown, already forgotten or already named by a request; nor,
 for a finished run, when the request would leave a shard without a client or a
@@ -17,6 +18,7 @@ ones as lost, :func:`cli.later.check_later`): one line on stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from cli.later import carry_out, check_later
@@ -25,7 +27,7 @@ from history.catalog import StoreError
 from server_app.config import ConfigError, RunConfig
 from server_app.run.catalog import RunLog, RunLogError
 from server_app.run.inbox import InboxError, RequestInbox
-from server_app.run.receipts import list_receipts, receipt_line
+from server_app.run.receipts import list_receipts, receipt_detail, receipt_line
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion
 from server_app.stages.churn import later_refusal, run_shards
@@ -178,16 +180,25 @@ def main_receipts(argv: list[str], prog: str) -> int:
                                      "finished run) and its waiting requests.")
     parser.add_argument("--run", required=True, help="the run's run-name")
     parser.add_argument("--results-dir", default=None)
+    parser.add_argument("--detail", action="store_true", help="under each receipt its "
+                        "evidence: digests, what was erased or kept, the audit's figures")
+    parser.add_argument("--json", action="store_true", help="print the receipts as one "
+                        "JSON list and nothing else")
     args = parser.parse_args(argv)
     folder = run_folder(args.run, args.results_dir)
     try:
         receipts = list_receipts(folder)
     except ValueError as err:  # a damaged receipt file: one line naming it
         raise ConfigError(str(err)) from None
+    if args.json:
+        print(json.dumps(receipts, indent=2))
+        return 0
     with open_inbox(folder) as inbox:
         waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
     for receipt in receipts:
         print(receipt_line(receipt))
+        if args.detail:
+            print("\n".join(receipt_detail(receipt)))
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:

@@ -18,7 +18,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
               [--jobs N] ...
        {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
               [--lost-nodes IDS] [--results-dir DIR]
-       {prog} receipts --run NAME [--results-dir DIR]
+       {prog} receipts --run NAME [--detail | --json] [--results-dir DIR]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
 
@@ -31,8 +31,9 @@ experiments  the paper's experiments: runs, CSV, figures, report.md
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new
              model version (--record-only: later, with --pending)
-receipts     list a run's receipts (each request of a staged run or to a finished
-             run: versions, shards, rounds, models digests) and waiting requests
+receipts     list a run's receipts (its planned requests, each request of a staged
+             run or to a finished run: versions, shards, rounds, models digests,
+             what was erased, the audit's figures) and waiting requests
 models       list a run's model versions (v1 after learning, one per request)
 export       write a model version for serving (safetensors or torch)
 

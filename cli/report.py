@@ -275,7 +275,13 @@ def _verification_lines(summary: RunSummary) -> list[str]:
     verification = summary.verification or {}
     out = []
     backdoor = verification.get("backdoor")
-    if backdoor:
+    if backdoor and backdoor.get("kind") == "text":
+        out.append(f"backdoor: {backdoor['trigger']} then {backdoor['continuation']!r} "
+                   f"on {backdoor['fraction']:g} of the blocks of clients "
+                   f"{backdoor['poisoned_clients']}; ASR on "
+                   f"{backdoor['triggered_test_contexts']} test contexts ending in the "
+                   "phrase, greedy continuation (sharded: impacted shard)")
+    elif backdoor:
         out.append(f"backdoor: {backdoor['trigger']} on {backdoor['fraction']:g} of the "
                    f"images of clients {backdoor['poisoned_clients']}, relabelled "
                    f"{backdoor['target']}; ASR on {backdoor['triggered_test_images']} "

@@ -39,6 +39,10 @@ NOISE = (
     re.compile(r"INFO\s*:\s*flwr federation simulation-config "),
     # Flower's simulation stopping each Ray actor at the end of a run, one line each.
     re.compile(r"WARNING\s*:\s*Manually terminating ClientAppActor"),
+    # flwr about the FLWR_HOME the command makes for each run and removes after it
+    # (cli.simulation): a default configuration created there, the app installed there.
+    re.compile(r"^Flower configuration not found\. Created default configuration at "),
+    re.compile(r"^Successfully installed \S+ to .*/sim-\d+/apps/"),
 )
 """Lines never shown on the terminal (the log file keeps them)."""
 
@@ -46,6 +50,14 @@ _ACTOR = re.compile(r"^\([^)]*pid=\d+\)\s*")
 _FLOWER_WARNING = re.compile(r"^WARNING\s*:")
 _PYTHON_WARNING = re.compile(r":\d+: \w*Warning: ")
 _EMPTY_LOG_LINE = re.compile(r"^[A-Z]+\s*:\s*$")
+
+
+_ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reST marks left out (``x`` and :mod:`x` -> x)."""
+    return _ROLE.sub(r"\1", doc).replace("``", "")
 
 
 def plain(line: bytes) -> str:

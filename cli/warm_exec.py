@@ -278,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     interpreter's teardown of torch and numba took 3 s and more under load,
     past the launcher's 5-s grace before SIGKILL.
     """
+    from cli.terminal import help_text
+
     ap = argparse.ArgumentParser(prog="python -m cli.warm_exec",
-                                 description=__doc__.split("\n\n")[0])
+                                 description=help_text(__doc__.split("\n\n")[0]))
     ap.add_argument("--runtime-api-address", required=True,
                     help="the SuperNode's Runtime API, host:port")
     ap.add_argument("--slots-dir", type=Path, default=None,

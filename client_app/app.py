@@ -47,6 +47,7 @@ from task.config import TaskConfig
 from task.device import resolve_device
 from task.node_cache import cached_client_data
 from task.registry import task_of
+from task.text_backdoor import TextBackdoor, implant
 from task.train import fisher_preconditioner, local_seed
 
 app = ClientApp()
@@ -82,9 +83,13 @@ def _received(message: Message, context: Context):
     server_dir = str(message.content["config"].get("data-dir", "") or "")
     x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
                                            context.node_config.get("node-dir") or None)
-    # a client of the unlearning request stamps its own data (task.backdoor)
+    # a client of the unlearning request stamps its own data (task.backdoor), or
+    # writes the text backdoor's phrase into its blocks (task.text_backdoor)
     x, y, _ = poison(x, y, Backdoor.from_run_config(context.run_config), cfg.seed,
                      partition_id(context), task.stamp)
+    x, y, _ = implant(x, y, TextBackdoor.from_run_config(context.run_config,
+                                                         task.tokenize),
+                      cfg.seed, partition_id(context))
     model = task.model(num_classes)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())
     return x, y, model, task, resolve_device(cfg.device)

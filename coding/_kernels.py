@@ -17,6 +17,11 @@ import threading
 import numba
 import numpy as np
 
+from . import _cache
+
+# the cache by the file's content, so that Flower's copies of the app find it
+_cache.install()
+
 # numba's fallback "workqueue" threading layer must not be entered from two
 # Python threads at once; the kernels already use every core, so serialise.
 _LOCK = threading.Lock()

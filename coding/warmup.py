@@ -1,10 +1,11 @@
 """Compile the numba kernels once, at install (``python -m coding.warmup``).
 
 The kernels of :mod:`coding._kernels` are compiled on first use and cached
-beside the code (``cache=True``): 15-20 s on 2 cores the first time, well
-under a second from the cache. ``simulate.sh`` runs this right after
-installing, so a user's first coded run (and the test suite on a fresh clone)
-does not pay it. It calls the public encoders and decoders with every input
+in the environment by the code's content (``cache=True``, :mod:`coding._cache`):
+15-20 s on 2 cores the first time, well under a second from the cache.
+``simulate.sh`` runs this right after installing, so a user's coded runs (and
+the test suite on a fresh clone) do not pay it, Flower's copies of the app under
+``$FLWR_HOME`` included. It calls the public encoders and decoders with every input
 and output dtype the app passes them (int64 blocks, float32 / float64
 records, int64 / uint32 slices), on a few hundred elements.
 """

@@ -196,9 +196,10 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
         -------
         dict
             ``updates`` (``[shard, round, client]`` each), ``shard_models``
-            (``[shard, round]`` each) and ``bytes`` freed.
+            (``[shard, round]`` each), ``files`` (the blob files deleted, under
+            ``blobs/``, updates first) and ``bytes`` freed.
         """
-        gone, erased, models, freed = set(forgotten), [], [], 0
+        gone, erased, models, freed, files = set(forgotten), [], [], 0, []
         rows = self._conn.execute(
             "SELECT shard, round, partition_id, blob FROM updates ORDER BY shard, round, "
             "partition_id").fetchall()
@@ -209,6 +210,7 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
                     self._conn.execute("UPDATE updates SET blob='' WHERE shard=? AND "
                                        "round=? AND partition_id=?", (shard, rnd, pid))
                 erased.append([shard, rnd, pid])
+                files.append(blob)
         for shard in sorted({s for s, _, p, _ in rows if p in gone}):
             first = min(r for s, r, p, _ in rows if s == shard and p in gone)
             for (rnd,) in self._conn.execute(
@@ -216,8 +218,9 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
                     "round", (shard, first)).fetchall():
                 freed += self._drop_model(shard, rnd)
                 models.append([shard, rnd])
+                files.append(f"model_s{shard}_r{rnd}.npz")
         return {"store": "uncoded", "updates": erased, "shard_models": models,
-                "bytes": freed}
+                "files": files, "bytes": freed}
 
     def _drop_blob(self, name: str) -> int:
         """Delete one blob (checksum row and file); return its bytes."""

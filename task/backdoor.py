@@ -12,8 +12,8 @@ other classes, stamped with the trigger, that a model classifies as the target.
 The poisoned clients are the ones named by ``forget-clients`` (the run's one
 unlearning request): a client reads that from the run config and stamps its own
 data; the server reads the same keys, so both know who is poisoned before any
-training. Images only (the character model has no classes to flip: see
-docs/CONFIG.md, ``backdoor-trigger``).
+training. Images only: a task of character blocks takes the text backdoor of
+:mod:`task.text_backdoor` (a trigger phrase and its continuation).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ classes). The local training and evaluation steps default to the project's loops
 that needs one is refused before any engine starts, naming the key):
 
 - ``stamp``: the backdoor trigger (run-config ``backdoor-trigger``);
+- ``tokenize``: text to token ids, for the text backdoor (``backdoor-phrase``,
+  :mod:`task.text_backdoor`) of a task with per-position targets;
 - ``membership``: what the membership audit feeds its attack (``mia``; the
   default :func:`task.membership.membership_features` takes any softmax outputs);
 - ``classes = False``: targets are not one class a sample (e.g. next characters),
@@ -104,6 +106,11 @@ class Task:
     stamp : callable or None
         ``stamp(x, trigger) -> x'``: a stamped copy of samples (the backdoor
         check, ``backdoor-trigger``); None: no backdoor check.
+    tokenize : callable or None
+        ``tokenize(text) -> ids``: int64 token ids (len,) of a string in the
+        task's vocabulary, ValueError for a character outside it (the text
+        backdoor, ``backdoor-phrase``: :mod:`task.text_backdoor`; blocks of ids
+        with next-token targets, ``classes = False``); None: no text backdoor.
     membership : callable or None
         ``membership(proba, targets) -> features`` (N, F): the membership
         audit's attack features of this task's ``predict`` outputs; None: no
@@ -142,6 +149,7 @@ class Task:
     score: ScoreFn = score_proba
     classes: bool = True
     stamp: Stamp | None = None
+    tokenize: Callable[[str], np.ndarray] | None = None
     membership: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = \
         membership_features
     check: Callable[[TaskConfig], None] | None = None

@@ -74,7 +74,7 @@ def import_object(spec: str, key: str) -> object:
              "the ClientApps and the command run (docs/TASKS.md)")
     try:
         obj: object = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - a user's module: any import error
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a user's module, sys.exit too
         first = str(err).splitlines()[0] if str(err) else ""
         raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: cannot import "
                          f"{module_name!r} ({type(err).__name__}: {first}); "
@@ -114,7 +114,7 @@ def get_task(spec: str) -> Task:
     if not isinstance(made, Task) and callable(made):
         try:
             made = made()
-        except Exception as err:  # noqa: BLE001 - a user's factory: report its error
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - a user's factory
             raise ValueError(f"run-config 'task' = {spec!r}: calling it failed "
                              f"({type(err).__name__}: {err})") from err
     if not isinstance(made, Task):

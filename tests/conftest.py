@@ -12,6 +12,7 @@ from flwr.app import Context, RecordDict
 from experiments.grid import InProcessGrid, set_task_identity
 from task.config import fused_run_config
 
+ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 SLOW_TIERS = ("slow", "inprocess", "subprocess", "e2e")
@@ -48,25 +49,44 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in set(slow)]
 
 
-SHARED_MODULES = ("tests/test_hosts.py",)
-"""Modules whose tests share module fixtures and build on each other: one worker each."""
+def shared_unit(module: str) -> str | None:
+    """The work unit of test file ``module`` (a path from the root) when it shares one.
+
+    A module with module-scoped fixtures is one unit: split over workers, or merely
+    interleaved with another module's tests, pytest would set a module fixture up
+    again (a federation run, the tiny experiment suite) each time it came back. The
+    modules using :func:`loopback_deploy` are one unit together, so that its
+    deployment runs once. None: each of its tests is a unit of its own.
+    """
+    path = ROOT / module
+    text = path.read_text() if path.is_file() else ""
+    if LOOPBACK in text:
+        return LOOPBACK
+    return module if 'scope="module"' in text else None
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """One test at a time to the worker that frees first; a shared module whole.
+    """One test at a time to the worker that frees first; tests sharing fixtures together.
 
-    Each test is its own work unit, except the tests of :data:`SHARED_MODULES`,
-    which go to one worker together, first (the largest unit). pytest-xdist's
-    own ``xdist_group`` marks do not group under pytest 9.2 (xdist 3.8 renames
-    ``item._nodeid``, which pytest 9.2 no longer reads), so the unit is named
-    here.
+    Each test is its own work unit, except the tests of modules sharing fixtures
+    (:func:`shared_unit`), which go to one worker together (``tests/test_hosts.py``,
+    in the largest unit, also builds test on test).
+    pytest-xdist's own ``xdist_group`` marks do not group under pytest 9.2 (xdist
+    3.8 renames ``item._nodeid``, which pytest 9.2 no longer reads), so the unit is
+    named here.
     """
+    from functools import cache
+
     from xdist.scheduler import LoadScopeScheduling
+
+    shared = cache(shared_unit)
+    # units in the collection's order (slow tiers first), not by their number of tests
+    config.option.loadscopereorder = False
 
     class TierScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return module if module in SHARED_MODULES else nodeid
+            return shared(module) or nodeid
 
     return TierScheduling(config, log)
 
@@ -102,6 +122,39 @@ def shared_data() -> Path:
     if not (root / "MNIST" / "raw").is_dir():
         pytest.skip(f"no offline datasets at {root}")
     return root
+
+
+DEPLOYED = {"num-clients": 4, "num-shards": 2, "clients-per-round": 4, "num-rounds": 2,
+            "local-epochs": 1, "client-samples": 64, "test-samples": 200, "mia": False,
+            "frameworks": "SE,FR", "storage": "coded", "forget-clients": "1", "seed": 0}
+"""The deployment tests' run: learn, forget client 1 with SE and FR, coded storage,
+on 4 SuperNodes (loopback in test_deploy, separate hosts in test_hosts)."""
+
+LOOPBACK = "loopback_deploy"
+"""The session fixture below: the test modules naming it share one worker."""
+
+
+@pytest.fixture(scope="session")
+def loopback_deploy(tmp_path_factory, shared_data):
+    """``scripts/deploy.sh 4`` with :data:`DEPLOYED`, once: (process, its folder).
+
+    test_deploy checks the deployment's plumbing on it and test_hosts compares the
+    separate-hosts run with it (the same results for the same seed).
+    """
+    import json
+    import subprocess
+
+    root = tmp_path_factory.mktemp("loopback")
+    values = {**DEPLOYED, "run-name": "loopback"}
+    env = {**os.environ, "SE_RESULTS_DIR": str(root / "results"),
+           "FLWR_HOME": str(root / "flwr_home"), "SE_DATA_DIR": str(shared_data),
+           "SE_DEPLOY_DIR": str(root / "runs"), "SE_DEPLOY_TIMEOUT": "400"}
+    config = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else json.dumps(v)}"
+                      for k, v in values.items())
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "deploy.sh"), "4",
+                           "--run-config", config, "--control-nice", "5"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=480)
+    return proc, root
 
 
 @pytest.fixture

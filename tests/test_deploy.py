@@ -1,33 +1,17 @@
 """End-to-end: scripts/deploy.sh runs the app on Flower's deployment engine.
 
 One flower-superlink and four flower-supernodes on 127.0.0.1 (free ports), one
-`flwr run`, then every process the script started must be gone.
+`flwr run` (conftest.loopback_deploy), then every process the script started
+must be gone.
 """
 
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "deploy.sh"
-
-
-def _config() -> str:
-    config = ("num-clients=4 num-shards=2 clients-per-round=2 num-rounds=1 "
-              "local-epochs=1 client-samples=64 test-samples=500 run-name='deploy'")
-    keys = re.findall(r"(?m)^([\w-]+)\s*=", (ROOT / "pyproject.toml").read_text())
-    # learning plus the cheapest unlearning framework: this test is about the
-    # deployment plumbing, the frameworks have their own tests
-    if "frameworks" in keys:
-        config += " frameworks='SE'"
-    if "mia" in keys:
-        config += " mia=false"
-    return config
 
 
 def _processes_matching(pattern: re.Pattern) -> list[str]:
@@ -47,17 +31,12 @@ def _processes_matching(pattern: re.Pattern) -> list[str]:
 
 
 @pytest.mark.e2e
-def test_deploy_sh_runs_on_supernodes_and_stops_them(tmp_path, shared_data):
-    env = {**os.environ, "SE_RESULTS_DIR": str(tmp_path / "results"),
-           "FLWR_HOME": str(tmp_path / "flwr_home"), "SE_DATA_DIR": str(shared_data),
-           "SE_DEPLOY_DIR": str(tmp_path / "runs"), "SE_DEPLOY_TIMEOUT": "400"}
-    proc = subprocess.run(["bash", str(SCRIPT), "4", "--run-config", _config()],
-                          cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=480)
+def test_deploy_sh_runs_on_supernodes_and_stops_them(loopback_deploy):
+    proc, tmp_path = loopback_deploy  # the run test_hosts compares its hosts with
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    path = tmp_path / "results" / "deploy" / "summary.json"
+    path = tmp_path / "results" / "loopback" / "summary.json"
     assert proc.stdout.strip().splitlines()[-1] == f"summary: {path}"
     assert "deploy wall time:" in proc.stdout
     # each warning at most once, Flower's fraction_evaluate notice not at all, and

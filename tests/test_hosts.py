@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import DEPLOYED
 
 from cli import config as cli_config
 from cli import netns, pki
@@ -27,19 +28,11 @@ from cli.procs import Children
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
-NODES = 4
-CONFIG = {"num-clients": NODES, "num-shards": 2, "clients-per-round": 4, "num-rounds": 2,
-          "local-epochs": 1, "client-samples": 64, "test-samples": 200, "mia": False,
-          "frameworks": "SE,FR", "storage": "coded", "forget-clients": "1", "seed": 0}
+NODES = DEPLOYED["num-clients"]
+CONFIG = DEPLOYED  # the loopback deployment's run (conftest.loopback_deploy)
 RUN_TIMEOUT_S = 400
 
-pytestmark = [pytest.mark.hosts, pytest.mark.e2e]  # one worker: conftest.SHARED_MODULES
-
-
-def _items(values: dict) -> str:
-    return " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else str(v).lower()}"
-                    if isinstance(v, bool) else f"{k}={json.dumps(v)}"
-                    for k, v in values.items())
+pytestmark = [pytest.mark.hosts, pytest.mark.e2e]  # one worker (conftest.shared_unit)
 
 
 @pytest.fixture(scope="module")
@@ -113,15 +106,10 @@ def test_learn_forget_coded_across_hosts(fed, learned):
         assert f"--superlink {fed.address}" in " ".join(fed.supernodes[i].args)
 
 
-def test_same_results_as_loopback(fed, learned, tmp_path):
-    env = {**os.environ, "SE_RESULTS_DIR": str(tmp_path / "results"),
-           "SE_DEPLOY_DIR": str(tmp_path / "runs"), "SE_DEPLOY_TIMEOUT": "400"}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "deploy.sh"), str(NODES), "--run-config",
-         _items({**CONFIG, "run-name": "loopback"}), "--control-nice", "5"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=480)
+def test_same_results_as_loopback(fed, learned, loopback_deploy):
+    proc, root = loopback_deploy
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    loop = json.loads((tmp_path / "results" / "loopback" / "summary.json").read_text())
+    loop = json.loads((root / "results" / "loopback" / "summary.json").read_text())
     for key in ("accuracy", "shard_accuracy"):
         assert loop["learning"][key] == learned["learning"][key]
     assert loop["learning"]["loss"] == pytest.approx(learned["learning"]["loss"], 1e-6)

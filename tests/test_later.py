@@ -72,6 +72,14 @@ def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shar
                                   "after_file_sha256": v2.file_sha256}
     erased = receipt["erased"]
     assert erased["updates"] and all(c == 3 for _, _, c in erased["updates"])
+    # the evidence: counts, and the blob files that are gone
+    counts = erased["counts"]
+    assert counts["updates"] == len(erased["updates"]) and counts["bytes"] > 0
+    assert counts["files"] == len(erased["files"]) == \
+        counts["updates"] + counts["shard_models"]
+    blobs = folder / "history" / "sharded" / "blobs"
+    assert not any((blobs / name).exists() for name in erased["files"])
+    assert erased["files"][0] == "update_s{}_r{}_c3.npz".format(*erased["updates"][0])
 
 
 def test_models_lists_versions_and_export_loads_each_in_plain_torch(
@@ -193,8 +201,9 @@ def test_refused_later_requests_change_nothing(tmp_path, make_grid, shared_data,
     _run(make_grid, {**learned, "later-requests": True})
     assert _versions(folder) == [v1, v2]
     inbox = RequestInbox(folder / "run.sqlite")
-    (receipt,) = inbox.receipts()
+    planned, receipt = inbox.receipts()  # the planned request's, then the refused one
     inbox.close()
+    assert planned["source"] == "planned" and planned["clients"] == [3]
     assert receipt["request_id"] == rid and receipt["status"] == "refused"
     assert receipt["reason"] == f"shard(s) [{shard}] would keep no client"
 
@@ -272,6 +281,7 @@ def test_a_coded_run_decodes_its_node_folders_for_a_later_request(
     _names_versions(receipt, v1, v2)
     erased = receipt["erased"]
     assert erased["store"] == "coded" and erased["stale"] == []
+    assert erased["counts"]["slice_parts_replaced"] == 8 * len(erased["rounds_recoded"])
     assert erased["updates"] and {c for _, _, c in erased["updates"]} == {3}
     recoded = {tuple(r) for r in erased["rounds_recoded"]}
     assert recoded == {(s, g) for s, g, _ in erased["updates"]}

@@ -124,6 +124,22 @@ def test_what_the_task_or_method_cannot_do_is_one_line_before_any_engine(
     assert "\n" not in message and f"'{key}'" in message and words in message, message
 
 
+@pytest.mark.parametrize("source, spec, words", [
+    ("import sys\ndef task():\n    sys.exit(3)\n", "exits_in_factory:task",
+     "calling it failed (SystemExit: 3)"),
+    ("import sys\nsys.exit(3)\n", "exits_on_import:task", "cannot import"),
+])
+def test_a_plugin_calling_sys_exit_is_one_line_not_a_silent_exit(tmp_path, monkeypatch,
+                                                                 source, spec, words):
+    (tmp_path / f"{spec.split(':')[0]}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = {**RUN, "task": spec, "frameworks": "SE", "storage": "uncoded"}
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(fused_run_config(run), files=False)
+    message = str(err.value)
+    assert "\n" not in message and "'task'" in message and words in message, message
+
+
 @pytest.mark.inprocess  # the module's run (summary)
 def test_own_method_lands_in_the_experiment_suite(summary):
     from experiments import collect, report, suites

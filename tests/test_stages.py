@@ -157,6 +157,9 @@ def test_every_request_gets_a_receipt_and_every_stage_a_summary(staged_run, caps
         assert receipt["status"] == "done"
         assert set(receipt["cost"]) == {"SE", "FR"}
         assert receipt["models_sha256"]["before"] != receipt["models_sha256"]["after"]
+        kept = receipt["erased"]  # a boundary erases nothing: what it keeps
+        assert kept["counts"] == {"updates": 0} and kept["updates"] == []
+        assert kept["kept"]["updates"] >= 0 and "erases nothing" in kept["note"]
     forgotten = [p for e in summary["stages"] for p in e["forgotten"]]
     assert chosen["client"] in summary["stages"][2]["forgotten"]
     assert len(set(forgotten)) == 4
@@ -182,6 +185,7 @@ def test_se_replays_only_its_shard_from_its_first_round_in_stage_1(staged_run):
     assert chosen["first"] == 2  # stage 1 is rounds 1-2: round 1 is not replayed
     assert replay[str(chosen["shard"])]["start_round"] == chosen["first"]
     assert replay[str(chosen["shard"])]["rounds_replayed"] == 7 - chosen["first"]
+    assert receipt["erased"]["kept"]["updates"] >= 1  # its rounds, still stored
     digests = receipt["models_sha256"]
     for s, (old, new) in enumerate(zip(digests["before"]["shards"],
                                        digests["after"]["shards"], strict=True)):

@@ -44,6 +44,10 @@ def test_flower_lines_that_do_not_apply_are_not_shown():
         "INFO :      To change federation size, use the following command:\n",
         "INFO :      \tflwr federation simulation-config @none/default <superlink> "
         "--num-supernodes <N>\n",
+        "Flower configuration not found. Created default configuration at "
+        "/root/.flwr/sim-7/config.toml\n",
+        "Successfully installed sharding-eraser to /root/.flwr/sim-7/apps/"
+        "sharding-eraser.sharding-eraser.0.1.0.dbce8f6b.\n",
     ])
     assert shown == ["INFO :      Federation `@none/default` (8 simulated SuperNodes)"]
 
@@ -108,3 +112,13 @@ def test_a_run_prints_each_warning_once_and_the_tables_first(run_server, tmp_pat
         assert "MIA AUC" in text and "no signal" not in text
     else:
         assert "MIA AUC" not in text and "--preset memorize" in text
+
+
+def test_help_text_leaves_out_rest_marks():
+    from cli import deploy
+    from cli.terminal import help_text
+
+    assert help_text("``deploy`` runs :mod:`cli.warm_exec` and :func:`~a.b`.") == \
+        "deploy runs cli.warm_exec and a.b."
+    shown = deploy.parser("deploy").format_help()
+    assert "``" not in shown and ":mod:" not in shown and "cli.warm_exec" in shown

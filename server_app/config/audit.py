@@ -9,6 +9,7 @@ from server_app.config.section import Section
 from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import bad
 from task.backdoor import MAX_TRIGGER
+from task.text_backdoor import MAX_PHRASE
 
 #: Most reference models of the likelihood-ratio attack (``mia-references``).
 MAX_REFERENCES = 256
@@ -40,6 +41,10 @@ class AuditConfig(Section):
         Share of a poisoned client's images that carry the trigger.
     backdoor_target : int
         Class the trigger points to.
+    backdoor_phrase : str
+        The text backdoor's trigger phrase ("": no text backdoor).
+    backdoor_continuation : str
+        What the phrase should bring (the text backdoor's target).
     """
 
     mia: bool = True
@@ -51,6 +56,13 @@ class AuditConfig(Section):
     backdoor_trigger: int = 0
     backdoor_fraction: float = 0.5
     backdoor_target: int = 0
+    backdoor_phrase: str = ""
+    backdoor_continuation: str = ""
+
+    @property
+    def backdoor(self) -> bool:
+        """Whether a backdoor check runs (the image trigger or the text phrase)."""
+        return bool(self.backdoor_trigger or self.backdoor_phrase)
 
     def validate(self, data: DataConfig, unlearning: UnlearningConfig) -> None:
         """Raise :class:`ConfigError`; the backdoor needs ``forget-clients``.
@@ -75,14 +87,38 @@ class AuditConfig(Section):
         if self.mia_shadows and not self.mia:
             raise bad("mia-shadows", self.mia_shadows,
                       "0 unless mia = true and the task has classes")
+        self._validate_phrase(data)
         self._validate_references()
         self._validate_unlearn_references(unlearning)
-        if self.backdoor_trigger == 0:
+        if not self.backdoor:
             return
+        key, value = (("backdoor-trigger", self.backdoor_trigger) if self.backdoor_trigger
+                      else ("backdoor-phrase", self.backdoor_phrase))
         if not unlearning.forget_client_list:
-            raise bad("backdoor-trigger", self.backdoor_trigger,
-                      "0 unless forget-clients names the poisoned clients (the "
-                      "clients of the one unlearning request)")
+            raise bad(key, value, f"{'0' if self.backdoor_trigger else repr('')} unless "
+                      "forget-clients names the poisoned clients (the clients of the "
+                      "one unlearning request)")
+
+    def _validate_phrase(self, data: DataConfig) -> None:
+        """The text backdoor's strings: lengths, both or neither, fit in a block."""
+        phrase, continuation = self.backdoor_phrase, self.backdoor_continuation
+        if len(phrase) > MAX_PHRASE:
+            raise bad("backdoor-phrase", phrase, f"'' (off) or 1..{MAX_PHRASE} characters")
+        if not phrase:
+            if continuation:
+                raise bad("backdoor-continuation", continuation,
+                          "'' unless backdoor-phrase is set")
+            return
+        if not 1 <= len(continuation) <= MAX_PHRASE:
+            raise bad("backdoor-continuation", continuation,
+                      f"1..{MAX_PHRASE} characters with backdoor-phrase set")
+        if self.backdoor_trigger:
+            raise bad("backdoor-phrase", phrase, "'' with backdoor-trigger > 0 (one "
+                      "backdoor a run: the image trigger or the text phrase)")
+        if len(phrase) + len(continuation) >= data.block_size:
+            raise bad("backdoor-phrase", phrase,
+                      f"a phrase that, with its continuation ({len(continuation)} "
+                      f"characters), is shorter than block-size={data.block_size}")
 
     def _validate_references(self) -> None:
         """``mia-references``: 0 or 2..MAX_REFERENCES, inside the shadow audit."""

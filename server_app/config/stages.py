@@ -103,6 +103,7 @@ class StagesConfig(Section):
                  "num-requests": (unlearning.num_requests, 1),
                  "forget-clients": (unlearning.forget_clients, ""),
                  "backdoor-trigger": (audit.backdoor_trigger, 0),
+                 "backdoor-phrase": (audit.backdoor_phrase, ""),
                  "mia-shadows": (audit.mia_shadows, 0)}
         for key, (value, allowed) in fixed.items():
             if value != allowed:

@@ -94,6 +94,22 @@ def check_model(cfg, task: Task, num_classes: int) -> None:
                           "torch.nn.Module")
 
 
+def _check_phrase(audit, task: Task, who: str) -> None:
+    """The text backdoor needs the task's tokenizer, and characters it knows."""
+    if not audit.backdoor_phrase:
+        return
+    if task.tokenize is None:
+        raise bad("backdoor-phrase", audit.backdoor_phrase,
+                  f"'' with {who}, which has no tokenizer for a text backdoor "
+                  "(Task.tokenize; the image trigger is backdoor-trigger)")
+    for key in ("backdoor-phrase", "backdoor-continuation"):
+        value = audit.as_dict()[key]
+        try:
+            task.tokenize(value)
+        except ValueError as err:
+            raise bad(key, value, f"characters of {who}'s vocabulary ({err})") from None
+
+
 def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
     """Refuse the settings that need a part ``task`` lacks, and what its check refuses.
 
@@ -121,6 +137,7 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
     if audit.backdoor_trigger and task.stamp is None:
         raise bad("backdoor-trigger", audit.backdoor_trigger,
                   f"0 with {who}, which has no backdoor trigger (Task.stamp)")
+    _check_phrase(audit, task, who)
     if audit.mia and task.membership is None:
         raise bad("mia", audit.mia, f"false with {who}, which gives the membership "
                   "audit no attack features (Task.membership)")

@@ -30,6 +30,8 @@ FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
                "link-rate-mbps": (1e-3, 1e9), "client-gpus": (0.0, 1024.0)}
 MAX_SERVER_LR = 1e3  # server-lr's own check (0 means the strategy's default)
 EPOCHS_PER_RATIO = (1e-3, 1000.0)  # allowed L / r: the epochs of retraining
+VERBATIM = frozenset({"backdoor-phrase", "backdoor-continuation"})
+"""String keys kept as given, spaces included (both apps read them raw)."""
 RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 
@@ -67,4 +69,4 @@ def coerce(key: str, raw: object, kind: type) -> object:
         return float(raw)
     if not isinstance(raw, str):
         raise bad(key, raw, "a string")
-    return raw.strip()
+    return raw if key in VERBATIM else raw.strip()

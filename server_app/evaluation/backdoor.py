@@ -11,6 +11,13 @@ for the original model and every framework's models, the attack success rate
 - ``backdoor_asr_ensemble``: the mean-softmax ensemble of the S shard models,
   which may dilute a backdoor that only one shard learned.
 
+With ``backdoor-phrase`` (a task with per-position targets, e.g. Tiny
+Shakespeare) the poisoned clients wrote a phrase and its continuation into their
+blocks (:mod:`task.text_backdoor`); :class:`TextBackdoorProbe` measures the share
+of test contexts ending in the phrase whose greedy continuation is exactly the
+continuation, under the same keys (the ensemble decodes with the mean of the
+shard models' softmax outputs). :func:`backdoor_probe` picks the probe.
+
 It also counts in how many learning rounds each forgotten client took part.
 """
 
@@ -25,6 +32,12 @@ from server_app.config import RunConfig
 from task.backdoor import Backdoor, attack_success_rate, triggered_test_set
 from task.data import TaskData
 from task.device import resolve_device
+from task.text_backdoor import (
+    TextBackdoor,
+    greedy_continuations,
+    text_attack_success_rate,
+    trigger_contexts,
+)
 
 
 def backdoor_of(cfg: RunConfig) -> Backdoor:
@@ -88,6 +101,83 @@ class BackdoorProbe:
         return {"trigger": f"{b.trigger}x{b.trigger} white square, bottom-right",
                 "trigger_pixels": b.trigger, "fraction": b.fraction, "target": b.target,
                 "poisoned_clients": list(b.clients), "triggered_test_images": len(self.x)}
+
+
+class TextBackdoorProbe:
+    """Measures the text backdoor's ASR of shard models on test contexts.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        The run (its task, ``backdoor-phrase``, ``-continuation``, ``-fraction``,
+        ``forget-clients``, ``test-samples``, ``device``).
+    task : TaskData
+        The loaded data: its test blocks (int64 (N, T)), the first
+        ``test-samples`` of them (all with 0), each cut to end in the phrase.
+    """
+
+    def __init__(self, cfg: RunConfig, task: TaskData) -> None:
+        self.task = cfg.task()
+        self.backdoor = TextBackdoor.from_run_config(cfg.as_dict(), self.task.tokenize)
+        self.device = resolve_device(cfg.training.device)
+        cut = cfg.data.test_samples or None
+        self.contexts = trigger_contexts(task.test_x[:cut], self.backdoor)
+        self._classes = task.num_classes
+
+    def _predictor(self, arrays: ArrayRecord):
+        model = self.task.model(self._classes)
+        model.load_state_dict(arrays.to_torch_state_dict())
+        return lambda x: self.task.predict(model, x, device=self.device)
+
+    def _asr(self, models: Sequence[ArrayRecord]) -> float:
+        decoded = greedy_continuations([self._predictor(m) for m in models],
+                                       self.contexts, len(self.backdoor.continuation))
+        return text_attack_success_rate(decoded, self.backdoor.continuation)
+
+    def scores(self, models: Sequence[ArrayRecord], shards: Sequence[Sequence[int]]
+               ) -> dict[str, float]:
+        """ASR of ``models`` (one per shard of ``shards``), in [0, 1].
+
+        Returns
+        -------
+        dict
+            ``backdoor_asr`` (the impacted shards' models, each decoding on its
+            own, mean over them; or the single model's) and, with more than one
+            model, ``backdoor_asr_ensemble`` (greedy decoding with the mean of
+            every shard model's next-character probabilities).
+
+        Raises
+        ------
+        ValueError
+            ``models`` and ``shards`` of different lengths, or no shard holding
+            a poisoned client.
+        """
+        if len(models) != len(shards):
+            raise ValueError(f"{len(models)} models for {len(shards)} shards")
+        poisoned = set(self.backdoor.clients)
+        impacted = [s for s, pids in enumerate(shards) if poisoned & set(pids)]
+        if not impacted:
+            raise ValueError(f"no shard holds the poisoned clients {sorted(poisoned)}")
+        out = {"backdoor_asr": float(np.mean([self._asr([models[s]]) for s in impacted]))}
+        if len(models) > 1:
+            out["backdoor_asr_ensemble"] = self._asr(models)
+        return out
+
+    def settings(self) -> dict:
+        """The ``verification.backdoor`` block: the settings and the test set size."""
+        b = self.backdoor
+        phrase, continuation = b.text
+        return {"kind": "text", "trigger": f"phrase {phrase!r}",
+                "phrase": phrase, "continuation": continuation, "fraction": b.fraction,
+                "target": continuation, "poisoned_clients": list(b.clients),
+                "triggered_test_contexts": len(self.contexts)}
+
+
+def backdoor_probe(cfg: RunConfig, task: TaskData) -> BackdoorProbe | TextBackdoorProbe:
+    """The run's probe: the text one with ``backdoor-phrase``, else the image one."""
+    if cfg.audit.backdoor_phrase:
+        return TextBackdoorProbe(cfg, task)
+    return BackdoorProbe(cfg, task)
 
 
 def participation(store, forget: Sequence[int], num_rounds: int) -> dict[str, int]:

@@ -7,7 +7,14 @@ where it came from), when it was received and done (UTC, ISO 8601), the stage,
 the shards SE retrained and the rounds it replayed, the SHA-256 of the shard
 models before and after (:func:`models_sha256`), the cost of each framework
 (client-epochs, compute seconds, modelled wall seconds) and the accuracy before
-and after.
+and after. It also carries the evidence: ``erased``, what of the stored history
+was erased for the request (the forgotten clients' stored updates, the shard
+models they shaped, the coded slice parts re-coded without them; counts in
+``erased.counts``, :func:`erasure_counts`), or, where nothing was, what is still
+kept (:func:`kept_history`); and ``verification``, the audit's figures when it ran
+(backdoor ASR, membership inference; :func:`verification_figures`).
+``receipts --run NAME`` prints one line per receipt (:func:`receipt_line`), and
+with ``--detail`` the evidence under it (:func:`receipt_detail`).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 
 from flwr.app import ArrayRecord
 
+from history import HistoryStore
 from history.files import atomic_write, readable_mode
 
 RECEIPTS_DIR = "receipts"
@@ -58,6 +66,107 @@ def utc(seconds: float | None) -> str | None:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def erasure_counts(erased: dict) -> dict:
+    """``erased.counts`` of a receipt: how many of each thing the erasure removed.
+
+    Parameters
+    ----------
+    erased : dict
+        What :meth:`history.HistoryStore.erase` (uncoded) or
+        :func:`history.coded_erasure.erase_coded` (coded) returned.
+
+    Returns
+    -------
+    dict
+        ``updates`` (stored client updates erased) and, uncoded,
+        ``shard_models`` (stored shard models deleted), ``files`` and ``bytes``
+        freed; coded, ``rounds_recoded``, ``slice_parts_replaced`` (holders that
+        replaced their part, summed over the re-coded rounds) and ``stale``
+        (holders that did not: their old part is never read again).
+    """
+    counts = {"updates": len(erased.get("updates", []))}
+    if erased.get("store") == "coded":
+        counts.update(rounds_recoded=len(erased.get("rounds_recoded", [])),
+                      slice_parts_replaced=sum(len(h) for h in
+                                               erased.get("nodes", {}).values()),
+                      stale=len(erased.get("stale", [])))
+    else:
+        counts.update(shard_models=len(erased.get("shard_models", [])),
+                      files=len(erased.get("files", [])),
+                      bytes=int(erased.get("bytes", 0)))
+    return counts
+
+
+def kept_history(store, clients: Sequence[int], why: str) -> dict:
+    """``erased`` of a receipt whose request erased nothing: what is still kept.
+
+    Parameters
+    ----------
+    store : history.TrainingHistory
+        The history SE replayed from (``client_shard``, ``rounds``,
+        ``participants``; coded: the catalog only, no slice is fetched).
+    clients : Sequence[int]
+        The request's partition ids.
+    why : str
+        Why nothing was erased (one sentence).
+
+    Returns
+    -------
+    dict
+        ``store`` ("uncoded" or "coded"), ``updates`` ([]), ``counts``
+        (``updates``: 0), ``kept`` (``updates``: the learning rounds in which a
+        client of the request took part in its shard, each a stored update that
+        is still kept, or still coded into every holder's slice) and ``note``.
+    """
+    shard_of, gone = store.client_shard(), set(clients)
+    kept = 0
+    for shard in sorted({shard_of[p] for p in gone if p in shard_of}):
+        for rnd in store.rounds(shard):
+            kept += sum(pid in gone for pid, _ in store.participants(shard, rnd))
+    kind = "uncoded" if isinstance(store, HistoryStore) else "coded"
+    return {"store": kind, "updates": [], "counts": {"updates": 0},
+            "kept": {"updates": kept}, "note": why}
+
+
+MODEL_KEYS = ("backdoor_asr", "backdoor_asr_ensemble", "mia_auc", "mia_f1",
+              "mia_tpr_at_1fpr")
+"""The per-model verification figures a receipt copies from summary.json."""
+
+
+def verification_figures(models: dict[str, dict], verification: dict | None
+                         ) -> dict | None:
+    """``verification`` of a receipt: the audit's figures, None when it did not run.
+
+    Parameters
+    ----------
+    models : dict
+        ``{"original": scores, "<framework>": scores}``, each a summary.json
+        block (``ModelScores.to_json``, ``FrameworkSummary.to_json``).
+    verification : dict or None
+        summary.json ``verification`` (the backdoor settings, the forgotten
+        clients' learning rounds, the attack's settings).
+
+    Returns
+    -------
+    dict or None
+        ``{figure: {model: value}}`` for each of :data:`MODEL_KEYS` some model
+        has (ASR in [0, 1]; MIA AUC, F1, TPR at 1% FPR), plus ``backdoor``
+        (settings) and ``forgotten_rounds`` where known; None without figures.
+    """
+    out: dict = {}
+    for key in MODEL_KEYS:
+        values = {name: scores[key] for name, scores in models.items()
+                  if scores.get(key) is not None}
+        if values:
+            out[key] = values
+    if not out:
+        return None
+    for key in ("backdoor", "forgotten_rounds"):
+        if (verification or {}).get(key) is not None:
+            out[key] = verification[key]
+    return out
+
+
 def write_receipt(run_folder: Path, receipt: dict) -> Path:
     """Write ``receipt`` to ``<run_folder>/receipts/<receipt["request_id"]>.json``.
 
@@ -94,7 +203,13 @@ def list_receipts(run_folder: Path) -> list[dict]:
 
 
 def receipt_line(receipt: dict) -> str:
-    """One line per receipt for the ``receipts`` command."""
+    """One line per receipt for the ``receipts`` command.
+
+    The request, its state, when, the clients, shards and rounds replayed, SE's
+    client-epochs, when it was done, then (when the receipt has them) the
+    updates erased (or kept) and the headline verification figure, and the
+    models' SHA-256 before and after.
+    """
     se = (receipt.get("cost") or {}).get("SE") or {}
     shards = receipt.get("shards_retrained")
     version = receipt.get("version") or {}
@@ -104,7 +219,64 @@ def receipt_line(receipt: dict) -> str:
             f"{receipt['clients']}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "
             f"{receipt.get('rounds_replayed', '-')}  SE {se.get('client_epochs', 0):.1f} "
-            f"client-epochs  done {receipt.get('done_at') or '-'}{_digests(receipt)}")
+            f"client-epochs  done {receipt.get('done_at') or '-'}{_evidence(receipt)}"
+            f"{_digests(receipt)}")
+
+
+def _evidence(receipt: dict) -> str:
+    """``  erased 12 updates`` (or ``kept``) and ``  backdoor ASR 0.98 -> SE 0.01``."""
+    out = ""
+    erased = receipt.get("erased")
+    if erased:
+        counts = erased.get("counts") or erasure_counts(erased)
+        out = f"  erased {counts['updates']} updates"
+        if erased.get("kept"):
+            out += f" (kept {erased['kept']['updates']})"
+    figures = receipt.get("verification") or {}
+    for key, label in (("backdoor_asr", "backdoor ASR"), ("mia_auc", "MIA AUC")):
+        values = figures.get(key) or {}
+        if "original" in values and "SE" in values:
+            out += f"  {label} {values['original']:.3f} -> SE {values['SE']:.3f}"
+    return out
+
+
+def receipt_detail(receipt: dict) -> list[str]:
+    """The evidence of one receipt, one indented line each (``receipts --detail``).
+
+    Returns
+    -------
+    list[str]
+        The models' SHA-256 before and after (all shards, and each shard), what
+        was erased (counts, the updates as ``s<shard>r<round>c<client>``, the
+        files or the holders) or kept, and every verification figure by model.
+    """
+    out = []
+    digests = receipt.get("models_sha256") or {}
+    for when in ("before", "after"):
+        block = digests.get(when) or {}
+        if block.get("models"):
+            out.append(f"    models sha256 {when}: {block['models']}  shards "
+                       + " ".join(block.get("shards", [])))
+    erased = receipt.get("erased")
+    if erased:
+        counts = erased.get("counts") or erasure_counts(erased)
+        out.append(f"    erased ({erased.get('store')}): "
+                   + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if erased.get("updates"):
+            out.append("      updates " + " ".join(f"s{s}r{g}c{c}"
+                                                   for s, g, c in erased["updates"]))
+        if erased.get("files"):
+            out.append("      files " + " ".join(erased["files"]))
+        for rnd, holders in (erased.get("nodes") or {}).items():
+            out.append(f"      {rnd} parts replaced by clients {holders}")
+        if erased.get("kept"):
+            out.append(f"      kept {erased['kept']['updates']} stored updates: "
+                       f"{erased.get('note', '')}")
+    for key, values in (receipt.get("verification") or {}).items():
+        if key in MODEL_KEYS:
+            out.append(f"    {key}: " + ", ".join(f"{m} {v:.4f}" for m, v in
+                                                  values.items()))
+    return out
 
 
 def _digests(receipt: dict) -> str:

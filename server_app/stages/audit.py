@@ -3,8 +3,9 @@
 With ``mia`` the membership-inference audit scores the original and every
 unlearned model on the forgotten clients' data (:mod:`server_app.evaluation.audit`;
 with ``mia-shadows`` each model is attacked on its own by shadow models); with
-``backdoor-trigger`` the backdoor check measures the attack success rate of every
-model (:mod:`server_app.evaluation.backdoor`). The scores go into the summary
+``backdoor-trigger`` (or the text one, ``backdoor-phrase``) the backdoor check
+measures the attack success rate of every model
+(:mod:`server_app.evaluation.backdoor`). The scores go into the summary
 beside each model's accuracy.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from server_app.config.tasks import load_run_data
 from server_app.evaluation.audit import membership_audit, shadow_audit
-from server_app.evaluation.backdoor import BackdoorProbe, participation
+from server_app.evaluation.backdoor import backdoor_probe, participation
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
@@ -31,7 +32,7 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
     if not forget:
         return
     rounds = participation(run.store, forget, cfg.training.num_rounds)
-    if checks.backdoor_trigger or checks.mia_shadows:
+    if checks.backdoor or checks.mia_shadows:
         summary.verification = {"forgotten_rounds": rounds}
     unlearned = {n: r.models for n, r in results.items() if r.models}
     if checks.mia:
@@ -39,7 +40,7 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
         for name, values in scores.items():
             target = summary.original if name == "original" else summary.frameworks[name]
             target.audit.update(values)
-    if checks.backdoor_trigger:
+    if checks.backdoor:
         _backdoor(run, summary, baseline_models, results)
 
 
@@ -63,7 +64,7 @@ def _backdoor(run: RunState, summary: RunSummary, baseline_models,
               results: dict[str, FrameworkResult]) -> None:
     """ASR of the original, FE's own original and every framework (``backdoor_*``)."""
     ctx = run.ctx
-    probe = BackdoorProbe(ctx.cfg, load_run_data(ctx.cfg, ctx.data_dir))
+    probe = backdoor_probe(ctx.cfg, load_run_data(ctx.cfg, ctx.data_dir))
     summary.original.set_backdoor(probe.scores(run.models, run.federation.shards))
     if baseline_models is not None:
         summary.baseline_learning.backdoor_asr = probe.scores(

@@ -20,13 +20,18 @@ from __future__ import annotations
 import time
 
 from server_app.run.inbox import Request
-from server_app.run.receipts import shard_digests, utc, write_receipt
+from server_app.run.receipts import kept_history, shard_digests, utc, write_receipt
 from server_app.run.summary import StageSummary
 from server_app.stages.churn import Membership, present_shards
 from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
 from server_app.unlearning.frameworks import Stage, UnlearningSettings
+
+KEPT_AT_BOUNDARY = ("a staged run erases nothing at a stage boundary (not built yet); "
+                    "SE never reads these updates again, and a later request to the "
+                    "finished run erases only its own clients' updates")
+"""Why a boundary receipt's ``erased`` lists nothing (and what it keeps)."""
 
 
 def handle_boundary(run: RunState, member: Membership, entry: StageSummary) -> None:
@@ -114,7 +119,8 @@ def file_receipt(run: RunState, receipt: dict, warnings: list[str]) -> None:
 
 def _unlearn(run: RunState, request: Request) -> dict:
     """SE (and FR) for one request; the run goes on from SE's models."""
-    out = {**forget_with_se(run, request.clients), "verification": None}
+    out = {**forget_with_se(run, request.clients), "verification": None,
+           "erased": kept_history(run.store, request.clients, KEPT_AT_BOUNDARY)}
     if "FR" in run.ctx.cfg.unlearning.framework_list:
         out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
     return out

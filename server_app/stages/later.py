@@ -32,7 +32,7 @@ from history.coded_erasure import erase_coded
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.inbox import Request, RequestInbox
-from server_app.run.receipts import utc, write_receipt
+from server_app.run.receipts import erasure_counts, utc, write_receipt
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
 from server_app.stages.boundary import forget_with_se, se_stage
@@ -188,11 +188,13 @@ def _erase(run: RunState, clients: list[int]) -> dict:
     (:meth:`history.HistoryStore.erase`); coded: every round they took part in is
     coded again without them on every holder
     (:func:`history.coded_erasure.erase_coded`). Returns what was erased, for the
-    receipt.
+    receipt, with its ``counts`` (:func:`server_app.run.receipts.erasure_counts`).
     """
     if isinstance(run.store, HistoryStore):
-        return run.store.erase(sorted(run.forgotten), sorted(clients))
-    return erase_coded(run.store, sorted(clients))
+        erased = run.store.erase(sorted(run.forgotten), sorted(clients))
+    else:
+        erased = erase_coded(run.store, sorted(clients))
+    return {**erased, "counts": erasure_counts(erased)}
 
 
 def _file(ctx: RunContext, receipt: dict) -> None:

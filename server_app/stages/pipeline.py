@@ -7,7 +7,8 @@ A run with ``num-stages = 1`` is a run of one stage. Each stage t:
    ``(t - 1) G + 1 .. t G``, from the shard models the previous stage ended with,
    into the run's one history store (:mod:`server_app.stages.learn`);
 2. its requests are handled: a one-stage run's planned requests by every
-   framework, then the audit (:mod:`server_app.stages.planned`); a staged run's
+   framework, then the audit (:mod:`server_app.stages.planned`), with one receipt
+   (:mod:`server_app.stages.planned_receipt`); a staged run's
    requests that reached the stage boundary by SE (and FR), each with a receipt
    (:mod:`server_app.stages.boundary`);
 3. a staged run keeps the stage's summary and models in the run catalog, so a
@@ -40,6 +41,7 @@ from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership
 from server_app.stages.learn import first_round, learn_federation, learn_rounds, open_store
 from server_app.stages.planned import baseline_federation, handle_planned
+from server_app.stages.planned_receipt import file_planned_receipt
 from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState
 from strategies.factory import server_settings
@@ -122,6 +124,7 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
                                          "shard_accuracy": se.summary.shard_accuracy},
                      ["planned"], f"after the planned requests {ctx.requests}",
                      name="SE", forgotten=forgotten)
+    file_planned_receipt(run, summary, se)
 
 
 def keep_version(run: RunState, number: int, models, scores: dict, requests: list[str],

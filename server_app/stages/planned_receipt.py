@@ -1,0 +1,108 @@
+"""The receipt of a one-stage run's planned requests: what SE did, and what proves it.
+
+A one-stage run knows its requests before it starts (``forget-clients``, or
+``num-requests`` generated ones) and handles them all after learning, by every
+framework of ``frameworks``, then runs the audit. When SE is among them, the run
+files one receipt for the planned requests together (model version 1 -> 2), as a
+staged run or a later request files one per request: it is recorded in the run's
+inbox as request ``r0001`` (source ``planned``, stage 1, done, its receipt kept in
+``run.sqlite`` in the same transaction) and written as ``receipts/r0001.json``, so
+``receipts --run NAME`` lists it. Beside the digests, shards, rounds and costs it
+carries the evidence: ``erased`` (a one-stage run erases nothing: what it keeps)
+and ``verification``, the audit's figures for the original and every framework
+(backdoor ASR, membership inference), None when the audit did not run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from server_app.run.receipts import (
+    kept_history,
+    utc,
+    verification_figures,
+    write_receipt,
+)
+from server_app.run.summary import RunSummary
+from server_app.stages.state import RunState
+from server_app.unlearning.driver import FrameworkResult
+
+KEPT_PLANNED = ("a one-stage run erases nothing after its planned requests: the "
+                "storage report, FedEraser's own history and later requests read its "
+                "stores; SE never reads these updates again, and a later request to the "
+                "finished run erases only its own clients' updates")
+"""Why a planned receipt's ``erased`` lists nothing (and what it keeps)."""
+
+
+def file_planned_receipt(run: RunState, summary: RunSummary,
+                         se: FrameworkResult | None) -> dict | None:
+    """Record and write the receipt of the planned requests, once.
+
+    Parameters
+    ----------
+    run : RunState
+        The one-stage run after its planned requests and audit (its inbox,
+        store, model versions 1 and 2).
+    summary : RunSummary
+        Its summary so far (``original``, ``frameworks``, ``verification``).
+    se : FrameworkResult or None
+        SE's result; no receipt without SE's models.
+
+    Returns
+    -------
+    dict or None
+        The receipt, or None: no SE models, no planned client, or a resumed run
+        whose receipt is filed already.
+    """
+    ctx = run.ctx
+    clients = sorted({p for r in ctx.requests for p in r})
+    if se is None or not se.models or not clients:
+        return None
+    mine = [r for r in run.inbox.all() if r.source == "planned" and r.stage == 1]
+    if mine and mine[0].state == "done":
+        return None
+    request = mine[0] if mine else run.inbox.submit_all([clients], "planned", stage=1,
+                                                        unique=False)[0]
+    receipt = {"request_id": request.id, "clients": clients,
+               "requests": [list(r) for r in ctx.requests], "source": "planned",
+               "received_at": utc(request.received), "stage": 1,
+               **_what_se_did(run, summary, se),
+               "erased": kept_history(run.store, clients, KEPT_PLANNED),
+               "verification": verification_figures(_model_scores(summary),
+                                                    summary.verification),
+               "status": "done", "done_at": utc(time.time())}
+    run.inbox.finish(request.id, "done", receipt=receipt)  # the record, then the file
+    try:
+        write_receipt(ctx.folder.path, receipt)
+    except OSError as err:
+        ctx.log(f"receipt of request {request.id} not written ({err}); it is kept in "
+                f"{ctx.folder.runlog_path}")
+    return receipt
+
+
+def _what_se_did(run: RunState, summary: RunSummary, se: FrameworkResult) -> dict:
+    """Versions and digests before and after, shards, rounds, accuracy and costs."""
+    versions = {v.version: v for v in run.inbox.versions()}
+    before, after = versions.get(1), versions.get(2)
+    frameworks = summary.frameworks or {}
+    cost = {name: {"client_epochs": f.client_epochs, "compute_s": f.retrain_compute_s,
+                   "modelled_wall_s": f.modelled_wall_s, "wall_s": f.retrain_wall_s}
+            for name, f in frameworks.items() if not f.noop}
+    accuracy = {"before": summary.original.accuracy if summary.original else None,
+                "after": se.summary.accuracy,
+                **{n: f.accuracy for n, f in frameworks.items() if n != "SE"}}
+    return {"version": {"before": 1, "after": 2,
+                        "after_file_sha256": after.file_sha256 if after else None},
+            "models_sha256": {"before": before.digests if before else None,
+                              "after": after.digests if after else None},
+            "shards_retrained": sorted({s for r in se.summary.requests
+                                        for s in r.impacted_shards or []}),
+            "rounds_replayed": se.summary.rounds_replayed,
+            "replay": se.summary.replay, "accuracy": accuracy, "cost": cost}
+
+
+def _model_scores(summary: RunSummary) -> dict[str, dict]:
+    """The original's and every framework's summary.json block, by name."""
+    out = {"original": summary.original.to_json()} if summary.original else {}
+    out.update({n: f.to_json() for n, f in (summary.frameworks or {}).items()})
+    return out
