@@ -115,14 +115,7 @@ def pair_by_class(target_labels: np.ndarray, pool_labels: np.ndarray, seed: int
     -------
     numpy.ndarray, int64, shape (n,)
     """
-    rng = np.random.default_rng(seed)
-    out = np.full(len(target_labels), -1, np.int64)
-    for c in np.unique(target_labels):
-        mine = np.flatnonzero(target_labels == c)
-        have = rng.permutation(np.flatnonzero(pool_labels == c))
-        k = min(len(mine), len(have))
-        out[mine[:k]] = have[:k]
-    return out
+    return _matched(target_labels, pool_labels, 1, np.random.default_rng(seed))[:, 0]
 
 
 def match_by_class(target_labels: np.ndarray, pool_labels: np.ndarray,
@@ -148,7 +141,13 @@ def match_by_class(target_labels: np.ndarray, pool_labels: np.ndarray,
     numpy.ndarray, int64, shape (n, r)
         Distinct pool indices; -1 where the pool had too few of a class.
     """
-    rng = np.random.default_rng([seed, 0x11FA])
+    return _matched(target_labels, pool_labels, per_target,
+                    np.random.default_rng([seed, 0x11FA]))
+
+
+def _matched(target_labels: np.ndarray, pool_labels: np.ndarray, per_target: int,
+             rng: np.random.Generator) -> np.ndarray:
+    """(n, per_target) distinct pool indices of each target's class, column by column."""
     out = np.full((len(target_labels), per_target), -1, np.int64)
     for c in np.unique(target_labels):
         mine = np.flatnonzero(target_labels == c)
