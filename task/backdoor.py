@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from task.config import require_keys
+
 #: Largest trigger side in pixels (a 28 x 28 image keeps most of itself).
 MAX_TRIGGER = 8
 
@@ -69,11 +71,8 @@ class Backdoor:
             A key missing (``pyproject.toml`` defines each), or a value out of
             range (one line naming the key).
         """
-        for key in ("backdoor-trigger", "backdoor-fraction", "backdoor-target",
-                    "forget-clients"):
-            if key not in run_config:
-                raise ValueError(f"run config lacks '{key}' (pyproject.toml's "
-                                 "[tool.flwr.app.config] defines it)")
+        require_keys(run_config, ("backdoor-trigger", "backdoor-fraction",
+                                  "backdoor-target", "forget-clients"))
         trigger = int(run_config["backdoor-trigger"])
         fraction = float(run_config["backdoor-fraction"])
         if not 0 <= trigger <= MAX_TRIGGER:

@@ -132,6 +132,22 @@ def validate_data_args(dataset: str, partition: str, num_clients: int,
 # The task's part of the run config
 
 
+
+def require_keys(run_config: Mapping[str, object], keys) -> None:
+    """Every one of ``keys`` is in ``run_config``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the first missing key (pyproject.toml defines each, and
+        Flower merges those defaults into every run config).
+    """
+    for key in keys:
+        if key not in run_config:
+            raise ValueError(f"run config lacks '{key}' (pyproject.toml's "
+                             "[tool.flwr.app.config] defines it; Flower merges "
+                             "those defaults into every run config)")
+
 @dataclass(frozen=True)
 class TaskConfig:
     """The run-config keys that define the learning task (what a client trains on).
@@ -222,10 +238,7 @@ class TaskConfig:
             type or is not allowed.
         """
         def get(key: str, kind: type) -> object:
-            if key not in run_config:
-                raise ValueError(f"run config lacks '{key}' (pyproject.toml's "
-                                 "[tool.flwr.app.config] defines it; Flower merges "
-                                 "those defaults into every run config)")
+            require_keys(run_config, (key,))
             return _typed(key, run_config[key], kind)
 
         return cls(dataset=get("dataset", str), partition=get("partition", str),

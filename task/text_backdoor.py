@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from task.config import require_keys
+
 Tokenize = Callable[[str], np.ndarray]
 """A task's tokenizer: ``tokenize(text)`` -> int64 ids (len,); ValueError for a
 character outside the vocabulary."""
@@ -98,11 +100,8 @@ class TextBackdoor:
             tokenizer, or a character outside the task's vocabulary (one line
             naming the key).
         """
-        for key in ("backdoor-phrase", "backdoor-continuation", "backdoor-fraction",
-                    "forget-clients"):
-            if key not in run_config:
-                raise ValueError(f"run config lacks '{key}' (pyproject.toml's "
-                                 "[tool.flwr.app.config] defines it)")
+        require_keys(run_config, ("backdoor-phrase", "backdoor-continuation",
+                                  "backdoor-fraction", "forget-clients"))
         phrase = str(run_config["backdoor-phrase"])
         if not phrase:
             return cls()
