@@ -13,7 +13,7 @@ from experiments.grid import InProcessGrid, set_task_identity
 from task.config import fused_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED_DATA = ROOT.parent / "shared" / "data"
 
 SLOW_TIERS = ("slow", "inprocess", "subprocess", "e2e")
 """Markers of the slow tiers (pyproject.toml); ``--fast`` runs the tests with none."""
@@ -151,7 +151,8 @@ def loopback_deploy(tmp_path_factory, shared_data):
            "SE_DEPLOY_DIR": str(root / "runs"), "SE_DEPLOY_TIMEOUT": "400"}
     config = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else json.dumps(v)}"
                       for k, v in values.items())
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "deploy.sh"), "4",
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "deploy.sh"),
+                           str(DEPLOYED["num-clients"]),
                            "--run-config", config, "--control-nice", "5"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=480)
     return proc, root
