@@ -36,24 +36,15 @@ KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall
 
 def run(variant: str, seed: int) -> dict:
     """One seeded run of the cell with ``variant``'s settings; each framework's KEYS."""
-    from flwr.app import Context, RecordDict
+    from experiments.grid import run_in_process
 
-    from client_app.app import app as client_app
-    from experiments.grid import InProcessGrid, set_task_identity
-    from server_app.app import main
-    from task.config import fused_run_config
-
-    set_task_identity()
     base = json.loads((CELL / "summary.json").read_text())["config"]
     out = Path(tempfile.mkdtemp(prefix="se-ablation."))
-    cfg = fused_run_config({**base, **VARIANTS[variant], "seed": seed,
-                            "data-dir": str(ROOT.parent / "shared" / "data"),
-                            "results-dir": str(out), "run-name": f"{variant}-s{seed}"})
+    cfg = {**base, **VARIANTS[variant], "seed": seed,
+           "data-dir": str(ROOT.parent / "shared" / "data"),
+           "results-dir": str(out), "run-name": f"{variant}-s{seed}"}
     try:
-        main(InProcessGrid(client_app, cfg["num-clients"], cfg),
-             Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                     run_config=cfg))
-        summary = json.loads((out / f"{variant}-s{seed}" / "summary.json").read_text())
+        summary = json.loads(run_in_process(cfg).read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
     names = cfg["frameworks"].split(",")

@@ -24,31 +24,23 @@ KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall
 
 def run(seed: int) -> dict:
     """One seeded run; returns the learned accuracy and each framework's KEYS."""
-    from flwr.app import Context, RecordDict
+    from experiments.grid import run_in_process
 
-    from client_app.app import app as client_app
-    from experiments.grid import InProcessGrid, set_task_identity
-    from server_app.app import main
-    from task.config import fused_run_config
-
-    set_task_identity()
     out = Path(tempfile.mkdtemp(prefix="se-recovery."))
-    cfg = fused_run_config({
+    cfg = {
         "dataset": "mnist", "num-clients": 20, "num-shards": 4, "clients-per-round": 8,
         "num-rounds": 8, "local-epochs": 2, "client-samples": 300, "test-samples": 2000,
         "batch-size": 32, "forget-clients": "3", "seed": seed, "mia": False,
         "frameworks": ",".join(FRAMEWORKS),
         "data-dir": str(ROOT.parent / "shared" / "data"),
-        "results-dir": str(out), "run-name": f"s{seed}"})
+        "results-dir": str(out), "run-name": f"s{seed}"}
     try:
-        main(InProcessGrid(client_app, 20, cfg),
-             Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                     run_config=cfg))
-        summary = json.loads((out / f"s{seed}" / "summary.json").read_text())
+        summary = json.loads(run_in_process(cfg).read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {"seed": seed, "learned_accuracy": summary["learning"]["accuracy"],
-            "config": {k: cfg[k] for k in sorted(cfg) if k.startswith("recovery-")},
+            "config": {k: v for k, v in sorted(summary["config"].items())
+                       if k.startswith("recovery-")},
             "frameworks": {n: {k: summary["frameworks"][n][k] for k in KEYS}
                            for n in FRAMEWORKS}}
 
