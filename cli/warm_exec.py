@@ -214,15 +214,30 @@ def _signal_all(pids: dict, sig: int) -> None:
             pids.pop(pid, None)
 
 
+CLIENT_PULL_MAX_S = 60.0
+"""Seconds a ClientApp process tries to pull its message before it gives up.
+
+The SuperNode holds a message's objects before it hands out the task, so a pull
+that finds none is for a run that ended meanwhile (found after a SuperLink
+restart: the SuperNode drops a killed run's objects, and its ClientApp, with
+the short retry waits below, kept asking 500 times, about 250 s, holding a slot
+the next run's messages waited for)."""
+
+
 def _quick_pulls() -> None:
-    """The children's message pulls retry after 0.05 s, not 1 s (Flower: 1 s)."""
+    """Quicker retries and a time limit for the children's message pulls.
+
+    They retry after 0.05 s, not 1 s (Flower: 1 s), and give up after
+    :data:`CLIENT_PULL_MAX_S`.
+    """
     try:
         from flwr.supernode.runtime import run_clientapp
     except ImportError:
         return
     from server_app.rounds.polling_grid import shorten_object_pulls
 
-    if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree"):
+    if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree",
+                                max_time_s=CLIENT_PULL_MAX_S):
         _log("warning: this Flower's ClientApp process has no "
              "'pull_and_inflate_object_from_tree'; it keeps its own retry waits")
 

@@ -145,3 +145,31 @@ def test_node_side_object_pulls_retry_soon_and_are_patched_once(monkeypatch):
 
     assert loop.pull_objects(["a"], pull) == {"a": b"c"}
     assert tries[-1] - tries[0] < 1.0  # Flower's own: 1 s, then 2 s (+-20%)
+
+
+def test_a_clientapp_gives_up_a_message_whose_objects_never_come(monkeypatch):
+    """After a SuperLink restart a killed run's objects are gone: the ClientApp
+    process stops asking after CLIENT_PULL_MAX_S, not after 500 tries."""
+    from flwr.supercore.inflatable import inflatable_utils
+    from flwr.supercore.inflatable.inflatable_utils import (
+        ObjectPullError,
+        ObjectUnavailableError,
+    )
+    from flwr.supernode.runtime import run_clientapp
+
+    monkeypatch.setattr(run_clientapp, "pull_and_inflate_object_from_tree",
+                        inflatable_utils.pull_and_inflate_object_from_tree)  # restored
+    monkeypatch.setattr(warm_exec, "CLIENT_PULL_MAX_S", 0.5)
+    warm_exec._quick_pulls()
+    pull = run_clientapp.pull_and_inflate_object_from_tree
+    assert pull.keywords["max_time"] == 0.5
+
+    def missing(object_id):
+        raise ObjectUnavailableError(object_id)
+
+    from flwr.proto.message_pb2 import ObjectTree
+
+    start = time.monotonic()
+    with pytest.raises(ObjectPullError):
+        pull(ObjectTree(object_id="a" * 64), missing, lambda object_id: None)
+    assert time.monotonic() - start < 5.0  # 500 tries of 0.05-0.5 s: about 250 s

@@ -101,19 +101,23 @@ class PollingGrid(Grid):
 
 
 def shorten_object_pulls(module: types.ModuleType, name: str,
-                         backoff: tuple[float, float] = PULL_BACKOFF_S) -> bool:
+                         backoff: tuple[float, float] = PULL_BACKOFF_S,
+                         max_time_s: float | None = None) -> bool:
     """Make ``module.name`` retry a missing object after ``backoff`` seconds.
 
     ``name`` is Flower's ``pull_objects`` or ``pull_and_inflate_object_from_tree``
     as imported by ``module``: it becomes a partial with ``initial_backoff`` and
-    ``backoff_cap`` set (Flower 1.42: 1 s doubling to 10 s). Returns False, and
-    changes nothing, when ``module`` has no such function or it is done already.
+    ``backoff_cap`` set (Flower 1.42: 1 s doubling to 10 s) and, given
+    ``max_time_s``, ``max_time`` (seconds before it gives up; Flower: 7200, or
+    500 tries). Returns False, and changes nothing, when ``module`` has no such
+    function or it is done already.
     """
     original = getattr(module, name, None)
     if not callable(original) or isinstance(original, functools.partial):
         return False
+    limit = {} if max_time_s is None else {"max_time": max_time_s}
     setattr(module, name, functools.partial(original, initial_backoff=backoff[0],
-                                            backoff_cap=backoff[1]))
+                                            backoff_cap=backoff[1], **limit))
     return True
 
 
