@@ -79,6 +79,12 @@ def warnings_list(warnings: list[str], limit: int = 20) -> str:
     return "\n".join(lines)
 
 
+RECOVERY_STORAGE = ("SE-R reads SE's history, FRec FE's: no stored bytes beyond them "
+                    "(they need W^0 and the client updates those stores keep).")
+"""What server-side recovery costs in storage (issue 26 item 2): nothing beyond the
+history SE (SE-R) or FedEraser (FRec) keeps; see ``strategies/recovery.py``."""
+
+
 def storage_table(storage: dict) -> str:
     """Server and per-client bytes of FE, uncoded SE and coded SE; comm; gamma, lambda."""
     rows = []
@@ -93,6 +99,7 @@ def storage_table(storage: dict) -> str:
     out = [f"storage (mode {storage['mode']}):", "",
            table(["history", "server bytes", "bytes per client (max)", "measured from"],
                  rows, cell=_cell)]
+    out.append(RECOVERY_STORAGE)
     if storage.get("SE_coded_vs_FE") is not None:
         out.append(f"\ncoded SE server storage: {100 * storage['SE_coded_vs_FE']:.2f}% "
                    "below FE")

@@ -62,3 +62,16 @@ def test_mia_signal_is_written_and_read_back_beside_the_other_keys():
     assert data["original"]["mia_auc"] == 0.4871  # the existing keys as they were
     assert "mia_signal" not in data["frameworks"]["SE"]
     assert "no signal" in render(data)
+
+
+def test_the_storage_table_says_what_recovery_costs():
+    from cli.report import RECOVERY_STORAGE, storage_table
+
+    storage = {"mode": "uncoded",
+               "FE": {"server_bytes": 900, "client_bytes": {"max": 0}, "source": "store"},
+               "SE_uncoded": {"server_bytes": 1000, "client_bytes": {"max": 0},
+                              "source": "store"},
+               "SE_coded": None}
+    text = storage_table(storage).splitlines()
+    assert RECOVERY_STORAGE in text
+    assert any(line.strip().startswith("SE coded") and "not measured" in line for line in text)
