@@ -178,7 +178,10 @@ def lira_table(summary: RunSummary) -> str:
     Empty when the run has no LiRA (``mia-references`` = 0).
     """
     models = {"original": summary.original, **(summary.frameworks or {})}
-    rows = [[name] + [_with_interval(m.audit, k) for k, _ in LIRA_COLUMNS]
+    quiet = summary.original is not None and \
+        summary.original.audit.get("lira_signal") is False
+    rows = [[name] + [NO_SIGNAL if quiet else _with_interval(m.audit, k)
+                      for k, _ in LIRA_COLUMNS]
             for name, m in models.items() if m is not None and "lira_auc" in m.audit]
     if not rows:
         return ""
@@ -190,6 +193,14 @@ def lira_table(summary: RunSummary) -> str:
            f"{lira.get('pseudo_clients')} pseudo-clients of non-members; "
            f"[95% bootstrap interval]", "",
            table(["model"] + [h for _, h in LIRA_COLUMNS], rows)]
+    if quiet:
+        audit = summary.original.audit
+        out.append(f"LiRA: {NO_SIGNAL} (original model's AUC "
+                   f"{_with_interval(audit, 'lira_auc')} includes 0.5, TPR@1%FPR "
+                   f"{_with_interval(audit, 'lira_tpr_at_1fpr')} includes 0.01): it "
+                   "cannot show forgetting here; scores in summary.json (mia_lira_*). "
+                   "With signal: --preset memorize")
+        return "\n".join(out)
     out += [f"  {line}" for line in lira.get("unread", [])]
     out += [f"  {name}: each forgotten client's p-value against the pseudo-clients: "
             + ", ".join(f"{p:.3f}" for p in m.audit["lira_client_pvalues"])

@@ -34,6 +34,7 @@ COLUMNS = [
     "comm_time_s", "calibration_interval", "rounds_to_target", "target_compute_s",
     "target_modelled_wall_s", "rounds_replayed", "server_storage_bytes", "mia_f1",
     "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
+    "mia_lira_signal",
     "backdoor_asr", "backdoor_asr_ensemble",
     "impacted_shards", "se_measured_shard_s", "se_expected_shard_s",
     "se_mean_shard_cost_s", "learning_compute_s", "learning_wall_s", "run_wall_s",
@@ -59,7 +60,8 @@ paper's datasets (:func:`headline`)."""
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
             "rounds_to_target", "rounds_replayed", "client_epochs",
             "comm_time_s", "server_storage_bytes", "mia_f1", "mia_precision",
-            "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS, "backdoor_asr",
+            "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
+            "mia_lira_signal", "backdoor_asr",
             "backdoor_asr_ensemble")
 
 

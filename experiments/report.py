@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cli import tables
+from cli.report import NO_SIGNAL
 from experiments import collect
 
 PAPER = "Lin et al., *Scalable Federated Unlearning via Isolated and Coded Sharding*, " \
@@ -208,11 +209,19 @@ def _to_target(row: dict) -> str:
 def _lira_section(rows) -> list[str]:
     """Offline LiRA's columns (``mia-references``) of every run that has them."""
     have = [r for r in rows if r.get("mia_lira_auc") is not None]
-    return ["", "### Offline LiRA: per example and per forgotten client", "",
-            _table(["run", "model", *collect.LIRA_METRICS],
-                   [[r["run"], r["framework"], *[_num(r.get(k)) for k in
-                                                 collect.LIRA_METRICS]] for r in have])
-            ] if have else []
+    # a run's verdict is its original model's (mia_lira_signal): without signal
+    # its scores carry none, and the table says so instead of printing them
+    quiet = {r["run"] for r in have
+             if r["framework"] == "original" and r.get("mia_lira_signal") is False}
+    table = _table(["run", "model", *collect.LIRA_METRICS],
+                   [[r["run"], r["framework"],
+                     *[NO_SIGNAL if r["run"] in quiet else _num(r.get(k))
+                       for k in collect.LIRA_METRICS]] for r in have])
+    note = [f"\n{NO_SIGNAL}: the original model's LiRA intervals include chance (AUC "
+            "0.5, TPR@1%FPR 0.01) in run(s) " + ", ".join(sorted(quiet)) +
+            "; `--preset memorize` has signal"] if quiet else []
+    return ["", "### Offline LiRA: per example and per forgotten client", "", table,
+            *note] if have else []
 
 
 def _single_sections(rows) -> list[str]:

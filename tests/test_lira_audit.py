@@ -119,7 +119,13 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
     text = render(summary)
     assert "LiRA: offline" in text and "client TPR@1%FPR" in text
     assert len(summary["original"]["mia_lira_client_pvalues"]) == 1
-    assert "each forgotten client's p-value" in text
+    # the verdict is the original's intervals against chance (0.5 AUC, 0.01 TPR)
+    original = summary["original"]
+    signal = original["mia_lira_auc_ci"][0] > 0.5 or \
+        original["mia_lira_tpr_at_1fpr_ci"][0] > 0.01
+    assert original["mia_lira_signal"] is signal
+    assert ("LiRA: no signal" in text) is not signal
+    assert ("each forgotten client's p-value" in text) is signal
     ulira = summary["verification"]["mia"]["ulira"]
     assert ulira["references"] == 6 and ulira["pool"] == 64
     assert ulira["forgotten_clients"] == 1 and ulira["client_size"] == 32
@@ -145,6 +151,14 @@ def test_experiment_report_lists_lira_of_the_runs_that_have_it():
     text = "\n".join(_lira_section([row, {"run": "other", "framework": "SE"}]))
     assert "memorize-seed0" in text and "0.512" in text and "other" not in text
     assert _lira_section([{"run": "other", "framework": "SE"}]) == []
+    # a run whose original has no LiRA signal: "no signal" instead of its scores
+    quiet = [{"run": "tiny", "framework": "original", "mia_lira_auc": 0.503,
+              "mia_lira_signal": False},
+             {"run": "tiny", "framework": "SE", "mia_lira_auc": 0.497}]
+    text = "\n".join(_lira_section([row, *quiet]))
+    assert "0.512" in text and "0.503" not in text and "0.497" not in text
+    assert "no signal: the original model's LiRA intervals include chance" in text
+    assert "run(s) tiny;" in text
 
 
 def _sets(shared_data, **overrides):

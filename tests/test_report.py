@@ -74,4 +74,36 @@ def test_the_storage_table_says_what_recovery_costs():
                "SE_coded": None}
     text = storage_table(storage).splitlines()
     assert RECOVERY_STORAGE in text
-    assert any(line.strip().startswith("SE coded") and "not measured" in line for line in text)
+    assert any(line.strip().startswith("SE coded") and "not measured" in line
+               for line in text)
+
+
+def _lira(auc_ci, tpr_ci, signal):
+    return {"lira_auc": sum(auc_ci) / 2, "lira_auc_ci": auc_ci,
+            "lira_tpr_at_1fpr": 0.01, "lira_tpr_at_1fpr_ci": tpr_ci,
+            "lira_signal": signal, "lira_client_pvalues": [0.2]}
+
+
+def test_lira_without_signal_says_so_instead_of_its_scores():
+    from cli.report import lira_table
+    from server_app.evaluation.audit import lira_signal
+
+    quiet = _lira([0.46, 0.55], [0.0, 0.03], False)
+    assert lira_signal(quiet) is False
+    summary = _summary(quiet)
+    summary.frameworks["SE"].audit.update(_lira([0.45, 0.54], [0.0, 0.02], None))
+    text = lira_table(summary)
+    assert "LiRA: no signal (original model's AUC 0.5050 [0.4600, 0.5500]" in text
+    assert "--preset memorize" in text and "0.4950" not in text
+    assert "p-value" not in text
+
+
+def test_lira_with_signal_shows_its_scores():
+    from cli.report import lira_table
+    from server_app.evaluation.audit import lira_signal
+
+    loud = _lira([0.46, 0.55], [0.015, 0.07], True)  # TPR above chance alone
+    assert lira_signal(loud) is True
+    text = lira_table(_summary(loud))
+    assert "no signal" not in text and "0.5050 [0.4600, 0.5500]" in text
+    assert "p-value against the pseudo-clients: 0.200" in text

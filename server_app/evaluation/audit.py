@@ -145,8 +145,9 @@ def with_signal(results: dict[str, dict]) -> dict[str, dict]:
     dict
         ``results``, each scored model with ``auc_low`` / ``auc_high`` (floats,
         :func:`server_app.evaluation.mia.auc_interval`), ``original`` with
-        ``signal`` (bool); in summary.json ``mia_auc_low``, ``mia_auc_high``,
-        ``mia_signal``.
+        ``signal`` (bool) and, with LiRA, ``lira_signal`` (:func:`lira_signal`);
+        in summary.json ``mia_auc_low``, ``mia_auc_high``, ``mia_signal``,
+        ``mia_lira_signal``.
     """
     for name, scores in results.items():
         if "auc" in scores and all(scores.get(k) for k in COUNT_KEYS):
@@ -154,7 +155,24 @@ def with_signal(results: dict[str, dict]) -> dict[str, dict]:
             scores["auc_low"], scores["auc_high"] = auc_interval(*counts)
             if name == "original":  # the audit's verdict is the original's
                 scores["signal"] = has_signal(*counts)
+    original = results.get("original", {})
+    if original.get("lira_auc_ci"):
+        original["lira_signal"] = lira_signal(original)
     return results
+
+
+def lira_signal(scores: dict) -> bool:
+    """Whether LiRA tells the original model's members apart.
+
+    True when its AUC interval lies above 0.5 or its TPR-at-1%-FPR interval
+    above 0.01 (chance for each). ``scores`` holds ``lira_auc_ci`` and maybe
+    ``lira_tpr_at_1fpr_ci`` (95% bootstrap intervals,
+    :meth:`server_app.evaluation.lira.LowFprMetrics.to_audit`); in summary.json
+    the verdict is ``mia_lira_signal``.
+    """
+    auc = scores["lira_auc_ci"]
+    tpr = scores.get("lira_tpr_at_1fpr_ci")
+    return auc[0] > 0.5 or (tpr is not None and tpr[0] > 0.01)
 
 
 def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
