@@ -1,13 +1,14 @@
-"""Where SE's accuracy goes on CIFAR-10 under concurrent requests (issue 26, item 1).
+"""Where SE's accuracy goes on CIFAR-10 and Fashion-MNIST (issue 26, item 1).
 
-Usage: ``.venv/bin/python docs/results/recovery/ablation.py VARIANT [SEED]`` writes
-``docs/results/recovery/ablation-<VARIANT>-s<SEED>.json`` and prints the table of
-every ablation file there.
+Usage: ``.venv/bin/python docs/results/recovery/ablation.py VARIANT SEED [CELL]``
+writes ``docs/results/recovery/ablation-<CELL>-<VARIANT>-s<SEED>.json`` and writes
+the tables of every ablation file there to ``ablation.md`` (and prints them).
 
-The cell is the trained suite's ``concurrent-cifar10-even-concurrent-k4`` (its
-summary's config: 40 clients, 4 shards, 8 a round, 8 rounds x 2 local epochs, 4
-requests of one client each, spread evenly over the shards, handled together),
-run on the in-process grid of the tests. Variants:
+CELL is a run of the trained suite (``docs/results/trained-suite/runs/<CELL>``;
+default ``concurrent-cifar10-even-concurrent-k4``: 40 clients, 4 shards, 8 a
+round, 8 rounds x 2 local epochs, 4 requests of one client each, spread evenly
+over the shards, handled together); its summary's config is rerun on the
+in-process grid with the seed and the variant's settings on top. Variants:
 
 - ``default``: SE (r = 2, calibrated replay), SE-R with its defaults (2 warm-up
   rounds, an exact round every 4th, 1 final), FR;
@@ -18,6 +19,7 @@ run on the in-process grid of the tests. Variants:
 
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT)]
 
-CELL = ROOT / "docs/results/trained-suite/runs/concurrent-cifar10-even-concurrent-k4"
+RUNS = ROOT / "docs/results/trained-suite/runs"
+CELL = "concurrent-cifar10-even-concurrent-k4"
 VARIANTS = {
     "default": {"frameworks": "SE,SE-R,FR"},
     "exact": {"frameworks": "SE,SE-R", "retrain-ratio": 1.0, "recovery-warmup": 100},
@@ -34,11 +37,11 @@ VARIANTS = {
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
 
-def run(variant: str, seed: int) -> dict:
-    """One seeded run of the cell with ``variant``'s settings; each framework's KEYS."""
+def run(variant: str, seed: int, cell: str = CELL) -> dict:
+    """One seeded run of ``cell`` with ``variant``'s settings; each framework's KEYS."""
     from experiments.grid import run_in_process
 
-    base = json.loads((CELL / "summary.json").read_text())["config"]
+    base = json.loads((RUNS / cell / "summary.json").read_text())["config"]
     out = Path(tempfile.mkdtemp(prefix="se-ablation."))
     cfg = {**base, **VARIANTS[variant], "seed": seed,
            "data-dir": str(ROOT.parent / "shared" / "data"),
@@ -48,31 +51,74 @@ def run(variant: str, seed: int) -> dict:
     finally:
         shutil.rmtree(out, ignore_errors=True)
     names = cfg["frameworks"].split(",")
-    return {"variant": variant, "seed": seed, "overrides": VARIANTS[variant],
+    return {"cell": cell, "variant": variant, "seed": seed,
+            "overrides": VARIANTS[variant],
             "requests": summary["unlearning"]["requests"],
             "learned_accuracy": summary["learning"]["accuracy"],
             "frameworks": {n: {k: summary["frameworks"][n][k] for k in KEYS}
                            for n in names}}
 
 
-def table() -> str:
-    """Markdown: one row per file and framework."""
-    lines = ["| variant | seed | framework | accuracy | client-epochs | modelled wall s |",
-             "|---|---|---|---|---|---|"]
-    for path in sorted(HERE.glob("ablation-*.json")):
+def _files() -> dict[str, list[dict]]:
+    """The ablation files here by cell (a file's name names its cell)."""
+    out: dict[str, list[dict]] = {}
+    for path in sorted(HERE.glob("ablation-*-s*.json")):
         data = json.loads(path.read_text())
-        lines.append(f"| {data['variant']} | {data['seed']} | original | "
-                     f"{data['learned_accuracy']:.4f} | | |")
+        cell = path.name[len("ablation-"):].rsplit(f"-{data['variant']}-", 1)[0]
+        out.setdefault(cell, []).append(data)
+    return out
+
+
+def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
+    """``{model: {seed: its KEYS}}``.
+
+    SE and SE-R of ``exact`` are "SE, r = 1" and "SE-R, all exact"; ``original``
+    holds the learned accuracy.
+    """
+    names = {"default": {"SE": "SE, r = 2", "SE-R": "SE-R", "FR": "FR"},
+             "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"}}
+    rows: dict[str, dict[int, dict]] = {}
+    for data in files:
+        rows.setdefault("original", {})[data["seed"]] = {
+            "accuracy": data["learned_accuracy"]}
         for name, row in data["frameworks"].items():
-            lines.append(f"| {data['variant']} | {data['seed']} | {name} | "
-                         f"{row['accuracy']:.4f} | {row['client_epochs']:.1f} | "
-                         f"{row['modelled_wall_s']:.1f} |")
-    return "\n".join(lines)
+            rows.setdefault(names[data["variant"]][name], {})[data["seed"]] = row
+    return rows
+
+
+def table() -> str:
+    """Markdown per cell: each model's accuracy per seed, mean, gap to FR, cost."""
+    order = ("original", "SE, r = 2", "SE, r = 1", "SE-R", "SE-R, all exact", "FR")
+    out = []
+    for cell, files in _files().items():
+        rows = _rows(files)
+        seeds = sorted({d["seed"] for d in files})
+        fr = rows.get("FR", {})
+        fr_mean = statistics.fmean(r["accuracy"] for r in fr.values()) if fr else None
+        out += [f"### {cell}", "",
+                "| model | " + " | ".join(f"seed {s}" for s in seeds)
+                + " | mean | mean - FR (points) | client-epochs | modelled wall s |",
+                "|---" * (len(seeds) + 5) + "|"]
+        for name in (n for n in order if n in rows):
+            per = rows[name]
+            mean = statistics.fmean(r["accuracy"] for r in per.values())
+            gap = "" if fr_mean is None or name == "FR" else \
+                f"{100 * (mean - fr_mean):+.2f}"
+            cost = [", ".join(f"{per[s][k]:.{d}f}" for s in seeds if s in per)
+                    for k, d in (("client_epochs", 0), ("modelled_wall_s", 1))
+                    ] if name != "original" else ["", ""]
+            out.append(f"| {name} | " + " | ".join(
+                f"{per[s]['accuracy']:.4f}" if s in per else "" for s in seeds)
+                + f" | {mean:.4f} | {gap} | {cost[0]} | {cost[1]} |")
+        out.append("")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
     variant, seed = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    result = run(variant, seed)
-    (HERE / f"ablation-{variant}-s{seed}.json").write_text(json.dumps(result, indent=2)
-                                                           + "\n")
+    cell = sys.argv[3] if len(sys.argv) > 3 else CELL
+    result = run(variant, seed, cell)
+    (HERE / f"ablation-{cell}-{variant}-s{seed}.json").write_text(
+        json.dumps(result, indent=2) + "\n")
+    (HERE / "ablation.md").write_text(table())
     print(table())
