@@ -196,8 +196,8 @@ def lira_table(summary: RunSummary) -> str:
     if quiet:
         audit = summary.original.audit
         out.append(f"LiRA: {NO_SIGNAL} (original model's AUC "
-                   f"{_with_interval(audit, 'lira_auc')} includes 0.5, TPR@1%FPR "
-                   f"{_with_interval(audit, 'lira_tpr_at_1fpr')} includes 0.01): it "
+                   f"{_with_interval(audit, 'lira_auc')} not above 0.5, TPR@1%FPR "
+                   f"{_with_interval(audit, 'lira_tpr_at_1fpr')} not above 0.01): it "
                    "cannot show forgetting here; scores in summary.json (mia_lira_*). "
                    "With signal: --preset memorize")
         return "\n".join(out)

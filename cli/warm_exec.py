@@ -214,21 +214,26 @@ def _signal_all(pids: dict, sig: int) -> None:
             pids.pop(pid, None)
 
 
-CLIENT_PULL_MAX_S = 60.0
-"""Seconds a ClientApp process tries to pull its message before it gives up.
+PULL_LIMIT_ENV = "SE_CLIENT_PULL_MAX_S"
+CLIENT_PULL_MAX_S = 120.0
+"""Seconds a ClientApp process waits for its message's objects before it gives up
+(default; ``SE_CLIENT_PULL_MAX_S``, 1 to 7200).
 
-The SuperNode holds a message's objects before it hands out the task, so a pull
-that finds none is for a run that ended meanwhile (found after a SuperLink
-restart: the SuperNode drops a killed run's objects, and its ClientApp, with
-the short retry waits below, kept asking 500 times, about 250 s, holding a slot
-the next run's messages waited for)."""
+Flower hands out a message before its objects are there (the SuperLink before the
+ServerApp has pushed them, the SuperNode before it has pulled them), so a ClientApp
+may wait for them as long as that delivery takes. After a SuperLink restart a killed
+run's objects never come (they stay registered, empty); with the short retry waits
+below such a ClientApp asked 500 times, about 250 s, holding a shared slot the next
+run's messages waited for (a CI run of ``tests/test_hosts.py`` timed out on it). A
+delivery slower than this limit fails that client's reply: the ServerApp records a
+dropout after ``round-timeout``."""
 
 
-def _quick_pulls() -> None:
+def _quick_pulls(max_time_s: float = CLIENT_PULL_MAX_S) -> None:
     """Quicker retries and a time limit for the children's message pulls.
 
     They retry after 0.05 s, not 1 s (Flower: 1 s), and give up after
-    :data:`CLIENT_PULL_MAX_S`.
+    ``max_time_s`` seconds (:data:`CLIENT_PULL_MAX_S`).
     """
     try:
         from flwr.supernode.runtime import run_clientapp
@@ -237,7 +242,7 @@ def _quick_pulls() -> None:
     from server_app.rounds.polling_grid import shorten_object_pulls
 
     if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree",
-                                max_time_s=CLIENT_PULL_MAX_S):
+                                max_time_s=max_time_s):
         _log("warning: this Flower's ClientApp process has no "
              "'pull_and_inflate_object_from_tree'; it keeps its own retry waits")
 
@@ -314,6 +319,13 @@ def main(argv: list[str] | None = None) -> int:
         poll_s = float("nan")
     if not 0.01 <= poll_s <= 60:
         ap.error(f"{POLL_ENV}={raw!r} is not allowed: use 0.01 to 60 seconds")
+    raw = os.environ.get(PULL_LIMIT_ENV) or str(CLIENT_PULL_MAX_S)
+    try:
+        pull_max_s = float(raw)
+    except ValueError:
+        pull_max_s = float("nan")
+    if not 1 <= pull_max_s <= 7200:
+        ap.error(f"{PULL_LIMIT_ENV}={raw!r} is not allowed: use 1 to 7200 seconds")
 
     def stop(_signum, _frame) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -324,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, stop)
     t0 = time.monotonic()
     names = warm_up()
-    _quick_pulls()
+    _quick_pulls(pull_max_s)
     _log(f"imported {', '.join(names)} in {time.monotonic() - t0:.1f} s; serving "
          f"{args.runtime_api_address}")
     slots = Slots(args.slots_dir, args.slots) if args.slots else None

@@ -93,12 +93,16 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float) -> Equivalence:
     exact and decides alone (p 0 or 1).
 
     Raises:
-        ValueError: ``margin`` not a positive finite number.
+        ValueError: ``margin`` not a positive finite number, an empty sample or
+            one that is not finite.
     """
     from scipy import stats
 
     if not (math.isfinite(margin) and margin > 0):
         raise ValueError(f"margin must be a positive number, got {margin!r}")
+    if not all(math.isfinite(x) for x in (*a, *b)) or not a or not b:
+        raise ValueError(f"tost needs finite values in both samples, got {list(a)!r} "
+                         f"and {list(b)!r}")
     diff = statistics.fmean(a) - statistics.fmean(b)
     if min(len(a), len(b)) < 2:
         return Equivalence(diff, margin, None, None, "fewer than 2 seeds")

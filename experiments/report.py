@@ -217,8 +217,8 @@ def _lira_section(rows) -> list[str]:
                    [[r["run"], r["framework"],
                      *[NO_SIGNAL if r["run"] in quiet else _num(r.get(k))
                        for k in collect.LIRA_METRICS]] for r in have])
-    note = [f"\n{NO_SIGNAL}: the original model's LiRA intervals include chance (AUC "
-            "0.5, TPR@1%FPR 0.01) in run(s) " + ", ".join(sorted(quiet)) +
+    note = [f"\n{NO_SIGNAL}: the original model's LiRA intervals are not above chance "
+            "(AUC 0.5, TPR@1%FPR 0.01) in run(s) " + ", ".join(sorted(quiet)) +
             "; `--preset memorize` has signal"] if quiet else []
     return ["", "### Offline LiRA: per example and per forgotten client", "", table,
             *note] if have else []

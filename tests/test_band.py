@@ -63,6 +63,15 @@ def test_tost_without_spread_and_with_one_seed():
     assert one.equivalent is None and one.p is None and "2 seeds" in one.reason
     with pytest.raises(ValueError, match="margin"):
         band.tost([0.5, 0.5], [0.5, 0.5], 0.0)
+    with pytest.raises(ValueError, match="finite values"):
+        band.tost([0.5, float("nan")], [0.5, 0.5], 0.05)
+    # one sample without spread, the other with: Welch's t still applies
+    one_flat = band.tost([0.5, 0.5, 0.5], [0.49, 0.51, 0.50], 0.05)
+    assert one_flat.equivalent is True and one_flat.p == pytest.approx(
+        max(_welch_p([0.5] * 3, [0.49, 0.51, 0.50], 0.05),
+            1 - _welch_p([0.5] * 3, [0.49, 0.51, 0.50], -0.05)))
+    # exactly the margin apart without spread: not equivalent (strictly inside only)
+    assert band.tost([0.52, 0.52], [0.50, 0.50], 0.02).equivalent is False
 
 
 def test_compare_reads_each_model_against_fr():
@@ -78,6 +87,10 @@ def test_compare_reads_each_model_against_fr():
     assert rows["SE"]["seeds"] == 3 and rows["SE"]["inside_band"] is True
     assert rows["original"]["inside_band"] is False
     assert rows["original"]["equivalent"] is False
+    # the difference is the model's mean minus FR's, and its p the TOST of both
+    assert rows["SE"]["diff"] == pytest.approx(statistics.fmean(se) - statistics.fmean(fr))
+    assert rows["SE"]["p"] == pytest.approx(band.tost(se, fr, 0.05).p)
+    assert rows["SE"]["p"] < 0.05 and rows["SE"]["equivalent"] is True
     assert "| mia_lira_auc | SE |" in band.markdown(band.compare(runs))
 
 

@@ -157,7 +157,7 @@ def test_experiment_report_lists_lira_of_the_runs_that_have_it():
              {"run": "tiny", "framework": "SE", "mia_lira_auc": 0.497}]
     text = "\n".join(_lira_section([row, *quiet]))
     assert "0.512" in text and "0.503" not in text and "0.497" not in text
-    assert "no signal: the original model's LiRA intervals include chance" in text
+    assert "no signal: the original model's LiRA intervals are not above chance" in text
     assert "run(s) tiny;" in text
 
 

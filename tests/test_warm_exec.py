@@ -148,8 +148,10 @@ def test_node_side_object_pulls_retry_soon_and_are_patched_once(monkeypatch):
 
 
 def test_a_clientapp_gives_up_a_message_whose_objects_never_come(monkeypatch):
-    """After a SuperLink restart a killed run's objects are gone: the ClientApp
-    process stops asking after CLIENT_PULL_MAX_S, not after 500 tries."""
+    """After a SuperLink restart a killed run's objects never come: the ClientApp
+    process stops asking after its limit (SE_CLIENT_PULL_MAX_S), not after 500 tries;
+    an object that comes late, within the limit, is still taken."""
+    from flwr.proto.message_pb2 import ObjectTree
     from flwr.supercore.inflatable import inflatable_utils
     from flwr.supercore.inflatable.inflatable_utils import (
         ObjectPullError,
@@ -159,17 +161,36 @@ def test_a_clientapp_gives_up_a_message_whose_objects_never_come(monkeypatch):
 
     monkeypatch.setattr(run_clientapp, "pull_and_inflate_object_from_tree",
                         inflatable_utils.pull_and_inflate_object_from_tree)  # restored
-    monkeypatch.setattr(warm_exec, "CLIENT_PULL_MAX_S", 0.5)
-    warm_exec._quick_pulls()
+    warm_exec._quick_pulls(0.5)
     pull = run_clientapp.pull_and_inflate_object_from_tree
     assert pull.keywords["max_time"] == 0.5
+    assert warm_exec.CLIENT_PULL_MAX_S == 120.0
 
     def missing(object_id):
         raise ObjectUnavailableError(object_id)
-
-    from flwr.proto.message_pb2 import ObjectTree
 
     start = time.monotonic()
     with pytest.raises(ObjectPullError):
         pull(ObjectTree(object_id="a" * 64), missing, lambda object_id: None)
     assert time.monotonic() - start < 5.0  # 500 tries of 0.05-0.5 s: about 250 s
+    tries = []
+
+    def late(object_id):  # there on the 4th ask (about 0.2 s)
+        tries.append(object_id)
+        if len(tries) < 4:
+            raise ObjectUnavailableError(object_id)
+        raise ObjectPullError(object_id, "arrived")  # got past the waits
+
+    with pytest.raises(ObjectPullError, match="arrived"):
+        pull(ObjectTree(object_id="b" * 64), late, lambda object_id: None)
+    assert len(tries) == 4
+
+
+@pytest.mark.parametrize("value", ["0", "x", "9000", "nan"])
+def test_a_bad_pull_limit_is_one_clear_error(value, monkeypatch, capsys):
+    monkeypatch.setenv("SE_CLIENT_PULL_MAX_S", value)
+    with pytest.raises(SystemExit) as end:
+        warm_exec.main(["--runtime-api-address", "127.0.0.1:1"])
+    assert end.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"SE_CLIENT_PULL_MAX_S={value!r} is not allowed: use 1 to 7200" in err

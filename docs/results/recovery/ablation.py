@@ -94,7 +94,6 @@ def table() -> str:
         rows = _rows(files)
         seeds = sorted({d["seed"] for d in files})
         fr = rows.get("FR", {})
-        fr_mean = statistics.fmean(r["accuracy"] for r in fr.values()) if fr else None
         out += [f"### {cell}", "",
                 "| model | " + " | ".join(f"seed {s}" for s in seeds)
                 + " | mean | mean - FR (points) | client-epochs | modelled wall s |",
@@ -102,8 +101,10 @@ def table() -> str:
         for name in (n for n in order if n in rows):
             per = rows[name]
             mean = statistics.fmean(r["accuracy"] for r in per.values())
-            gap = "" if fr_mean is None or name == "FR" else \
-                f"{100 * (mean - fr_mean):+.2f}"
+            shared = sorted(set(per) & set(fr))  # the gap over the seeds both have
+            diff = [per[s]["accuracy"] - fr[s]["accuracy"] for s in shared]
+            gap = "" if not shared or name == "FR" else \
+                f"{100 * statistics.fmean(diff):+.2f}"
             cost = [", ".join(f"{per[s][k]:.{d}f}" for s in seeds if s in per)
                     for k, d in (("client_epochs", 0), ("modelled_wall_s", 1))
                     ] if name != "original" else ["", ""]
