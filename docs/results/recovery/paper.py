@@ -1,8 +1,10 @@
 """SE, SE-R and FR on the paper preset, MNIST non-IID, in process (issue 26's SE-R goal).
 
-Usage: ``.venv/bin/python docs/results/recovery/paper.py SEED [SEED ...]`` writes
-``docs/results/recovery/paper-noniid-seed<SEED>.json`` (the run's summary.json)
-and prints the table of every such file here, with the goal read off it: SE-R's
+Usage: ``.venv/bin/python docs/results/recovery/paper.py SEED`` writes
+``docs/results/recovery/paper-noniid-seed<SEED>.json`` (the run's summary.json);
+``paper.py SEED TAG key=value ...`` runs SE-R alone with those run-config keys (TOML
+values) and writes ``paper-noniid-seed<SEED>-<TAG>.json``. Either prints the table
+of every such file here, with the goal read off it: SE-R's
 modelled wall time at most 0.15 of FR's, its client compute at most 0.03 of FR's,
 its accuracy within 0.5 point of FR's. ``presets/paper.toml`` (100 clients, 4
 shards, 20 a round, 30 rounds x 10 local epochs, r = 2) with ``partition =
@@ -32,8 +34,8 @@ GOALS = {"modelled_wall_s": 0.15, "retrain_compute_s": 0.03}
 under FR's."""
 
 
-def run(seed: int) -> dict:
-    """One seeded run; returns its summary.json (a dict)."""
+def run(seed: int, overrides: dict | None = None) -> dict:
+    """One seeded run, ``overrides`` (run-config keys) on top; its summary.json."""
     from experiments.grid import run_in_process
 
     preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
@@ -41,11 +43,39 @@ def run(seed: int) -> dict:
     cfg = {**preset, "partition": "noniid", "seed": seed, "mia": False,
            "frameworks": ",".join(FRAMEWORKS),
            "data-dir": str(ROOT.parent / "shared" / "data"),
-           "results-dir": str(out), "run-name": f"paper-noniid-seed{seed}"}
+           "results-dir": str(out), "run-name": f"paper-noniid-seed{seed}",
+           **(overrides or {})}
     try:
         return json.loads(run_in_process(cfg).read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def variants() -> str:
+    """Markdown: SE-R with other recovery keys against FR.
+
+    Files ``paper-noniid-seed<S>-<tag>.json``: the same seed's learning, so FR is
+    the main file's.
+    """
+    lines = ["| seed | recovery keys | SE-R accuracy | - FR (points) | client-epochs "
+             "| / FR compute | / FR modelled wall |", "|---" * 7 + "|"]
+    for path in sorted(HERE.glob("paper-noniid-seed*-*.json")):
+        summary = json.loads(path.read_text())
+        seed = summary["config"]["seed"]
+        main = HERE / f"paper-noniid-seed{seed}.json"
+        if not main.exists():
+            continue
+        fr = json.loads(main.read_text())["frameworks"]["FR"]
+        ser = summary["frameworks"]["SE-R"]
+        keys = ", ".join(f"{k}={v}" for k, v in sorted(summary["config"].items())
+                         if k.startswith("recovery-"))
+        lines.append(
+            f"| {seed} | {keys} | {ser['accuracy']:.4f} "
+            f"| {100 * (ser['accuracy'] - fr['accuracy']):+.2f} "
+            f"| {ser['client_epochs']:.0f} "
+            f"| {ser['retrain_compute_s'] / fr['retrain_compute_s']:.3f} "
+            f"| {ser['modelled_wall_s'] / fr['modelled_wall_s']:.3f} |")
+    return "\n".join(lines)
 
 
 def table() -> str:
@@ -53,7 +83,7 @@ def table() -> str:
     lines = ["| seed | framework | accuracy | client-epochs | compute s | "
              "modelled wall s | / FR wall | / FR compute |", "|---" * 8 + "|"]
     ratios: dict[str, list[float]] = {k: [] for k in (*GOALS, "accuracy")}
-    for path in sorted(HERE.glob("paper-noniid-seed*.json")):
+    for path in sorted(HERE.glob("paper-noniid-seed[0-9].json")):
         summary = json.loads(path.read_text())
         seed, fr = summary["config"]["seed"], summary["frameworks"]["FR"]
         lines.append(f"| {seed} | learned | {summary['learning']['accuracy']:.4f} "
@@ -83,8 +113,16 @@ def table() -> str:
 
 
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        summary = run(int(arg))
-        (HERE / f"paper-noniid-seed{arg}.json").write_text(
-            json.dumps(summary, indent=1) + "\n")
+    # paper.py SEED [TAG key=value ...]: a variant of SE-R on SEED's learning
+    seed, tag, pairs = sys.argv[1], *(sys.argv[2:3] or [""]), sys.argv[3:]
+    if tag:
+        overrides = tomllib.loads("\n".join(pairs))
+        summary = run(int(seed), {**overrides, "frameworks": "SE-R"})
+        name = f"paper-noniid-seed{seed}-{tag}.json"
+    else:
+        summary = run(int(seed))
+        name = f"paper-noniid-seed{seed}.json"
+    (HERE / name).write_text(json.dumps(summary, indent=1) + "\n")
     print(table())
+    print()
+    print(variants())
