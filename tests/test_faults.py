@@ -196,3 +196,22 @@ def test_a_client_error_text_is_stored_as_one_short_line(run_server):
 def _stand_in(reply):
     return Message(RecordDict(), dst_node_id=reply.metadata.src_node_id,
                    message_type=reply.metadata.message_type)
+
+
+def test_an_unlearned_model_with_nan_or_inf_is_never_reported():
+    """SE-R without its abnormality check once blew its shard up (paper preset,
+    recovery-threshold = 1e6) while the ensemble still scored 97.8%: such a model
+    stops the run with the shard named, instead of being saved."""
+    from flwr.app import Array, ArrayRecord
+
+    from server_app.unlearning.driver import UnlearningDivergedError, _check_finite
+
+    good = ArrayRecord({"w": Array(np.ones((2, 2), dtype=np.float32))})
+    _check_finite("SE-R request 0", [good, good])  # finite: nothing happens
+    for bad_value in (np.nan, np.inf, -np.inf):
+        w = np.ones((2, 2), dtype=np.float32)
+        w[1, 0] = bad_value
+        bad = ArrayRecord({"w": Array(w), "b": Array(np.zeros(2, dtype=np.float32))})
+        with pytest.raises(UnlearningDivergedError,
+                           match=r"SE-R request 0: .*shard\(s\) \[1\] has NaN or inf"):
+            _check_finite("SE-R request 0", [good, bad])

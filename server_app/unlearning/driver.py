@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from flwr.app import ArrayRecord
 
 from server_app.rounds.loop import CostMeter, RoundLoop
@@ -47,12 +48,17 @@ from server_app.unlearning.frameworks import (
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
 
-__all__ = ["FrameworkResult", "Stage", "UnlearningStalledError", "accumulate",
+__all__ = ["FrameworkResult", "Stage", "UnlearningDivergedError",
+           "UnlearningStalledError", "accumulate",
            "run_unlearning"]
 
 
 class UnlearningStalledError(RuntimeError):
     """A framework asked clients for a request and accepted no reply in any round."""
+
+
+class UnlearningDivergedError(RuntimeError):
+    """A framework's unlearned model has NaN or infinite parameters."""
 
 
 @dataclass
@@ -107,6 +113,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
                                  framework.num_rounds, stage.train_config, label=label,
                                  observers=[watch] if watch else [], meter=meter)
         _check_progress(label, stats, loop.faults)
+        _check_finite(label, models)
         cost = _request_cost(k, batch, framework, stats, stage, name)
         cost.to_target = watch.result() if watch else None
         per_request.append(cost)
@@ -134,6 +141,21 @@ def _check_progress(label: str, stats: CostMeter, faults: FaultLog) -> None:
         f"{label}: {stats.rounds} round(s) asked {len(stats.contacted)} client(s) "
         f"and accepted no reply ({len(mine)} fault(s){example}); stopped instead "
         "of reporting a model that was not retrained")
+
+
+def _check_finite(label: str, models: Sequence[ArrayRecord]) -> None:
+    """Raise :class:`UnlearningDivergedError` if a model has NaN / inf parameters.
+
+    Found with SE-R without its abnormality check (``recovery-threshold`` = 1e6):
+    the L-BFGS estimates blew the impacted shard up, while the ensemble of the
+    other shards still scored 97.8%. Such a model is never saved or reported.
+    """
+    bad = [s for s, record in enumerate(models)
+           if not all(np.isfinite(a.numpy()).all() for a in record.values())]
+    if bad:
+        raise UnlearningDivergedError(
+            f"{label}: the unlearned model of shard(s) {bad} has NaN or infinite "
+            "parameters; stopped instead of saving it")
 
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,
