@@ -291,6 +291,24 @@ def serve(address: str, poll_s: float, slots: Slots | None = None) -> None:
         client.close()
 
 
+def _env_seconds(ap: argparse.ArgumentParser, name: str, default: float,
+                 bounds: tuple[float, float]) -> float:
+    """Seconds from environment variable ``name`` (unset or empty: ``default``).
+
+    A value that is not a number within ``bounds`` ends the command through
+    ``ap.error`` (one line naming the variable and the range; exit status 2).
+    """
+    raw = os.environ.get(name) or str(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not bounds[0] <= value <= bounds[1]:
+        ap.error(f"{name}={raw!r} is not allowed: use {bounds[0]:g} to {bounds[1]:g} "
+                 "seconds")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Warm up, then serve; SIGTERM / SIGINT / SIGHUP end it with status 0, an error with 1.
 
@@ -312,20 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.slots < 0 or (args.slots and args.slots_dir is None):
         ap.error(f"--slots {args.slots} is not allowed: use 0 (no limit), or >= 1 "
                  "with --slots-dir")
-    raw = os.environ.get(POLL_ENV) or "0.25"
-    try:
-        poll_s = float(raw)
-    except ValueError:
-        poll_s = float("nan")
-    if not 0.01 <= poll_s <= 60:
-        ap.error(f"{POLL_ENV}={raw!r} is not allowed: use 0.01 to 60 seconds")
-    raw = os.environ.get(PULL_LIMIT_ENV) or str(CLIENT_PULL_MAX_S)
-    try:
-        pull_max_s = float(raw)
-    except ValueError:
-        pull_max_s = float("nan")
-    if not 1 <= pull_max_s <= 7200:
-        ap.error(f"{PULL_LIMIT_ENV}={raw!r} is not allowed: use 1 to 7200 seconds")
+    poll_s = _env_seconds(ap, POLL_ENV, 0.25, (0.01, 60))
+    pull_max_s = _env_seconds(ap, PULL_LIMIT_ENV, CLIENT_PULL_MAX_S, (1, 7200))
 
     def stop(_signum, _frame) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
