@@ -208,3 +208,27 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
         raise RuntimeError(f"the run wrote no summary.json at {path}")
     json.loads(path.read_text())  # a finished run's summary is valid JSON
     return path
+
+
+def summary_in_scratch(run_config: Mapping[str, object]) -> dict:
+    """:func:`run_in_process` in a temporary results folder; the run's summary.json.
+
+    For result scripts that keep only the summary: ``results-dir`` (and the
+    models and history the run wrote there) is removed afterwards; ``run-name``
+    defaults to ``scratch``.
+
+    Raises
+    ------
+    RuntimeError, server_app.config.ConfigError
+        As :func:`run_in_process`.
+    """
+    import shutil
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="se-scratch."))
+    try:
+        path = run_in_process({"run-name": "scratch", **run_config,
+                               "results-dir": str(out)})
+        return json.loads(path.read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

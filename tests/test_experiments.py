@@ -435,6 +435,23 @@ def test_run_in_process_takes_pyprojects_keys_only(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.inprocess
+def test_a_scratch_run_returns_its_summary_and_leaves_no_folder(shared_data, monkeypatch,
+                                                                  tmp_path):
+    import tempfile
+
+    from experiments.grid import summary_in_scratch
+    from tests.conftest import TINY
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    summary = summary_in_scratch({**TINY, "num-rounds": 1, "frameworks": "none",
+                                  "data-dir": str(shared_data), "mia": False})
+    assert summary["config"]["num-clients"] == TINY["num-clients"]
+    assert len(summary["learning"]["rounds"]) == 1
+    # the results folder went with the run (torch may leave its own cache there)
+    assert not list(tmp_path.glob("se-scratch.*"))
+
+
 def test_grid_sends_a_message_once_and_keeps_none_alive():
     import gc
     import weakref

@@ -18,10 +18,8 @@ in-process grid with the seed and the variant's settings on top. Variants:
 """
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,17 +37,13 @@ KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall
 
 def run(variant: str, seed: int, cell: str = CELL) -> dict:
     """One seeded run of ``cell`` with ``variant``'s settings; each framework's KEYS."""
-    from experiments.grid import run_in_process
+    from experiments.grid import summary_in_scratch
 
     base = json.loads((RUNS / cell / "summary.json").read_text())["config"]
-    out = Path(tempfile.mkdtemp(prefix="se-ablation."))
     cfg = {**base, **VARIANTS[variant], "seed": seed,
            "data-dir": str(ROOT.parent / "shared" / "data"),
-           "results-dir": str(out), "run-name": f"{variant}-s{seed}"}
-    try:
-        summary = json.loads(run_in_process(cfg).read_text())
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+           "run-name": f"{variant}-s{seed}"}
+    summary = summary_in_scratch(cfg)
     names = cfg["frameworks"].split(",")
     return {"cell": cell, "variant": variant, "seed": seed,
             "overrides": VARIANTS[variant],

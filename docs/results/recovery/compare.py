@@ -9,9 +9,7 @@ process, messages one after another), so wall seconds are this machine's only.
 """
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -24,20 +22,14 @@ KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall
 
 def run(seed: int) -> dict:
     """One seeded run; returns the learned accuracy and each framework's KEYS."""
-    from experiments.grid import run_in_process
+    from experiments.grid import summary_in_scratch
 
-    out = Path(tempfile.mkdtemp(prefix="se-recovery."))
-    cfg = {
+    summary = summary_in_scratch({
         "dataset": "mnist", "num-clients": 20, "num-shards": 4, "clients-per-round": 8,
         "num-rounds": 8, "local-epochs": 2, "client-samples": 300, "test-samples": 2000,
         "batch-size": 32, "forget-clients": "3", "seed": seed, "mia": False,
         "frameworks": ",".join(FRAMEWORKS),
-        "data-dir": str(ROOT.parent / "shared" / "data"),
-        "results-dir": str(out), "run-name": f"s{seed}"}
-    try:
-        summary = json.loads(run_in_process(cfg).read_text())
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+        "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"})
     return {"seed": seed, "learned_accuracy": summary["learning"]["accuracy"],
             "config": {k: v for k, v in sorted(summary["config"].items())
                        if k.startswith("recovery-")},

@@ -16,10 +16,8 @@ are this machine's; the modelled wall time is the summary's.
 """
 
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import tomllib
@@ -36,19 +34,14 @@ under FR's."""
 
 def run(seed: int, overrides: dict | None = None) -> dict:
     """One seeded run, ``overrides`` (run-config keys) on top; its summary.json."""
-    from experiments.grid import run_in_process
+    from experiments.grid import summary_in_scratch
 
     preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
-    out = Path(tempfile.mkdtemp(prefix="se-paper."))
-    cfg = {**preset, "partition": "noniid", "seed": seed, "mia": False,
-           "frameworks": ",".join(FRAMEWORKS),
-           "data-dir": str(ROOT.parent / "shared" / "data"),
-           "results-dir": str(out), "run-name": f"paper-noniid-seed{seed}",
-           **(overrides or {})}
-    try:
-        return json.loads(run_in_process(cfg).read_text())
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    return summary_in_scratch({
+        **preset, "partition": "noniid", "seed": seed, "mia": False,
+        "frameworks": ",".join(FRAMEWORKS),
+        "data-dir": str(ROOT.parent / "shared" / "data"),
+        "run-name": f"paper-noniid-seed{seed}", **(overrides or {})})
 
 
 def _impacted(framework: dict) -> float:
