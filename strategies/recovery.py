@@ -23,7 +23,8 @@ Hessian. An exact round sends ordinary ``train`` messages with the learning
 round's number, so a client trains with the seed (data order) it had in that
 round of learning: were W' = W, it would send back U exactly.
 
-:class:`RecoveredShard` recovers one shard; :class:`ShardRecovery` (SE-R) does so
+:class:`RecoveryReplay` is the algorithm on one shard, without messages;
+:class:`RecoveredShard` runs it as a Flower strategy; :class:`ShardRecovery` (SE-R) does so
 for the impacted shards of Sharding Eraser's federation and freezes the others
 bit for bit; :class:`FedRecover` (FRec) is the one-shard, unsharded baseline.
 """
@@ -87,8 +88,8 @@ def lbfgs_product(pairs: Sequence[tuple[np.ndarray, np.ndarray]], v: np.ndarray
     return sigma * v - (sigma * (s_mat @ coef[:m]) + y_mat @ coef[m:])
 
 
-class RecoveredShard(Strategy):
-    """FedRecover on one shard's stored history (server-estimated updates).
+class RecoveryReplay:
+    """FedRecover on one shard's stored history, without messages (the algorithm).
 
     Server round k recovers stored round ``plan[k - 1]`` = t. The original model
     W^(t-1) of the shard is rebuilt from its stored record (W^(p-1) given, then
@@ -122,8 +123,6 @@ class RecoveredShard(Strategy):
         Which shard of ``history``.
     forget : Iterable[int]
         Partition ids forgotten so far.
-    node_of : Mapping[int, int]
-        partition id -> Flower node id.
     start_model : Mapping[str, ndarray]
         W^(p-1), the original model before the first recovered round.
     warmup, correction, final, memory : int
@@ -139,11 +138,16 @@ class RecoveredShard(Strategy):
     ------
     ValueError
         A setting out of range.
+
+    Use: per server round k, :meth:`begin` (W'^(k-1) in, the retained participants
+    to train out), then :meth:`finish` with their updates. :class:`RecoveredShard`
+    drives it with Flower messages; the U-LiRA audit
+    (:mod:`server_app.evaluation.ulira_audit`) with local training.
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
-                 node_of: Mapping[int, int], start_model: Mapping[str, np.ndarray],
-                 warmup: int = 2, correction: int = 4, final: int = 1, memory: int = 2,
+                 start_model: Mapping[str, np.ndarray], warmup: int = 2,
+                 correction: int = 4, final: int = 1, memory: int = 2,
                  threshold: float = 1.0, from_first_participation: bool = True) -> None:
         for name, value, low in (("warmup", warmup, 0), ("correction", correction, 0),
                                  ("final", final, 0), ("memory", memory, 1)):
@@ -154,7 +158,6 @@ class RecoveredShard(Strategy):
         self.threshold = float(threshold)
         self.history, self.shard = history, shard
         self.forget = frozenset(forget)
-        self.node_of = dict(node_of)
         self.warmup, self.correction, self.final, self.memory = \
             warmup, correction, final, memory
         rounds = list(history.rounds(shard))
@@ -165,7 +168,6 @@ class RecoveredShard(Strategy):
         self._original = {k: np.asarray(v) for k, v in start_model.items()}
         self._shared: list[tuple[np.ndarray, np.ndarray]] = []
         self._base: dict[str, np.ndarray] | None = None
-        self._expected: dict[int, tuple[int, int]] = {}
         self._estimates: dict[int, dict] = {}
         self._stored: dict[int, dict] = {}
         self._shift = np.zeros(0)
@@ -199,63 +201,78 @@ class RecoveredShard(Strategy):
                 "exact_rounds_planned": sum(self.is_exact(k)
                                     for k in range(1, len(self.plan) + 1))}
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord,
-                        config: ConfigRecord, grid: Grid) -> list[Message]:
-        """``train`` messages to the clients whose update is not estimated.
+    def begin(self, server_round: int, base: Mapping[str, np.ndarray]
+              ) -> list[tuple[int, int]]:
+        """Start server round k from W'^(k-1) = ``base``: who must train.
 
         In an exact round every retained participant; in an estimated round only
         those whose estimate is abnormal (FedRecover's abnormality fixing):
         ``||U' - U|| > threshold * ||U||``, a correction larger than the
         learning-time update allows, which the L-BFGS model cannot be trusted for.
+        They train from ``base`` as in stored round :meth:`stored_round` (k).
+
+        Returns
+        -------
+        list of (partition id, n)
+            [] outside 1..``num_rounds``.
         """
-        self._base = to_numpy(arrays)
-        self._expected, self._estimates, self._stored = {}, {}, {}
+        self._base = {k: np.asarray(v) for k, v in base.items()}
+        self._estimates, self._stored = {}, {}
         if not 1 <= server_round <= len(self.plan):
             return []
         rnd = self.plan[server_round - 1]
         everyone = self.history.participants(self.shard, rnd)
         self._stored = {p: self.history.update(self.shard, rnd, p) for p, _ in everyone}
         self._shift = _flat(difference(self._base, self._original))
-        ask = self.retained(rnd)
-        if not self.is_exact(server_round):
-            ask = []
-            for pid, n in self.retained(rnd):
-                estimate = self._estimate(pid, self._stored[pid], self._shift,
-                                          server_round)
-                if self._abnormal(estimate, self._stored[pid]):
-                    ask.append((pid, n))
-                else:
-                    self._estimates[pid] = estimate
-        config = ConfigRecord(dict(config))
-        config["server-round"] = rnd  # learning's seed for round rnd
-        content = RecordDict({"arrays": arrays, "config": config})
-        messages = []
-        for pid, n in ask:
-            self._expected[self.node_of[pid]] = (pid, n)
-            messages.append(Message(content, dst_node_id=self.node_of[pid],
-                                    message_type=TRAIN_MESSAGE))
-        return messages
+        if self.is_exact(server_round):
+            return self.retained(rnd)
+        ask = []
+        for pid, n in self.retained(rnd):
+            estimate = self._estimate(pid, self._stored[pid], self._shift, server_round)
+            if self._abnormal(estimate, self._stored[pid]):
+                ask.append((pid, n))
+            else:
+                self._estimates[pid] = estimate
+        return ask
 
-    def _abnormal(self, estimate: Mapping[str, np.ndarray],
-                  stored: Mapping[str, np.ndarray]) -> bool:
-        """Whether the estimate moved further from ``stored`` than the threshold allows."""
-        base = _flat(stored)
-        return bool(np.linalg.norm(_flat(estimate) - base)
-                    > self.threshold * np.linalg.norm(base))
+    def stored_round(self, server_round: int) -> int:
+        """The stored (learning) round that server round k recovers."""
+        return self.plan[server_round - 1]
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """W'^t from the exact and estimated updates; W^t advanced alongside.
+    def finish(self, server_round: int, exact: Mapping[int, Mapping[str, np.ndarray]]
+               ) -> dict[str, np.ndarray] | None:
+        """W'^k from the clients' updates ``exact`` and the estimates; W^k advanced.
 
-        A client asked to train whose reply is missing or broken gets its
-        estimate (or, abnormal, its stored update: the model stays finite).
+        Parameters
+        ----------
+        server_round : int
+            k, as given to :meth:`begin`.
+        exact : Mapping[int, Mapping[str, ndarray]]
+            Partition id -> U' = w - W'^(k-1) of the clients that trained (a
+            client asked but missing gets its estimate or, abnormal, its stored
+            update: the model stays finite).
+
+        Returns
+        -------
+        dict or None
+            W'^k (layer name -> ndarray), None when the round has no retained
+            participant.
+
+        Raises
+        ------
+        RuntimeError
+            Called before :meth:`begin`.
         """
         if self._base is None:
-            raise RuntimeError("aggregate_train called before configure_train")
+            raise RuntimeError("finish called before begin")
         if server_round > len(self.plan):
-            return None, None
+            return None
         rnd = self.plan[server_round - 1]
-        exact = self._exact_updates(replies, self._stored, self._shift)
+        exact = {pid: dict(u) for pid, u in exact.items()}
+        ys = [-(_flat(u) - _flat(self._stored[pid])) for pid, u in exact.items()]
+        if ys and self._shift.any():
+            self._shared = [*self._shared,
+                            (self._shift, np.mean(ys, axis=0))][-self.memory:]
         updates, weights = [], []
         for pid, n in self.retained(rnd):
             update = exact.get(pid) or self._estimates.get(pid)
@@ -270,25 +287,14 @@ class RecoveredShard(Strategy):
         self._original = weighted_step(self._original,
                                        [self._stored[p] for p, _ in everyone],
                                        [n for _, n in everyone])
-        if not updates:
-            return None, None
-        new = weighted_step(self._base, updates, weights)
-        return to_record(new), MetricRecord({"clients": len(updates),
-                                             "exact": len(exact)})
+        return weighted_step(self._base, updates, weights) if updates else None
 
-    def _exact_updates(self, replies: Iterable[Message], stored: dict, shift: np.ndarray
-                       ) -> dict[int, dict]:
-        """Client updates of the replies; their mean change gives the shard a pair."""
-        exact, ys = {}, []
-        for reply in replies:
-            if reply.has_error() or reply.metadata.src_node_id not in self._expected:
-                continue
-            pid, _ = self._expected[reply.metadata.src_node_id]
-            exact[pid] = difference(to_numpy(reply.content["arrays"]), self._base)
-            ys.append(-(_flat(exact[pid]) - _flat(stored[pid])))
-        if ys and shift.any():
-            self._shared = [*self._shared, (shift, np.mean(ys, axis=0))][-self.memory:]
-        return exact
+    def _abnormal(self, estimate: Mapping[str, np.ndarray],
+                  stored: Mapping[str, np.ndarray]) -> bool:
+        """Whether the estimate moved further from ``stored`` than the threshold allows."""
+        base = _flat(stored)
+        return bool(np.linalg.norm(_flat(estimate) - base)
+                    > self.threshold * np.linalg.norm(base))
 
     def _estimate(self, pid: int, stored: Mapping[str, np.ndarray], shift: np.ndarray,
                   server_round: int) -> dict[str, np.ndarray]:
@@ -297,6 +303,81 @@ class RecoveredShard(Strategy):
             return dict(stored)
         correction = lbfgs_product(self._shared, shift)
         return _unflat(_flat(stored) - correction, stored)
+
+
+class RecoveredShard(Strategy):
+    """:class:`RecoveryReplay` of one shard, with the clients' training as messages.
+
+    An exact round sends ordinary ``train`` messages carrying the stored round's
+    number as ``server-round``, so each client trains with the seed it had in
+    that learning round.
+
+    Parameters
+    ----------
+    history, shard, forget, start_model, **settings
+        As :class:`RecoveryReplay` (``warmup``, ``correction``, ``final``,
+        ``memory``, ``threshold``, ``from_first_participation``).
+    node_of : Mapping[int, int]
+        partition id -> Flower node id.
+
+    Raises
+    ------
+    ValueError
+        A setting out of range.
+    """
+
+    def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
+                 node_of: Mapping[int, int], start_model: Mapping[str, np.ndarray],
+                 *args, **settings) -> None:
+        self.replay = RecoveryReplay(history, shard, forget, start_model, *args,
+                                     **settings)
+        self.node_of = dict(node_of)
+        self._expected: dict[int, tuple[int, int]] = {}
+
+    @property
+    def num_rounds(self) -> int:
+        """Server rounds: one per stored round from the start round on."""
+        return self.replay.num_rounds
+
+    def replay_report(self) -> dict:
+        """:meth:`RecoveryReplay.replay_report`."""
+        return self.replay.replay_report()
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord,
+                        config: ConfigRecord, grid: Grid) -> list[Message]:
+        """``train`` messages to the clients whose update is not estimated."""
+        ask = self.replay.begin(server_round, to_numpy(arrays))
+        self._expected = {}
+        if not ask:
+            return []
+        config = ConfigRecord(dict(config))
+        config["server-round"] = self.replay.stored_round(server_round)  # its seed
+        content = RecordDict({"arrays": arrays, "config": config})
+        messages = []
+        for pid, n in ask:
+            self._expected[self.node_of[pid]] = (pid, n)
+            messages.append(Message(content, dst_node_id=self.node_of[pid],
+                                    message_type=TRAIN_MESSAGE))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """W'^t from the replies (broken or missing ones get their estimates)."""
+        base = self.replay._base
+        if base is None:
+            raise RuntimeError("aggregate_train called before configure_train")
+        exact = {}
+        for reply in replies:
+            if reply.has_error() or reply.metadata.src_node_id not in self._expected:
+                continue
+            pid, _ = self._expected[reply.metadata.src_node_id]
+            exact[pid] = difference(to_numpy(reply.content["arrays"]), base)
+        new = self.replay.finish(server_round, exact)
+        if new is None:
+            return None, None
+        return to_record(new), MetricRecord({"clients": len(
+            self.replay.retained(self.replay.stored_round(server_round))),
+            "exact": len(exact)})
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         """No federated evaluation while unlearning."""

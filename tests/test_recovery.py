@@ -60,7 +60,7 @@ def test_exact_rounds_are_warmup_correction_and_final(warmup, correction, final,
                            {"w": np.zeros(3, np.float32)}, warmup, correction, final,
                            from_first_participation=False)
     assert shard.num_rounds == 4
-    assert [k for k in range(1, 5) if shard.is_exact(k)] == exact
+    assert [k for k in range(1, 5) if shard.replay.is_exact(k)] == exact
     assert shard.replay_report()["exact_rounds_planned"] == len(exact)
 
 
@@ -124,9 +124,9 @@ def test_an_abnormal_estimate_asks_the_client_to_train_instead():
                            {"w": np.zeros(3, np.float32)}, 0, 0, 0, threshold=0.5,
                            from_first_participation=False)
     moved = to_record({"w": np.ones(3, np.float32)})  # W' - W = (1, 1, 1)
-    shard._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I: a small correction
+    shard.replay._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I: small
     assert shard.configure_train(2, moved, ConfigRecord({}), None) == []
-    shard._shared = [(np.ones(3), 100 * np.ones(3))]  # B = 100 I: |U' - U| >> |U|
+    shard.replay._shared = [(np.ones(3), 100 * np.ones(3))]  # B = 100 I: |U' - U| >> |U|
     asked = shard.configure_train(2, moved, ConfigRecord({}), None)
     assert sorted(m.metadata.dst_node_id for m in asked) == [100, 102]
     # without replies the round keeps the stored updates, never the wild estimate
