@@ -217,20 +217,29 @@ ULIRA_COLUMNS = (
 
 
 def ulira_table(summary: RunSummary) -> str:
-    """U-LiRA of the original and SE (``mia-unlearn-references``); empty without."""
+    """U-LiRA of the original and the referenced frameworks; empty without."""
     models = {"original": summary.original, **(summary.frameworks or {})}
     rows = [[name] + [_with_interval(m.audit, k) for k, _ in ULIRA_COLUMNS]
             for name, m in models.items() if m is not None and "ulira_auc" in m.audit]
     if not rows:
         return ""
     u = (summary.verification or {}).get("mia", {}).get("ulira", {})
+    shapes = u.get("shapes") or {"shard": {"clients": u.get("shard_clients"),
+                                           "forgotten_clients": u.get("forgotten_clients"),
+                                           "client_size": u.get("client_size")}}
+    kinds = "; ".join(
+        f"{label}-shaped: {s.get('clients')} clients, {s.get('forgotten_clients')} "
+        f"forgotten of {s.get('client_size')} samples" for label, s in shapes.items())
+    exact = u.get("exact_by_construction") or []
     return "\n".join([
-        f"U-LiRA: {u.get('references')} reference shards ({u.get('recipe')}), each "
-        f"forgetting {u.get('forgotten_clients')} clients of {u.get('client_size')} "
-        f"from a pool of {u.get('pool')} targets; original: learned vs never saw, SE: "
-        "unlearned vs never saw [95% bootstrap interval]", "",
+        f"U-LiRA: {u.get('references')} references of each shape ({kinds}; "
+        f"{u.get('recipe')}) from a pool of {u.get('pool')} targets; original: "
+        "learned vs never saw, the others: unlearned with their own rule vs never saw "
+        "[95% bootstrap interval]", "",
         table(["model"] + [h for _, h in ULIRA_COLUMNS], rows),
-        *[f"  {line}" for line in u.get("unread", [])]])
+        *[f"  {line}" for line in u.get("unread", [])],
+        *([f"  {', '.join(exact)}: retrain without the forgotten clients, exact by "
+           "construction (not referenced)"] if exact else [])])
 
 
 def stages_table(stages: list[StageSummary]) -> str:

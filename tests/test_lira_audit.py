@@ -102,7 +102,7 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
     summary, _ = run_server({"forget-clients": "3", "mia-shadows": 2,
                              "mia-references": 3, "mia-nonmembers": 640,
                              "mia-unlearn-references": 6,
-                             "frameworks": "SE,FR"})
+                             "frameworks": "SE,FR,FE,SE-R,FRec"})
     lira = summary["verification"]["mia"]["lira"]
     assert lira["references"] == 3 and lira["n_targets"] == 64
     assert lira["n_nonmembers"] == 640 and lira["pseudo_clients"] == 10
@@ -128,8 +128,14 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
     assert ("each forgotten client's p-value" in text) is signal
     ulira = summary["verification"]["mia"]["ulira"]
     assert ulira["references"] == 6 and ulira["pool"] == 64
-    assert ulira["forgotten_clients"] == 1 and ulira["client_size"] == 32
-    for name in ("original", "SE"):
+    assert ulira["forgotten_clients"] == 1 and ulira["client_size"] == 64
+    # client 3's 64 samples are the targets: half of them, filled up to 64
+    assert ulira["shapes"]["shard"]["targets_per_client"] == 32
+    assert ulira["shapes"]["federation"]["clients"] == 8
+    assert ulira["frameworks"] == {"SE": "shard", "FE": "federation",
+                                   "SE-R": "shard", "FRec": "federation"}
+    assert ulira["exact_by_construction"] == ["FR"]
+    for name in ("original", "SE", "FE", "SE-R", "FRec"):
         block = summary["original"] if name == "original" else \
             summary["frameworks"][name]
         assert 0.0 <= block["mia_ulira_game_auc"] <= 1.0
@@ -137,7 +143,8 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
         assert block["mia_ulira_n_member"] == 64  # the run's model: every target
         assert block["mia_ulira_n_nonmember"] == block["mia_ulira_game_n_nonmember"]
     assert "mia_ulira_auc" not in summary["frameworks"]["FR"]
-    assert "U-LiRA: 6 reference shards" in text
+    assert "U-LiRA: 6 references of each shape (shard-shaped: 4 clients" in text
+    assert "FR: retrain without the forgotten clients, exact by construction" in text
     assert any(line.startswith("mia_ulira_game_tpr_at_01fpr not read: 192 negatives")
                for line in ulira["unread"])
 

@@ -8,6 +8,7 @@ import torch
 from scipy.stats import norm
 
 from server_app.config import ConfigError, RunConfig
+from server_app.config.audit import ULIRA_FRAMEWORKS
 from server_app.evaluation.lira import roc_auc
 from server_app.evaluation.ulira import (
     balanced_halves,
@@ -16,7 +17,17 @@ from server_app.evaluation.ulira import (
     leave_one_out,
     log_ratio,
 )
-from server_app.evaluation.ulira_audit import learn_with_history, se_unlearn
+from server_app.evaluation.ulira_audit import (
+    UNLEARNING,
+    ReferenceShape,
+    _local_update,
+    _reference_parts,
+    _seed,
+    learn_with_history,
+    recover,
+    reference_shapes,
+    se_unlearn,
+)
 from strategies.calibration import weighted_step
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -78,9 +89,10 @@ def test_leave_one_out_is_unbiased_under_the_null():
         leave_one_out(phi, is_in[[0, 2, 1, 3, 4, 5, 6, 7]])
 
 
-def _tiny(num_rounds: int):
+def _tiny(num_rounds: int, **overrides):
     cfg = RunConfig.from_run_config(fused_run_config(
-        {**TINY, "num-rounds": num_rounds, "clients-per-round": 6, "num-shards": 2}))
+        {**TINY, "num-rounds": num_rounds, "clients-per-round": 6, "num-shards": 2,
+         **overrides}))
     torch.manual_seed(0)
     parts = [(torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))) for _ in range(3)]
     task = type("T", (), {"num_classes": 10})()
@@ -112,13 +124,94 @@ def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchang
     assert se_unlearn(cfg, task, parts, rounds, {7}, seed=4) is None  # unchanged
 
 
+@pytest.mark.slow
+def test_fe_rule_replays_from_round_1_where_se_starts_at_the_first_participation():
+    """FedEraser recalibrates rounds before the forgotten client's; SE starts at it."""
+    cfg, task, parts = _tiny(num_rounds=3)
+    seed = next(s for s in range(50)  # one client a round; the last round's is new
+                if _last_is_new(learn_with_history(cfg, task, parts, s, per_round=1)[1]))
+    learned, rounds = learn_with_history(cfg, task, parts, seed, per_round=1)
+    late = next(iter(rounds[2].updates))
+    se = se_unlearn(cfg, task, parts, rounds, {late}, seed)
+    fe = se_unlearn(cfg, task, parts, rounds, {late}, seed, from_first_participation=False)
+    assert all(np.array_equal(se[k], rounds[2].start[k]) for k in se)  # W^2 kept
+    assert any(not np.array_equal(fe[k], se[k]) for k in se)  # round 2 retrained
+
+
+def _last_is_new(rounds) -> bool:
+    seen = set(rounds[0].updates) | set(rounds[1].updates)
+    return len(seen) == 2 and not seen & set(rounds[2].updates)
+
+
+@pytest.mark.slow
+def test_recovery_with_every_round_exact_retrains_with_the_learning_seeds():
+    """recovery-warmup >= G: round 1 the stored updates (eq. 2), then real training.
+
+    Each retained client trains L epochs from W' with the seed it had in that
+    learning round, so the recovered model is FedAvg of exactly those updates.
+    """
+    cfg, task, parts = _tiny(num_rounds=2, **{"recovery-warmup": 5, "recovery-final": 0})
+    _, rounds = learn_with_history(cfg, task, parts, seed=6)
+    got = recover(cfg, task, parts, rounds, {0}, seed=6)
+    state = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],
+                          [8, 8])
+    fresh = [_local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
+                           _seed(6, 1, c)) for c in (1, 2)]
+    want = weighted_step(state, fresh, [8, 8])
+    assert all(np.allclose(got[k], want[k], atol=1e-6) for k in want)
+    # an unforgotten history: W' = W, the stored updates come back
+    assert recover(cfg, task, parts, rounds, {7}, seed=6) is None
+    same = _local_update(cfg, task, rounds[1].start, parts[1], cfg.training.local_epochs,
+                         _seed(6, 1, 1))
+    assert all(np.allclose(same[k], rounds[1].updates[1][k], atol=1e-6) for k in same)
+
+
+def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec():
+    owners = np.repeat([1, 3, 5], 10)  # three forgotten clients, 10 targets each
+    sets = type("S", (), {"owner": owners})()
+    shards = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FR"}))
+    shapes = reference_shapes(cfg, sets, shards, pool=30, client_size=10)
+    assert list(shapes) == ["shard"]
+    assert shapes["shard"] == ReferenceShape(4, 2, 2, 10, 7)  # f = 2 (clients 1, 3)
+    cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FRec"}))
+    fed = reference_shapes(cfg, sets, shards, pool=30, client_size=10)["federation"]
+    assert fed == ReferenceShape(8, 3, 4, 10, 5)
+    assert set(ULIRA_FRAMEWORKS) == set(UNLEARNING)
+
+
+def test_reference_clients_hold_their_targets_filled_up_from_the_shadow_pool():
+    shape = ReferenceShape(clients=4, forgotten=2, per_round=2, client_size=6,
+                           targets_per_client=4)
+    targets = (torch.arange(8.0).reshape(8, 1), torch.arange(8))
+    shadow = (torch.arange(100.0, 140.0).reshape(40, 1), torch.arange(100, 140))
+    parts = _reference_parts(shape, np.array([5, 1, 7, 2, 0, 3, 6, 4]),
+                             np.random.default_rng(0), targets, shadow)
+    assert [len(y) for _, y in parts] == [6, 6, 6, 6]
+    assert sorted(parts[0][1][:4].tolist() + parts[1][1][:4].tolist()) == list(range(8))
+    drawn = torch.cat([y for _, y in parts])
+    assert drawn.unique().numel() == 24  # nothing twice
+    assert all((y[4:] >= 100).all() for _, y in parts[:2])  # filled from the shadow pool
+    assert all((y >= 100).all() for _, y in parts[2:])
+
+
 @pytest.mark.parametrize("overrides", [
     {"mia-unlearn-references": 3, "mia-shadows": 2},
     {"mia-unlearn-references": 4, "mia-shadows": 2},
     {"mia-unlearn-references": 6},
     {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR"},
     {"mia-unlearn-references": 6, "mia-shadows": 2, "calibration-interval": 2},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FE,FR",
+     "calibration-interval": 2},
+    {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR,RR"},
 ])
 def test_bad_unlearn_reference_settings_are_refused(overrides):
     with pytest.raises(ConfigError, match="'mia-unlearn-references'"):
         RunConfig.from_run_config(fused_run_config(overrides))
+
+
+def test_recovery_alone_takes_any_calibration_interval():
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "SE-R,FR",
+         "calibration-interval": 2}))
+    assert cfg.audit.mia_unlearn_references == 6

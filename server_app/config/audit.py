@@ -13,6 +13,9 @@ from task.text_backdoor import MAX_PHRASE
 
 #: Most reference models of the likelihood-ratio attack (``mia-references``).
 MAX_REFERENCES = 256
+#: Frameworks the U-LiRA audit references (``server_app.evaluation.ulira_audit``):
+#: the approximate ones; FR and RR retrain, so their game is chance by construction.
+ULIRA_FRAMEWORKS = ("SE", "SE-R", "FE", "FRec")
 
 
 @dataclass(frozen=True)
@@ -133,15 +136,20 @@ class AuditConfig(Section):
                       "audit, on its disjoint targets, non-members and pool)")
 
     def _validate_unlearn_references(self, unlearning: UnlearningConfig) -> None:
-        """``mia-unlearn-references``: 0 or even 6..MAX_REFERENCES, SE's U-LiRA."""
+        """``mia-unlearn-references``: 0 or even 6..MAX_REFERENCES, U-LiRA."""
         k = self.mia_unlearn_references
         if k == 0:
             return
         if not (6 <= k <= MAX_REFERENCES and k % 2 == 0):
             raise bad("mia-unlearn-references", k,
                       f"0 (no U-LiRA) or an even number in 6..{MAX_REFERENCES}")
-        if not self.mia_shadows or "SE" not in unlearning.framework_list \
-                or unlearning.calibration_interval != 1:
+        referenced = set(unlearning.framework_list) & set(ULIRA_FRAMEWORKS)
+        if not self.mia_shadows or not referenced:
             raise bad("mia-unlearn-references", k,
-                      "0 unless mia-shadows >= 1, frameworks has SE and "
-                      "calibration-interval = 1 (the references replay as SE does)")
+                      "0 unless mia-shadows >= 1 and frameworks has one of "
+                      f"{', '.join(ULIRA_FRAMEWORKS)} (the others retrain: exact by "
+                      "construction)")
+        if referenced & {"SE", "FE"} and unlearning.calibration_interval != 1:
+            raise bad("mia-unlearn-references", k,
+                      "0 unless calibration-interval = 1 when frameworks has SE or FE "
+                      "(the references replay every round)")

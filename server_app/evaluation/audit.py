@@ -29,7 +29,13 @@ from server_app.evaluation.lira_audit import LiraAudit, LiraSamples, unread_note
 from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets, split_rows
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
-from server_app.evaluation.ulira_audit import real_phi, train_references, ulira_scores
+from server_app.evaluation.ulira_audit import (
+    EXACT_BY_CONSTRUCTION,
+    UNLEARNING,
+    real_phi,
+    train_references,
+    ulira_scores,
+)
 from task.data import client_data, partition_sizes
 from task.device import resolve_device
 from task.interface import Task
@@ -335,29 +341,38 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
 
 
 def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
-    """U-LiRA of the original and SE (``ulira_*`` into ``results``); its settings."""
+    """U-LiRA of the original and each referenced framework (``ulira_*``); settings."""
     shards = models["original"][1]
-    refs = train_references(cfg, task, sets, shards)
-    for name in ("original", "SE"):
+    sizes = partition_sizes(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
+                            cfg.data.client_samples)
+    refs = train_references(cfg, task, sets, shards,  # a forgotten client's size
+                            max(sizes[p] for p in np.unique(sets.owner)))
+    for name in ("original", *refs.unlearned):
         if name in models and name in results:
             shard_models, model_shards = models[name]
             phi = real_phi(sets, refs, task, _shard_proba(cfg, task, shard_models),
                            model_shards)
-            results[name].update(ulira_scores(refs, phi, name == "SE", cfg.seed))
+            results[name].update(ulira_scores(refs, phi, name, cfg.seed))
     training, negatives = cfg.training, int((~refs.is_in).sum())
     unread = [unread_note(prefix, negatives, fpr, "negatives (references that never "
                           "saw the sample)") for prefix in ("ulira_game_", "ulira_")
               for fpr in LOW_FPRS if negatives * fpr < MIN_FALSE_POSITIVES]
+    shard = refs.shapes["shard"]
     return {"attack": "U-LiRA (Hayes et al. 2025): online LiRA between references that "
-            "unlearned a sample with SE and references that never saw it",
+            "unlearned a sample with the framework's own rule and references that "
+            "never saw it",
             "references": cfg.audit.mia_unlearn_references,
-            "pool": int(len(refs.pool)), "forgotten_clients": refs.forgotten_clients,
-            "client_size": refs.client_size, "shard_clients": refs.shard_clients,
-            "recipe": f"FedAvg of {refs.shard_clients} clients, "
-            f"{training.clients_per_round // training.num_shards} a round, "
-            f"{training.num_rounds} rounds x {training.local_epochs} local epochs; "
-            f"SE replay, L / r = {training.local_epochs / cfg.unlearning.retrain_ratio:g}"
-            " epochs", "game": "each reference against Gaussians of all but it and its "
+            "pool": int(len(refs.pool)), "forgotten_clients": shard.forgotten,
+            "client_size": shard.client_size, "shard_clients": shard.clients,
+            "shapes": {label: shape.to_json() for label, shape in refs.shapes.items()},
+            "frameworks": {name: UNLEARNING[name][0] for name in refs.unlearned},
+            "exact_by_construction": [n for n in cfg.unlearning.framework_list
+                                      if n in EXACT_BY_CONSTRUCTION],
+            "recipe": f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} "
+            f"local epochs; SE / FE replay L / r = "
+            f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs; SE-R / "
+            "FRec recovery with the run's recovery-* settings",
+            "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}
 

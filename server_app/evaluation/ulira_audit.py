@@ -1,25 +1,40 @@
-"""U-LiRA in the shadow-model audit: is SE's unlearned shard like one that never saw F.
+"""U-LiRA in the shadow-model audit: is an unlearned model like one that never saw F.
 
-With ``mia-unlearn-references`` = k (even, >= 6) the audit trains k reference
-shards as the run trains a shard (FedAvg, G rounds of ``clients-per-round /
-num-shards`` clients x L local epochs, the run's optimizer) and then unlearns
-from each, with SE's calibrated retraining (paper eq. 2-3, FedEraser's rule,
-:mod:`strategies.calibration`: the replay from the forgotten clients' first
-round, retained clients retraining L / r epochs, their stored norms kept). Each
-reference shard has as many clients as a run's shard; f of them (the most
-forgotten clients of one of the run's shards) hold a random half of the pool of
-targets, the forgotten clients' samples, and are forgotten; the others hold
-shadow-pool samples (:mod:`server_app.evaluation.mia_sets`). References 2i and
-2i + 1 forget complementary halves, so each target was in k / 2 forget sets and
-never seen by the other k / 2 (:func:`server_app.evaluation.ulira.balanced_halves`).
+With ``mia-unlearn-references`` = k (even, >= 6) the audit trains k references
+as the run learns and then unlearns from each with the run's own rules:
+
+- **shard-shaped** (for the original, SE and SE-R): a reference shard of as many
+  clients as a run's shard, learned as a shard is (FedAvg, G rounds of
+  ``clients-per-round / num-shards`` clients x L local epochs, the run's
+  optimizer); f of its clients (the most forgotten clients of one of the run's
+  shards) are forgotten;
+- **federation-shaped** (for FE and FRec, built only when one of them runs): the
+  unsharded federation, ``num-clients`` clients, ``clients-per-round`` a round;
+  f = every forgotten client.
+
+The unlearning rules: SE (FE) calibrated retraining, paper eq. 2-3, FedEraser's
+rule (:mod:`strategies.calibration`), from the forgotten clients' first round
+(FE: from round 1), retained clients retraining L / r epochs with their stored
+norms kept; SE-R (FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
+with the run's ``recovery-*`` settings, exact rounds trained with the learning
+round's seed, from the first round (FRec: from round 1). FR and RR retrain from
+the initial model on the retained clients only: their model is a function of the
+retained data and the seeds, so the game is at chance by construction and is not
+run (``verification.mia.ulira.exact_by_construction``).
+
+In each reference the f forgotten clients hold a random half of the pool of
+targets (the forgotten clients' samples), filled up with shadow-pool samples
+(:mod:`server_app.evaluation.mia_sets`) to a run's client size; the others hold
+shadow-pool samples. References 2i and 2i + 1 forget complementary halves, so
+each target was in k / 2 forget sets and never seen by the other k / 2
+(:func:`server_app.evaluation.ulira.balanced_halves`).
 
 Scores (:mod:`server_app.evaluation.ulira`), each with bootstrap intervals:
 ``ulira_game_*`` the game on the references, each scored with the Gaussians of
-all but it and its complementary partner (SE: unlearned vs never saw; original:
+all but it and its complementary partner (unlearned vs never saw; original:
 learned vs never saw, i.e. online LiRA on the references), and ``ulira_*`` the
 run's real model on its forgotten samples, fit the same way, against the game's
-negatives (a reference that never saw the sample). Only SE is referenced: FE and
-RR unlearn the unsharded federation and would need references of that shape.
+negatives (a reference that never saw the sample).
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ from server_app.evaluation.ulira import (
     leave_one_out,
 )
 from strategies.calibration import calibrate, difference, weighted_step
+from strategies.recovery import RecoveryReplay
 from task.device import resolve_device
 
 Arrays = dict[str, np.ndarray]
@@ -70,13 +86,14 @@ def _local_update(cfg: RunConfig, task, start: Arrays, part: Part, epochs: float
     return difference(_arrays(local), start)
 
 
-def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int
-                       ) -> tuple[Arrays, list[RoundRecord]]:
-    """A reference shard learned as the run's shards, with its stored history.
+def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int,
+                       per_round: int | None = None) -> tuple[Arrays, list[RoundRecord]]:
+    """A reference learned as the run learns, with its stored history.
 
-    G rounds of FedAvg weighted by sample counts; each round ``clients-per-round /
-    num-shards`` clients drawn with ``seed`` train L local epochs with the run's
-    optimizer (the task's ``train``) from the current model W^(g-1).
+    G rounds of FedAvg weighted by sample counts; each round ``per_round``
+    clients drawn with ``seed`` train L local epochs with the run's optimizer
+    (the task's ``train``) from the current model W^(g-1); the client of index c
+    in round g (from 0) trains with seed ``seed * 1000 + g * 100 + c``.
 
     Parameters
     ----------
@@ -88,6 +105,9 @@ def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int
         Each client's images (n_c, ...) and int64 classes (n_c,).
     seed : int
         Seeds the initial model, the draws and the local training.
+    per_round : int, optional
+        Clients a round (at most ``len(parts)``); default a shard's,
+        ``clients-per-round / num-shards``.
 
     Returns
     -------
@@ -98,22 +118,35 @@ def learn_with_history(cfg: RunConfig, task, parts: Sequence[Part], seed: int
     training = cfg.training
     torch.manual_seed(seed)
     state = _arrays(cfg.task().model(task.num_classes))
-    per_round = min(len(parts), max(1, training.clients_per_round // training.num_shards))
+    if per_round is None:
+        per_round = training.clients_per_round // training.num_shards
+    per_round = min(len(parts), max(1, per_round))
     rng = np.random.default_rng(seed)
     rounds = []
     for rnd in range(training.num_rounds):
         chosen = sorted(int(c) for c in rng.choice(len(parts), per_round, replace=False))
         updates = {c: _local_update(cfg, task, state, parts[c], training.local_epochs,
-                                    seed * 1000 + rnd * 100 + c) for c in chosen}
+                                    _seed(seed, rnd, c)) for c in chosen}
         rounds.append(RoundRecord(state, updates))
         state = weighted_step(state, list(updates.values()),
                               [len(parts[c][1]) for c in chosen])
     return state, rounds
 
 
+def _seed(seed: int, rnd: int, client: int) -> int:
+    """Learning's seed of ``client`` in round ``rnd`` (from 0)."""
+    return seed * 1000 + rnd * 100 + client
+
+
+def _first_round(rounds: list[RoundRecord], forget: set[int]) -> int | None:
+    """The first round (from 0) a client of ``forget`` took part in, or None."""
+    return next((g for g, r in enumerate(rounds) if forget & set(r.updates)), None)
+
+
 def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecord],
-               forget: set[int], seed: int) -> Arrays | None:
-    """SE's calibrated replay of one shard without the clients ``forget``.
+               forget: set[int], seed: int, from_first_participation: bool = True
+               ) -> Arrays | None:
+    """SE's (FE's) calibrated replay of one reference without the clients ``forget``.
 
     Parameters
     ----------
@@ -129,23 +162,26 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
         Indices into ``parts`` of the forgotten clients.
     seed : int
         Seeds the retraining.
+    from_first_participation : bool
+        SE's rule (default); False: FedEraser's own, from round 1.
 
     Returns
     -------
     dict or None
         The unlearned model (layer name -> ndarray).
 
-    From the first round p a forgotten client took part in: W'^(p-1) = W^(p-1);
-    round p applies the retained participants' stored updates (paper eq. 2);
-    each later round's retained participants train L / r epochs from W'^(g-1)
-    and their new updates get the stored norms, layer by layer (eq. 3,
-    :func:`strategies.calibration.calibrate`). Rounds left without a retained
-    participant are skipped. None when no client of ``forget`` took part: as in
-    SE, the shard is then unchanged.
+    From the first round p a forgotten client took part in (FE: round 1):
+    W'^(p-1) = W^(p-1); round p applies the retained participants' stored
+    updates (paper eq. 2); each later round's retained participants train L / r
+    epochs from W'^(g-1) and their new updates get the stored norms, layer by
+    layer (eq. 3, :func:`strategies.calibration.calibrate`). Rounds left without
+    a retained participant are skipped. None when no client of ``forget`` took
+    part: as in SE, the model is then unchanged.
     """
-    first = next((g for g, r in enumerate(rounds) if forget & set(r.updates)), None)
+    first = _first_round(rounds, forget)
     if first is None:
         return None
+    first = first if from_first_participation else 0
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     for g in range(first, len(rounds)):
@@ -160,6 +196,139 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     return state
 
 
+class _History:
+    """A reference's rounds as a one-shard :class:`strategies.unlearning.HistoryReader`.
+
+    Stored round t (from 1) is ``rounds[t - 1]``; n = the client's sample count.
+    """
+
+    def __init__(self, rounds: list[RoundRecord], parts: Sequence[Part]) -> None:
+        self._rounds, self._sizes = rounds, [len(y) for _, y in parts]
+
+    def rounds(self, shard: int) -> list[int]:
+        return list(range(1, len(self._rounds) + 1))
+
+    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
+        return [(c, self._sizes[c]) for c in sorted(self._rounds[rnd - 1].updates)]
+
+    def update(self, shard: int, rnd: int, partition_id: int) -> Arrays:
+        return self._rounds[rnd - 1].updates[partition_id]
+
+
+def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecord],
+            forget: set[int], seed: int, from_first_participation: bool = True
+            ) -> Arrays | None:
+    """SE-R's (FRec's) server-side recovery of one reference without ``forget``.
+
+    :class:`strategies.recovery.RecoveryReplay` with the run's ``recovery-*``
+    settings over the reference's history; a client asked to train (exact round,
+    or an abnormal estimate) trains L local epochs from W'^(k-1) with the seed it
+    had in that learning round, as the run's clients do.
+
+    Parameters
+    ----------
+    cfg, task, parts, rounds, forget, seed
+        As :func:`se_unlearn` (``seed`` as given to :func:`learn_with_history`).
+    from_first_participation : bool
+        SE-R's rule (default); False: FedRecover's own, from round 1.
+
+    Returns
+    -------
+    dict or None
+        The recovered model; None when no client of ``forget`` took part.
+    """
+    first = _first_round(rounds, forget)
+    if first is None:
+        return None
+    history = _History(rounds, parts)
+    state = rounds[first if from_first_participation else 0].start
+    replay = RecoveryReplay(history, 0, forget, state,
+                            **cfg.unlearning.recovery_settings,
+                            from_first_participation=from_first_participation)
+    for k in range(1, replay.num_rounds + 1):
+        rnd = replay.stored_round(k) - 1
+        exact = {c: _local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
+                                  _seed(seed, rnd, c))
+                 for c, _ in replay.begin(k, state)}
+        new = replay.finish(k, exact)
+        state = state if new is None else new
+    return state
+
+
+#: U-LiRA's frameworks: name -> (reference shape, unlearning, from first participation).
+UNLEARNING = {"SE": ("shard", se_unlearn, True), "SE-R": ("shard", recover, True),
+              "FE": ("federation", se_unlearn, False),
+              "FRec": ("federation", recover, False)}
+#: Frameworks whose model never depends on the forgotten samples (not referenced).
+EXACT_BY_CONSTRUCTION = ("FR", "RR")
+
+
+@dataclass(frozen=True)
+class ReferenceShape:
+    """The references of one shape: their clients and their forgotten clients.
+
+    Attributes
+    ----------
+    clients : int
+        Clients a reference has.
+    forgotten : int
+        f, clients of a reference that hold the targets and are forgotten.
+    per_round : int
+        Clients a learning round.
+    client_size : int
+        Samples a client (a forgotten one: its share of the targets, filled up
+        with shadow-pool samples).
+    targets_per_client : int
+        Targets a forgotten client holds: half the pool / f.
+    """
+
+    clients: int
+    forgotten: int
+    per_round: int
+    client_size: int
+    targets_per_client: int
+
+    def to_json(self) -> dict[str, int]:
+        """``verification.mia.ulira.shapes`` entry."""
+        return {"clients": self.clients, "forgotten_clients": self.forgotten,
+                "clients_per_round": self.per_round, "client_size": self.client_size,
+                "targets_per_client": self.targets_per_client}
+
+
+def reference_shapes(cfg: RunConfig, sets: MiaSets, shards: Sequence[Sequence[int]],
+                     pool: int, client_size: int) -> dict[str, ReferenceShape]:
+    """The shard shape and, when FE or FRec runs, the federation shape.
+
+    Parameters
+    ----------
+    cfg : RunConfig
+        ``num-clients``, ``clients-per-round``, ``num-shards``, the frameworks.
+    sets : MiaSets
+        The targets' owners (partition ids).
+    shards : sequence of sequence of int
+        The run's shards.
+    pool : int
+        Targets in the pool (even).
+    client_size : int
+        Samples a run's client holds.
+    """
+    owners = list(np.unique(sets.owner))
+    f = max(int(np.isin(owners, list(s)).sum()) for s in shards)
+    training = cfg.training
+
+    def shape(clients: int, forgotten: int, per_round: int) -> ReferenceShape:
+        share = pool // 2 // forgotten
+        return ReferenceShape(clients, forgotten, per_round, max(share, client_size),
+                              share)
+
+    out = {"shard": shape(max(len(s) for s in shards), f,
+                          training.clients_per_round // training.num_shards)}
+    if set(cfg.unlearning.framework_list) & {"FE", "FRec"}:
+        out["federation"] = shape(cfg.data.num_clients, len(owners),
+                                  training.clients_per_round)
+    return out
+
+
 @dataclass
 class UliraReferences:
     """phi of the pool under each reference, learned and unlearned.
@@ -170,71 +339,115 @@ class UliraReferences:
         Indices into ``MiaSets.target`` of the pool (even n).
     is_in : numpy.ndarray, bool, shape (k, n)
         Reference i's forget set held pool example j.
-    learned, unlearned : numpy.ndarray, float64, shape (k, n)
-        phi under each reference's learned and SE-unlearned model.
-    forgotten_clients, client_size, shard_clients : int
-        f, samples a forgotten client, clients a reference shard.
+    learned : numpy.ndarray, float64, shape (k, n)
+        phi under each shard-shaped reference's learned model.
+    unlearned : dict of str -> numpy.ndarray, float64, shape (k, n)
+        Framework -> phi under each reference after its unlearning.
+    shapes : dict of str -> ReferenceShape
+        ``"shard"`` and, for FE / FRec, ``"federation"``.
     """
 
     pool: np.ndarray
     is_in: np.ndarray
     learned: np.ndarray
-    unlearned: np.ndarray
-    forgotten_clients: int
-    client_size: int
-    shard_clients: int
+    unlearned: dict[str, np.ndarray]
+    shapes: dict[str, ReferenceShape]
+
+
+def _reference_parts(shape: ReferenceShape, mine: np.ndarray, rng: np.random.Generator,
+                     targets: Part, shadow: Part) -> list[Part]:
+    """The clients of one reference: f with ``mine`` (+ shadow fill), then shadow ones."""
+    fill = shape.client_size - shape.targets_per_client
+    drawn = rng.choice(len(shadow[1]), (shape.clients - shape.forgotten)
+                       * shape.client_size + shape.forgotten * fill, replace=False)
+    fills, others = drawn[:shape.forgotten * fill], drawn[shape.forgotten * fill:]
+
+    def rows(data: Part, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        i = torch.from_numpy(idx)
+        return data[0][i], data[1][i]
+
+    parts = []
+    for own, extra in zip(np.array_split(mine, shape.forgotten),
+                          np.array_split(fills, shape.forgotten), strict=True):
+        (x_a, y_a), (x_b, y_b) = rows(targets, own), rows(shadow, extra)
+        parts.append((torch.cat([x_a, x_b]), torch.cat([y_a, y_b])))
+    return parts + [rows(shadow, p)
+                    for p in np.array_split(others, shape.clients - shape.forgotten)]
 
 
 def train_references(cfg: RunConfig, task, sets: MiaSets,
-                     shards: Sequence[Sequence[int]]) -> UliraReferences:
-    """Train ``mia-unlearn-references`` reference shards; phi of the pool under each.
+                     shards: Sequence[Sequence[int]], client_size: int = 0
+                     ) -> UliraReferences:
+    """Train ``mia-unlearn-references`` references of each shape; phi of the pool.
 
     Parameters
     ----------
     cfg : RunConfig
-        k = ``mia-unlearn-references``, the recipe, the seed.
+        k = ``mia-unlearn-references``, the recipe, the frameworks, the seed.
     task : TaskData
         The images of the targets and of the shadow pool.
     sets : MiaSets
         Targets (the pool: all of them, an even count), their owners, the pool.
     shards : sequence of sequence of int
-        The run's shards: f, the most forgotten clients of one shard, and the
-        clients a reference shard has.
+        The run's shards.
+    client_size : int
+        Samples a run's client holds (a forgotten reference client is filled
+        up to it).
 
     Returns
     -------
     UliraReferences
-        phi (k, n) of the pool under each reference, learned and unlearned.
+        phi (k, n) of the pool under each reference, learned and unlearned by
+        each framework of :data:`UNLEARNING` the run has.
+
+    Raises
+    ------
+    ValueError
+        The shadow pool is too small for a reference's clients.
     """
     k, seed = cfg.audit.mia_unlearn_references, cfg.seed
-    f = max(int(np.isin(np.unique(sets.owner), list(s)).sum()) for s in shards)
-    size = max(len(s) for s in shards)
     pool = np.arange(len(sets.target) - len(sets.target) % 2)
     is_in = balanced_halves(len(pool), k, seed)
-    x_t, y_t = split_rows(task, "train", sets.target[pool])
-    x_s, y_s = split_rows(task, sets.shadow_split, sets.shadow)
-    n_c = len(pool) // 2 // f
-    rng = np.random.default_rng([seed, 0x0E1A])
+    targets = split_rows(task, "train", sets.target[pool])
+    shadow = split_rows(task, sets.shadow_split, sets.shadow)
+    shapes = reference_shapes(cfg, sets, shards, len(pool), client_size)
+    names = [n for n in cfg.unlearning.framework_list if n in UNLEARNING]
+    need = max((s.clients - s.forgotten) * s.client_size
+               + s.forgotten * (s.client_size - s.targets_per_client)
+               for s in shapes.values())
+    if need > len(shadow[1]):
+        raise ValueError(f"U-LiRA needs {need} shadow-pool samples a reference and the "
+                         f"pool has {len(shadow[1])}: fewer or smaller clients "
+                         "(num-clients, client-samples) need fewer")
     spec, device = cfg.task(), resolve_device(cfg.training.device)
-    learned, unlearned = np.empty(is_in.shape), np.empty(is_in.shape)
-    for i in range(k):
-        mine = rng.permutation(np.flatnonzero(is_in[i]))
-        other = rng.choice(len(y_s), (size - f) * n_c, replace=False)
-        parts = [(x_t[torch.from_numpy(p)], y_t[torch.from_numpy(p)])
-                 for p in np.array_split(mine, f)]
-        parts += [(x_s[torch.from_numpy(p)], y_s[torch.from_numpy(p)])
-                  for p in np.array_split(other, size - f)]
-        final, rounds = learn_with_history(cfg, task, parts, seed + 101 + i)
-        gone = se_unlearn(cfg, task, parts, rounds, set(range(f)), seed + 101 + i)
-        gone = final if gone is None else gone
-        for out, state in ((learned, final), (unlearned, gone)):
-            model = spec.model(task.num_classes)
-            model.load_state_dict({n: torch.from_numpy(v) for n, v in state.items()})
-            out[i] = logit_confidence(spec.predict(model, x_t, device=device), y_t.numpy())
-    return UliraReferences(pool, is_in, learned, unlearned, f, n_c, size)
+
+    def phi(state: Arrays) -> np.ndarray:
+        model = spec.model(task.num_classes)
+        model.load_state_dict({n: torch.from_numpy(v) for n, v in state.items()})
+        return logit_confidence(spec.predict(model, targets[0], device=device),
+                                targets[1].numpy())
+
+    learned = np.empty(is_in.shape)
+    unlearned = {n: np.empty(is_in.shape) for n in names}
+    for tag, (label, shape) in enumerate(shapes.items()):
+        rng = np.random.default_rng([seed, 0x0E1A + tag])
+        for i in range(k):
+            mine = rng.permutation(np.flatnonzero(is_in[i]))
+            parts = _reference_parts(shape, mine, rng, targets, shadow)
+            ref_seed = seed + 101 + 1000 * tag + i
+            final, rounds = learn_with_history(cfg, task, parts, ref_seed, shape.per_round)
+            if label == "shard":
+                learned[i] = phi(final)
+            for name in names:
+                kind, unlearn, from_first = UNLEARNING[name]
+                if kind == label:
+                    gone = unlearn(cfg, task, parts, rounds, set(range(shape.forgotten)),
+                                   ref_seed, from_first)
+                    unlearned[name][i] = phi(final if gone is None else gone)
+    return UliraReferences(pool, is_in, learned, unlearned, shapes)
 
 
-def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
+def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, name: str,
                  seed: int) -> dict[str, object]:
     """The game on the references and the real model against its negatives.
 
@@ -244,9 +457,9 @@ def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
         The references' phi.
     phi_real : numpy.ndarray, float, shape (n,)
         The run's model (each target's shard's) on the pool (NaN: not scored).
-    unlearned : bool
-        Use the SE-unlearned references (for SE) or the learned ones (for the
-        original: online LiRA).
+    name : str
+        ``"original"`` (the learned shard-shaped references: online LiRA) or a
+        framework of ``refs.unlearned``.
     seed : int
         Seeds the bootstrap.
 
@@ -256,7 +469,7 @@ def ulira_scores(refs: UliraReferences, phi_real: np.ndarray, unlearned: bool,
         ``ulira_game_*`` and ``ulira_*`` keys
         (:meth:`server_app.evaluation.lira.LowFprMetrics.to_audit`).
     """
-    phi = refs.unlearned if unlearned else refs.learned
+    phi = refs.learned if name == "original" else refs.unlearned[name]
     positive, negative = leave_one_out(phi, refs.is_in)
     real = challenge_scores(phi_real, phi, refs.is_in)
     out = bootstrap_metrics(positive, negative, seed=seed).to_audit("ulira_game_")

@@ -1,7 +1,7 @@
 """LiRA's numbers of several memorize runs: per seed with intervals, and over seeds.
 
 usage: python docs/results/lira/collect.py OUT.json SUMMARY.json [...]
-Writes, per model (original, SE, FR, FE, RR), each LiRA key's value and 95%
+Writes, per model (original and each framework), each LiRA key's value and 95%
 bootstrap interval per run, and the mean and sample standard deviation over the
 runs where the value was read; prints markdown tables and the issue's goals.
 """
@@ -86,11 +86,14 @@ def goals(stats: dict) -> list[str]:
         out.append(f"original, online LiRA against the learned U-LiRA references: AUC "
                    f"{_cell(original['mia_ulira_auc'])}, TPR@1%FPR "
                    f"{_cell(original['mia_ulira_tpr_at_1fpr'])}")
-    se = stats.get("SE", {})
-    if "mia_ulira_game_auc" in se:
-        out.append(f"U-LiRA, SE unlearned vs never saw: game AUC mean "
-                   f"{_cell(se['mia_ulira_game_auc'])}, TPR@1%FPR "
-                   f"{_cell(se['mia_ulira_game_tpr_at_1fpr'])} (chance: 0.5, 0.01)")
+    for name in ("SE", "SE-R", "FE", "FRec"):
+        block = stats.get(name, {})
+        if "mia_ulira_game_auc" in block:
+            out.append(f"U-LiRA, {name} unlearned vs never saw: game AUC mean "
+                       f"{_cell(block['mia_ulira_game_auc'])}, TPR@1%FPR "
+                       f"{_cell(block['mia_ulira_game_tpr_at_1fpr'])}; the run's model "
+                       f"AUC {_cell(block['mia_ulira_auc'])}, TPR@1%FPR "
+                       f"{_cell(block['mia_ulira_tpr_at_1fpr'])} (chance: 0.5, 0.01)")
     if "mia_lira_tpr_at_1fpr" in fr:
         inside = [ci is not None and ci[0] <= 0.01 <= ci[1]
                   for _, ci in fr["mia_lira_tpr_at_1fpr"]["runs"]]
