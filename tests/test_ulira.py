@@ -10,6 +10,13 @@ from scipy.stats import norm
 from server_app.config import ConfigError, RunConfig
 from server_app.config.audit import ULIRA_FRAMEWORKS
 from server_app.evaluation.lira import roc_auc
+from server_app.evaluation.reference_unlearning import (
+    learn_with_history,
+    learning_seed,
+    local_update,
+    recover,
+    se_unlearn,
+)
 from server_app.evaluation.ulira import (
     balanced_halves,
     challenge_scores,
@@ -20,13 +27,8 @@ from server_app.evaluation.ulira import (
 from server_app.evaluation.ulira_audit import (
     UNLEARNING,
     ReferenceShape,
-    _local_update,
     _reference_parts,
-    _seed,
-    learn_with_history,
-    recover,
     reference_shapes,
-    se_unlearn,
 )
 from strategies.calibration import weighted_step
 from task.config import fused_run_config
@@ -155,14 +157,14 @@ def test_recovery_with_every_round_exact_retrains_with_the_learning_seeds():
     got = recover(cfg, task, parts, rounds, {0}, seed=6)
     state = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],
                           [8, 8])
-    fresh = [_local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
-                           _seed(6, 1, c)) for c in (1, 2)]
+    fresh = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
+                           learning_seed(6, 1, c)) for c in (1, 2)]
     want = weighted_step(state, fresh, [8, 8])
     assert all(np.allclose(got[k], want[k], atol=1e-6) for k in want)
     # an unforgotten history: W' = W, the stored updates come back
     assert recover(cfg, task, parts, rounds, {7}, seed=6) is None
-    same = _local_update(cfg, task, rounds[1].start, parts[1], cfg.training.local_epochs,
-                         _seed(6, 1, 1))
+    same = local_update(cfg, task, rounds[1].start, parts[1], cfg.training.local_epochs,
+                         learning_seed(6, 1, 1))
     assert all(np.allclose(same[k], rounds[1].updates[1][k], atol=1e-6) for k in same)
 
 
