@@ -123,6 +123,7 @@ def storage_table(storage: dict) -> str:
 FRAMEWORK_COLUMNS = [
     ("accuracy", "accuracy"), ("loss", "loss"), ("retrain_compute_s", "compute s"),
     ("retrain_wall_s", "wall s"), ("client_epochs", "client-epochs"),
+    ("client_rounds", "client rounds"),
     ("comm_time_s", "comm s"), ("server_storage_bytes", "server bytes"),
     ("mia_f1", "MIA F1"), ("mia_auc", "MIA AUC"), ("mia_tpr_at_1fpr", "TPR@1%FPR"),
     ("backdoor_asr", "backdoor ASR"),

@@ -31,8 +31,9 @@ COLUMNS = [
     "client_samples", "storage", "request_mode", "request_distribution",
     "num_requests", "requests", "framework", "metric", "accuracy", "loss",
     "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "client_epochs",
-    "comm_time_s", "calibration_interval", "rounds_to_target", "target_compute_s",
-    "target_modelled_wall_s", "rounds_replayed", "server_storage_bytes", "mia_f1",
+    "client_rounds", "comm_time_s", "calibration_interval", "rounds_to_target",
+    "target_compute_s", "target_modelled_wall_s", "rounds_replayed",
+    "server_storage_bytes", "mia_f1",
     "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
     "mia_lira_signal",
     "backdoor_asr", "backdoor_asr_ensemble",
@@ -58,7 +59,7 @@ PAPER_TIME_CLAIMS = (
 is about). Names, not kinds of task: a plug-in image or text task is not one of the
 paper's datasets (:func:`headline`)."""
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
-            "rounds_to_target", "rounds_replayed", "client_epochs",
+            "rounds_to_target", "rounds_replayed", "client_epochs", "client_rounds",
             "comm_time_s", "server_storage_bytes", "mia_f1", "mia_precision",
             "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
             "mia_lira_signal", "backdoor_asr",

@@ -83,6 +83,13 @@ def test_se_r_and_frec_recover_with_fewer_client_rounds(run_server, tmp_path):
     # SE-R: client work only in its exact rounds, so less than SE's calibration
     assert frameworks["SE-R"]["client_epochs"] < frameworks["FR"]["client_epochs"]
     assert frameworks["FRec"]["client_epochs"] < frameworks["FR"]["client_epochs"]
+    # rounds with client work (measured): FR all 4; FRec from round 1, whose round 1
+    # and estimated round 3 run on the server (3 only if an estimate is abnormal)
+    assert frameworks["FR"]["client_rounds"] == 4
+    assert 2 <= frameworks["FRec"]["client_rounds"] <= 3
+    assert 1 <= frameworks["SE"]["client_rounds"] <= frameworks["SE"]["rounds_replayed"] - 1
+    for block in frameworks.values():
+        assert block["client_rounds"] == sum(r["client_rounds"] for r in block["requests"])
     # the shards without the forgotten client stay bit for bit
     shards = summary["shards"]
     impacted = next(s for s, pids in enumerate(shards) if 3 in pids)

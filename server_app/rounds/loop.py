@@ -90,6 +90,9 @@ class CostMeter:
         Modelled seconds of those transfers, one after another on the server's link.
     rounds : int
         Rounds seen.
+    client_rounds : int
+        Rounds that messaged at least one client (the others ran on the server
+        alone: SE's preparation round, SE-R's estimated rounds).
     shard_compute_s : dict[int, float]
         Clients' training seconds per shard.
     contacted : list[int]
@@ -113,6 +116,7 @@ class CostMeter:
     transfers: int = 0
     comm_time_s: float = 0.0
     rounds: int = 0
+    client_rounds: int = 0
     shard_compute_s: dict[int, float] = field(default_factory=dict)
     contacted: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -139,6 +143,7 @@ class CostMeter:
         self.compute_s += outcome.server_s
         self.warnings += outcome.warnings
         self.rounds += 1
+        self.client_rounds += bool(outcome.messages)
 
     def round_wall_s(self, outcome: RoundOutcome) -> float:
         """Modelled wall seconds of one round in a real federation.

@@ -137,6 +137,7 @@ class RequestCost:
     compute_s: float | None = None
     wall_s: float | None = None
     client_epochs: float | None = None
+    client_rounds: int | None = None
     comm_time_s: float | None = None
     shard_compute_s: dict[int, float] | None = None
     warnings: list[str] | None = None
@@ -210,6 +211,9 @@ class FrameworkSummary:
         Clients' training seconds plus server seconds; wall seconds.
     client_epochs : float, optional
         Local epochs summed over the retraining replies.
+    client_rounds : int, optional
+        Server rounds that asked at least one client to train, summed over
+        requests (measured: a round of SE's shards in parallel counts once).
     comm_time_s : float, optional
         Modelled communication seconds (:func:`history.comm.transfer_seconds`).
     server_storage_bytes : int, optional
@@ -254,6 +258,7 @@ class FrameworkSummary:
     retrain_compute_s: float | None = None
     retrain_wall_s: float | None = None
     client_epochs: float | None = None
+    client_rounds: int | None = None
     comm_time_s: float | None = None
     server_storage_bytes: int | None = None
     requests: list[RequestCost] = field(default_factory=list)

@@ -174,8 +174,9 @@ def _request_cost(k: int, batch: Sequence[int], framework: Framework,
         k, sorted(batch), impacted_shards=framework.impacted,
         compute_s=stats.compute_s, wall_s=stats.wall_s,
         modelled_wall_s=stats.modelled_wall_s,
-        client_epochs=stats.client_epochs, comm_time_s=stats.comm_time_s,
-        shard_compute_s=stats.shard_compute_s, warnings=stats.warnings,
+        client_epochs=stats.client_epochs, client_rounds=stats.client_rounds,
+        comm_time_s=stats.comm_time_s, shard_compute_s=stats.shard_compute_s,
+        warnings=stats.warnings,
         slice_retrieval=retrieval or None, clients_per_round=framework.clients_per_round,
         rounds_replayed=_rounds_replayed(framework.replay), replay=framework.replay)
 
@@ -200,7 +201,8 @@ def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
         shard_accuracy=metrics["shard_accuracy"],
         retrain_compute_s=total.compute_s, retrain_wall_s=total.wall_s,
         modelled_wall_s=total.modelled_wall_s,
-        client_epochs=total.client_epochs, comm_time_s=total.comm_time_s,
+        client_epochs=total.client_epochs, client_rounds=total.client_rounds,
+        comm_time_s=total.comm_time_s,
         server_storage_bytes=store.total_bytes() if store else 0,
         requests=per_request, warnings=total.warnings,
         expected=_expected(stage, per_request) if name == "SE" else None,
@@ -267,7 +269,7 @@ def _retrieval_wall_s(retrieval: dict) -> float:
 def accumulate(total: CostMeter, stats: CostMeter) -> None:
     """Add the costs, contacts, accepted replies and warnings of ``stats`` to ``total``."""
     for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
-                "comm_time_s", "modelled_wall_s", "accepted"):
+                "comm_time_s", "modelled_wall_s", "accepted", "client_rounds"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
     total.contacted.extend(stats.contacted)
     total.warnings.extend(stats.warnings)
