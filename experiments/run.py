@@ -398,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                     "its own process with cores/jobs torch threads (default 1; "
                     "engine inprocess only)")
     ap.add_argument("--methods", default="", metavar="package.module:Class,...",
-                    help="unlearning methods of one's own, run beside SE in every "
-                    "run that runs SE (docs/TASKS.md)")
+                    help="unlearning methods of one's own (docs/TASKS.md) or built-in "
+                    "frameworks (SE-R, FRec), run beside SE in every run that runs SE")
     ap.add_argument("--keep-history", action="store_true",
                     help="keep each run's history stores and models")
     ap.add_argument("--report-only", action="store_true",

@@ -365,12 +365,14 @@ def plan(experiment: str, suite: str, datasets: tuple[str, ...] | None = None
 
 
 def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec]:
-    """``specs`` with unlearning methods of one's own run beside SE.
+    """``specs`` with more unlearning methods run beside SE.
 
-    Every run whose ``frameworks`` includes SE also runs ``methods``
-    (``package.module:Class``, :mod:`server_app.unlearning.methods`), so they land
-    in results.csv, the tables and the figures beside SE and the baselines; its
-    name gains ``-with-<Class>...`` (a run without them is never reused for it).
+    Every run whose ``frameworks`` includes SE also runs ``methods``: methods of
+    one's own (``package.module:Class``, :mod:`server_app.unlearning.methods`) or
+    built-in frameworks it lacks (e.g. ``SE-R``, ``FRec``), so they land in
+    results.csv, the tables and the figures beside SE and the baselines; its name
+    gains ``-with-<Class or name>...`` (a run without them is never reused for it).
+    A method the run already has is not added twice.
     """
     if not methods:
         return list(specs)
@@ -381,7 +383,8 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
         if "SE" not in names:
             out.append(spec)
             continue
-        config = {**spec.config, "frameworks": ",".join([*names, *methods])}
+        extra = [m for m in methods if m not in names]
+        config = {**spec.config, "frameworks": ",".join([*names, *extra])}
         out.append(replace(spec, name=spec.name + tail, config=config))
     return out
 

@@ -32,6 +32,19 @@ def tiny_all(tmp_path_factory, shared_data):
     return results, out, stream.getvalue()
 
 
+def test_built_in_frameworks_join_the_suite_beside_se():
+    specs = suites.plan("concurrent", "quick")
+    mixed = suites.with_methods(specs, ("SE-R", "FRec", "FR"))
+    for before, after in zip(specs, mixed, strict=True):
+        names = before.config["frameworks"].split(",")
+        if "SE" in names:
+            want = names + ["SE-R", "FRec"] + ([] if "FR" in names else ["FR"])
+            assert after.config["frameworks"].split(",") == want
+            validate_run_config(after.config, files=False)
+        else:
+            assert after == before
+
+
 def test_every_suite_config_is_valid():
     for suite in suites.SUITES:
         specs = suites.plan("all", suite)
