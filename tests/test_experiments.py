@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -317,6 +318,11 @@ def test_report_has_the_headline_comparison(tiny_all):
     assert "less server storage" in text  # coded SE's measured reduction
     assert "./simulate.sh experiments all --suite tiny" in text
     assert "MIA stability" in text and "Concurrent and sequential" in text
+    # every framework side by side on each concurrent batch, client rounds measured
+    side = text.split("Every framework on the same concurrent batch")[1]
+    for name in ("SE", "FR", "FE", "RR"):
+        assert re.search(rf"\| even \| 1 \| {name} \| [0-9.]+ \|", side), name
+    assert "client rounds" in side
     assert "2 CPU cores" in text or "CPU cores" in text
     for fig in results["figures"]:
         assert f"]({fig})" in text
