@@ -25,7 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments import collect  # noqa: E402
+from experiments import collect, compare  # noqa: E402
 
 COLORS = {"original": "#7f7f7f", "SE": "#d62728", "FR": "#1f77b4", "FE": "#2ca02c",
           "RR": "#9467bd", "SE-R": "#e377c2", "FRec": "#17becf",
@@ -44,9 +44,9 @@ def make_all(results: dict, rows: Sequence[dict], folder: Path) -> list[str]:
         ("single_accuracy.png", lambda p: single_accuracy(rows, p)),
         ("single_mia.png", lambda p: single_mia(rows, p)),
         ("concurrent.png", lambda p: concurrent(
-            collect.concurrent_points(rows, collect.se_requests(summaries)), p)),
+            compare.concurrent_points(rows, collect.se_requests(summaries)), p)),
         ("storage.png", lambda p: storage(
-            collect.storage_block(rows, collect.storage_blocks(summaries)), p)),
+            compare.storage_block(rows, collect.storage_blocks(summaries)), p)),
         ("storage_sweep.png", lambda p: storage_sweep(results.get("storage_sweep", []),
                                                       p)),
     ):
@@ -62,7 +62,7 @@ Order only: what a cell shows is read from its rows (``metric``)."""
 
 
 def _cells(rows):
-    cells = collect.single_cells(rows)
+    cells = compare.single_cells(rows)
     order = {name: i for i, name in enumerate(DISPLAY_ORDER)}
     return sorted(cells.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
                                                  kv[0][0], kv[0][1]))
@@ -116,7 +116,7 @@ def single_retraining(rows, path: Path) -> bool:
 def accuracy_panels(rows) -> dict[str, list]:
     """The cells of ``single_accuracy.png``, by panel (``"accuracy"``, ``"loss"``).
 
-    A cell goes to the panel of its headline metric (:func:`collect.cell_metric`:
+    A cell goes to the panel of its headline metric (:func:`compare.cell_metric`:
     the rows' ``metric``, which the run's task declared), never by its name.
 
     Parameters
@@ -132,7 +132,7 @@ def accuracy_panels(rows) -> dict[str, list]:
     """
     panels: dict[str, list] = {}
     for key, fw in _cells(rows):
-        panels.setdefault(collect.cell_metric(fw), []).append((key, fw))
+        panels.setdefault(compare.cell_metric(fw), []).append((key, fw))
     return {m: panels[m] for m in ("accuracy", "loss") if m in panels}
 
 
@@ -170,7 +170,7 @@ def single_mia(rows, path: Path) -> bool:
           {n: [(fw.get(n) or {}).get("mia_f1") for _, fw in cells] for n in names},
           "MIA F1 on forgotten data (0-1)")
     ax.axhline(0.5, color="k", lw=0.8, ls=":", label="chance (0.5)")
-    stab = collect.mia_stability(rows)
+    stab = compare.mia_stability(rows)
     if stab:
         ax.set_title(f"Membership inference F1 (seed 0); {stab['config']} over seeds "
                      f"{stab['seeds']}: F1 range up to "

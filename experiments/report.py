@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cli import tables
 from cli.report import NO_SIGNAL
-from experiments import collect
+from experiments import collect, compare
 
 PAPER = "Lin et al., *Scalable Federated Unlearning via Isolated and Coded Sharding*, " \
         "IJCAI 2024"
@@ -85,7 +85,7 @@ def command(results: dict) -> str:
 def render(results: dict, rows: Sequence[dict], out: Path) -> str:
     """The whole report.md for ``results`` (results.json) and its ``rows``."""
     summaries = collect.summaries_by_run(results, out)
-    store = collect.storage_block(rows, collect.storage_blocks(summaries))
+    store = compare.storage_block(rows, collect.storage_blocks(summaries))
     runs = results["runs"]
     failed = [r for r in runs if r["status"] == "failed"]
     m = results.get("machine", {})
@@ -137,12 +137,12 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
 
 
 def _quality_section(rows: Sequence[dict]) -> list[str]:
-    """The original models against the trained suite's goals (:func:`collect.quality`)."""
+    """The original models against the trained suite's goals (:func:`compare.quality`)."""
     table = [[q["dataset"], q["partition"], _num(q["accuracy"]), _num(q["loss"]),
               f"accuracy >= {q['bound']:.2f}" if q["metric"] == "accuracy" else
               f"loss <= {q['bound']:.2f} nats/char",
               {True: "yes", False: "no", None: "n/a"}[q["met"]]]
-             for q in collect.quality(rows)]
+             for q in compare.quality(rows)]
     if not table:
         return []
     return ["", "## Model quality", "",
@@ -177,7 +177,7 @@ def _settings(results: dict) -> str:
 
 def _headline(rows, store) -> str:
     table = []
-    for h in collect.headline(rows, store):
+    for h in compare.headline(rows, store):
         if "storage_vs_FE" in h:
             measured = f"{_pct(h['storage_vs_FE'])} less server storage"
         else:
@@ -225,7 +225,7 @@ def _lira_section(rows) -> list[str]:
 
 
 def _single_sections(rows) -> list[str]:
-    cells = collect.single_cells(rows)
+    cells = compare.single_cells(rows)
     if not cells:
         return []
     out = ["", "## Single request (paper Fig. 3 / Table 1)", "",
@@ -252,7 +252,7 @@ def _single_sections(rows) -> list[str]:
                        "retrain compute s", "modelled wall s", "client-epochs",
                        "client rounds", "comm s", "rounds to original loss (compute s)",
                        "MIA F1", "MIA AUC"], table))
-    reds = collect.single_reductions(rows)
+    reds = compare.single_reductions(rows)
     if reds:
         out += ["", "SE's reduction of retraining time against each baseline "
                 "(1 - SE / baseline; compute seconds, client-epochs in brackets):", ""]
@@ -261,7 +261,7 @@ def _single_sections(rows) -> list[str]:
             [[r["dataset"], r["partition"]] + [
                 f"{_pct(r[f'time_vs_{b}'])} ({_pct(r[f'epochs_vs_{b}'])})"
                 for b in collect.BASELINES] for r in reds]))
-    checks = collect.mnist_mia_check(rows)
+    checks = compare.mnist_mia_check(rows)
     if checks:
         out += ["", "### MNIST: does the attack see the forgotten client?", "",
                 "Issue 6 asks that FR's F1 be measurably lower than the original "
@@ -276,7 +276,7 @@ def _single_sections(rows) -> list[str]:
               _num(c["f1_SE"]), _num(c["f1_FE"]), _num(c["f1_RR"]), _num(c["noise"]),
               c["fr_below_original"], _num(c["se_within_005_of_fr"])]
              for c in checks]))
-    stab = collect.mia_stability(rows)
+    stab = compare.mia_stability(rows)
     if stab:
         out += ["", f"### MIA stability: {stab['config']} over seeds {stab['seeds']}",
                 "", "Each seed is a whole run (partitions, shards, initialisation, "
@@ -289,7 +289,7 @@ def _single_sections(rows) -> list[str]:
 
 
 def _concurrent_section(rows, summaries) -> list[str]:
-    points = collect.concurrent_points(rows, collect.se_requests(summaries))
+    points = compare.concurrent_points(rows, collect.se_requests(summaries))
     if not points:
         return []
     out = ["", "## Concurrent and sequential requests (paper Fig. 4)", "",
@@ -329,7 +329,7 @@ def _saving(se: dict, other: dict | None) -> str:
     """``compute / modelled wall`` reductions of SE against ``other``'s row."""
     if other is None:
         return "n/a"
-    return " / ".join(_pct(collect.reduction(se.get(k), other.get(k)))
+    return " / ".join(_pct(compare.reduction(se.get(k), other.get(k)))
                       for k in ("retrain_compute_s", "modelled_wall_s"))
 
 
@@ -392,7 +392,7 @@ def _storage_section(store, results) -> list[str]:
     per_server = store.get("per_server_bytes") or {}
     system = store.get("system_bytes") or {}
     per_server_saving, system_saving = (
-        collect.reduction(count.get("SE uncoded"), count.get("FE"))
+        compare.reduction(count.get("SE uncoded"), count.get("FE"))
         for count in (per_server, system))
     for name in ("FE", "SE uncoded", "SE coded"):
         table.append([name, _bytes(store["server_bytes"].get(name)),
@@ -466,11 +466,11 @@ def _figures(results) -> list[str]:
 
 def _notes(rows, failed) -> list[str]:
     notes = []
-    for (dataset, partition), fw in collect.single_cells(rows).items():
+    for (dataset, partition), fw in compare.single_cells(rows).items():
         acc = (fw.get("original") or {}).get("accuracy")
         # a task scored by its loss (the rows' metric, e.g. a language model) is
         # not judged by its accuracy
-        if collect.cell_metric(fw) == "accuracy" and acc is not None and acc >= 0.999:
+        if compare.cell_metric(fw) == "accuracy" and acc is not None and acc >= 0.999:
             notes.append(
                 f"{dataset}-{partition}: the original model's test accuracy is "
                 f"{acc:.3f}, which a classification task does not reach in a few "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from experiments import collect, report, suites
+from experiments import collect, compare, report, suites
 from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
 from server_app.preflight import validate_run_config
 from server_app.run.summary import RequestCost
@@ -164,7 +164,7 @@ def test_headline_and_reductions_from_rows():
             # IID cells are not the paper's setting: left out of the headline
             rows.append(_row("single", name, dataset=dataset, partition="iid",
                              retrain_compute_s=1.0, client_epochs=1.0))
-    heads = collect.headline(rows, {"reduction_vs_FE": 0.99, "run": "s"})
+    heads = compare.headline(rows, {"reduction_vs_FE": 0.99, "run": "s"})
     images, text, store = heads
     assert images["paper"] == 0.66 and images["cells"] == ["mnist-noniid"]
     assert text["paper"] == 0.8762 and text["cells"] == ["shakespeare-noniid"]
@@ -172,7 +172,7 @@ def test_headline_and_reductions_from_rows():
     assert images["epochs_vs_FE"] == pytest.approx(0.75)
     assert text["time_vs_RR"] == pytest.approx(0.8)
     assert store["storage_vs_FE"] == 0.99
-    assert collect.reduction(None, 3.0) is None and collect.reduction(1.0, 0) is None
+    assert compare.reduction(None, 3.0) is None and compare.reduction(1.0, 0) is None
 
 
 def test_mia_stability_and_mnist_check():
@@ -181,11 +181,11 @@ def test_mia_stability_and_mnist_check():
             for seed, f1s in ((0, (0.7, 0.5, 0.52)), (1, (0.72, 0.48, 0.5)),
                               (2, (0.68, 0.5, 0.49)))
             for name, f1 in zip(("original", "FR", "SE"), f1s, strict=True)]
-    stab = collect.mia_stability(rows)
+    stab = compare.mia_stability(rows)
     assert stab["config"] == "mnist-iid" and stab["seeds"] == [0, 1, 2]
     assert stab["models"]["original"]["range"] == pytest.approx(0.04)
     assert stab["models"]["FR"]["mean"] == pytest.approx(0.49333, abs=1e-4)
-    check = collect.mnist_mia_check(rows)
+    check = compare.mnist_mia_check(rows)
     assert check == [{"partition": "iid", "f1_original": 0.7, "f1_SE": 0.52,
                       "f1_FR": 0.5, "f1_FE": None, "f1_RR": None, "f1_SE-R": None,
                       "f1_FRec": None,
@@ -204,7 +204,7 @@ def test_mnist_mia_check_weighs_the_gap_against_the_seed_spread(fr_seed0, verdic
             for name, f1 in zip(("original", "FR", "SE"), f1s, strict=True)]
     rows += [_row("single", name, dataset="mnist", partition="noniid", mia_f1=f1)
              for name, f1 in (("original", 0.5), ("FR", 0.499), ("SE", 0.5))]
-    iid, noniid = sorted(collect.mnist_mia_check(rows), key=lambda c: c["partition"])
+    iid, noniid = sorted(compare.mnist_mia_check(rows), key=lambda c: c["partition"])
     assert iid["noise"] == pytest.approx(0.02) and iid["fr_below_original"] == verdict
     # no seeds ran the non-IID cell: its 0.001 gap is not weighed
     assert noniid["noise"] is None and noniid["fr_below_original"] == "yes"
@@ -225,7 +225,7 @@ def test_concurrent_points_expectations():
                     impacted_shards=[0]),
         RequestCost(1, [9], shard_compute_s={1: 4.0}, client_epochs=4.0, compute_s=4.2,
                     impacted_shards=[1])]}
-    points = collect.concurrent_points(rows, se_requests)
+    points = compare.concurrent_points(rows, se_requests)
     conc = points[0]
     # c from the other run's single-client first request (2.0), not its own row
     assert conc["mean_shard_cost_s"] == 2.0 and conc["c_source"].startswith("1 other")
@@ -245,13 +245,13 @@ def test_storage_block_degrades_without_coded_storage():
     storage = {"storage-mnist": {
         "server_bytes": 900, "FE": {"server_bytes": 1000},
         "SE_uncoded": {"server_bytes": 900}, "SE_coded": None}}
-    block = collect.storage_block(rows, storage)
+    block = compare.storage_block(rows, storage)
     assert block["server_bytes"] == {"FE": 1000, "SE uncoded": 900, "SE coded": None}
     assert block["reduction_vs_FE"] is None and not block["coded_available"]
     assert block["comm_s"]["FE"] == 3.0
     text = "\n".join(report._storage_section(block, {}))
     assert "Coded storage was not available" in text
-    assert collect.storage_block([], {}) is None
+    assert compare.storage_block([], {}) is None
 
 
 def test_all_tiny_end_to_end(tiny_all):
@@ -543,7 +543,7 @@ def test_a_cells_later_run_fills_but_does_not_replace_the_original_row():
                    accuracy=0.98, mia_f1=0.5)
     fe2 = _row("single", "original", dataset="mnist", partition="iid", accuracy=0.98,
                mia_f1=None, rounds_replayed=3, run="single-mnist-iid-s0-fe2")
-    cell = collect.single_cells([audited, fe2])[("mnist", "iid")]
+    cell = compare.single_cells([audited, fe2])[("mnist", "iid")]
     assert cell["original"]["mia_f1"] == 0.5  # the FE(dt=2) run has no audit
     assert cell["original"]["run"] == "single-mnist" and \
         cell["original"]["rounds_replayed"] == 3
@@ -587,7 +587,7 @@ def test_uncoded_storage_comes_from_the_uncoded_runs_own_store():
                    "SE_uncoded": {"server_bytes": 150, "source": "serialized records"}}
     uncoded_block = {"FE": {"server_bytes": 100},
                      "SE_uncoded": {"server_bytes": 120, "source": "store"}}
-    block = collect.storage_block(rows, {"sc": coded_block, "su": uncoded_block})
+    block = compare.storage_block(rows, {"sc": coded_block, "su": uncoded_block})
     assert block["server_bytes"] == {"FE": 100, "SE uncoded": 120, "SE coded": 1}
     assert block["uncoded_reduction_vs_FE"] == pytest.approx(-0.2)
 
@@ -676,6 +676,6 @@ def test_paper_claims_keep_to_the_papers_datasets():
         for name in ("SE", "FR", "FE", "RR"):
             rows.append(_row("single", name, dataset=dataset, partition="noniid",
                              retrain_compute_s=1.0, client_epochs=1.0))
-    images, text, _ = collect.headline(rows, None)
+    images, text, _ = compare.headline(rows, None)
     assert images["cells"] == [] and text["cells"] == []  # no paper figure for them
-    assert len(collect.single_reductions(rows)) == 2  # their own reductions stay
+    assert len(compare.single_reductions(rows)) == 2  # their own reductions stay
