@@ -222,9 +222,11 @@ def ulira_table(summary: RunSummary) -> str:
     models = {"original": summary.original, **(summary.frameworks or {})}
     rows = [[name] + [_with_interval(m.audit, k) for k, _ in ULIRA_COLUMNS]
             for name, m in models.items() if m is not None and "ulira_auc" in m.audit]
+    u = (summary.verification or {}).get("mia", {}).get("ulira", {})
+    if u.get("skipped"):
+        return f"U-LiRA not run: {u['skipped']}"
     if not rows:
         return ""
-    u = (summary.verification or {}).get("mia", {}).get("ulira", {})
     shapes = u.get("shapes") or {"shard": {"clients": u.get("shard_clients"),
                                            "forgotten_clients": u.get("forgotten_clients"),
                                            "client_size": u.get("client_size")}}

@@ -40,6 +40,7 @@ from pathlib import Path
 import tomllib
 
 from cli import config as cli_config
+from server_app.config.unlearning import CANONICAL
 from task.config import fused_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -383,7 +384,9 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
         if "SE" not in names:
             out.append(spec)
             continue
-        extra = [m for m in methods if m not in names]
+        have = {CANONICAL.get(n.upper(), n) for n in names}
+        extra = [m for m in (CANONICAL.get(m.upper(), m) for m in methods)
+                 if m not in have]
         config = {**spec.config, "frameworks": ",".join([*names, *extra])}
         out.append(replace(spec, name=spec.name + tail, config=config))
     return out

@@ -141,8 +141,8 @@ class RecoveryReplay:
 
     Use: per server round k, :meth:`begin` (W'^(k-1) in, the retained participants
     to train out), then :meth:`finish` with their updates. :class:`RecoveredShard`
-    drives it with Flower messages; the U-LiRA audit
-    (:mod:`server_app.evaluation.ulira_audit`) with local training.
+    drives it with Flower messages; the U-LiRA audit's references
+    (:func:`server_app.evaluation.reference_unlearning.recover`) with local training.
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
@@ -238,6 +238,11 @@ class RecoveryReplay:
     def stored_round(self, server_round: int) -> int:
         """The stored (learning) round that server round k recovers."""
         return self.plan[server_round - 1]
+
+    @property
+    def base(self) -> dict[str, np.ndarray] | None:
+        """W'^(k-1) of the round begun last (None before :meth:`begin`)."""
+        return self._base
 
     def finish(self, server_round: int, exact: Mapping[int, Mapping[str, np.ndarray]]
                ) -> dict[str, np.ndarray] | None:
@@ -363,7 +368,7 @@ class RecoveredShard(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """W'^t from the replies (broken or missing ones get their estimates)."""
-        base = self.replay._base
+        base = self.replay.base
         if base is None:
             raise RuntimeError("aggregate_train called before configure_train")
         exact = {}

@@ -35,7 +35,7 @@ def tiny_all(tmp_path_factory, shared_data):
 
 def test_built_in_frameworks_join_the_suite_beside_se():
     specs = suites.plan("concurrent", "quick")
-    mixed = suites.with_methods(specs, ("SE-R", "FRec", "FR"))
+    mixed = suites.with_methods(specs, ("SE-R", "FRec", "fr"))
     for before, after in zip(specs, mixed, strict=True):
         names = before.config["frameworks"].split(",")
         if "SE" in names:

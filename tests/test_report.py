@@ -107,3 +107,15 @@ def test_lira_with_signal_shows_its_scores():
     text = lira_table(_summary(loud))
     assert "no signal" not in text and "0.5050 [0.4600, 0.5500]" in text
     assert "p-value against the pseudo-clients: 0.200" in text
+
+
+def test_a_u_lira_not_run_says_why_in_the_tables():
+    from cli.report import ulira_table
+
+    summary = _summary({})
+    summary.verification = {"mia": {"ulira": {"skipped": "a reference needs 70 "
+                                              "shadow-pool samples and the pool has 40"}}}
+    assert ulira_table(summary) == ("U-LiRA not run: a reference needs 70 shadow-pool "
+                                    "samples and the pool has 40")
+    summary.verification = {}
+    assert ulira_table(summary) == ""

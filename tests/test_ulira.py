@@ -27,8 +27,10 @@ from server_app.evaluation.ulira import (
 from server_app.evaluation.ulira_audit import (
     UNLEARNING,
     ReferenceShape,
+    ShadowPoolTooSmallError,
     _reference_parts,
     reference_shapes,
+    train_references,
 )
 from strategies.calibration import weighted_step
 from task.config import fused_run_config
@@ -175,11 +177,39 @@ def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec(
     cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FR"}))
     shapes = reference_shapes(cfg, sets, shards, pool=30, client_size=10)
     assert list(shapes) == ["shard"]
-    assert shapes["shard"] == ReferenceShape(4, 2, 2, 10, 7)  # f = 2 (clients 1, 3)
+    assert shapes["shard"] == ReferenceShape(4, 2, 2, 10, 8)  # f = 2 (clients 1, 3)
     cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FRec"}))
     fed = reference_shapes(cfg, sets, shards, pool=30, client_size=10)["federation"]
     assert fed == ReferenceShape(8, 3, 4, 10, 5)
+    # FE / FRec on a baseline federation of 2 shards: one of those, 2 a round
+    fed = reference_shapes(cfg, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
+    assert fed["federation"] == ReferenceShape(4, 3, 2, 10, 5)
     assert set(ULIRA_FRAMEWORKS) == set(UNLEARNING)
+
+
+def test_a_shadow_pool_too_small_is_refused_before_any_reference_trains():
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "frameworks": "SE,FE", "mia-shadows": 2, "mia-unlearn-references": 6}))
+    task = type("T", (), {"train_x": torch.zeros(100, 1), "train_y": torch.zeros(100),
+                          "num_classes": 10})()
+    sets = type("S", (), {"target": np.arange(20), "owner": np.repeat([1, 5], 10),
+                          "shadow": np.arange(20, 60), "shadow_split": "train",
+                          "shadow_source": "free rows"})()
+    # shard shape: 4 clients x 10 = 40 samples, 10 of them targets -> 30 from the
+    # pool (40 rows: enough); FE's federation: 8 x 10 - 10 = 70 (too many)
+    with pytest.raises(ShadowPoolTooSmallError, match="needs 70 shadow-pool samples"):
+        train_references(cfg, task, sets, [[0, 1, 2, 3], [4, 5, 6, 7]], client_size=10)
+
+
+def test_u_lira_with_no_targets_is_skipped_and_said():
+    from server_app.evaluation.audit import _ulira
+
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "mia-shadows": 2, "mia-unlearn-references": 6}))
+    sets = type("S", (), {"target": np.zeros(0, np.int64)})()
+    settings = _ulira(cfg, None, sets, {"original": (None, [[0, 1], [2, 3]])}, {})
+    assert settings == {"skipped": "fewer than 2 targets (the forgotten clients took "
+                                   "part in no learning round)"}
 
 
 def test_reference_clients_hold_their_targets_filled_up_from_the_shadow_pool():

@@ -168,3 +168,15 @@ def test_se_runs_under_flowers_own_strategy_start(run_server, tmp_path):
                for k in learned[1])  # the other shard is untouched
     assert any(new[0][k].numpy().tobytes() != initial[0][k].numpy().tobytes()
                for k in initial[0])
+
+
+def test_costs_of_sequential_requests_add_up_client_rounds_included():
+    from server_app.rounds.loop import CostMeter
+    from server_app.unlearning.driver import accumulate
+
+    total, first, second = CostMeter(), CostMeter(), CostMeter()
+    first.client_rounds, first.rounds, first.client_epochs = 3, 4, 6.0
+    second.client_rounds, second.rounds, second.client_epochs = 2, 2, 1.5
+    accumulate(total, first)
+    accumulate(total, second)
+    assert (total.client_rounds, total.client_epochs) == (5, 7.5)

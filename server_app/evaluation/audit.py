@@ -17,10 +17,12 @@ per forgotten client (:mod:`server_app.evaluation.lira_audit`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from logging import WARNING
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord
+from flwr.supercore import log
 
 from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
@@ -32,6 +34,7 @@ from server_app.evaluation.shadow import ShadowAttack, shadow_splits
 from server_app.evaluation.ulira_audit import (
     EXACT_BY_CONSTRUCTION,
     UNLEARNING,
+    ShadowPoolTooSmallError,
     real_phi,
     train_references,
     ulira_scores,
@@ -341,12 +344,23 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
 
 
 def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
-    """U-LiRA of the original and each referenced framework (``ulira_*``); settings."""
+    """U-LiRA of the original and each referenced framework (``ulira_*``); settings.
+
+    Not run, and ``skipped`` says why (logged too), with fewer than 2 targets or
+    a shadow pool too small for the references: the run's other scores stand.
+    """
     shards = models["original"][1]
+    if len(sets.target) < 2:
+        return _ulira_skipped("fewer than 2 targets (the forgotten clients took part "
+                              "in no learning round)")
     sizes = partition_sizes(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
                             cfg.data.client_samples)
-    refs = train_references(cfg, task, sets, shards,  # a forgotten client's size
-                            max(sizes[p] for p in np.unique(sets.owner)))
+    baseline = next((models[n][1] for n in ("FE", "FRec") if n in models), None)
+    try:
+        refs = train_references(cfg, task, sets, shards,  # a forgotten client's size
+                                max(sizes[p] for p in np.unique(sets.owner)), baseline)
+    except ShadowPoolTooSmallError as err:
+        return _ulira_skipped(str(err))
     for name in ("original", *refs.unlearned):
         if name in models and name in results:
             shard_models, model_shards = models[name]
@@ -375,6 +389,12 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}
+
+
+def _ulira_skipped(why: str) -> dict:
+    """``verification.mia.ulira`` of a U-LiRA not run, logged as a warning."""
+    log(WARNING, "U-LiRA not run: %s", why)
+    return {"skipped": why}
 
 
 def _lira(cfg: RunConfig, task, sets: MiaSets, shadows: Sequence[torch.nn.Module]

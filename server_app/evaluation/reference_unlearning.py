@@ -161,12 +161,12 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     epochs from W'^(g-1) and their new updates get the stored norms, layer by
     layer (eq. 3, :func:`strategies.calibration.calibrate`). Rounds left without
     a retained participant are skipped. None when no client of ``forget`` took
-    part: as in SE, the model is then unchanged.
+    part and the rule is SE's: the model is then unchanged (FE replays anyway).
     """
     first = _first_round(rounds, forget)
-    if first is None:
+    if first is None and from_first_participation:
         return None
-    first = first if from_first_participation else 0
+    first = first if from_first_participation else 0  # FE replays from round 1
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     for g in range(first, len(rounds)):

@@ -8,16 +8,18 @@ as the run learns and then unlearns from each with the run's own rules:
   ``clients-per-round / num-shards`` clients x L local epochs, the run's
   optimizer); f of its clients (the most forgotten clients of one of the run's
   shards) are forgotten;
-- **federation-shaped** (for FE and FRec, built only when one of them runs): the
-  unsharded federation, ``num-clients`` clients, ``clients-per-round`` a round;
-  f = every forgotten client.
+- **federation-shaped** (for FE and FRec, built only when one of them runs): a
+  shard of the baseline federation FE and FRec unlearn (with ``baseline-shards``
+  = 1 the whole federation, ``clients-per-round`` a round), f = the most
+  forgotten clients holding targets in one of its shards.
 
 The unlearning rules: SE (FE) calibrated retraining, paper eq. 2-3, FedEraser's
 rule (:mod:`strategies.calibration`), from the forgotten clients' first round
 (FE: from round 1), retained clients retraining L / r epochs with their stored
 norms kept; SE-R (FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
 with the run's ``recovery-*`` settings, exact rounds trained with the learning
-round's seed, from the first round (FRec: from round 1). FR and RR retrain from
+round's seed, from the forgotten clients' first round (FRec: from round 1)
+(:mod:`server_app.evaluation.reference_unlearning`). FR and RR retrain from
 the initial model on the retained clients only: their model is a function of the
 retained data and the seeds, so the game is at chance by construction and is not
 run (``verification.mia.ulira.exact_by_construction``).
@@ -86,7 +88,7 @@ class ReferenceShape:
         Samples a client (a forgotten one: its share of the targets, filled up
         with shadow-pool samples).
     targets_per_client : int
-        Targets a forgotten client holds: half the pool / f.
+        Most targets a forgotten client holds: ceil(half the pool / f).
     """
 
     clients: int
@@ -103,36 +105,39 @@ class ReferenceShape:
 
 
 def reference_shapes(cfg: RunConfig, sets: MiaSets, shards: Sequence[Sequence[int]],
-                     pool: int, client_size: int) -> dict[str, ReferenceShape]:
-    """The shard shape and, when FE or FRec runs, the federation shape.
+                     pool: int, client_size: int,
+                     baseline_shards: Sequence[Sequence[int]] | None = None
+                     ) -> dict[str, ReferenceShape]:
+    """The shard shape and, when FE or FRec runs, the baseline federation's shape.
 
     Parameters
     ----------
     cfg : RunConfig
-        ``num-clients``, ``clients-per-round``, ``num-shards``, the frameworks.
+        ``clients-per-round``, ``num-shards``, the frameworks.
     sets : MiaSets
         The targets' owners (partition ids).
     shards : sequence of sequence of int
-        The run's shards.
+        The run's shards (SE's federation).
     pool : int
-        Targets in the pool (even).
+        Targets in the pool (even, > 0).
     client_size : int
-        Samples a run's client holds.
+        Samples a run's forgotten client holds.
+    baseline_shards : sequence of sequence of int, optional
+        The baseline federation's shards (FE, FRec); without them, one shard of
+        every client that holds a target or none.
     """
     owners = list(np.unique(sets.owner))
-    f = max(int(np.isin(owners, list(s)).sum()) for s in shards)
-    training = cfg.training
+    per_round = cfg.training.clients_per_round
 
-    def shape(clients: int, forgotten: int, per_round: int) -> ReferenceShape:
-        share = pool // 2 // forgotten
-        return ReferenceShape(clients, forgotten, per_round, max(share, client_size),
-                              share)
+    def shape(parts: Sequence[Sequence[int]]) -> ReferenceShape:
+        f = max(1, max(int(np.isin(owners, list(s)).sum()) for s in parts))
+        share = -(-(pool // 2) // f)
+        return ReferenceShape(max(len(s) for s in parts), f, per_round // len(parts),
+                              max(share, client_size), share)
 
-    out = {"shard": shape(max(len(s) for s in shards), f,
-                          training.clients_per_round // training.num_shards)}
+    out = {"shard": shape(shards)}
     if set(cfg.unlearning.framework_list) & {"FE", "FRec"}:
-        out["federation"] = shape(cfg.data.num_clients, len(owners),
-                                  training.clients_per_round)
+        out["federation"] = shape(baseline_shards or [range(cfg.data.num_clients)])
     return out
 
 
@@ -164,26 +169,36 @@ class UliraReferences:
 def _reference_parts(shape: ReferenceShape, mine: np.ndarray, rng: np.random.Generator,
                      targets: Part, shadow: Part) -> list[Part]:
     """The clients of one reference: f with ``mine`` (+ shadow fill), then shadow ones."""
-    fill = shape.client_size - shape.targets_per_client
-    drawn = rng.choice(len(shadow[1]), (shape.clients - shape.forgotten)
-                       * shape.client_size + shape.forgotten * fill, replace=False)
-    fills, others = drawn[:shape.forgotten * fill], drawn[shape.forgotten * fill:]
+    owns = np.array_split(mine, shape.forgotten)
+    fill = sum(shape.client_size - len(own) for own in owns)
+    drawn = rng.choice(len(shadow[1]), shadow_need(shape, len(mine)), replace=False)
+    fills, others = drawn[:fill], drawn[fill:]
 
     def rows(data: Part, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         i = torch.from_numpy(idx)
         return data[0][i], data[1][i]
 
+    cuts = np.cumsum([shape.client_size - len(own) for own in owns])[:-1]
     parts = []
-    for own, extra in zip(np.array_split(mine, shape.forgotten),
-                          np.array_split(fills, shape.forgotten), strict=True):
+    for own, extra in zip(owns, np.split(fills, cuts), strict=True):
         (x_a, y_a), (x_b, y_b) = rows(targets, own), rows(shadow, extra)
         parts.append((torch.cat([x_a, x_b]), torch.cat([y_a, y_b])))
     return parts + [rows(shadow, p)
                     for p in np.array_split(others, shape.clients - shape.forgotten)]
 
 
+def shadow_need(shape: ReferenceShape, half: int) -> int:
+    """Shadow-pool samples one reference of ``shape`` draws (``half`` targets in it)."""
+    return shape.clients * shape.client_size - half
+
+
+class ShadowPoolTooSmallError(ValueError):
+    """The shadow pool cannot fill a reference's clients (U-LiRA is not run)."""
+
+
 def train_references(cfg: RunConfig, task, sets: MiaSets,
-                     shards: Sequence[Sequence[int]], client_size: int = 0
+                     shards: Sequence[Sequence[int]], client_size: int = 0,
+                     baseline_shards: Sequence[Sequence[int]] | None = None
                      ) -> UliraReferences:
     """Train ``mia-unlearn-references`` references of each shape; phi of the pool.
 
@@ -200,6 +215,8 @@ def train_references(cfg: RunConfig, task, sets: MiaSets,
     client_size : int
         Samples a run's client holds (a forgotten reference client is filled
         up to it).
+    baseline_shards : sequence of sequence of int, optional
+        The baseline federation's shards (FE, FRec).
 
     Returns
     -------
@@ -209,23 +226,23 @@ def train_references(cfg: RunConfig, task, sets: MiaSets,
 
     Raises
     ------
-    ValueError
-        The shadow pool is too small for a reference's clients.
+    ShadowPoolTooSmallError
+        The shadow pool cannot fill a reference's clients.
     """
     k, seed = cfg.audit.mia_unlearn_references, cfg.seed
     pool = np.arange(len(sets.target) - len(sets.target) % 2)
     is_in = balanced_halves(len(pool), k, seed)
     targets = split_rows(task, "train", sets.target[pool])
     shadow = split_rows(task, sets.shadow_split, sets.shadow)
-    shapes = reference_shapes(cfg, sets, shards, len(pool), client_size)
+    shapes = reference_shapes(cfg, sets, shards, len(pool), client_size,
+                              baseline_shards)
     names = [n for n in cfg.unlearning.framework_list if n in UNLEARNING]
-    need = max((s.clients - s.forgotten) * s.client_size
-               + s.forgotten * (s.client_size - s.targets_per_client)
-               for s in shapes.values())
+    need = max(shadow_need(s, len(pool) // 2) for s in shapes.values())
     if need > len(shadow[1]):
-        raise ValueError(f"U-LiRA needs {need} shadow-pool samples a reference and the "
-                         f"pool has {len(shadow[1])}: fewer or smaller clients "
-                         "(num-clients, client-samples) need fewer")
+        raise ShadowPoolTooSmallError(
+            f"a reference needs {need} shadow-pool samples and the pool has "
+            f"{len(shadow[1])} ({sets.shadow_source}): fewer or smaller clients "
+            "(num-clients, client-samples) need fewer")
     spec, device = cfg.task(), resolve_device(cfg.training.device)
 
     def phi(state: Arrays) -> np.ndarray:
