@@ -1,7 +1,7 @@
 """Mean and spread over seeds of the verification keys of several summary.json files.
 
 usage: python docs/results/verification/collect.py OUT.json SUMMARY.json [...]
-Writes, per model (original, FE's own original, SE, FR, FE, RR), each key's values,
+Writes, per model (original, FE's own original, each framework), each key's values,
 mean and sample standard deviation, and prints a markdown table.
 """
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 KEYS = ("accuracy", "backdoor_asr", "backdoor_asr_ensemble", "mia_auc", "mia_f1",
-        "mia_tpr_at_1fpr")
+        "mia_tpr_at_1fpr", "client_epochs", "client_rounds", "modelled_wall_s")
 
 
 def _blocks(summary: dict) -> dict[str, dict]:
