@@ -224,6 +224,15 @@ def _lira_section(rows) -> list[str]:
             *note] if have else []
 
 
+def _single_row(dataset: str, partition: str, name: str, r: dict) -> list[str]:
+    """One framework's row of the single-request table."""
+    return [dataset, partition, name, _num(r.get("accuracy")), _num(r.get("loss")),
+            _num(r.get("retrain_compute_s"), 1), _num(r.get("modelled_wall_s"), 1),
+            _num(r.get("client_epochs"), 1), _num(r.get("client_rounds")),
+            _num(r.get("comm_time_s"), 1), _to_target(r), _num(r.get("mia_f1")),
+            _num(r.get("mia_auc"))]
+
+
 def _single_sections(rows) -> list[str]:
     cells = compare.single_cells(rows)
     if not cells:
@@ -234,20 +243,11 @@ def _single_sections(rows) -> list[str]:
            "next-character accuracy; its paper metric is the test loss, nats per "
            "character); MIA F1 of the attack on the forgotten client's training "
            "samples against as many held-out samples (0.5 = chance).", ""]
-    table = []
-    for (dataset, partition), fw in cells.items():
-        names = ["original", *collect.FRAMEWORKS, *collect.methods_in(rows),
-                 *sorted(n for n in fw if n.startswith("FE(dt="))]
-        for name in names:
-            r = fw.get(name)
-            if r is None:
-                continue
-            table.append([dataset, partition, name, _num(r.get("accuracy")),
-                          _num(r.get("loss")), _num(r.get("retrain_compute_s"), 1),
-                          _num(r.get("modelled_wall_s"), 1),
-                          _num(r.get("client_epochs"), 1), _num(r.get("client_rounds")),
-                          _num(r.get("comm_time_s"), 1),
-                          _to_target(r), _num(r.get("mia_f1")), _num(r.get("mia_auc"))])
+    table = [_single_row(dataset, partition, name, r)
+             for (dataset, partition), fw in cells.items()
+             for name in ["original", *collect.FRAMEWORKS, *collect.methods_in(rows),
+                          *sorted(n for n in fw if n.startswith("FE(dt="))]
+             if (r := fw.get(name)) is not None]
     out.append(_table(["dataset", "partition", "model", "accuracy", "test loss",
                        "retrain compute s", "modelled wall s", "client-epochs",
                        "client rounds", "comm s", "rounds to original loss (compute s)",
