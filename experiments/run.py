@@ -148,13 +148,15 @@ def _run_with_flwr(spec: RunSpec, merged: cli_config.Merged, out: Path,
 
 
 def _available(experiment: str, suite: str, datasets: tuple[str, ...] | None,
-               data_dir: str, methods: tuple[str, ...] = ()
-               ) -> tuple[list[RunSpec], dict[str, str]]:
+               data_dir: str, methods: tuple[str, ...] = (),
+               only: tuple[str, ...] = ()) -> tuple[list[RunSpec], dict[str, str]]:
     """The runs of ``experiment`` whose dataset loads here, and why the others not.
 
-    ``methods`` run beside SE (:func:`experiments.suites.with_methods`).
+    ``methods`` run beside SE (:func:`experiments.suites.with_methods`); ``only``
+    keeps the runs whose name matches a pattern (:func:`experiments.suites.select`).
     """
-    specs = suites.with_methods(suites.plan(experiment, suite, datasets), methods)
+    specs = suites.select(
+        suites.with_methods(suites.plan(experiment, suite, datasets), methods), only)
     skipped: dict[str, str] = {}
     for dataset in sorted({s.config["dataset"] for s in specs}):
         why = dataset_available(dataset, data_dir)
@@ -264,7 +266,7 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
 def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
             datasets: tuple[str, ...] | None = None, stream=None, jobs: int = 1,
-            methods: tuple[str, ...] = ()) -> dict:
+            methods: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> dict:
     """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
 
     Parameters
@@ -283,7 +285,8 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     keep_history : bool
         Keep each run's ``history/`` and ``models/``.
     datasets : tuple[str, ...], optional
-        A subset of the experiment's datasets.
+        The datasets to run it on (default: the experiment's own; any other
+        built-in one runs the same cells on that dataset).
     stream : file, optional
         Where progress lines go (default stderr).
     jobs : int
@@ -292,6 +295,9 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     methods : tuple[str, ...]
         Unlearning methods of one's own (``package.module:Class``) run beside SE
         in every run that runs SE.
+    only : tuple[str, ...]
+        Shell-style patterns: run only the runs whose name matches one
+        (:func:`experiments.suites.select`; ``()``: every run).
 
     Returns
     -------
@@ -302,13 +308,13 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
     stream = sys.stderr if stream is None else stream
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    specs, skipped = _available(experiment, suite, datasets, data_dir, methods)
+    specs, skipped = _available(experiment, suite, datasets, data_dir, methods, only)
     steps: list[RunSpec | StorageSweep] = list(specs)
     if experiment in ("storage", "all"):
         steps.append(suites.storage_sweep(suite))
     progress = Progress([step.weight for step in steps], stream, jobs)
     results = {"experiment": experiment, "suite": suite, "engine": engine, "jobs": jobs,
-               "methods": list(methods),
+               "methods": list(methods), "only": list(only),
                "data_dir": data_dir, "settings": suites.suite_settings(suite),
                "skipped": skipped, "runs": [], "storage_sweep": [],
                "storage_sweep_source": None, "machine": machine()}
@@ -392,14 +398,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="inprocess", choices=("inprocess", "flwr"))
     ap.add_argument("--data-dir", default="", help="datasets (default $SE_DATA_DIR "
                     "or ../shared/data)")
-    ap.add_argument("--datasets", default="", help="comma-separated subset of the "
-                    "experiment's datasets (default: all of them)")
+    ap.add_argument("--datasets", default="", help="comma-separated datasets to run "
+                    "the experiment on, its own or others (e.g. the concurrent "
+                    "cells on fmnist; default: the experiment's own)")
     ap.add_argument("--jobs", type=int, default=1, help="runs side by side, each in "
                     "its own process with cores/jobs torch threads (default 1; "
                     "engine inprocess only)")
     ap.add_argument("--methods", default="", metavar="package.module:Class,...",
                     help="unlearning methods of one's own (docs/TASKS.md) or built-in "
                     "frameworks (SE-R, FRec), run beside SE in every run that runs SE")
+    ap.add_argument("--only", default="", metavar="PATTERN,...",
+                    help="run only the runs whose name matches one of these "
+                    "shell-style patterns, e.g. '*-noniid-s0*' (default: every run)")
     ap.add_argument("--keep-history", action="store_true",
                     help="keep each run's history stores and models")
     ap.add_argument("--report-only", action="store_true",
@@ -427,9 +437,15 @@ def main(argv: list[str] | None = None) -> int:
         results_root / "experiments" / f"{args.name}-{args.suite}-{stamp}"
     datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    only = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    try:  # before any run: a pattern that matches nothing is a typo
+        suites.select(suites.with_methods(
+            suites.plan(args.name, args.suite, datasets), methods), only)
+    except ValueError as err:
+        ap.error(str(err))
     results = execute(args.name, args.suite, out, args.data_dir or default_data_dir(),
                       args.engine, args.keep_history, datasets, jobs=args.jobs,
-                      methods=methods)
+                      methods=methods, only=only)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
     print(f"{args.name} ({args.suite}): {len(results['runs']) - len(failed)} runs "
           f"done, {len(failed)} failed, {_clock(results['wall_s'])}; "

@@ -35,6 +35,7 @@ suite has nothing to do with presets/quick.toml.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import tomllib
@@ -390,6 +391,27 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
         config = {**spec.config, "frameworks": ",".join([*names, *extra])}
         out.append(replace(spec, name=spec.name + tail, config=config))
     return out
+
+
+def select(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
+    """The runs of ``specs`` whose name matches one of the ``only`` patterns.
+
+    Patterns are shell-style (``fnmatch``, case-sensitive), e.g.
+    ``*-noniid-s0-with-*``; no pattern keeps every run.
+
+    Raises
+    ------
+    ValueError
+        A pattern matches none of the runs (it names the pattern and the runs).
+    """
+    if not only:
+        return list(specs)
+    names = [s.name for s in specs]
+    for pattern in only:
+        if not any(fnmatchcase(name, pattern) for name in names):
+            raise ValueError(f"--only {pattern!r} matches none of the runs: "
+                             f"{', '.join(names) or 'none planned'}")
+    return [s for s in specs if any(fnmatchcase(s.name, p) for p in only)]
 
 
 def suite_settings(suite: str) -> dict:

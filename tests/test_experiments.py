@@ -123,6 +123,22 @@ def test_jobs_are_checked_before_any_run(capsys):
         assert "--jobs" in capsys.readouterr().err
 
 
+def test_only_keeps_the_matching_runs_and_refuses_a_typo(capsys, tmp_path):
+    specs = suites.with_methods(suites.plan("single", "trained"), ("SE-R",))
+    kept = suites.select(specs, ("*-noniid-s0-with-*", "single-mnist-iid-s2*"))
+    assert [s.name for s in kept] == [
+        "single-mnist-iid-s2-with-SE-R", "single-mnist-noniid-s0-with-SE-R",
+        "single-fmnist-noniid-s0-with-SE-R", "single-cifar10-noniid-s0-with-SE-R",
+        "single-shakespeare-noniid-s0-with-SE-R"]
+    assert suites.select(specs, ()) == specs
+    with pytest.raises(SystemExit):
+        main(["single", "--suite", "tiny", "--only", "*-noniid-s0,nope*",
+              "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--only 'nope*' matches none of the runs: single-mnist-iid-s0," in err
+    assert not (tmp_path / "out").exists()  # refused before any run
+
+
 def test_shakespeare_takes_the_text_presets_training_keys():
     config = suites.dataset_config("quick", "shakespeare")
     preset = ROOT / "presets" / "shakespeare.toml"
