@@ -21,6 +21,9 @@ LIRA_METRICS = ("mia_lira_auc", "mia_lira_tpr_at_1fpr", "mia_lira_tpr_at_01fpr",
                 "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr",
                 "mia_ulira_game_auc", "mia_ulira_tpr_at_1fpr")
 BASELINES = ("FR", "FE", "RR")
+ON_BASELINE = ("FR", "FE", "RR", "FRec")
+"""Frameworks whose models come from the baseline federation (``baseline-shards``
+shards), not SE's: their original is ``baseline_learning``."""
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
     "clients_per_round", "num_rounds", "local_epochs", "retrain_ratio",
@@ -33,7 +36,8 @@ COLUMNS = [
     "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
     "mia_lira_signal",
     "backdoor_asr", "backdoor_asr_ensemble",
-    "impacted_shards", "se_measured_shard_s", "se_expected_shard_s",
+    "impacted_shards", "impacted_shard_accuracy", "impacted_shard_accuracy_original",
+    "se_measured_shard_s", "se_expected_shard_s",
     "se_mean_shard_cost_s", "learning_compute_s", "learning_wall_s", "run_wall_s",
 ]
 _CONFIG_COLUMNS = {
@@ -85,12 +89,33 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             row["target_modelled_wall_s"] = result.to_target["modelled_wall_s"]
         impacted = sorted({s for r in result.requests for s in r.impacted_shards or []})
         row["impacted_shards"] = len(impacted) if name == "SE" else None
+        row.update(_impacted_accuracy(result, impacted, summary.baseline_learning
+                                      if name in ON_BASELINE else summary.learning))
         if result.expected:
             row["se_measured_shard_s"] = result.expected.get("measured_total_s")
             row["se_expected_shard_s"] = result.expected.get("expected_total_s")
             row["se_mean_shard_cost_s"] = result.expected.get("mean_shard_cost_s")
         rows.append(row)
     return rows
+
+
+def _impacted_accuracy(result, impacted: list[int], learning) -> dict:
+    """The retrained shards' mean test accuracy, and the original's same shards'.
+
+    Only for a framework with several shard models: the ensemble's accuracy can
+    hide a broken shard (three good shards of four still vote right), the
+    impacted shards' cannot. Empty for a single model (it would repeat
+    ``accuracy``) and when no shard was retrained.
+    """
+    shards = result.shard_accuracy or []
+    if len(shards) < 2 or not impacted or any(s >= len(shards) for s in impacted):
+        return {}
+    out = {"impacted_shard_accuracy": sum(shards[s] for s in impacted) / len(impacted)}
+    before = learning.shard_accuracy if learning is not None else []
+    if len(before) == len(shards):
+        out["impacted_shard_accuracy_original"] = (
+            sum(before[s] for s in impacted) / len(impacted))
+    return out
 
 
 def methods_in(rows: Sequence[dict]) -> list[str]:

@@ -315,6 +315,29 @@ def test_csv_has_the_expected_columns(tiny_all):
     assert stored["experiment"] == "all" and stored["wall_s"] > 0
 
 
+def test_rows_carry_the_retrained_shards_accuracy(tiny_all):
+    results, out, _ = tiny_all
+    def impacted(summary):
+        return sorted({s for r in summary.frameworks["SE"].requests
+                       for s in r.impacted_shards or []})
+
+    entry, summary = next(
+        (r, s) for r in results["runs"] if r["spec"]["experiment"] == "concurrent"
+        and "FR" in r["spec"]["config"]["frameworks"]
+        and impacted(s := collect.load_summary(out, r)))
+    rows = {r["framework"]: r for r in collect.load_rows({"runs": [entry]}, out)}
+    se, shards = summary.frameworks["SE"], impacted(summary)
+    assert len(se.shard_accuracy) == summary.config["num-shards"] > 1
+    assert rows["SE"]["impacted_shard_accuracy"] == pytest.approx(
+        sum(se.shard_accuracy[s] for s in shards) / len(shards))
+    assert rows["SE"]["impacted_shard_accuracy_original"] == pytest.approx(
+        sum(summary.learning.shard_accuracy[s] for s in shards) / len(shards))
+    # one model: nothing to add to its accuracy
+    assert "impacted_shard_accuracy" not in rows["FR"]
+    text = (out / "report.md").read_text()
+    assert f"| {rows['SE']['impacted_shard_accuracy']:.3f} (" in text
+
+
 def test_figures_are_nonempty_pngs(tiny_all):
     results, out, _ = tiny_all
     expected = {"single_retraining", "single_accuracy", "single_mia", "concurrent",
