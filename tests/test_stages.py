@@ -163,6 +163,10 @@ def test_every_request_gets_a_receipt_and_every_stage_a_summary(staged_run, caps
     forgotten = [p for e in summary["stages"] for p in e["forgotten"]]
     assert chosen["client"] in summary["stages"][2]["forgotten"]
     assert len(set(forgotten)) == 4
+    costs = [json.loads(p.read_text())["cost"] for p in receipts]
+    for name in ("SE", "FR"):  # the run's totals are the receipts' sums
+        assert summary["frameworks"][name]["client_rounds"] == sum(
+            c[name]["client_rounds"] for c in costs)
     assert main_receipts(["--run", "s", "--results-dir", str(folder.parent)], "x") == 0
     assert capsys.readouterr().out.count("  done     stage") == 4
 
@@ -186,6 +190,10 @@ def test_se_replays_only_its_shard_from_its_first_round_in_stage_1(staged_run):
     assert replay[str(chosen["shard"])]["start_round"] == chosen["first"]
     assert replay[str(chosen["shard"])]["rounds_replayed"] == 7 - chosen["first"]
     assert receipt["erased"]["kept"]["updates"] >= 1  # its rounds, still stored
+    # the preparation round asks no client; FR asks clients in every round
+    cost = receipt["cost"]
+    assert 1 <= cost["SE"]["client_rounds"] <= replay[str(chosen["shard"])][
+        "rounds_replayed"] - 1 < cost["FR"]["client_rounds"]
     digests = receipt["models_sha256"]
     for s, (old, new) in enumerate(zip(digests["before"]["shards"],
                                        digests["after"]["shards"], strict=True)):

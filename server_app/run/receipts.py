@@ -6,7 +6,8 @@ lists them (:func:`list_receipts`). A receipt holds the request (id, clients,
 where it came from), when it was received and done (UTC, ISO 8601), the stage,
 the shards SE retrained and the rounds it replayed, the SHA-256 of the shard
 models before and after (:func:`models_sha256`), the cost of each framework
-(client-epochs, compute seconds, modelled wall seconds) and the accuracy before
+(client-epochs, client rounds, compute, modelled wall and wall seconds;
+:func:`receipt_cost`) and the accuracy before
 and after. It also carries the evidence: ``erased``, what of the stored history
 was erased for the request (the forgotten clients' stored updates, the shard
 models they shaped, the coded slice parts re-coded without them; counts in
@@ -57,6 +58,32 @@ def shard_digests(models: Sequence[ArrayRecord]) -> dict:
     """
     return {"models": models_sha256(models),
             "shards": [models_sha256([record]) for record in models]}
+
+
+COST_KEYS = ("client_epochs", "client_rounds", "compute_s", "modelled_wall_s", "wall_s")
+"""A receipt's ``cost.<framework>`` keys (:func:`receipt_cost`)."""
+
+
+def receipt_cost(spent) -> dict:
+    """A receipt's ``cost.<framework>``: what one framework spent on the request.
+
+    Parameters
+    ----------
+    spent : CostMeter | RequestCost | FrameworkSummary
+        Anything with ``client_epochs`` (float) and ``client_rounds`` (int:
+        server rounds that asked a client to train), and either ``compute_s`` /
+        ``wall_s`` (seconds) or their ``retrain_`` forms, and ``modelled_wall_s``.
+
+    Returns
+    -------
+    dict
+        :data:`COST_KEYS` -> value (``client_rounds`` None where not measured).
+    """
+    def get(key: str):
+        value = getattr(spent, key, None)
+        return getattr(spent, f"retrain_{key}", None) if value is None else value
+
+    return {key: get(key) for key in COST_KEYS}
 
 
 def utc(seconds: float | None) -> str | None:

@@ -20,7 +20,13 @@ from __future__ import annotations
 import time
 
 from server_app.run.inbox import Request
-from server_app.run.receipts import kept_history, shard_digests, utc, write_receipt
+from server_app.run.receipts import (
+    kept_history,
+    receipt_cost,
+    shard_digests,
+    utc,
+    write_receipt,
+)
 from server_app.run.summary import StageSummary
 from server_app.stages.churn import Membership, present_shards
 from server_app.stages.staged import retrain_stages
@@ -99,9 +105,10 @@ def _handle(run: RunState, member: Membership, request: Request,
     entry.forgotten += sorted(set(request.clients))
     for name, cost in receipt["cost"].items():
         into = entry.unlearning.setdefault(name, {"compute_s": 0.0, "client_epochs": 0.0,
-                                                  "modelled_wall_s": 0.0})
+                                                  "modelled_wall_s": 0.0,
+                                                  "client_rounds": 0})
         for key in into:
-            into[key] += cost[key]
+            into[key] += cost.get(key) or 0
 
 
 def file_receipt(run: RunState, receipt: dict, warnings: list[str]) -> None:
@@ -149,10 +156,7 @@ def forget_with_se(run: RunState, clients: list[int]) -> dict:
             "rounds_replayed": cost.rounds_replayed, "replay": cost.replay,
             "models_sha256": {"before": before, "after": shard_digests(se.models)},
             "accuracy": {"before": accuracy_before, "after": se.summary.accuracy},
-            "cost": {"SE": {"client_epochs": cost.client_epochs,
-                            "compute_s": cost.compute_s,
-                            "modelled_wall_s": cost.modelled_wall_s,
-                            "wall_s": cost.wall_s}}}
+            "cost": {"SE": receipt_cost(cost)}}
 
 
 def se_stage(run: RunState) -> Stage:
@@ -166,6 +170,4 @@ def _retrain(run: RunState) -> tuple[dict, float]:
     ctx = run.ctx
     models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
     run.fr_models = models
-    return ({"client_epochs": meter.client_epochs, "compute_s": meter.compute_s,
-             "modelled_wall_s": meter.modelled_wall_s, "wall_s": meter.wall_s},
-            ctx.evaluator.evaluate(models)["accuracy"])
+    return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]

@@ -32,7 +32,7 @@ from history.coded_erasure import erase_coded
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.inbox import Request, RequestInbox
-from server_app.run.receipts import erasure_counts, utc, write_receipt
+from server_app.run.receipts import erasure_counts, receipt_cost, utc, write_receipt
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
 from server_app.stages.boundary import forget_with_se, se_stage
@@ -169,16 +169,10 @@ def _retrain(run: RunState) -> tuple[dict, float]:
     ctx = run.ctx
     if ctx.cfg.stages.staged:
         models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
-        cost = {"client_epochs": meter.client_epochs, "compute_s": meter.compute_s,
-                "modelled_wall_s": meter.modelled_wall_s, "wall_s": meter.wall_s}
-        return cost, ctx.evaluator.evaluate(models)["accuracy"]
+        return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]
     fr = run_unlearning(ctx.loop, se_stage(run), [sorted(run.forgotten)],
                         ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=["FR"])["FR"]
-    summary = fr.summary
-    return ({"client_epochs": summary.client_epochs,
-             "compute_s": summary.retrain_compute_s,
-             "modelled_wall_s": summary.modelled_wall_s,
-             "wall_s": summary.retrain_wall_s}, summary.accuracy)
+    return receipt_cost(fr.summary), fr.summary.accuracy
 
 
 def _erase(run: RunState, clients: list[int]) -> dict:

@@ -230,6 +230,11 @@ def _staged_summary(run: RunState, summary: RunSummary) -> None:
                                         "staged")
 
 
+def _sum_or_none(values: list) -> int | None:
+    """The sum; None when a value is missing (a receipt filed before it was kept)."""
+    return None if any(v is None for v in values) else sum(values)
+
+
 def _framework(name: str, receipts: list[dict]) -> FrameworkSummary:
     """SE / FR over every request of the run: costs summed, accuracy after the last.
 
@@ -245,6 +250,7 @@ def _framework(name: str, receipts: list[dict]) -> FrameworkSummary:
         retrain_wall_s=sum(c["wall_s"] for c in costs),
         modelled_wall_s=sum(c["modelled_wall_s"] for c in costs),
         client_epochs=sum(c["client_epochs"] for c in costs),
+        client_rounds=_sum_or_none([c.get("client_rounds") for c in costs]),
         rounds_replayed=sum(r["rounds_replayed"] or 0 for r in receipts)
         if name == "SE" else None,
         noop=None if costs else True)

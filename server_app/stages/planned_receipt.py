@@ -19,6 +19,7 @@ import time
 
 from server_app.run.receipts import (
     kept_history,
+    receipt_cost,
     utc,
     verification_figures,
     write_receipt,
@@ -85,9 +86,7 @@ def _what_se_did(run: RunState, summary: RunSummary, se: FrameworkResult) -> dic
     versions = {v.version: v for v in run.inbox.versions()}
     before, after = versions.get(1), versions.get(2)
     frameworks = summary.frameworks or {}
-    cost = {name: {"client_epochs": f.client_epochs, "compute_s": f.retrain_compute_s,
-                   "modelled_wall_s": f.modelled_wall_s, "wall_s": f.retrain_wall_s}
-            for name, f in frameworks.items() if not f.noop}
+    cost = {name: receipt_cost(f) for name, f in frameworks.items() if not f.noop}
     accuracy = {"before": summary.original.accuracy if summary.original else None,
                 "after": se.summary.accuracy,
                 **{n: f.accuracy for n, f in frameworks.items() if n != "SE"}}
