@@ -78,6 +78,11 @@ class CalibratedRetraining(Strategy):
       (``train.unlearn`` messages); each new update U^ is calibrated per layer
       with the magnitude of the same client's stored U^g; FedAvg weights n_m.
 
+    - the last ``final`` server rounds (k > 1), exact: the retained participants
+      train ``exact_epochs`` (L) local epochs and their new updates are
+      aggregated as they are, without calibration: a final tuning on the
+      retained data, as FedRecover's final rounds (0: the paper's SE).
+
     A round with no retained participant is skipped (the model is kept). The
     forgotten clients' updates are never read and they are never messaged.
 
@@ -98,19 +103,31 @@ class CalibratedRetraining(Strategy):
     from_first_participation : bool
         Start at the first round a forgotten client took part (default); False
         replays from round 1 (when W^(g0-1) cannot be had).
+    final : int
+        Exact rounds at the end of the plan (>= 0; the preparation round is
+        never one).
+    exact_epochs : float, optional
+        Local epochs of an exact round (L; default ``retrain_epochs``).
 
     Raises
     ------
     ValueError
-        ``retrain_epochs <= 0`` or ``calibration_interval < 1``.
+        ``retrain_epochs <= 0``, ``exact_epochs <= 0``, ``final < 0`` or
+        ``calibration_interval < 1``.
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  node_of: Mapping[int, int], retrain_epochs: float,
                  calibration_interval: int = 1,
-                 from_first_participation: bool = True) -> None:
+                 from_first_participation: bool = True, final: int = 0,
+                 exact_epochs: float | None = None) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
+        exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
+        if not exact_epochs > 0 or not (isinstance(final, int) and final >= 0):
+            raise ValueError(f"exact rounds: final = {final!r} must be an int >= 0 "
+                             f"and their epochs {exact_epochs!r} > 0")
+        self.final, self.exact_epochs = final, float(exact_epochs)
         self.history = history
         self.shard = shard
         self.forget = frozenset(forget)
@@ -134,6 +151,11 @@ class CalibratedRetraining(Strategy):
     def num_rounds(self) -> int:
         """Server rounds needed: one per planned stored round."""
         return len(self.plan)
+
+    def is_exact(self, server_round: int) -> bool:
+        """Whether server round k is one of the last ``final`` (exact, uncalibrated)."""
+        return 1 < server_round <= len(self.plan) and \
+            server_round > len(self.plan) - self.final
 
     def replay_report(self) -> dict:
         """What starting at :attr:`start_round` saves against replay from round 1.
@@ -173,7 +195,8 @@ class CalibratedRetraining(Strategy):
             self.skipped_rounds.append(rnd)
             return []
         config = ConfigRecord(dict(config))
-        config["local-epochs"] = self.retrain_epochs
+        config["local-epochs"] = (self.exact_epochs if self.is_exact(server_round)
+                                  else self.retrain_epochs)
         config["server-round"] = server_round
         config["history-round"] = rnd
         content = RecordDict({"arrays": arrays, "config": config})
@@ -207,8 +230,8 @@ class CalibratedRetraining(Strategy):
                 continue
             pid, n = self._expected[reply.metadata.src_node_id]
             fresh = difference(to_numpy(reply.content["arrays"]), self._base)
-            stored = self.history.update(self.shard, rnd, pid)
-            calibrated.append(calibrate(stored, fresh))
+            calibrated.append(fresh if self.is_exact(server_round) else calibrate(
+                self.history.update(self.shard, rnd, pid), fresh))
             weights.append(n)
         if not calibrated:
             return None, None
@@ -293,7 +316,7 @@ class ShardingEraser(ImpactedShards):
         sequential series, request k retrains only the shards of its own
         clients, with ``forget`` = all clients forgotten so far (the other
         shards already excluded the earlier ones).
-    from_first_participation : bool
+    from_first_participation, final, exact_epochs
         Passed to each :class:`CalibratedRetraining`.
 
     Raises
@@ -307,7 +330,8 @@ class ShardingEraser(ImpactedShards):
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  retrain_epochs: float, calibration_interval: int = 1,
                  impacted: Iterable[int] | None = None,
-                 from_first_participation: bool = True) -> None:
+                 from_first_participation: bool = True, final: int = 0,
+                 exact_epochs: float | None = None) -> None:
         forget = frozenset(forget)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
         unknown = sorted(forget - set(shard_of))
@@ -323,7 +347,8 @@ class ShardingEraser(ImpactedShards):
                              "forgotten client: nothing to retrain there")
         subs: list[Strategy] = [
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
-                                 calibration_interval, from_first_participation)
+                                 calibration_interval, from_first_participation,
+                                 final, exact_epochs)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))
         ]

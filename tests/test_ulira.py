@@ -129,6 +129,24 @@ def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchang
 
 
 @pytest.mark.slow
+def test_se_unlearn_final_rounds_train_L_epochs_without_calibration():
+    """``calibration-final`` = 1: the last round is the retained clients' own update."""
+    cfg, task, parts = _tiny(num_rounds=2, **{"calibration-final": 1})
+    learned, rounds = learn_with_history(cfg, task, parts, seed=4)
+    forget = next(c for c in rounds[0].updates if len(rounds[1].updates) > (
+        c in rounds[1].updates))  # a round-1 client; round 2 keeps another
+    gone = se_unlearn(cfg, task, parts, rounds, {forget}, seed=4)
+    state = weighted_step(rounds[0].start, [u for c, u in rounds[0].updates.items()
+                                            if c != forget],
+                          [8] * (len(rounds[0].updates) - 1))
+    kept = [c for c in rounds[1].updates if c != forget]
+    fresh = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
+                          4 * 1000 + 1 * 100 + c + 50) for c in kept]
+    want = weighted_step(state, fresh, [8] * len(kept))
+    assert all(np.allclose(gone[k], want[k], atol=1e-6) for k in want)
+
+
+@pytest.mark.slow
 def test_fe_rule_replays_from_round_1_where_se_starts_at_the_first_participation():
     """FedEraser recalibrates rounds before the forgotten client's; SE starts at it."""
     cfg, task, parts = _tiny(num_rounds=3)

@@ -180,3 +180,49 @@ def test_costs_of_sequential_requests_add_up_client_rounds_included():
     accumulate(total, first)
     accumulate(total, second)
     assert (total.client_rounds, total.client_epochs) == (5, 7.5)
+
+
+class _FourRounds:
+    """Four stored rounds of one shard: clients 0, 1, 2 each round, U = g + p."""
+
+    def rounds(self, shard):
+        return [1, 2, 3, 4]
+
+    def participants(self, shard, rnd):
+        return [(0, 10), (1, 10), (2, 20)]
+
+    def update(self, shard, rnd, pid):
+        return {"w": np.full(3, rnd + pid, np.float32)}
+
+
+@pytest.mark.parametrize("final, exact", [(0, []), (1, [4]), (2, [3, 4]), (9, [2, 3, 4])])
+def test_calibration_final_rounds_train_L_epochs_and_skip_calibration(final, exact):
+    """``calibration-final``: the last rounds are exact; the preparation never is."""
+    from flwr.app import ConfigRecord, Message, RecordDict
+
+    strategy = CalibratedRetraining(_FourRounds(), 0, {1}, {0: 100, 2: 102}, 1.0,
+                                    from_first_participation=False, final=final,
+                                    exact_epochs=2.0)
+    assert [k for k in range(1, 5) if strategy.is_exact(k)] == exact
+    base = {"w": np.zeros(3, np.float32)}
+    for k in (2, 3, 4):
+        sent = strategy.configure_train(k, to_record(base), ConfigRecord({}), None)
+        assert {m.content["config"]["local-epochs"] for m in sent} == {
+            2.0 if k in exact else 1.0}
+        # each client moves 1 along every weight; calibration would rescale that
+        # to its stored norm (|U| = (g + p) sqrt(3)), an exact round keeps it
+        replies = [Message(RecordDict({"arrays": to_record(
+            {"w": np.ones(3, np.float32)})}), reply_to=m) for m in sent]
+        arrays, _ = strategy.aggregate_train(k, replies)
+        got = arrays["w"].numpy()
+        want = np.ones(3) if k in exact else (10 * k + 20 * (k + 2)) / 30 * np.ones(3)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_bad_calibration_final_is_refused_before_any_engine():
+    from conftest import TINY
+
+    from server_app.preflight import validate_run_config
+
+    with pytest.raises(ConfigError, match="'calibration-final' = -1"):
+        validate_run_config({**TINY, "calibration-final": -1}, files=False)

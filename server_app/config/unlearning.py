@@ -41,6 +41,10 @@ class UnlearningConfig(Section):
         r: retained clients train L / r epochs in a calibration round.
     calibration_interval : int
         FedEraser's interval: every n-th stored round is replayed.
+    calibration_final : int
+        SE: the last n replayed rounds of each impacted shard are exact (>= 0):
+        the retained participants train L epochs and their updates are not
+        calibrated. FE keeps FedEraser's published rule.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
     recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
@@ -60,6 +64,7 @@ class UnlearningConfig(Section):
     forget_clients: str = ""
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
+    calibration_final: int = 0
     baseline_shards: int = 1
     recovery_warmup: int = 2
     recovery_correction: int = 4
@@ -72,7 +77,8 @@ class UnlearningConfig(Section):
         self._validate_frameworks()
         self.check_positive("num-requests", "clients-per-request",
                             "calibration-interval", "baseline-shards", "recovery-memory")
-        for key in ("recovery-warmup", "recovery-correction", "recovery-final"):
+        for key in ("recovery-warmup", "recovery-correction", "recovery-final",
+                    "calibration-final"):
             value = getattr(self, key.replace("-", "_"))
             if value < 0:
                 raise bad(key, value, "an integer >= 0")

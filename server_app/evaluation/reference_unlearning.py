@@ -159,7 +159,8 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     W'^(p-1) = W^(p-1); round p applies the retained participants' stored
     updates (paper eq. 2); each later round's retained participants train L / r
     epochs from W'^(g-1) and their new updates get the stored norms, layer by
-    layer (eq. 3, :func:`strategies.calibration.calibrate`). Rounds left without
+    layer (eq. 3, :func:`strategies.calibration.calibrate`); with SE's rule the
+    last ``calibration-final`` rounds train L epochs, uncalibrated. Rounds left without
     a retained participant are skipped. None when no client of ``forget`` took
     part and the rule is SE's: the model is then unchanged (FE replays anyway).
     """
@@ -169,14 +170,21 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     first = first if from_first_participation else 0  # FE replays from round 1
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
+    final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
+    exact_from = max(first + 1, len(rounds) - final)
     for g in range(first, len(rounds)):
         kept = {c: u for c, u in rounds[g].updates.items() if c not in forget}
         if not kept:
             continue
-        new = list(kept.values()) if g == first else [
-            calibrate(u, local_update(cfg, task, state, parts[c], epochs,
-                                       seed * 1000 + g * 100 + c + 50))
-            for c, u in kept.items()]
+        if g == first:
+            new = list(kept.values())
+        elif g >= exact_from:  # calibration-final: L epochs, not calibrated
+            new = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
+                                seed * 1000 + g * 100 + c + 50) for c in kept]
+        else:
+            new = [calibrate(u, local_update(cfg, task, state, parts[c], epochs,
+                                              seed * 1000 + g * 100 + c + 50))
+                   for c, u in kept.items()]
         state = weighted_step(state, new, [len(parts[c][1]) for c in kept])
     return state
 

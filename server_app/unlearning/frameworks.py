@@ -85,6 +85,11 @@ class UnlearningSettings:
     recovery: dict = field(default_factory=dict)
     """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
     ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
+    calibration_final: int = 0
+    """SE: exact, uncalibrated rounds at the end of each shard's replay (run-config
+    ``calibration-final``; FE keeps FedEraser's published rule)."""
+    local_epochs: float | None = None
+    """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -96,7 +101,8 @@ class UnlearningSettings:
                    cfg.seed, unlearning.request_mode,
                    1 if unlearning.forget_clients else unlearning.num_requests,
                    tuple(unlearning.framework_list), dict(unlearning.plugin_methods),
-                   unlearning.recovery_settings)
+                   unlearning.recovery_settings, unlearning.calibration_final,
+                   training.local_epochs)
 
 
 @dataclass
@@ -194,7 +200,9 @@ def _sharding_eraser(stage: Stage, forget: set[int], batch: Sequence[int] | None
     def build(late: bool) -> ShardingEraser:
         return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
                               settings.retrain_epochs, settings.calibration_interval,
-                              impacted=trained, from_first_participation=late)
+                              impacted=trained, from_first_participation=late,
+                              final=settings.calibration_final,
+                              exact_epochs=settings.local_epochs)
 
     strategy = build(True)
     starts, sources = {}, {}

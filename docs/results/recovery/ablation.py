@@ -14,7 +14,12 @@ in-process grid with the seed and the variant's settings on top. Variants:
   rounds, an exact round every 4th, 1 final), FR;
 - ``exact``: r = 1 for SE, and SE-R with ``recovery-warmup`` = 100, i.e. every
   replayed round exact: the impacted shards retrained from their replay start on
-  the retained clients, the exact reference calibration approximates.
+  the retained clients, the exact reference calibration approximates;
+- ``final``, ``final2``: SE (r = 2) with ``calibration-final`` = 1, 2: its last
+  replayed rounds exact (L epochs, no calibration).
+
+A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
+Fashion-MNIST concurrent cells, which the trained suite lacks).
 """
 
 import json
@@ -26,11 +31,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT)]
 
-RUNS = ROOT / "docs/results/trained-suite/runs"
+RUNS = (ROOT / "docs/results/trained-suite/runs",
+        *sorted((ROOT / "docs/results/side-by-side").glob("*/runs")))
 CELL = "concurrent-cifar10-even-concurrent-k4"
 VARIANTS = {
     "default": {"frameworks": "SE,SE-R,FR"},
     "exact": {"frameworks": "SE,SE-R", "retrain-ratio": 1.0, "recovery-warmup": 100},
+    "final": {"frameworks": "SE", "calibration-final": 1},
+    "final2": {"frameworks": "SE", "calibration-final": 2},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
@@ -39,7 +47,9 @@ def run(variant: str, seed: int, cell: str = CELL) -> dict:
     """One seeded run of ``cell`` with ``variant``'s settings; each framework's KEYS."""
     from experiments.grid import summary_in_scratch
 
-    base = json.loads((RUNS / cell / "summary.json").read_text())["config"]
+    path = next(r / cell / "summary.json" for r in RUNS
+                if (r / cell / "summary.json").is_file())
+    base = json.loads(path.read_text())["config"]
     cfg = {**base, **VARIANTS[variant], "seed": seed,
            "data-dir": str(ROOT.parent / "shared" / "data"),
            "run-name": f"{variant}-s{seed}"}
@@ -49,7 +59,13 @@ def run(variant: str, seed: int, cell: str = CELL) -> dict:
             "overrides": VARIANTS[variant],
             "requests": summary["unlearning"]["requests"],
             "learned_accuracy": summary["learning"]["accuracy"],
-            "frameworks": {n: {k: summary["frameworks"][n][k] for k in KEYS}
+            "learned_shard_accuracy": summary["learning"]["shard_accuracy"],
+            "frameworks": {n: {**{k: summary["frameworks"][n][k] for k in KEYS},
+                               "shard_accuracy": summary["frameworks"][n].get(
+                                   "shard_accuracy"),
+                               "impacted_shards": sorted({
+                                   s for r in summary["frameworks"][n]["requests"]
+                                   for s in r.get("impacted_shards") or []})}
                            for n in names}}
 
 
@@ -70,7 +86,9 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
     holds the learned accuracy.
     """
     names = {"default": {"SE": "SE, r = 2", "SE-R": "SE-R", "FR": "FR"},
-             "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"}}
+             "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"},
+             "final": {"SE": "SE, r = 2, final exact"},
+             "final2": {"SE": "SE, r = 2, 2 final exact"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -82,7 +100,9 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
 
 def table() -> str:
     """Markdown per cell: each model's accuracy per seed, mean, gap to FR, cost."""
-    order = ("original", "SE, r = 2", "SE, r = 1", "SE-R", "SE-R, all exact", "FR")
+    order = ("original", "SE, r = 2", "SE, r = 2, final exact",
+             "SE, r = 2, 2 final exact", "SE, r = 1", "SE-R",
+             "SE-R, all exact", "FR")
     out = []
     for cell, files in _files().items():
         rows = _rows(files)
