@@ -25,8 +25,9 @@ def test_se_isolation_and_all_frameworks(run_server, tmp_path):
         for key in ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s",
                     "client_epochs", "comm_time_s", "server_storage_bytes"):
             assert np.isfinite(result[key]), (name, key)
-    # SE touches one shard of two: about half FE's client-epochs or less
-    assert frameworks["SE"]["client_epochs"] < frameworks["FE"]["client_epochs"]
+    # SE touches one shard of two: its one replayed training round is exact (L
+    # epochs, calibration-final = 1) where FE's calibrates both shards' clients at L/r
+    assert frameworks["SE"]["client_epochs"] <= frameworks["FE"]["client_epochs"]
     assert frameworks["FE"]["client_epochs"] < frameworks["FR"]["client_epochs"]
     # unimpacted shards are bit-identical to the learned ones
     run = tmp_path / "t"

@@ -44,7 +44,7 @@ class UnlearningConfig(Section):
     calibration_final : int
         SE: the last n replayed rounds of each impacted shard are exact (>= 0):
         the retained participants train L epochs and their updates are not
-        calibrated. FE keeps FedEraser's published rule.
+        calibrated (0: the paper's SE). FE keeps FedEraser's published rule.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
     recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
@@ -64,7 +64,7 @@ class UnlearningConfig(Section):
     forget_clients: str = ""
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
-    calibration_final: int = 0
+    calibration_final: int = 1
     baseline_shards: int = 1
     recovery_warmup: int = 2
     recovery_correction: int = 4
