@@ -64,6 +64,15 @@ def _shards(row: dict) -> str:
     return f"{mine:.4f} ({before:.4f})" if before is not None else f"{mine:.4f}"
 
 
+def _se_rule(row: dict) -> str:
+    """Which SE ran: the paper's, or with n exact final rounds.
+
+    Runs made before the ``calibration-final`` key existed have none: the paper's.
+    """
+    final = int(row.get("calibration_final") or 0)
+    return "paper's SE" if final == 0 else f"SE, {final} exact final round(s)"
+
+
 def table(fw: dict[str, dict]) -> list[str]:
     """One run's frameworks beside FR, markdown rows."""
     fr = fw["FR"]
@@ -86,7 +95,8 @@ def table(fw: dict[str, dict]) -> list[str]:
 
 def verdicts(all_runs: dict[str, dict[str, dict]]) -> list[str]:
     """Per cell: SE's and SE-R's difference from FR against issue 26's margins."""
-    lines = ["| cell | seed | SE - FR | within | SE-R - FR | within |", "|---" * 6 + "|"]
+    lines = ["| cell | seed | SE rule | SE - FR | within | SE-R - FR | within |",
+             "|---" * 7 + "|"]
     for fw in all_runs.values():
         fr = fw["FR"]
         metric = fr["metric"]
@@ -97,7 +107,8 @@ def verdicts(all_runs: dict[str, dict[str, dict]]) -> list[str]:
                 gap >= -MARGIN[metric] if metric == "accuracy" else gap <= MARGIN[metric])
             cells += ["" if gap is None else f"{gap:+.2f}",
                       {None: "", True: "yes", False: "no"}[ok]]
-        lines.append(f"| {_cell(fr)} | {fr['seed']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_cell(fr)} | {fr['seed']} | {_se_rule(fr)} | "
+                     + " | ".join(cells) + " |")
     return lines
 
 
@@ -115,7 +126,8 @@ def main(argv: list[str]) -> int:
            "(lower is better: within means at most 0.03 above FR's).", "",
            *verdicts(all_runs), ""]
     for run, fw in all_runs.items():
-        out += [f"## {_cell(fw['FR'])}, seed {fw['FR']['seed']}", "", f"Run `{run}`.", "",
+        out += [f"## {_cell(fw['FR'])}, seed {fw['FR']['seed']}", "",
+                f"Run `{run}`; SE is the {_se_rule(fw['FR'])}.", "",
                 *table(fw), ""]
     (HERE / "overview.md").write_text("\n".join(out))
     print("\n".join(out))
