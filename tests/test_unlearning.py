@@ -156,7 +156,7 @@ def test_se_runs_under_flowers_own_strategy_start(run_server, tmp_path):
     shards = summary["shards"]
     forget = store.participants(0, 1)[0][0]
     se = ShardingEraser(store, {forget}, shards, {p: 1000 + p for p in range(8)},
-                        retrain_epochs=0.5)
+                        retrain_epochs=0.5, final=1, exact_epochs=1.0)  # as the README
     learned = [to_record(store.shard_model(s, 2)) for s in range(2)]
     initial = [to_record(store.shard_model(0, 0)), learned[1]]
     from flwr.app import ConfigRecord
