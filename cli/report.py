@@ -264,6 +264,23 @@ def stages_table(stages: list[StageSummary]) -> str:
                "FR client-epochs"], rows, cell=_cell)
 
 
+def _add_retrained_shards(summary: RunSummary, frameworks: dict[str, dict],
+                          columns: list[tuple[str, str]]) -> None:
+    """Add a column after accuracy: the retrained shards' mean accuracy.
+
+    Per sharded framework (:meth:`FrameworkSummary.retrained_shard_accuracy`):
+    its ensemble's accuracy can hide a broken shard.
+    """
+    for name, result in (summary.frameworks or {}).items():
+        shards = result.retrained_shard_accuracy()
+        if shards is not None:
+            frameworks[name]["retrained_shards"] = shards
+    if any("retrained_shards" in r for r in frameworks.values()):
+        keys = [k for k, _ in columns]
+        columns.insert(keys.index("accuracy") + 1 if "accuracy" in keys else 0,
+                       ("retrained_shards", "retrained shards' acc"))
+
+
 def frameworks_table(summary: RunSummary) -> str:
     """The unlearning comparison: one row per framework, plus SE's expectations."""
     frameworks = {n: f.to_json() for n, f in (summary.frameworks or {}).items()}
@@ -271,6 +288,7 @@ def frameworks_table(summary: RunSummary) -> str:
     columns = [(k, h) for k, h in FRAMEWORK_COLUMNS
                if any(k in r for r in frameworks.values())
                and not (quiet and k in MIA_COLUMNS)]
+    _add_retrained_shards(summary, frameworks, columns)
     if summary.original is not None:  # the learned model, before unlearning
         frameworks = {"original": summary.original.to_json(), **frameworks}
     rows = [[name] + [r.get(k, "") for k, _ in columns] for name, r in frameworks.items()]

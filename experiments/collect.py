@@ -91,7 +91,7 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             row["target_modelled_wall_s"] = result.to_target["modelled_wall_s"]
         impacted = sorted({s for r in result.requests for s in r.impacted_shards or []})
         row["impacted_shards"] = len(impacted) if name == "SE" else None
-        row.update(_impacted_accuracy(result, impacted, summary.baseline_learning
+        row.update(_impacted_accuracy(result, summary.baseline_learning
                                       if name in ON_BASELINE else summary.learning))
         if result.expected:
             row["se_measured_shard_s"] = result.expected.get("measured_total_s")
@@ -101,23 +101,18 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
     return rows
 
 
-def _impacted_accuracy(result, impacted: list[int], learning) -> dict:
+def _impacted_accuracy(result, learning) -> dict:
     """The retrained shards' mean test accuracy, and the original's same shards'.
 
-    Only for a framework with several shard models: the ensemble's accuracy can
-    hide a broken shard (three good shards of four still vote right), the
-    impacted shards' cannot. Empty for a single model (it would repeat
-    ``accuracy``) and when no shard was retrained.
+    :meth:`FrameworkSummary.retrained_shard_accuracy`; empty for a single model.
     """
-    shards = result.shard_accuracy or []
-    if len(shards) < 2 or not impacted or any(s >= len(shards) for s in impacted):
+    mine = result.retrained_shard_accuracy()
+    if mine is None:
         return {}
-    out = {"impacted_shard_accuracy": sum(shards[s] for s in impacted) / len(impacted)}
-    before = learning.shard_accuracy if learning is not None else []
-    if len(before) == len(shards):
-        out["impacted_shard_accuracy_original"] = (
-            sum(before[s] for s in impacted) / len(impacted))
-    return out
+    before = result.retrained_shard_accuracy(
+        learning.shard_accuracy if learning is not None else [])
+    return {"impacted_shard_accuracy": mine,
+            "impacted_shard_accuracy_original": before}
 
 
 def methods_in(rows: Sequence[dict]) -> list[str]:

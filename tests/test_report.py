@@ -119,3 +119,25 @@ def test_a_u_lira_not_run_says_why_in_the_tables():
                                     "samples and the pool has 40")
     summary.verification = {}
     assert ulira_table(summary) == ""
+
+
+def test_the_retrained_shards_accuracy_shows_what_the_ensemble_hides():
+    from server_app.run.summary import RequestCost
+
+    summary = _summary({"signal": True, "auc_low": 0.51, "auc_high": 0.55})
+    summary.frameworks["SE"].shard_accuracy = [0.88, 0.1]  # shard 1: broken
+    summary.frameworks["SE"].requests = [RequestCost(0, [3], impacted_shards=[1])]
+    summary.frameworks["FR"].shard_accuracy = [0.89]  # one model: nothing to add
+    summary.frameworks["FR"].requests = [RequestCost(0, [3], impacted_shards=[0])]
+    se = summary.frameworks["SE"]
+    assert se.retrained_shard_accuracy() == 0.1
+    assert se.retrained_shard_accuracy(summary.learning.shard_accuracy) == 0.89
+    assert summary.frameworks["FR"].retrained_shard_accuracy() is None
+    lines = frameworks_table(RunSummary.from_json(summary.to_json())).splitlines()
+    header = next(line for line in lines if line.startswith("framework"))
+    assert header.split("  ")[:3] == ["framework", "accuracy", "retrained shards' acc"]
+    span = slice(header.index("retrained"), header.index("retrained") + 21)
+    rows = {line.split()[0]: line for line in lines if line.startswith(" ")}
+    assert rows["SE"].split()[1] == "0.9000"  # the ensemble reads fine
+    assert rows["SE"][span].strip() == "0.1000"  # its retrained shard does not
+    assert rows["FR"][span].strip() == rows["original"][span].strip() == ""

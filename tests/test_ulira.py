@@ -129,7 +129,7 @@ def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchang
 
 
 @pytest.mark.slow
-def test_se_unlearn_final_rounds_train_L_epochs_without_calibration():
+def test_se_unlearn_final_rounds_train_all_epochs_uncalibrated():
     """``calibration-final`` = 1: the last round is the retained clients' own update."""
     cfg, task, parts = _tiny(num_rounds=2, **{"calibration-final": 1})
     learned, rounds = learn_with_history(cfg, task, parts, seed=4)

@@ -197,7 +197,7 @@ class _FourRounds:
 
 
 @pytest.mark.parametrize("final, exact", [(0, []), (1, [4]), (2, [3, 4]), (9, [2, 3, 4])])
-def test_calibration_final_rounds_train_L_epochs_and_skip_calibration(final, exact):
+def test_calibration_final_rounds_train_all_epochs_uncalibrated(final, exact):
     """``calibration-final``: the last rounds are exact; the preparation never is."""
     from flwr.app import ConfigRecord, Message, RecordDict
 

@@ -278,6 +278,33 @@ class FrameworkSummary:
 
     set_backdoor = ModelScores.set_backdoor
 
+    def retrained_shard_accuracy(self, shard_accuracy: list[float] | None = None
+                                 ) -> float | None:
+        """Mean test accuracy of the shards this framework retrained.
+
+        The ensemble's accuracy can hide a broken shard (three good shards of four
+        still vote right); this cannot.
+
+        Parameters
+        ----------
+        shard_accuracy : list[float], optional
+            Per-shard accuracies to average over the same shards instead of this
+            framework's own, e.g. the original models' (same length).
+
+        Returns
+        -------
+        float or None
+            None for a single model (it would repeat ``accuracy``), when no
+            shard was retrained, or when the lengths do not match.
+        """
+        own = self.shard_accuracy or []
+        scores = own if shard_accuracy is None else shard_accuracy
+        shards = sorted({s for r in self.requests for s in r.impacted_shards or []})
+        if len(own) < 2 or len(scores) != len(own) or not shards \
+                or shards[-1] >= len(own):
+            return None
+        return sum(scores[s] for s in shards) / len(shards)
+
     def to_json(self) -> dict:
         """The JSON dict (None fields left out, audit as ``mia_<metric>``)."""
         out = _to_json(dataclasses.replace(self, audit=None))
