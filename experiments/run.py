@@ -383,8 +383,8 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run the experiment."""
+def _parser() -> argparse.ArgumentParser:
+    """The ``experiments`` command line."""
     ap = argparse.ArgumentParser(
         prog=f"{os.environ.get('SE_CLI_PROG', 'python -m cli')} experiments",
         description=__doc__,
@@ -415,6 +415,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true",
                     help="redraw the figures and report.md of --out from its "
                     "results.json; run nothing")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the experiment."""
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.preset is not None:
         ap.error(f"--preset {args.preset}: the experiments take --suite "
