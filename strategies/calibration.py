@@ -129,6 +129,28 @@ def calibration_plan(rounds: Sequence[int], interval: int) -> list[int]:
     return [r for r in rounds if (r - 1) % interval == 0]
 
 
+def final_exact_rounds(trains: Sequence[bool], final: int) -> set[int]:
+    """Which server rounds of a replay are its ``final`` exact rounds (SE's default 1).
+
+    Parameters
+    ----------
+    trains : sequence of bool
+        Per server round k = 1, 2, ... of the plan: whether its stored round has a
+        retained participant (a round without one is skipped, so it cannot be the
+        exact round).
+    final : int
+        How many exact rounds at the end (>= 0).
+
+    Returns
+    -------
+    set of int
+        The last ``final`` server rounds k > 1 that train: round 1 is the
+        preparation (eq. 2), which asks no client.
+    """
+    training = [k for k, has in enumerate(trains, start=1) if has and k > 1]
+    return set(training[len(training) - final:]) if final > 0 else set()
+
+
 def first_participation(history, shard: int, clients: Iterable[int]
                         ) -> int | None:
     """The first stored round of ``shard`` in which one of ``clients`` took part.

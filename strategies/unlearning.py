@@ -29,6 +29,7 @@ from strategies.calibration import (
     calibrate,
     calibration_plan,
     difference,
+    final_exact_rounds,
     first_participation,
     weighted_step,
 )
@@ -78,7 +79,8 @@ class CalibratedRetraining(Strategy):
       (``train.unlearn`` messages); each new update U^ is calibrated per layer
       with the magnitude of the same client's stored U^g; FedAvg weights n_m.
 
-    - the last ``final`` server rounds (k > 1), exact: the retained participants
+    - the last ``final`` server rounds (k > 1) that have a retained participant,
+      exact: the retained participants
       train ``exact_epochs`` (L) local epochs and their new updates are
       aggregated as they are, without calibration: a final tuning on the
       retained data, as FedRecover's final rounds (0: the paper's SE).
@@ -144,6 +146,7 @@ class CalibratedRetraining(Strategy):
             self.plan = [r for r in self.full_plan
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
+        self._exact: set[int] | None = None  # on first use: reads the participants
         self._base: dict[str, np.ndarray] | None = None
         self._expected: dict[int, tuple[int, int]] = {}
 
@@ -153,9 +156,15 @@ class CalibratedRetraining(Strategy):
         return len(self.plan)
 
     def is_exact(self, server_round: int) -> bool:
-        """Whether server round k is one of the last ``final`` (exact, uncalibrated)."""
-        return 1 < server_round <= len(self.plan) and \
-            server_round > len(self.plan) - self.final
+        """Whether server round k is exact: one of the last ``final`` that train.
+
+        :func:`strategies.calibration.final_exact_rounds`; exact rounds train L
+        epochs and are not calibrated.
+        """
+        if self._exact is None:
+            self._exact = final_exact_rounds(
+                [bool(self.retained(r)) for r in self.plan], self.final)
+        return server_round in self._exact
 
     def replay_report(self) -> dict:
         """What starting at :attr:`start_round` saves against replay from round 1.

@@ -55,7 +55,8 @@ def test_tiny_run_learns_and_unlearns(run_server):
     for name, result in frameworks.items():
         assert np.isfinite(result["loss"]) and result["loss"] < LN_VOCAB, name
         assert result["perplexity"] == pytest.approx(math.exp(result["loss"])), name
-    # SE retrains one shard of two for L / r epochs: fewer client-epochs than FR
+    # SE retrains one shard of two (L / r epochs, the last round L): fewer
+    # client-epochs than FR
     assert frameworks["SE"]["client_epochs"] < frameworks["FR"]["client_epochs"]
     # the calibrated shard (Adam directions, stored magnitudes) stays a good model
     assert frameworks["SE"]["loss"] < summary["original"]["loss"] + 0.3

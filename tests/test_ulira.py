@@ -32,7 +32,7 @@ from server_app.evaluation.ulira_audit import (
     reference_shapes,
     train_references,
 )
-from strategies.calibration import weighted_step
+from strategies.calibration import calibrate, weighted_step
 from task.config import fused_run_config
 from tests.conftest import TINY
 
@@ -144,6 +144,24 @@ def test_se_unlearn_final_rounds_train_all_epochs_uncalibrated():
                           4 * 1000 + 1 * 100 + c + 50) for c in kept]
     want = weighted_step(state, fresh, [8] * len(kept))
     assert all(np.allclose(gone[k], want[k], atol=1e-6) for k in want)
+
+
+@pytest.mark.slow
+def test_se_unlearn_of_the_papers_se_calibrates_its_last_round():
+    """``calibration-final`` = 0: round 2's fresh updates get the stored norms."""
+    cfg, task, parts = _tiny(num_rounds=2, **{"calibration-final": 0})
+    _, rounds = learn_with_history(cfg, task, parts, seed=4)
+    forget = next(iter(rounds[0].updates))
+    paper = se_unlearn(cfg, task, parts, rounds, {forget}, seed=4)
+    state = weighted_step(rounds[0].start, [u for c, u in rounds[0].updates.items()
+                                            if c != forget],
+                          [8] * (len(rounds[0].updates) - 1))
+    kept = {c: u for c, u in rounds[1].updates.items() if c != forget}
+    epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
+    want = weighted_step(state, [calibrate(u, local_update(
+        cfg, task, state, parts[c], epochs, 4 * 1000 + 1 * 100 + c + 50))
+        for c, u in kept.items()], [8] * len(kept))
+    assert all(np.allclose(paper[k], want[k], atol=1e-6) for k in want)
 
 
 @pytest.mark.slow

@@ -25,15 +25,18 @@ def test_se_isolation_and_all_frameworks(run_server, tmp_path):
         for key in ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s",
                     "client_epochs", "comm_time_s", "server_storage_bytes"):
             assert np.isfinite(result[key]), (name, key)
-    # SE touches one shard of two: its one replayed training round is exact (L
-    # epochs, calibration-final = 1) where FE's calibrates both shards' clients at L/r
-    assert frameworks["SE"]["client_epochs"] <= frameworks["FE"]["client_epochs"]
     assert frameworks["FE"]["client_epochs"] < frameworks["FR"]["client_epochs"]
     # unimpacted shards are bit-identical to the learned ones
     run = tmp_path / "t"
     se = load_models(run / "models" / "SE.npz")
     learned = HistoryStore.open(run / "history" / "sharded")
     last = max(learned.rounds(0))
+    # SE touches one shard of two; replayed from round 1, its round 2 is the exact
+    # round (calibration-final = 1): every retained participant trains L = 1 epoch
+    with3 = [g for g in (1, 2) if 3 in dict(learned.participants(impacted, g))]
+    kept = [p for p, _ in learned.participants(impacted, 2) if p != 3]
+    assert with3[:1] == [1] and kept  # the seeded run: client 3 trains in round 1
+    assert frameworks["SE"]["client_epochs"] == pytest.approx(len(kept))
     for s in range(len(shards)):
         stored = learned.shard_model(s, last)
         same = all(se[f"shard{s}/{k}"].tobytes() == v.tobytes() for k, v in stored.items())
@@ -227,3 +230,38 @@ def test_bad_calibration_final_is_refused_before_any_engine():
 
     with pytest.raises(ConfigError, match="'calibration-final' = -1"):
         validate_run_config({**TINY, "calibration-final": -1}, files=False)
+
+
+@pytest.mark.parametrize("trains, final, exact", [
+    ([True, True, True, True], 1, {4}),
+    ([True, True, True, False], 1, {3}),  # the last round is skipped: the one before
+    ([True, False, True, False], 2, {3}),  # one round trains after the preparation
+    ([True], 1, set()),  # the preparation alone asks no client
+    ([True, True, True], 0, set()),  # the paper's SE
+    ([True, True, True], 9, {2, 3}),
+])
+def test_final_exact_rounds_are_the_last_that_train(trains, final, exact):
+    from strategies.calibration import final_exact_rounds
+
+    assert final_exact_rounds(trains, final) == exact
+
+
+class _LateAndLastForgotten(_FourRounds):
+    """Client 1 joins in round 3; round 4 holds client 1 alone."""
+
+    def participants(self, shard, rnd):
+        return {1: [(0, 10), (2, 20)], 2: [(0, 10), (2, 20)],
+                3: [(0, 10), (1, 10), (2, 20)], 4: [(1, 10)]}[rnd]
+
+
+@pytest.mark.parametrize("late, interval, plan, exact", [
+    (True, 1, [3, 4], []),  # from round 3: round 4 has no retained client, no exact
+    (False, 1, [1, 2, 3, 4], [3]),  # from round 1: the last round that trains is 3
+    (False, 2, [1, 3], [2]),  # FedEraser's dt = 2: server round 2 replays round 3
+])
+def test_the_exact_round_is_the_last_one_that_trains(late, interval, plan, exact):
+    strategy = CalibratedRetraining(_LateAndLastForgotten(), 0, {1}, {0: 100, 2: 102},
+                                    1.0, interval, from_first_participation=late,
+                                    final=1, exact_epochs=2.0)
+    assert strategy.plan == plan
+    assert [k for k in range(1, len(plan) + 1) if strategy.is_exact(k)] == exact

@@ -384,7 +384,9 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
                                       if n in EXACT_BY_CONSTRUCTION],
             "recipe": f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} "
             f"local epochs; SE / FE replay L / r = "
-            f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs; SE-R / "
+            f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs (SE's "
+            f"last {cfg.unlearning.calibration_final} round(s) L epochs, uncalibrated); "
+            "SE-R / "
             "FRec recovery with the run's recovery-* settings",
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "

@@ -17,7 +17,12 @@ import numpy as np
 import torch
 
 from server_app.config import RunConfig
-from strategies.calibration import calibrate, difference, weighted_step
+from strategies.calibration import (
+    calibrate,
+    difference,
+    final_exact_rounds,
+    weighted_step,
+)
 from strategies.recovery import RecoveryReplay
 from task.device import resolve_device
 
@@ -171,14 +176,15 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
-    exact_from = max(first + 1, len(rounds) - final)
+    exact = {first + k - 1 for k in final_exact_rounds(
+        [bool(set(r.updates) - forget) for r in rounds[first:]], final)}
     for g in range(first, len(rounds)):
         kept = {c: u for c, u in rounds[g].updates.items() if c not in forget}
         if not kept:
             continue
         if g == first:
             new = list(kept.values())
-        elif g >= exact_from:  # calibration-final: L epochs, not calibrated
+        elif g in exact:  # calibration-final: L epochs, not calibrated
             new = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
                                 seed * 1000 + g * 100 + c + 50) for c in kept]
         else:

@@ -16,7 +16,8 @@ as the run learns and then unlearns from each with the run's own rules:
 The unlearning rules: SE (FE) calibrated retraining, paper eq. 2-3, FedEraser's
 rule (:mod:`strategies.calibration`), from the forgotten clients' first round
 (FE: from round 1), retained clients retraining L / r epochs with their stored
-norms kept; SE-R (FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
+norms kept, SE's last ``calibration-final`` rounds L epochs uncalibrated; SE-R
+(FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
 with the run's ``recovery-*`` settings, exact rounds trained with the learning
 round's seed, from the forgotten clients' first round (FRec: from round 1)
 (:mod:`server_app.evaluation.reference_unlearning`). FR and RR retrain from

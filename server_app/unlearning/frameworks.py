@@ -85,9 +85,9 @@ class UnlearningSettings:
     recovery: dict = field(default_factory=dict)
     """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
     ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
-    calibration_final: int = 0
+    calibration_final: int = 1
     """SE: exact, uncalibrated rounds at the end of each shard's replay (run-config
-    ``calibration-final``; FE keeps FedEraser's published rule)."""
+    ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
     local_epochs: float | None = None
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
 
