@@ -409,7 +409,8 @@ def _parser() -> argparse.ArgumentParser:
                     "frameworks (SE-R, FRec), run beside SE in every run that runs SE")
     ap.add_argument("--only", default="", metavar="PATTERN,...",
                     help="run only the runs whose name matches one of these "
-                    "shell-style patterns, e.g. '*-noniid-s0*' (default: every run)")
+                    "shell-style patterns, e.g. '*-noniid-s0*' (default: every run; "
+                    "the storage sweep, which trains nothing, still runs)")
     ap.add_argument("--keep-history", action="store_true",
                     help="keep each run's history stores and models")
     ap.add_argument("--report-only", action="store_true",
