@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 PINNED = json.loads((Path(__file__).parent / "data" / "seeded_run.json").read_text())
-RUNS = {"uncoded": {"mia": False, "forget-clients": "3"},
+# the paper's SE (calibration-final = 0), pinned before the exact final round became
+# SE's default; "default" pins SE as shipped since (its replayed round 2 exact)
+RUNS = {"uncoded": {"mia": False, "forget-clients": "3", "calibration-final": 0},
         "coded": {"mia": False, "forget-clients": "3", "storage": "coded",
-                  "blocks-per-shard": 2, "frameworks": "SE"}}
+                  "blocks-per-shard": 2, "frameworks": "SE", "calibration-final": 0},
+        "default": {"mia": False, "forget-clients": "3", "frameworks": "SE"}}
 
 
 def _numbers(summary: dict) -> dict:
