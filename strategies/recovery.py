@@ -38,7 +38,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import difference, first_participation, weighted_step
+from strategies.calibration import (
+    difference,
+    final_exact_rounds,
+    first_participation,
+    weighted_step,
+)
 from strategies.sharded import to_numpy, to_record
 from strategies.unlearning import FrozenShard, HistoryReader, ImpactedShards
 
@@ -99,9 +104,10 @@ class RecoveryReplay:
     - k = 1, preparation: W' = W there, so U'_i = U_i: the retained
       participants' stored updates, no client contacted (as SE's eq. 2);
     - exact (``warmup`` rounds after the first, every ``correction``-th round
-      after them, the last ``final`` rounds): the retained participants train
-      from W'^(t-1) as they did in learning round t; the round gives the shard
-      a pair (W' - W, the participants' mean of -(U'_i - U_i)), the latest
+      after them, the last ``final`` rounds that have a retained participant):
+      the retained participants train from W'^(t-1) as they did in learning
+      round t; the round gives the shard a pair (W' - W, the participants' mean
+      of -(U'_i - U_i)), the latest
       ``memory`` kept;
     - estimated (the rest): U'_i = U_i - B (W' - W) (:func:`lbfgs_product`), one
       B for the shard's clients. FedRecover keeps pairs per client; here one
@@ -165,6 +171,8 @@ class RecoveryReplay:
         start = (first if from_first_participation else 1) if first is not None else None
         self.plan = [r for r in rounds if start is not None and r >= start]
         self.start_round = self.plan[0] if self.plan else None
+        self._final_rounds = final_exact_rounds(  # a skipped round is never one
+            [bool(self.retained(r)) for r in self.plan], final)
         self._original = {k: np.asarray(v) for k, v in start_model.items()}
         self._shared: list[tuple[np.ndarray, np.ndarray]] = []
         self._base: dict[str, np.ndarray] | None = None
@@ -182,7 +190,7 @@ class RecoveryReplay:
         k, n = server_round, len(self.plan)
         if k <= 1 or k > n:
             return False
-        if k <= 1 + self.warmup or k > n - self.final:
+        if k <= 1 + self.warmup or k in self._final_rounds:
             return True
         return self.correction > 0 and (k - 1 - self.warmup) % self.correction == 0
 

@@ -146,7 +146,8 @@ class CalibratedRetraining(Strategy):
             self.plan = [r for r in self.full_plan
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
-        self._exact: set[int] | None = None  # on first use: reads the participants
+        self.exact_rounds = final_exact_rounds(
+            [bool(self.retained(r)) for r in self.plan], final)
         self._base: dict[str, np.ndarray] | None = None
         self._expected: dict[int, tuple[int, int]] = {}
 
@@ -161,10 +162,7 @@ class CalibratedRetraining(Strategy):
         :func:`strategies.calibration.final_exact_rounds`; exact rounds train L
         epochs and are not calibrated.
         """
-        if self._exact is None:
-            self._exact = final_exact_rounds(
-                [bool(self.retained(r)) for r in self.plan], self.final)
-        return server_round in self._exact
+        return server_round in self.exact_rounds
 
     def replay_report(self) -> dict:
         """What starting at :attr:`start_round` saves against replay from round 1.

@@ -141,3 +141,18 @@ def test_an_abnormal_estimate_asks_the_client_to_train_instead():
     stored = History().updates
     want = np.ones(3) + (10 * stored[(2, 0)]["w"] + 20 * stored[(2, 2)]["w"]) / 30
     np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)
+
+
+class _LastAllForgotten(History):
+    """Round 4 holds client 1 alone."""
+
+    def participants(self, shard, rnd):
+        return [(1, 10)] if rnd == 4 else super().participants(shard, rnd)
+
+
+def test_a_skipped_last_round_moves_the_final_exact_round_back():
+    """As SE's: the final round is the last that trains (a skipped one cannot be)."""
+    shard = RecoveredShard(_LastAllForgotten(), 0, {1}, {0: 100, 1: 101, 2: 102},
+                           {"w": np.zeros(3, np.float32)}, 0, 0, 1,
+                           from_first_participation=False)
+    assert [k for k in range(1, 5) if shard.replay.is_exact(k)] == [3]
