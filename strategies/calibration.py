@@ -151,6 +151,45 @@ def final_exact_rounds(trains: Sequence[bool], final: int) -> set[int]:
     return set(training[len(training) - final:]) if final > 0 else set()
 
 
+def refill_slots(participants: Iterable[int], members: Iterable[int],
+                 forget: Iterable[int], seed: Sequence[int]) -> list[int]:
+    """Retained shard members who take the forgotten participants' slots of a round.
+
+    Replaying a stored round without its forgotten participants trains the shard
+    on fewer client updates than learning did (and than FedRetrain, which samples
+    each round from the retained clients only). Refilling gives each forgotten
+    participant's slot to a retained member of the shard who did not take part in
+    that round, drawn uniformly without replacement, as the learning sampler
+    would have drawn from the retained clients.
+
+    Parameters
+    ----------
+    participants : Iterable[int]
+        Partition ids of the stored round's participants.
+    members : Iterable[int]
+        Partition ids of the shard.
+    forget : Iterable[int]
+        Partition ids forgotten so far.
+    seed : sequence of int (each >= 0)
+        Seeds the draw (e.g. run seed, shard, stored round): reproducible.
+
+    Returns
+    -------
+    list of int
+        Sorted substitutes, one per forgotten participant (fewer when the shard
+        has too few retained members left out of the round); [] when no
+        participant is forgotten.
+    """
+    participants, forget = set(participants), set(forget)
+    lost = len(participants & forget)
+    pool = sorted(set(members) - forget - participants)
+    take = min(lost, len(pool))
+    if not take:
+        return []
+    chosen = np.random.default_rng(list(seed)).choice(pool, size=take, replace=False)
+    return sorted(int(p) for p in chosen)
+
+
 def first_participation(history, shard: int, clients: Iterable[int]
                         ) -> int | None:
     """The first stored round of ``shard`` in which one of ``clients`` took part.

@@ -31,6 +31,7 @@ from strategies.calibration import (
     difference,
     final_exact_rounds,
     first_participation,
+    refill_slots,
     weighted_step,
 )
 from strategies.factory import make_stock_strategy
@@ -85,7 +86,15 @@ class CalibratedRetraining(Strategy):
       aggregated as they are, without calibration: a final tuning on the
       retained data, as FedRecover's final rounds (0: the paper's SE).
 
-    A round with no retained participant is skipped (the model is kept). The
+    - with ``members`` (``replay-refill``), each forgotten participant's slot in
+      a replayed round goes to a retained member of the shard who did not take
+      part (:func:`strategies.calibration.refill_slots`): the substitute trains
+      ``exact_epochs`` from the round's model, uncalibrated (it has no stored
+      update), weighted by the ``num-examples`` it reports; in round 1 it is
+      the only client asked.
+
+    A round with no retained participant and no substitute is skipped (the
+    model is kept). The
     forgotten clients' updates are never read and they are never messaged.
 
     Parameters
@@ -110,6 +119,11 @@ class CalibratedRetraining(Strategy):
         never one).
     exact_epochs : float, optional
         Local epochs of an exact round (L; default ``retrain_epochs``).
+    members : Sequence[int], optional
+        Partition ids of the shard: refill the forgotten participants' slots
+        from them (None: no refill, the paper's SE).
+    refill_seed : int
+        Seeds the substitutes' draw (with the shard and the stored round).
 
     Raises
     ------
@@ -122,7 +136,8 @@ class CalibratedRetraining(Strategy):
                  node_of: Mapping[int, int], retrain_epochs: float,
                  calibration_interval: int = 1,
                  from_first_participation: bool = True, final: int = 0,
-                 exact_epochs: float | None = None) -> None:
+                 exact_epochs: float | None = None,
+                 members: Sequence[int] | None = None, refill_seed: int = 0) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
         exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
@@ -146,10 +161,14 @@ class CalibratedRetraining(Strategy):
             self.plan = [r for r in self.full_plan
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
+        self.substitutes: dict[int, list[int]] = {} if members is None else {
+            r: refill_slots([p for p, _ in history.participants(shard, r)], members,
+                            self.forget, (refill_seed, shard, r)) for r in self.plan}
         self.exact_rounds = final_exact_rounds(
-            [bool(self.retained(r)) for r in self.plan], final)
+            [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
+            final)
         self._base: dict[str, np.ndarray] | None = None
-        self._expected: dict[int, tuple[int, int]] = {}
+        self._expected: dict[int, tuple[int, int | None]] = {}
 
     @property
     def num_rounds(self) -> int:
@@ -172,9 +191,9 @@ class CalibratedRetraining(Strategy):
         dict
             ``start_round`` (None: no forgotten client trained here),
             ``rounds_replayed`` (len of the plan), ``rounds_from_round1`` (of
-            the plan from round 1) and ``retrain_messages_saved`` (retained
+            the plan from round 1), ``retrain_messages_saved`` (retained
             participants' retraining messages of the calibration rounds not
-            replayed).
+            replayed) and ``refilled_slots`` (substitutes over the plan).
         """
         def messages(plan: Sequence[int]) -> int:
             return sum(len(self.retained(r)) for r in plan[1:])
@@ -182,7 +201,9 @@ class CalibratedRetraining(Strategy):
         return {"start_round": self.start_round if self.plan else None,
                 "rounds_replayed": len(self.plan),
                 "rounds_from_round1": len(self.full_plan),
-                "retrain_messages_saved": messages(self.full_plan) - messages(self.plan)}
+                "retrain_messages_saved": messages(self.full_plan) - messages(self.plan),
+                "refilled_slots": sum(len(self.substitutes.get(r, ()))
+                                      for r in self.plan)}
 
     def retained(self, rnd: int) -> list[tuple[int, int]]:
         """(partition id, n) of stored round ``rnd``'s participants not forgotten."""
@@ -191,59 +212,69 @@ class CalibratedRetraining(Strategy):
 
     def configure_train(self, server_round: int, arrays: ArrayRecord,
                         config: ConfigRecord, grid: Grid) -> list[Message]:
-        """Ask the retained participants of the planned round to retrain."""
+        """Ask the planned round's retained participants (not in round 1) to retrain.
+
+        With refill, the round's substitutes too (in round 1, only they).
+        """
         self._base = to_numpy(arrays)
         self._expected = {}
-        if server_round == 1 or server_round > len(self.plan):
+        if server_round > len(self.plan):
             return []
         rnd = self.plan[server_round - 1]
         retained = self.retained(rnd)
-        if not retained:
+        substitutes = self.substitutes.get(rnd, [])
+        if not retained and not substitutes:
             self.skipped_rounds.append(rnd)
             return []
-        config = ConfigRecord(dict(config))
-        config["local-epochs"] = (self.exact_epochs if self.is_exact(server_round)
-                                  else self.retrain_epochs)
-        config["server-round"] = server_round
-        config["history-round"] = rnd
-        content = RecordDict({"arrays": arrays, "config": config})
+        epochs = (self.exact_epochs if self.is_exact(server_round)
+                  else self.retrain_epochs)
+        asked = [] if server_round == 1 else [(p, n, epochs) for p, n in retained]
+        asked += [(p, None, self.exact_epochs) for p in substitutes]
         messages = []
-        for pid, n in retained:
+        for pid, n, local_epochs in asked:
+            config_k = ConfigRecord({**dict(config), "local-epochs": local_epochs,
+                                     "server-round": server_round,
+                                     "history-round": rnd})
             node = self.node_of[pid]
             self._expected[node] = (pid, n)
-            messages.append(Message(content, dst_node_id=node,
-                                    message_type=UNLEARN_MESSAGE))
+            messages.append(Message(RecordDict({"arrays": arrays, "config": config_k}),
+                                    dst_node_id=node, message_type=UNLEARN_MESSAGE))
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Preparation (round 1) or calibration of the replies (later rounds)."""
+        """Preparation (round 1) or calibration of the replies (later rounds).
+
+        A substitute's reply is used as it is, weighted by its ``num-examples``
+        (a reply without a finite one > 0 is dropped).
+        """
         if self._base is None:
             raise RuntimeError("aggregate_train called before configure_train")
         if server_round > len(self.plan):
             return None, None
         rnd = self.plan[server_round - 1]
-        if server_round == 1:
-            retained = self.retained(rnd)
-            if not retained:
-                self.skipped_rounds.append(rnd)
-                return None, None
-            updates = [self.history.update(self.shard, rnd, p) for p, _ in retained]
-            new = weighted_step(self._base, updates, [n for _, n in retained])
-            return to_record(new), MetricRecord({"clients": len(retained)})
-        calibrated, weights = [], []
+        updates, weights = [], []
+        if server_round == 1:  # eq. 2: the retained participants' stored updates
+            for pid, n in self.retained(rnd):
+                updates.append(self.history.update(self.shard, rnd, pid))
+                weights.append(n)
         for reply in replies:
             if reply.has_error() or reply.metadata.src_node_id not in self._expected:
                 continue
             pid, n = self._expected[reply.metadata.src_node_id]
             fresh = difference(to_numpy(reply.content["arrays"]), self._base)
-            calibrated.append(fresh if self.is_exact(server_round) else calibrate(
-                self.history.update(self.shard, rnd, pid), fresh))
+            if n is None:  # a substitute: no stored update to calibrate with
+                n = _reported_examples(reply)
+                if n is None:
+                    continue
+            elif not self.is_exact(server_round):
+                fresh = calibrate(self.history.update(self.shard, rnd, pid), fresh)
+            updates.append(fresh)
             weights.append(n)
-        if not calibrated:
+        if not updates:
             return None, None
-        new = weighted_step(self._base, calibrated, weights)
-        return to_record(new), MetricRecord({"clients": len(calibrated)})
+        new = weighted_step(self._base, updates, weights)
+        return to_record(new), MetricRecord({"clients": len(updates)})
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         """No federated evaluation while unlearning."""
@@ -255,6 +286,15 @@ class CalibratedRetraining(Strategy):
 
     def summary(self) -> None:
         """Nothing to log beyond the plan."""
+
+
+def _reported_examples(reply: Message) -> float | None:
+    """A reply's ``num-examples`` when it is a finite number > 0, else None."""
+    try:
+        n = float(reply.content["metrics"]["num-examples"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return n if 0 < n < float("inf") else None
 
 
 class FrozenShard(Strategy):
@@ -325,6 +365,11 @@ class ShardingEraser(ImpactedShards):
         shards already excluded the earlier ones).
     from_first_participation, final, exact_epochs
         Passed to each :class:`CalibratedRetraining`.
+    refill : bool
+        Refill forgotten participants' slots from the shard's retained members
+        (``replay-refill``; :class:`CalibratedRetraining` ``members``).
+    refill_seed : int
+        Seeds the substitutes' draw.
 
     Raises
     ------
@@ -338,7 +383,8 @@ class ShardingEraser(ImpactedShards):
                  retrain_epochs: float, calibration_interval: int = 1,
                  impacted: Iterable[int] | None = None,
                  from_first_participation: bool = True, final: int = 0,
-                 exact_epochs: float | None = None) -> None:
+                 exact_epochs: float | None = None, refill: bool = False,
+                 refill_seed: int = 0) -> None:
         forget = frozenset(forget)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
         unknown = sorted(forget - set(shard_of))
@@ -355,7 +401,9 @@ class ShardingEraser(ImpactedShards):
         subs: list[Strategy] = [
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
                                  calibration_interval, from_first_participation,
-                                 final, exact_epochs)
+                                 final, exact_epochs,
+                                 members=shards[s] if refill else None,
+                                 refill_seed=refill_seed)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))
         ]

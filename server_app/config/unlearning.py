@@ -45,6 +45,11 @@ class UnlearningConfig(Section):
         SE: the last n replayed rounds of each impacted shard are exact (>= 0):
         the retained participants train L epochs and their updates are not
         calibrated (0: the paper's SE). FE keeps FedEraser's published rule.
+    replay_refill : bool
+        SE: each forgotten participant's slot in a replayed round goes to a
+        retained member of its shard who did not take part, who trains L epochs
+        uncalibrated (:func:`strategies.calibration.refill_slots`). False: the
+        paper's SE, which replays only the stored round's retained participants.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
     recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
@@ -65,6 +70,7 @@ class UnlearningConfig(Section):
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
     calibration_final: int = 1
+    replay_refill: bool = False
     baseline_shards: int = 1
     recovery_warmup: int = 2
     recovery_correction: int = 4

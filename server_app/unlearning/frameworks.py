@@ -90,6 +90,8 @@ class UnlearningSettings:
     ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
     local_epochs: float | None = None
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
+    replay_refill: bool = False
+    """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -102,7 +104,7 @@ class UnlearningSettings:
                    1 if unlearning.forget_clients else unlearning.num_requests,
                    tuple(unlearning.framework_list), dict(unlearning.plugin_methods),
                    unlearning.recovery_settings, unlearning.calibration_final,
-                   training.local_epochs)
+                   training.local_epochs, unlearning.replay_refill)
 
 
 @dataclass
@@ -202,7 +204,8 @@ def _sharding_eraser(stage: Stage, forget: set[int], batch: Sequence[int] | None
                               settings.retrain_epochs, settings.calibration_interval,
                               impacted=trained, from_first_participation=late,
                               final=settings.calibration_final,
-                              exact_epochs=settings.local_epochs)
+                              exact_epochs=settings.local_epochs,
+                              refill=settings.replay_refill, refill_seed=settings.seed)
 
     strategy = build(True)
     starts, sources = {}, {}

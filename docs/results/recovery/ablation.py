@@ -18,6 +18,13 @@ in-process grid with the seed and the variant's settings on top. Variants:
   the retained clients, the exact reference calibration approximates;
 - ``final``, ``final2``: SE (r = 2) with ``calibration-final`` = 1, 2: its last
   replayed rounds exact (L epochs, no calibration).
+- ``refill``: ``final`` with ``replay-refill``: each forgotten participant's slot
+  in a replayed round goes to a retained member of its shard who did not take
+  part (it trains L epochs, uncalibrated);
+- ``exactrefill``: SE with r = 1 and every replayed round after the first exact
+  (``calibration-final`` = 100), with ``replay-refill``: the impacted shards
+  retrained exactly from their replay start with as many clients a round as in
+  learning.
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -41,6 +48,9 @@ VARIANTS = {
               "calibration-final": 0},
     "final": {"frameworks": "SE", "calibration-final": 1},
     "final2": {"frameworks": "SE", "calibration-final": 2},
+    "refill": {"frameworks": "SE", "calibration-final": 1, "replay-refill": True},
+    "exactrefill": {"frameworks": "SE", "retrain-ratio": 1.0, "calibration-final": 100,
+                    "replay-refill": True},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
@@ -90,7 +100,9 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
     names = {"default": {"SE": "SE, r = 2", "SE-R": "SE-R", "FR": "FR"},
              "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"},
              "final": {"SE": "SE, r = 2, final exact"},
-             "final2": {"SE": "SE, r = 2, 2 final exact"}}
+             "final2": {"SE": "SE, r = 2, 2 final exact"},
+             "refill": {"SE": "SE, r = 2, final exact, refill"},
+             "exactrefill": {"SE": "SE, all exact, refill"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -103,8 +115,8 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
 def table() -> str:
     """Markdown per cell: each model's accuracy per seed, mean, gap to FR, cost."""
     order = ("original", "SE, r = 2", "SE, r = 2, final exact",
-             "SE, r = 2, 2 final exact", "SE, r = 1", "SE-R",
-             "SE-R, all exact", "FR")
+             "SE, r = 2, 2 final exact", "SE, r = 2, final exact, refill",
+             "SE, r = 1", "SE-R", "SE-R, all exact", "SE, all exact, refill", "FR")
     out = []
     for cell, files in _files().items():
         rows = _rows(files)
