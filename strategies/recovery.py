@@ -42,55 +42,19 @@ from strategies.calibration import (
     difference,
     final_exact_rounds,
     first_participation,
+    refill_slots,
     weighted_step,
 )
+from strategies.lbfgs import flat, lbfgs_product, unflat
 from strategies.sharded import to_numpy, to_record
-from strategies.unlearning import FrozenShard, HistoryReader, ImpactedShards
+from strategies.unlearning import (
+    FrozenShard,
+    HistoryReader,
+    ImpactedShards,
+    reported_examples,
+)
 
 TRAIN_MESSAGE = "train"
-
-
-def lbfgs_product(pairs: Sequence[tuple[np.ndarray, np.ndarray]], v: np.ndarray
-                  ) -> np.ndarray:
-    """B v for the L-BFGS Hessian approximation B of ``pairs`` (compact form).
-
-    ``B = sigma I - [sigma S, Y] M^-1 [sigma S^T; Y^T]`` with
-    ``M = [[sigma S^T S, L], [L^T, -D]]``, ``S^T Y = L + D + U`` (strictly lower,
-    diagonal, strictly upper) and ``sigma = s^T y / s^T s``, the curvature along
-    the newest pair (Byrd, Nocedal and Schnabel 1994, eq. 2.17; FedRecover
-    Alg. 2). The usual ``y^T y / s^T y`` is the largest curvature consistent with
-    the pair; with noisy pairs (s^T y small against |s| |y|) it multiplied the
-    directions the pairs never saw by up to 100x. Pairs that
-    break the curvature condition ``s^T y > 0`` are left out (B would not be
-    positive definite); with none left, B = 0 (the stored update is used as is).
-
-    Parameters
-    ----------
-    pairs : Sequence[tuple[ndarray, ndarray]]
-        (s, y), oldest first, each float64 of shape (d,).
-    v : ndarray
-        float64, shape (d,).
-
-    Returns
-    -------
-    ndarray
-        float64, shape (d,).
-    """
-    good = [(s, y) for s, y in pairs if float(s @ y) > 1e-12 * float(s @ s)]
-    if not good:
-        return np.zeros_like(v)
-    s_mat = np.stack([s for s, _ in good], axis=1)  # S, (d, m)
-    y_mat = np.stack([y for _, y in good], axis=1)  # Y, (d, m)
-    s_new, y_new = good[-1]
-    sigma = float(s_new @ y_new) / float(s_new @ s_new)
-    sy = s_mat.T @ y_mat
-    lower = np.tril(sy, -1)
-    middle = np.block([[sigma * (s_mat.T @ s_mat), lower],
-                       [lower.T, -np.diag(np.diag(sy))]])
-    rhs = np.concatenate([sigma * (s_mat.T @ v), y_mat.T @ v])
-    coef = np.linalg.lstsq(middle, rhs, rcond=None)[0]
-    m = s_mat.shape[1]
-    return sigma * v - (sigma * (s_mat @ coef[:m]) + y_mat @ coef[m:])
 
 
 class RecoveryReplay:
@@ -121,6 +85,12 @@ class RecoveryReplay:
 
     W'^t = W'^(t-1) + sum n_i U'_i / sum n_i over the retained participants.
 
+    With ``members`` (``replay-refill``), each forgotten participant's slot of a
+    recovered round goes to a retained member of the shard who did not take part
+    (:func:`strategies.calibration.refill_slots`); a substitute always trains (it
+    has no stored update to estimate from), also in round 1, is weighted by its
+    reported sample count and adds no L-BFGS pair.
+
     Parameters
     ----------
     history : HistoryReader
@@ -139,6 +109,11 @@ class RecoveryReplay:
     from_first_participation : bool
         Recover from the first round a forgotten client took part in (SE's rule,
         default); False: from round 1 (FedRecover's own rule).
+    members : Sequence[int], optional
+        Partition ids of the shard: refill forgotten slots from them (None: no
+        refill, FedRecover's rule).
+    refill_seed : int
+        Seeds the substitutes' draw (with the shard and the stored round).
 
     Raises
     ------
@@ -154,7 +129,8 @@ class RecoveryReplay:
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  start_model: Mapping[str, np.ndarray], warmup: int = 2,
                  correction: int = 4, final: int = 1, memory: int = 2,
-                 threshold: float = 1.0, from_first_participation: bool = True) -> None:
+                 threshold: float = 1.0, from_first_participation: bool = True,
+                 members: Sequence[int] | None = None, refill_seed: int = 0) -> None:
         for name, value, low in (("warmup", warmup, 0), ("correction", correction, 0),
                                  ("final", final, 0), ("memory", memory, 1)):
             if not isinstance(value, int) or value < low:
@@ -171,8 +147,12 @@ class RecoveryReplay:
         start = (first if from_first_participation else 1) if first is not None else None
         self.plan = [r for r in rounds if start is not None and r >= start]
         self.start_round = self.plan[0] if self.plan else None
+        self.substitutes: dict[int, list[int]] = {} if members is None else {
+            r: refill_slots([p for p, _ in history.participants(shard, r)], members,
+                            self.forget, (refill_seed, shard, r)) for r in self.plan}
         self._final_rounds = final_exact_rounds(  # a skipped round is never one
-            [bool(self.retained(r)) for r in self.plan], final)
+            [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
+            final)
         self._original = {k: np.asarray(v) for k, v in start_model.items()}
         self._shared: list[tuple[np.ndarray, np.ndarray]] = []
         self._base: dict[str, np.ndarray] | None = None
@@ -202,15 +182,17 @@ class RecoveryReplay:
     def replay_report(self) -> dict:
         """What the recovery of this shard will replay.
 
-        ``start_round``, ``rounds_replayed`` and ``exact_rounds_planned`` (warm-up,
-        correction, final; abnormal estimates may add client work in others).
+        ``start_round``, ``rounds_replayed``, ``exact_rounds_planned`` (warm-up,
+        correction, final; abnormal estimates may add client work in others) and
+        ``refilled_slots`` (substitutes over the plan).
         """
         return {"start_round": self.start_round, "rounds_replayed": len(self.plan),
                 "exact_rounds_planned": sum(self.is_exact(k)
-                                    for k in range(1, len(self.plan) + 1))}
+                                            for k in range(1, len(self.plan) + 1)),
+                "refilled_slots": sum(map(len, self.substitutes.values()))}
 
     def begin(self, server_round: int, base: Mapping[str, np.ndarray]
-              ) -> list[tuple[int, int]]:
+              ) -> list[tuple[int, int | None]]:
         """Start server round k from W'^(k-1) = ``base``: who must train.
 
         In an exact round every retained participant; in an estimated round only
@@ -218,11 +200,13 @@ class RecoveryReplay:
         ``||U' - U|| > threshold * ||U||``, a correction larger than the
         learning-time update allows, which the L-BFGS model cannot be trusted for.
         They train from ``base`` as in stored round :meth:`stored_round` (k).
+        With refill, the round's substitutes too.
 
         Returns
         -------
         list of (partition id, n)
-            [] outside 1..``num_rounds``.
+            n None for a substitute (its count comes with its update); [] outside
+            1..``num_rounds``.
         """
         self._base = {k: np.asarray(v) for k, v in base.items()}
         self._estimates, self._stored = {}, {}
@@ -231,10 +215,11 @@ class RecoveryReplay:
         rnd = self.plan[server_round - 1]
         everyone = self.history.participants(self.shard, rnd)
         self._stored = {p: self.history.update(self.shard, rnd, p) for p, _ in everyone}
-        self._shift = _flat(difference(self._base, self._original))
+        self._shift = flat(difference(self._base, self._original))
+        substitutes = [(p, None) for p in self.substitutes.get(rnd, [])]
         if self.is_exact(server_round):
-            return self.retained(rnd)
-        ask = []
+            return [*self.retained(rnd), *substitutes]
+        ask: list[tuple[int, int | None]] = list(substitutes)
         for pid, n in self.retained(rnd):
             estimate = self._estimate(pid, self._stored[pid], self._shift, server_round)
             if self._abnormal(estimate, self._stored[pid]):
@@ -252,8 +237,8 @@ class RecoveryReplay:
         """W'^(k-1) of the round begun last (None before :meth:`begin`)."""
         return self._base
 
-    def finish(self, server_round: int, exact: Mapping[int, Mapping[str, np.ndarray]]
-               ) -> dict[str, np.ndarray] | None:
+    def finish(self, server_round: int, exact: Mapping[int, Mapping[str, np.ndarray]],
+               sizes: Mapping[int, float] | None = None) -> dict[str, np.ndarray] | None:
         """W'^k from the clients' updates ``exact`` and the estimates; W^k advanced.
 
         Parameters
@@ -264,6 +249,9 @@ class RecoveryReplay:
             Partition id -> U' = w - W'^(k-1) of the clients that trained (a
             client asked but missing gets its estimate or, abnormal, its stored
             update: the model stays finite).
+        sizes : Mapping[int, float], optional
+            Substitute -> its sample count (> 0); a substitute missing from
+            ``exact`` or ``sizes`` is left out.
 
         Returns
         -------
@@ -282,7 +270,8 @@ class RecoveryReplay:
             return None
         rnd = self.plan[server_round - 1]
         exact = {pid: dict(u) for pid, u in exact.items()}
-        ys = [-(_flat(u) - _flat(self._stored[pid])) for pid, u in exact.items()]
+        ys = [-(flat(u) - flat(self._stored[pid])) for pid, u in exact.items()
+              if pid in self._stored]
         if ys and self._shift.any():
             self._shared = [*self._shared,
                             (self._shift, np.mean(ys, axis=0))][-self.memory:]
@@ -296,6 +285,10 @@ class RecoveryReplay:
                     estimate, self._stored[pid]) else estimate
             updates.append(update)
             weights.append(n)
+        for pid in self.substitutes.get(rnd, []):
+            if pid in exact and (sizes or {}).get(pid):
+                updates.append(exact[pid])
+                weights.append(sizes[pid])
         everyone = self.history.participants(self.shard, rnd)
         self._original = weighted_step(self._original,
                                        [self._stored[p] for p, _ in everyone],
@@ -305,8 +298,8 @@ class RecoveryReplay:
     def _abnormal(self, estimate: Mapping[str, np.ndarray],
                   stored: Mapping[str, np.ndarray]) -> bool:
         """Whether the estimate moved further from ``stored`` than the threshold allows."""
-        base = _flat(stored)
-        return bool(np.linalg.norm(_flat(estimate) - base)
+        base = flat(stored)
+        return bool(np.linalg.norm(flat(estimate) - base)
                     > self.threshold * np.linalg.norm(base))
 
     def _estimate(self, pid: int, stored: Mapping[str, np.ndarray], shift: np.ndarray,
@@ -315,7 +308,7 @@ class RecoveryReplay:
         if server_round == 1 or not shift.any():
             return dict(stored)
         correction = lbfgs_product(self._shared, shift)
-        return _unflat(_flat(stored) - correction, stored)
+        return unflat(flat(stored) - correction, stored)
 
 
 class RecoveredShard(Strategy):
@@ -345,7 +338,7 @@ class RecoveredShard(Strategy):
         self.replay = RecoveryReplay(history, shard, forget, start_model, *args,
                                      **settings)
         self.node_of = dict(node_of)
-        self._expected: dict[int, tuple[int, int]] = {}
+        self._expected: dict[int, tuple[int, int | None]] = {}
 
     @property
     def num_rounds(self) -> int:
@@ -379,13 +372,15 @@ class RecoveredShard(Strategy):
         base = self.replay.base
         if base is None:
             raise RuntimeError("aggregate_train called before configure_train")
-        exact = {}
+        exact, sizes = {}, {}
         for reply in replies:
             if reply.has_error() or reply.metadata.src_node_id not in self._expected:
                 continue
-            pid, _ = self._expected[reply.metadata.src_node_id]
+            pid, n = self._expected[reply.metadata.src_node_id]
+            if n is None:  # a substitute: weighted by the count it reports
+                sizes[pid] = reported_examples(reply)
             exact[pid] = difference(to_numpy(reply.content["arrays"]), base)
-        new = self.replay.finish(server_round, exact)
+        new = self.replay.finish(server_round, exact, sizes)
         if new is None:
             return None, None
         return to_record(new), MetricRecord({"clients": len(
@@ -402,27 +397,6 @@ class RecoveredShard(Strategy):
 
     def summary(self) -> None:
         """Nothing to log beyond the plan."""
-
-
-def _flat(arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The floating layers of ``arrays`` as one float64 vector (sorted keys)."""
-    return np.concatenate([np.ravel(np.asarray(arrays[k], np.float64))
-                           for k in sorted(arrays)
-                           if np.issubdtype(np.asarray(arrays[k]).dtype, np.inexact)]
-                          or [np.zeros(0)])
-
-
-def _unflat(vector: np.ndarray, like: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``vector`` cut back into ``like``'s floating layers; other layers copied."""
-    out, at = {}, 0
-    for key in sorted(like):
-        value = np.asarray(like[key])
-        if np.issubdtype(value.dtype, np.inexact):
-            out[key] = vector[at:at + value.size].reshape(value.shape).astype(value.dtype)
-            at += value.size
-        else:
-            out[key] = value.copy()
-    return {k: out[k] for k in like}
 
 
 class ShardRecovery(ImpactedShards):
@@ -442,6 +416,11 @@ class ShardRecovery(ImpactedShards):
         Impacted shard -> its original W^(p-1) (see :meth:`start_rounds`).
     impacted : Iterable[int]
         The shards to recover (each holds a forgotten client who trained there).
+    refill : bool
+        Refill forgotten slots from each impacted shard's retained members
+        (``replay-refill``; :class:`RecoveryReplay` ``members``).
+    refill_seed : int
+        Seeds the substitutes' draw.
     settings : dict
         ``warmup``, ``correction``, ``final``, ``memory``, and
         ``from_first_participation`` for :class:`RecoveredShard`.
@@ -455,14 +434,17 @@ class ShardRecovery(ImpactedShards):
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  start_models: Mapping[int, Mapping[str, np.ndarray]],
-                 impacted: Iterable[int], **settings) -> None:
+                 impacted: Iterable[int], refill: bool = False, refill_seed: int = 0,
+                 **settings) -> None:
         forget = frozenset(forget)
         for s, pids in enumerate(shards):
             if set(pids) <= forget:
                 raise ValueError(f"forgetting {sorted(forget)} would empty shard {s}")
         self.impacted = sorted(set(impacted))
         subs: list[Strategy] = [
-            RecoveredShard(history, s, forget, node_of, start_models[s], **settings)
+            RecoveredShard(history, s, forget, node_of, start_models[s],
+                           members=shards[s] if refill else None,
+                           refill_seed=refill_seed, **settings)
             if s in self.impacted else FrozenShard() for s in range(len(shards))]
         super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],
                          seed=None)

@@ -40,7 +40,8 @@ from strategies.sharded import ShardedStrategy, to_numpy, to_record
 UNLEARN_MESSAGE = "train.unlearn"
 __all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
            "HistoryReader", "ImpactedShards", "RapidRetrain", "ShardingEraser",
-           "UNLEARN_MESSAGE", "calibration_plan", "first_participation"]
+           "UNLEARN_MESSAGE", "calibration_plan", "first_participation",
+           "reported_examples"]
 
 
 class HistoryReader(Protocol):
@@ -264,7 +265,7 @@ class CalibratedRetraining(Strategy):
             pid, n = self._expected[reply.metadata.src_node_id]
             fresh = difference(to_numpy(reply.content["arrays"]), self._base)
             if n is None:  # a substitute: no stored update to calibrate with
-                n = _reported_examples(reply)
+                n = reported_examples(reply)
                 if n is None:
                     continue
             elif not self.is_exact(server_round):
@@ -288,7 +289,7 @@ class CalibratedRetraining(Strategy):
         """Nothing to log beyond the plan."""
 
 
-def _reported_examples(reply: Message) -> float | None:
+def reported_examples(reply: Message) -> float | None:
     """A reply's ``num-examples`` when it is a finite number > 0, else None."""
     try:
         n = float(reply.content["metrics"]["num-examples"])

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from history import HistoryStore
 from history.files import read_arrays
-from strategies.recovery import RecoveredShard, lbfgs_product
+from strategies.lbfgs import lbfgs_product
+from strategies.recovery import RecoveredShard
 
 
 @settings(max_examples=30, deadline=None)

@@ -32,7 +32,7 @@ from server_app.evaluation.ulira_audit import (
     reference_shapes,
     train_references,
 )
-from strategies.calibration import calibrate, weighted_step
+from strategies.calibration import calibrate, refill_slots, weighted_step
 from task.config import fused_run_config
 from tests.conftest import TINY
 
@@ -162,6 +162,23 @@ def test_se_unlearn_of_the_papers_se_calibrates_its_last_round():
         cfg, task, state, parts[c], epochs, 4 * 1000 + 1 * 100 + c + 50))
         for c, u in kept.items()], [8] * len(kept))
     assert all(np.allclose(paper[k], want[k], atol=1e-6) for k in want)
+
+
+@pytest.mark.slow
+def test_se_unlearn_with_refill_trains_a_substitute_in_the_forgotten_slot():
+    """``replay-refill``: G = 1, eq. 2 plus a substitute's own L-epoch update."""
+    cfg, task, parts = _tiny(num_rounds=1, **{"replay-refill": True})
+    parts = [*parts, *parts[:2]]  # 5 clients, 3 a round: two sit out
+    _, rounds = learn_with_history(cfg, task, parts, seed=3)
+    forget = next(iter(rounds[0].updates))
+    (sub,) = refill_slots(rounds[0].updates, range(5), {forget}, (3, 0, 0))
+    assert sub not in rounds[0].updates
+    gone = se_unlearn(cfg, task, parts, rounds, {forget}, seed=3)
+    kept = [u for c, u in rounds[0].updates.items() if c != forget]
+    fresh = local_update(cfg, task, rounds[0].start, parts[sub],
+                         cfg.training.local_epochs, 3 * 1000 + sub + 50)
+    want = weighted_step(rounds[0].start, [*kept, fresh], [8] * (len(kept) + 1))
+    assert all(np.allclose(gone[k], want[k], atol=1e-6) for k in want)
 
 
 @pytest.mark.slow

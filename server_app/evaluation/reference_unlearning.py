@@ -21,6 +21,7 @@ from strategies.calibration import (
     calibrate,
     difference,
     final_exact_rounds,
+    refill_slots,
     weighted_step,
 )
 from strategies.recovery import RecoveryReplay
@@ -165,8 +166,11 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     updates (paper eq. 2); each later round's retained participants train L / r
     epochs from W'^(g-1) and their new updates get the stored norms, layer by
     layer (eq. 3, :func:`strategies.calibration.calibrate`); with SE's rule the
-    last ``calibration-final`` rounds train L epochs, uncalibrated. Rounds left without
-    a retained participant are skipped. None when no client of ``forget`` took
+    last ``calibration-final`` rounds train L epochs, uncalibrated. With SE's rule
+    and ``replay-refill``, each round's forgotten participants' slots go to
+    substitutes (:func:`strategies.calibration.refill_slots` over the reference's
+    clients), who train L epochs, uncalibrated. Rounds left without a client
+    are skipped. None when no client of ``forget`` took
     part and the rule is SE's: the model is then unchanged (FE replays anyway).
     """
     first = _first_round(rounds, forget)
@@ -176,22 +180,30 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
+    refill = from_first_participation and cfg.unlearning.replay_refill
+    substitutes = [refill_slots(r.updates, range(len(parts)), forget, (seed, 0, g))
+                   if refill else [] for g, r in enumerate(rounds)]
     exact = {first + k - 1 for k in final_exact_rounds(
-        [bool(set(r.updates) - forget) for r in rounds[first:]], final)}
+        [bool(set(r.updates) - forget or substitutes[g])
+         for g, r in enumerate(rounds) if g >= first], final)}
+    full = cfg.training.local_epochs  # L: exact rounds and substitutes
+
+    def train(c: int, g: int, n_epochs: float) -> Arrays:
+        return local_update(cfg, task, state, parts[c], n_epochs,
+                            seed * 1000 + g * 100 + c + 50)
+
     for g in range(first, len(rounds)):
         kept = {c: u for c, u in rounds[g].updates.items() if c not in forget}
-        if not kept:
-            continue
-        if g == first:
+        if g == first:  # eq. 2: the stored updates
             new = list(kept.values())
         elif g in exact:  # calibration-final: L epochs, not calibrated
-            new = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
-                                seed * 1000 + g * 100 + c + 50) for c in kept]
+            new = [train(c, g, full) for c in kept]
         else:
-            new = [calibrate(u, local_update(cfg, task, state, parts[c], epochs,
-                                              seed * 1000 + g * 100 + c + 50))
-                   for c, u in kept.items()]
-        state = weighted_step(state, new, [len(parts[c][1]) for c in kept])
+            new = [calibrate(u, train(c, g, epochs)) for c, u in kept.items()]
+        new += [train(c, g, full) for c in substitutes[g]]
+        clients = [*kept, *substitutes[g]]
+        if clients:
+            state = weighted_step(state, new, [len(parts[c][1]) for c in clients])
     return state
 
 
@@ -220,9 +232,10 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
     """SE-R's (FRec's) server-side recovery of one reference without ``forget``.
 
     :class:`strategies.recovery.RecoveryReplay` with the run's ``recovery-*``
-    settings over the reference's history; a client asked to train (exact round,
-    or an abnormal estimate) trains L local epochs from W'^(k-1) with the seed it
-    had in that learning round, as the run's clients do.
+    settings over the reference's history (SE-R's rule with ``replay-refill``:
+    substitutes in the forgotten slots); a client asked to train (exact round,
+    an abnormal estimate, or a substitute) trains L local epochs from W'^(k-1)
+    with the seed it had in that learning round, as the run's clients do.
 
     Parameters
     ----------
@@ -241,14 +254,17 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
         return None
     history = _History(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
+    refill = from_first_participation and cfg.unlearning.replay_refill
     replay = RecoveryReplay(history, 0, forget, state,
                             **cfg.unlearning.recovery_settings,
-                            from_first_participation=from_first_participation)
+                            from_first_participation=from_first_participation,
+                            members=range(len(parts)) if refill else None,
+                            refill_seed=seed)
     for k in range(1, replay.num_rounds + 1):
         rnd = replay.stored_round(k) - 1
         exact = {c: local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
                                   learning_seed(seed, rnd, c))
                  for c, _ in replay.begin(k, state)}
-        new = replay.finish(k, exact)
+        new = replay.finish(k, exact, {c: len(parts[c][1]) for c in exact})
         state = state if new is None else new
     return state

@@ -240,7 +240,8 @@ class FrameworkSummary:
         SE: stored rounds replayed, summed over requests and impacted shards.
     replay : dict, optional
         SE: ``rounds_replayed``, ``rounds_from_round1`` (what replay from round 1
-        would take), ``retrain_messages_saved`` and the shards left unchanged.
+        would take), ``retrain_messages_saved``, ``refilled_slots`` (substitutes
+        with ``replay-refill``) and the shards left unchanged.
     audit : dict[str, float]
         Membership-inference scores, written as ``mia_<metric>``.
     perplexity : float, optional

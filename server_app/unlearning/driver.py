@@ -251,6 +251,7 @@ def _replay_total(per_request: Sequence[RequestCost]) -> dict:
     return {"rounds_replayed": sum(r["rounds_replayed"] for r in shards),
             "rounds_from_round1": sum(r["rounds_from_round1"] for r in shards),
             "retrain_messages_saved": sum(r["retrain_messages_saved"] for r in shards),
+            "refilled_slots": sum(r.get("refilled_slots", 0) for r in shards),
             "unchanged_shards": sorted({s for c in per_request
                                         for s in (c.replay or {}).get("unchanged", [])})}
 

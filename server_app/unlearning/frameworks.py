@@ -305,7 +305,8 @@ def _recovery(name: str, stage: Stage, forget: set[int], batch: Sequence[int] | 
               for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
-                             **settings.recovery)
+                             refill=sharded and settings.replay_refill,
+                             refill_seed=settings.seed, **settings.recovery)
     models = (current or stage.sharded_models) if sharded else [  # learned, rebuilt
         rebuild_shard_model(store, s, max(store.rounds(s), default=0))
         for s in range(len(federation.shards))]

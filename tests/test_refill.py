@@ -1,0 +1,204 @@
+"""``replay-refill``: forgotten participants' slots go to retained shard members."""
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server_app.config import ConfigError
+from strategies.calibration import refill_slots
+from strategies.sharded import to_record
+from strategies.unlearning import CalibratedRetraining
+
+
+def test_refill_takes_one_retained_outsider_per_forgotten_participant():
+    got = refill_slots([0, 1, 2], range(10), {1, 5}, (0, 0, 1))
+    assert len(got) == 1 and got[0] not in {0, 1, 2, 5} and 0 <= got[0] < 10
+    assert refill_slots([0, 1, 2], range(10), {1, 5}, (0, 0, 1)) == got  # seeded
+    assert refill_slots([0, 2], range(10), {1, 5}, (0, 0, 1)) == []  # none forgotten
+    assert refill_slots([0, 1, 2], [0, 1, 2, 3], {1, 2}, (0, 0, 1)) == [3]  # pool of 1
+
+
+def test_refill_draws_differ_between_rounds():
+    draws = {tuple(refill_slots([0, 1], range(40), {1}, (0, 0, g))) for g in range(20)}
+    assert len(draws) > 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(members=st.sets(st.integers(0, 30), min_size=1, max_size=20),
+       data=st.data())
+def test_refill_never_picks_a_forgotten_client_or_a_participant(members, data):
+    participants = data.draw(st.sets(st.sampled_from(sorted(members))))
+    forget = data.draw(st.sets(st.integers(0, 30)))
+    got = refill_slots(participants, members, forget, (3, 1, 2))
+    pool = members - forget - participants
+    assert set(got) <= pool and len(set(got)) == len(got)
+    assert len(got) == min(len(participants & forget), len(pool))
+
+
+class _Rounds:
+    """Two stored rounds of one shard: (0, 10), (1, 10), (2, 20) trained in each."""
+
+    def rounds(self, shard):
+        return [1, 2]
+
+    def participants(self, shard, rnd):
+        return [(0, 10), (1, 10), (2, 20)]
+
+    def update(self, shard, rnd, pid):
+        return {"w": np.full(3, 1 + pid, np.float32)}
+
+
+NODES = {p: 100 + p for p in range(5)}
+
+
+def _reply(message, value, examples):
+    metrics = {} if examples is None else {"num-examples": examples}
+    content = RecordDict({"arrays": to_record({"w": np.full(3, value, np.float32)}),
+                          "metrics": MetricRecord(metrics)})
+    return Message(content, reply_to=message)
+
+
+def _strategy(members=(0, 1, 2, 3, 4), forget=(1,)):
+    return CalibratedRetraining(_Rounds(), 0, set(forget), NODES, 1.0,
+                                from_first_participation=False, final=0,
+                                exact_epochs=2.0, members=members, refill_seed=7)
+
+
+def test_round_one_asks_only_the_substitute_and_weights_it_by_its_examples():
+    strategy = _strategy()
+    sub = strategy.substitutes[1]
+    assert len(sub) == 1 and sub[0] in (3, 4)
+    base = to_record({"w": np.zeros(3, np.float32)})
+    sent = strategy.configure_train(1, base, ConfigRecord({}), None)
+    assert [m.metadata.dst_node_id for m in sent] == [NODES[sub[0]]]
+    assert sent[0].content["config"]["local-epochs"] == 2.0  # L, not L / r
+    arrays, metrics = strategy.aggregate_train(1, [_reply(sent[0], 5.0, 30)])
+    # eq. 2 for the retained 0 (U = 1, n = 10) and 2 (U = 3, n = 20), plus the
+    # substitute's own update 5 with its 30 examples
+    want = (10 * 1 + 20 * 3 + 30 * 5) / 60
+    np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)
+    assert metrics["clients"] == 3
+
+
+def test_later_round_calibrates_the_retained_but_not_the_substitute():
+    strategy = _strategy()
+    base = to_record({"w": np.zeros(3, np.float32)})
+    sent = strategy.configure_train(2, base, ConfigRecord({}), None)
+    epochs = {m.metadata.dst_node_id - 100: m.content["config"]["local-epochs"]
+              for m in sent}
+    sub = strategy.substitutes[2][0]
+    assert epochs == {0: 1.0, 2: 1.0, sub: 2.0}
+    assert NODES[1] not in {m.metadata.dst_node_id for m in sent}
+    replies = [_reply(m, 1.0, 30) for m in sent]
+    arrays, _ = strategy.aggregate_train(2, replies)
+    # retained: direction 1 rescaled to the stored norm (1 + pid) per element
+    want = (10 * 1 + 20 * 3 + 30 * 1) / 60
+    np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("examples", [None, 0, -5, float("inf"), float("nan")])
+def test_a_substitute_without_a_positive_example_count_is_dropped(examples):
+    strategy = _strategy()
+    base = to_record({"w": np.zeros(3, np.float32)})
+    sent = strategy.configure_train(1, base, ConfigRecord({}), None)
+    arrays, _ = strategy.aggregate_train(1, [_reply(sent[0], 5.0, examples)])
+    np.testing.assert_allclose(arrays["w"].numpy(), (10 * 1 + 20 * 3) / 30, rtol=1e-6)
+
+
+def test_a_round_of_forgotten_participants_is_refilled_not_skipped():
+    strategy = _strategy(forget=(0, 1, 2))
+    assert sorted(strategy.substitutes[2]) == [3, 4]
+    sent = strategy.configure_train(2, to_record({"w": np.zeros(3, np.float32)}),
+                                    ConfigRecord({}), None)
+    assert sorted(m.metadata.dst_node_id for m in sent) == [103, 104]
+    assert strategy.skipped_rounds == []
+    assert strategy.replay_report()["refilled_slots"] == 4
+
+
+def test_without_members_the_replay_is_the_papers():
+    strategy = _strategy(members=None)
+    assert strategy.substitutes == {}
+    assert strategy.replay_report()["refilled_slots"] == 0
+    sent = strategy.configure_train(1, to_record({"w": np.zeros(3, np.float32)}),
+                                    ConfigRecord({}), None)
+    assert sent == []
+
+
+def test_bad_replay_refill_is_refused_before_any_engine():
+    from conftest import TINY
+
+    from server_app.preflight import validate_run_config
+
+    with pytest.raises(ConfigError, match="'replay-refill'"):
+        validate_run_config({**TINY, "replay-refill": 2}, files=False)
+
+
+def test_se_run_with_refill_trains_substitutes_and_never_the_forgotten(run_server):
+    plain, _ = run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "SE"},
+                          run_name="plain")
+    summary, grid = run_server({"forget-clients": "3", "num-rounds": 2,
+                                "frameworks": "SE", "replay-refill": True})
+    se, before = summary["frameworks"]["SE"], plain["frameworks"]["SE"]
+    refilled = se["replay"]["refilled_slots"]
+    assert refilled >= 1 and plain["frameworks"]["SE"]["replay"]["refilled_slots"] == 0
+    # each substitute trains L = 1 epoch on top of the paper's replay
+    assert se["client_epochs"] == pytest.approx(before["client_epochs"] + refilled)
+    unlearn_dsts = [dst for dst, kind in grid.sent if kind == "train.unlearn"]
+    assert 1003 not in unlearn_dsts
+    assert np.isfinite(se["accuracy"])
+
+
+def _recovery(members=(0, 1, 2, 3, 4)):
+    from strategies.recovery import RecoveredShard
+
+    return RecoveredShard(_Rounds(), 0, {1}, NODES, {"w": np.zeros(3, np.float32)},
+                          warmup=0, correction=0, final=0,
+                          from_first_participation=False, members=members,
+                          refill_seed=7)
+
+
+def test_se_r_substitute_trains_in_every_round_and_adds_no_lbfgs_pair():
+    shard = _recovery()
+    replay = shard.replay
+    base = to_record({"w": np.zeros(3, np.float32)})
+    for k in (1, 2):
+        sent = shard.configure_train(k, base, ConfigRecord({}), None)
+        (sub,) = replay.substitutes[k]
+        # every round is estimated (no warm-up, correction or final): only the
+        # substitute trains, with the learning round's seed
+        assert [m.metadata.dst_node_id for m in sent] == [NODES[sub]]
+        assert sent[0].content["config"]["server-round"] == k
+        arrays, _ = shard.aggregate_train(k, [_reply(sent[0], 5.0, 30)])
+        assert replay._shared == []  # no pair from a substitute
+        base = arrays
+    # round 1: W' = W, so U' = U for 0 (1, n = 10) and 2 (3, n = 20), plus the
+    # substitute's 5 - 0 with its 30 examples; round 2: the estimates are the
+    # stored U again (no pair to estimate with), the substitute's is 5 - W'^1
+    first = (10 * 1 + 20 * 3 + 30 * 5) / 60
+    want = first + (10 * 1 + 20 * 3 + 30 * (5 - first)) / 60
+    np.testing.assert_allclose(base["w"].numpy(), want, rtol=1e-6)
+    assert shard.replay_report()["refilled_slots"] == 2
+
+
+def test_se_r_substitute_without_a_sample_count_is_left_out():
+    shard = _recovery()
+    base = to_record({"w": np.zeros(3, np.float32)})
+    sent = shard.configure_train(1, base, ConfigRecord({}), None)
+    arrays, _ = shard.aggregate_train(1, [_reply(sent[0], 5.0, None)])
+    np.testing.assert_allclose(arrays["w"].numpy(), (10 * 1 + 20 * 3) / 30, rtol=1e-6)
+
+
+def test_se_r_run_with_refill_trains_substitutes_frec_keeps_its_rule(run_server):
+    summary, _ = run_server({"forget-clients": "3", "num-rounds": 2,
+                             "frameworks": "SE-R,FRec", "replay-refill": True})
+    se_r, frec = summary["frameworks"]["SE-R"], summary["frameworks"]["FRec"]
+
+    def refilled(framework):
+        return sum(shard["refilled_slots"] for request in framework["requests"]
+                   for shard in request["replay"]["shards"].values())
+
+    assert refilled(se_r) >= 1
+    assert refilled(frec) == 0  # FedRecover's published rule
+    assert np.isfinite(se_r["accuracy"])
