@@ -13,9 +13,10 @@ in-process grid with the seed and the variant's settings on top. Variants:
 - ``default``: SE (r = 2, every replayed round calibrated: the paper's SE, the
   app's default until ``calibration-final`` = 1 became it), SE-R with its defaults
   (2 warm-up rounds, an exact round every 4th, 1 final), FR;
-- ``exact``: r = 1 for SE (every round calibrated), and SE-R with ``recovery-warmup`` = 100, i.e. every
-  replayed round exact: the impacted shards retrained from their replay start on
-  the retained clients, the exact reference calibration approximates;
+- ``exact``: r = 1 for SE (every round calibrated), and SE-R with
+  ``recovery-warmup`` = 100, i.e. every replayed round exact: the impacted shards
+  retrained from their replay start on the retained clients, the exact reference
+  calibration approximates;
 - ``final``, ``final2``: SE (r = 2) with ``calibration-final`` = 1, 2: its last
   replayed rounds exact (L epochs, no calibration).
 - ``refill``: ``final`` with ``replay-refill``: each forgotten participant's slot
@@ -24,7 +25,8 @@ in-process grid with the seed and the variant's settings on top. Variants:
 - ``exactrefill``: SE with r = 1 and every replayed round after the first exact
   (``calibration-final`` = 100), with ``replay-refill``: the impacted shards
   retrained exactly from their replay start with as many clients a round as in
-  learning.
+  learning;
+- ``refillr``: SE-R (its defaults) with ``replay-refill``.
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -51,6 +53,7 @@ VARIANTS = {
     "refill": {"frameworks": "SE", "calibration-final": 1, "replay-refill": True},
     "exactrefill": {"frameworks": "SE", "retrain-ratio": 1.0, "calibration-final": 100,
                     "replay-refill": True},
+    "refillr": {"frameworks": "SE-R", "replay-refill": True},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
@@ -102,7 +105,8 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
              "final": {"SE": "SE, r = 2, final exact"},
              "final2": {"SE": "SE, r = 2, 2 final exact"},
              "refill": {"SE": "SE, r = 2, final exact, refill"},
-             "exactrefill": {"SE": "SE, all exact, refill"}}
+             "exactrefill": {"SE": "SE, all exact, refill"},
+             "refillr": {"SE-R": "SE-R, refill"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -116,7 +120,8 @@ def table() -> str:
     """Markdown per cell: each model's accuracy per seed, mean, gap to FR, cost."""
     order = ("original", "SE, r = 2", "SE, r = 2, final exact",
              "SE, r = 2, 2 final exact", "SE, r = 2, final exact, refill",
-             "SE, r = 1", "SE-R", "SE-R, all exact", "SE, all exact, refill", "FR")
+             "SE, r = 1", "SE-R", "SE-R, refill", "SE-R, all exact",
+             "SE, all exact, refill", "FR")
     out = []
     for cell, files in _files().items():
         rows = _rows(files)
