@@ -26,7 +26,8 @@ in-process grid with the seed and the variant's settings on top. Variants:
   (``calibration-final`` = 100), with ``replay-refill``: the impacted shards
   retrained exactly from their replay start with as many clients a round as in
   learning;
-- ``refillr``: SE-R (its defaults) with ``replay-refill``.
+- ``refillr``: SE-R (its defaults) with ``replay-refill``;
+- ``refill2``: ``final2`` with ``replay-refill``.
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -54,6 +55,7 @@ VARIANTS = {
     "exactrefill": {"frameworks": "SE", "retrain-ratio": 1.0, "calibration-final": 100,
                     "replay-refill": True},
     "refillr": {"frameworks": "SE-R", "replay-refill": True},
+    "refill2": {"frameworks": "SE", "calibration-final": 2, "replay-refill": True},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
@@ -106,7 +108,8 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
              "final2": {"SE": "SE, r = 2, 2 final exact"},
              "refill": {"SE": "SE, r = 2, final exact, refill"},
              "exactrefill": {"SE": "SE, all exact, refill"},
-             "refillr": {"SE-R": "SE-R, refill"}}
+             "refillr": {"SE-R": "SE-R, refill"},
+             "refill2": {"SE": "SE, r = 2, 2 final exact, refill"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -120,6 +123,7 @@ def table() -> str:
     """Markdown per cell: each model's accuracy per seed, mean, gap to FR, cost."""
     order = ("original", "SE, r = 2", "SE, r = 2, final exact",
              "SE, r = 2, 2 final exact", "SE, r = 2, final exact, refill",
+             "SE, r = 2, 2 final exact, refill",
              "SE, r = 1", "SE-R", "SE-R, refill", "SE-R, all exact",
              "SE, all exact, refill", "FR")
     out = []
