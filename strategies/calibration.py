@@ -145,7 +145,7 @@ def final_exact_rounds(trains: Sequence[bool], final: int) -> set[int]:
     -------
     set of int
         The last ``final`` server rounds k > 1 that train: round 1 is the
-        preparation (eq. 2), which asks no client.
+        preparation (eq. 2), never an exact round.
     """
     training = [k for k, has in enumerate(trains, start=1) if has and k > 1]
     return set(training[len(training) - final:]) if final > 0 else set()

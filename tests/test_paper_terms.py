@@ -136,7 +136,8 @@ def test_se_skips_rounds_before_the_first_participation_and_never_trained(
     assert se["replay"]["unchanged_shards"] and se["requests"][0]["impacted_shards"] == []
     assert se["accuracy"] == pytest.approx(summary["learning"]["accuracy"])
     summary, grid = run_server({"forget-clients": str(late[0]), "frameworks": "SE",
-                                "mia": False}, run_name="late")
+                                "mia": False, "replay-refill": False},
+                               run_name="late")  # the paper's replay
     se = summary["frameworks"]["SE"]
     assert se["rounds_replayed"] == 1 and se["replay"]["rounds_from_round1"] == 2
     assert se["client_epochs"] == 0  # round 2 by preparation: W^1 + retained updates

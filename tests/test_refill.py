@@ -136,10 +136,10 @@ def test_bad_replay_refill_is_refused_before_any_engine():
 
 
 def test_se_run_with_refill_trains_substitutes_and_never_the_forgotten(run_server):
-    plain, _ = run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "SE"},
-                          run_name="plain")
+    plain, _ = run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "SE",
+                           "replay-refill": False}, run_name="plain")
     summary, grid = run_server({"forget-clients": "3", "num-rounds": 2,
-                                "frameworks": "SE", "replay-refill": True})
+                                "frameworks": "SE"})  # the default refills
     se, before = summary["frameworks"]["SE"], plain["frameworks"]["SE"]
     refilled = se["replay"]["refilled_slots"]
     assert refilled >= 1 and plain["frameworks"]["SE"]["replay"]["refilled_slots"] == 0

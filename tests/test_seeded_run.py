@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 
 PINNED = json.loads((Path(__file__).parent / "data" / "seeded_run.json").read_text())
-# the paper's SE (calibration-final = 0), pinned before the exact final round became
-# SE's default; "default" pins SE as shipped since (its replayed round 2 exact)
-RUNS = {"uncoded": {"mia": False, "forget-clients": "3", "calibration-final": 0},
+# the paper's SE (calibration-final = 0, replay-refill = false), pinned before the
+# exact final round and the refilled slots became SE's default; "default" pins SE as
+# shipped since (its replayed round 2 exact, forgotten slots refilled)
+PAPER = {"calibration-final": 0, "replay-refill": False}
+RUNS = {"uncoded": {"mia": False, "forget-clients": "3", **PAPER},
         "coded": {"mia": False, "forget-clients": "3", "storage": "coded",
-                  "blocks-per-shard": 2, "frameworks": "SE", "calibration-final": 0},
+                  "blocks-per-shard": 2, "frameworks": "SE", **PAPER},
         "default": {"mia": False, "forget-clients": "3", "frameworks": "SE"}}
 
 

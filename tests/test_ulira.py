@@ -184,7 +184,7 @@ def test_se_unlearn_with_refill_trains_a_substitute_in_the_forgotten_slot():
 @pytest.mark.slow
 def test_fe_rule_replays_from_round_1_where_se_starts_at_the_first_participation():
     """FedEraser recalibrates rounds before the forgotten client's; SE starts at it."""
-    cfg, task, parts = _tiny(num_rounds=3)
+    cfg, task, parts = _tiny(num_rounds=3, **{"replay-refill": False})  # the paper's
     seed = next(s for s in range(50)  # one client a round; the last round's is new
                 if _last_is_new(learn_with_history(cfg, task, parts, s, per_round=1)[1]))
     learned, rounds = learn_with_history(cfg, task, parts, seed, per_round=1)

@@ -70,7 +70,7 @@ class UnlearningConfig(Section):
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
     calibration_final: int = 1
-    replay_refill: bool = False
+    replay_refill: bool = True
     baseline_shards: int = 1
     recovery_warmup: int = 2
     recovery_correction: int = 4

@@ -386,8 +386,9 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             f"local epochs; SE / FE replay L / r = "
             f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs (SE's "
             f"last {cfg.unlearning.calibration_final} round(s) L epochs, uncalibrated); "
-            "SE-R / "
-            "FRec recovery with the run's recovery-* settings",
+            "SE-R / FRec recovery with the run's recovery-* settings"
+            + ("; SE and SE-R refill forgotten slots (L epochs)"
+               if cfg.unlearning.replay_refill else ""),
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}

@@ -90,7 +90,7 @@ class UnlearningSettings:
     ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
     local_epochs: float | None = None
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
-    replay_refill: bool = False
+    replay_refill: bool = True
     """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
 
     @classmethod
