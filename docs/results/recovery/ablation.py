@@ -8,7 +8,9 @@ CELL is a run of the trained suite (``docs/results/trained-suite/runs/<CELL>``;
 default ``concurrent-cifar10-even-concurrent-k4``: 40 clients, 4 shards, 8 a
 round, 8 rounds x 2 local epochs, 4 requests of one client each, spread evenly
 over the shards, handled together); its summary's config is rerun on the
-in-process grid with the seed and the variant's settings on top. Variants:
+in-process grid with the seed and the variant's settings on top. Variants (each
+names ``replay-refill``, which became the default after the first four ran with
+it off):
 
 - ``default``: SE (r = 2, every replayed round calibrated: the paper's SE, the
   app's default until ``calibration-final`` = 1 became it), SE-R with its defaults
@@ -46,11 +48,12 @@ RUNS = (ROOT / "docs/results/trained-suite/runs",
         *sorted((ROOT / "docs/results/side-by-side").glob("*/runs")))
 CELL = "concurrent-cifar10-even-concurrent-k4"
 VARIANTS = {
-    "default": {"frameworks": "SE,SE-R,FR", "calibration-final": 0},
+    "default": {"frameworks": "SE,SE-R,FR", "calibration-final": 0,
+                "replay-refill": False},
     "exact": {"frameworks": "SE,SE-R", "retrain-ratio": 1.0, "recovery-warmup": 100,
-              "calibration-final": 0},
-    "final": {"frameworks": "SE", "calibration-final": 1},
-    "final2": {"frameworks": "SE", "calibration-final": 2},
+              "calibration-final": 0, "replay-refill": False},
+    "final": {"frameworks": "SE", "calibration-final": 1, "replay-refill": False},
+    "final2": {"frameworks": "SE", "calibration-final": 2, "replay-refill": False},
     "refill": {"frameworks": "SE", "calibration-final": 1, "replay-refill": True},
     "exactrefill": {"frameworks": "SE", "retrain-ratio": 1.0, "calibration-final": 100,
                     "replay-refill": True},
