@@ -65,12 +65,17 @@ def _shards(row: dict) -> str:
 
 
 def _se_rule(row: dict) -> str:
-    """Which SE ran: the paper's, or with n exact final rounds.
+    """Which SE ran: the paper's, or with n exact final rounds and refilled slots.
 
-    Runs made before the ``calibration-final`` key existed have none: the paper's.
+    Runs made before the ``calibration-final`` and ``replay-refill`` keys existed
+    have neither: the paper's.
     """
     final = int(row.get("calibration_final") or 0)
-    return "paper's SE" if final == 0 else f"SE, {final} exact final round(s)"
+    refill = str(row.get("replay_refill", "")).lower() in ("true", "1")
+    if not final and not refill:
+        return "paper's SE"
+    parts = [f"{final} exact final round(s)"] if final else []
+    return "SE, " + ", ".join(parts + (["refilled slots"] if refill else []))
 
 
 def table(fw: dict[str, dict]) -> list[str]:
