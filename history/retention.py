@@ -3,7 +3,7 @@
 SE replays an impacted shard from p, the last round of FedEraser's plan
 (stored rounds r with (r - 1) mod dt = 0) at or before g0, the first round in
 which a forgotten client took part, and starts from the stored W^(p-1)
-(``strategies.unlearning.CalibratedRetraining``). g0 is always some client's
+(``strategies.replay.CalibratedRetraining``). g0 is always some client's
 first round in that shard, so only W^(p(g0) - 1) over those first rounds can be
 a starting point; FedEraser replays from round 1 and needs W^0 only. Every
 client update stays (calibration reads them), and W^0 and the last stored model

@@ -46,13 +46,9 @@ from strategies.calibration import (
     weighted_step,
 )
 from strategies.lbfgs import flat, lbfgs_product, unflat
+from strategies.replay import FrozenShard, HistoryReader, reported_examples
 from strategies.sharded import to_numpy, to_record
-from strategies.unlearning import (
-    FrozenShard,
-    HistoryReader,
-    ImpactedShards,
-    reported_examples,
-)
+from strategies.unlearning import ImpactedShards
 
 TRAIN_MESSAGE = "train"
 

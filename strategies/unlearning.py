@@ -5,8 +5,9 @@ Each is a Flower ``Strategy`` with the usual verbs, so it runs under
 round loop, and swaps for another in one line. All work on packed shard models
 (see :mod:`strategies.sharded`); the baselines are the one-shard case.
 
-- :class:`CalibratedRetraining`: FedEraser's calibrated retraining of one shard
-  from its stored history (paper eq. 2-3; Liu et al., IWQoS 2021, Alg. 1).
+- :class:`CalibratedRetraining` (:mod:`strategies.replay`, re-exported here):
+  FedEraser's calibrated retraining of one shard from its stored history (paper
+  eq. 2-3; Liu et al., IWQoS 2021, Alg. 1).
 - :class:`ShardingEraser` (SE): calibrated retraining of the impacted shards
   only; the other shards are frozen, bit for bit (Lin et al., IJCAI 2024).
 - :class:`FedEraser` (FE): the same on one unsharded federation.
@@ -18,309 +19,25 @@ round loop, and swaps for another in one line. All work on packed shard models
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
 
-import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp import Grid
+from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import (
-    calibrate,
-    calibration_plan,
-    difference,
-    final_exact_rounds,
-    first_participation,
-    refill_slots,
-    weighted_step,
-)
+from strategies.calibration import calibration_plan, first_participation
 from strategies.factory import make_stock_strategy
-from strategies.sharded import ShardedStrategy, to_numpy, to_record
+from strategies.replay import (
+    UNLEARN_MESSAGE,
+    CalibratedRetraining,
+    FrozenShard,
+    HistoryReader,
+    reported_examples,
+)
+from strategies.sharded import ShardedStrategy
 
-UNLEARN_MESSAGE = "train.unlearn"
 __all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
            "HistoryReader", "ImpactedShards", "RapidRetrain", "ShardingEraser",
            "UNLEARN_MESSAGE", "calibration_plan", "first_participation",
            "reported_examples"]
-
-
-class HistoryReader(Protocol):
-    """What calibrated retraining reads from a stored training history.
-
-    ``history.TrainingHistory`` (the uncoded store and the coded history) has
-    these verbs with the same parameters; strategies do not import ``history``.
-    """
-
-    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
-        """(partition id, example count) of the participants of round ``rnd``."""
-
-    def update(self, shard: int, rnd: int, partition_id: int) -> dict[str, np.ndarray]:
-        """The stored update U^rnd of a client."""
-
-    def rounds(self, shard: int) -> list[int]:
-        """Stored rounds (>= 1), ascending."""
-
-
-class CalibratedRetraining(Strategy):
-    """Calibrated retraining of one shard from its stored history (FedEraser).
-
-    FedEraser's plan is 1, 1 + dt, 1 + 2 dt, ... With
-    ``from_first_participation`` replay starts at :attr:`start_round` p, the last
-    round of that plan at or before g0, the first stored round in which a
-    forgotten client took part (p = g0 when dt = 1): the shard's rounds before
-    g0 never saw a forgotten client, so the caller starts from the stored
-    W^(p-1) and the plan is the rest of FedEraser's from p. A shard whose
-    forgotten clients never trained has an empty plan (nothing to redo).
-    Server round k replays stored round ``plan[k - 1]``:
-
-    - k = 1, preparation (eq. 2): W'^p = W^(p-1) + sum n_m U_m^p / sum n_m over
-      the retained participants of stored round p; no client is contacted (they
-      would start from W^(p-1), the model they started from in learning).
-    - k > 1, calibration (eq. 3): the retained participants of stored round
-      g = plan[k - 1] train ``retrain_epochs`` (L / r) local epochs from W'^(k-1)
-      (``train.unlearn`` messages); each new update U^ is calibrated per layer
-      with the magnitude of the same client's stored U^g; FedAvg weights n_m.
-
-    - the last ``final`` server rounds (k > 1) that have a retained participant,
-      exact: the retained participants
-      train ``exact_epochs`` (L) local epochs and their new updates are
-      aggregated as they are, without calibration: a final tuning on the
-      retained data, as FedRecover's final rounds (0: the paper's SE).
-
-    - with ``members`` (``replay-refill``), each forgotten participant's slot in
-      a replayed round goes to a retained member of the shard who did not take
-      part (:func:`strategies.calibration.refill_slots`): the substitute trains
-      ``exact_epochs`` from the round's model, uncalibrated (it has no stored
-      update), weighted by the ``num-examples`` it reports; in round 1 it is
-      the only client asked.
-
-    A round with no retained participant and no substitute is skipped (the
-    model is kept). The
-    forgotten clients' updates are never read and they are never messaged.
-
-    Parameters
-    ----------
-    history : HistoryReader
-        The shard's stored history.
-    shard : int
-        Which shard of ``history``.
-    forget : Iterable[int]
-        Partition ids to forget (all requests so far: forgetting is cumulative).
-    node_of : Mapping[int, int]
-        partition id -> Flower node id.
-    retrain_epochs : float
-        Local epochs of a retraining step, L / r.
-    calibration_interval : int
-        dt of FedEraser (1 = every stored round).
-    from_first_participation : bool
-        Start at the first round a forgotten client took part (default); False
-        replays from round 1 (when W^(g0-1) cannot be had).
-    final : int
-        Exact rounds at the end of the plan (>= 0; the preparation round is
-        never one).
-    exact_epochs : float, optional
-        Local epochs of an exact round (L; default ``retrain_epochs``).
-    members : Sequence[int], optional
-        Partition ids of the shard: refill the forgotten participants' slots
-        from them (None: no refill, the paper's SE).
-    refill_seed : int
-        Seeds the substitutes' draw (with the shard and the stored round).
-
-    Raises
-    ------
-    ValueError
-        ``retrain_epochs <= 0``, ``exact_epochs <= 0``, ``final < 0`` or
-        ``calibration_interval < 1``.
-    """
-
-    def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
-                 node_of: Mapping[int, int], retrain_epochs: float,
-                 calibration_interval: int = 1,
-                 from_first_participation: bool = True, final: int = 0,
-                 exact_epochs: float | None = None,
-                 members: Sequence[int] | None = None, refill_seed: int = 0) -> None:
-        if not retrain_epochs > 0:
-            raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
-        exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
-        if not exact_epochs > 0 or not (isinstance(final, int) and final >= 0):
-            raise ValueError(f"exact rounds: final = {final!r} must be an int >= 0 "
-                             f"and their epochs {exact_epochs!r} > 0")
-        self.final, self.exact_epochs = final, float(exact_epochs)
-        self.history = history
-        self.shard = shard
-        self.forget = frozenset(forget)
-        self.node_of = dict(node_of)
-        self.retrain_epochs = float(retrain_epochs)
-        rounds = history.rounds(shard)
-        self.full_plan = calibration_plan(rounds, calibration_interval)
-        first = first_participation(history, shard, self.forget)
-        self.start_round: int | None = 1
-        self.plan = list(self.full_plan)  # FedEraser's own rule: from round 1
-        if from_first_participation:  # the last plan round at or before g0 on
-            self.start_round = None if first is None else max(
-                r for r in self.full_plan if r <= first)
-            self.plan = [r for r in self.full_plan
-                         if self.start_round is not None and r >= self.start_round]
-        self.skipped_rounds: list[int] = []
-        self.substitutes: dict[int, list[int]] = {} if members is None else {
-            r: refill_slots([p for p, _ in history.participants(shard, r)], members,
-                            self.forget, (refill_seed, shard, r)) for r in self.plan}
-        self.exact_rounds = final_exact_rounds(
-            [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
-            final)
-        self._base: dict[str, np.ndarray] | None = None
-        self._expected: dict[int, tuple[int, int | None]] = {}
-
-    @property
-    def num_rounds(self) -> int:
-        """Server rounds needed: one per planned stored round."""
-        return len(self.plan)
-
-    def is_exact(self, server_round: int) -> bool:
-        """Whether server round k is exact: one of the last ``final`` that train.
-
-        :func:`strategies.calibration.final_exact_rounds`; exact rounds train L
-        epochs and are not calibrated.
-        """
-        return server_round in self.exact_rounds
-
-    def replay_report(self) -> dict:
-        """What starting at :attr:`start_round` saves against replay from round 1.
-
-        Returns
-        -------
-        dict
-            ``start_round`` (None: no forgotten client trained here),
-            ``rounds_replayed`` (len of the plan), ``rounds_from_round1`` (of
-            the plan from round 1), ``retrain_messages_saved`` (retained
-            participants' retraining messages of the calibration rounds not
-            replayed) and ``refilled_slots`` (substitutes over the plan).
-        """
-        def messages(plan: Sequence[int]) -> int:
-            return sum(len(self.retained(r)) for r in plan[1:])
-
-        return {"start_round": self.start_round if self.plan else None,
-                "rounds_replayed": len(self.plan),
-                "rounds_from_round1": len(self.full_plan),
-                "retrain_messages_saved": messages(self.full_plan) - messages(self.plan),
-                "refilled_slots": sum(len(self.substitutes.get(r, ()))
-                                      for r in self.plan)}
-
-    def retained(self, rnd: int) -> list[tuple[int, int]]:
-        """(partition id, n) of stored round ``rnd``'s participants not forgotten."""
-        return [(p, n) for p, n in self.history.participants(self.shard, rnd)
-                if p not in self.forget]
-
-    def configure_train(self, server_round: int, arrays: ArrayRecord,
-                        config: ConfigRecord, grid: Grid) -> list[Message]:
-        """Ask the planned round's retained participants (not in round 1) to retrain.
-
-        With refill, the round's substitutes too (in round 1, only they).
-        """
-        self._base = to_numpy(arrays)
-        self._expected = {}
-        if server_round > len(self.plan):
-            return []
-        rnd = self.plan[server_round - 1]
-        retained = self.retained(rnd)
-        substitutes = self.substitutes.get(rnd, [])
-        if not retained and not substitutes:
-            self.skipped_rounds.append(rnd)
-            return []
-        epochs = (self.exact_epochs if self.is_exact(server_round)
-                  else self.retrain_epochs)
-        asked = [] if server_round == 1 else [(p, n, epochs) for p, n in retained]
-        asked += [(p, None, self.exact_epochs) for p in substitutes]
-        messages = []
-        for pid, n, local_epochs in asked:
-            config_k = ConfigRecord({**dict(config), "local-epochs": local_epochs,
-                                     "server-round": server_round,
-                                     "history-round": rnd})
-            node = self.node_of[pid]
-            self._expected[node] = (pid, n)
-            messages.append(Message(RecordDict({"arrays": arrays, "config": config_k}),
-                                    dst_node_id=node, message_type=UNLEARN_MESSAGE))
-        return messages
-
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Preparation (round 1) or calibration of the replies (later rounds).
-
-        A substitute's reply is used as it is, weighted by its ``num-examples``
-        (a reply without a finite one > 0 is dropped).
-        """
-        if self._base is None:
-            raise RuntimeError("aggregate_train called before configure_train")
-        if server_round > len(self.plan):
-            return None, None
-        rnd = self.plan[server_round - 1]
-        updates, weights = [], []
-        if server_round == 1:  # eq. 2: the retained participants' stored updates
-            for pid, n in self.retained(rnd):
-                updates.append(self.history.update(self.shard, rnd, pid))
-                weights.append(n)
-        for reply in replies:
-            if reply.has_error() or reply.metadata.src_node_id not in self._expected:
-                continue
-            pid, n = self._expected[reply.metadata.src_node_id]
-            fresh = difference(to_numpy(reply.content["arrays"]), self._base)
-            if n is None:  # a substitute: no stored update to calibrate with
-                n = reported_examples(reply)
-                if n is None:
-                    continue
-            elif not self.is_exact(server_round):
-                fresh = calibrate(self.history.update(self.shard, rnd, pid), fresh)
-            updates.append(fresh)
-            weights.append(n)
-        if not updates:
-            return None, None
-        new = weighted_step(self._base, updates, weights)
-        return to_record(new), MetricRecord({"clients": len(updates)})
-
-    def configure_evaluate(self, server_round, arrays, config, grid):
-        """No federated evaluation while unlearning."""
-        return []
-
-    def aggregate_evaluate(self, server_round, replies):
-        """No federated evaluation while unlearning."""
-        return None
-
-    def summary(self) -> None:
-        """Nothing to log beyond the plan."""
-
-
-def reported_examples(reply: Message) -> float | None:
-    """A reply's ``num-examples`` when it is a finite number > 0, else None."""
-    try:
-        n = float(reply.content["metrics"]["num-examples"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return n if 0 < n < float("inf") else None
-
-
-class FrozenShard(Strategy):
-    """A shard untouched by unlearning: sends nothing, keeps its model."""
-
-    num_rounds = 0
-
-    def configure_train(self, server_round, arrays, config, grid):
-        """No messages."""
-        return []
-
-    def aggregate_train(self, server_round, replies):
-        """Keep the model (``None``)."""
-        return None, None
-
-    def configure_evaluate(self, server_round, arrays, config, grid):
-        """No messages."""
-        return []
-
-    def aggregate_evaluate(self, server_round, replies):
-        """Nothing."""
-        return None
-
-    def summary(self) -> None:
-        """Nothing to log."""
 
 
 class ImpactedShards(ShardedStrategy):
