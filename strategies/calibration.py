@@ -16,7 +16,7 @@ its int64 ``num_batches_tracked``). Updates are float32; a model keeps its dtype
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -188,6 +188,18 @@ def refill_slots(participants: Iterable[int], members: Iterable[int],
         return []
     chosen = np.random.default_rng(list(seed)).choice(pool, size=take, replace=False)
     return sorted(int(p) for p in chosen)
+
+
+def refill_pool(members: Sequence[int], present: Callable[[int], Collection[int]] | None
+                ) -> Sequence[int] | Callable[[int], list[int]]:
+    """The members a shard may refill from: all, or per stored round those present.
+
+    ``present`` (staged runs) maps a stored round to the clients taking part in
+    its stage; a client that had not joined yet, or had left, is never drawn.
+    """
+    if present is None:
+        return members
+    return lambda rnd: [p for p in members if p in set(present(rnd))]
 
 
 def first_participation(history, shard: int, clients: Iterable[int]

@@ -14,7 +14,8 @@ approximation (compact form, Byrd, Nocedal and Schnabel 1994, eq. 2.17) built
 from pairs (s, y) = (W' - W, -(U' - U)) observed in *exact* rounds,
 where the client really trains from W': warm-up rounds at the start, every
 T_c-th round (correction) and final tuning rounds at the end. In every other
-round no client is contacted.
+round no retained participant is contacted (SE-R's ``replay-refill`` substitutes,
+which have no stored update to estimate from, train in every round they fill).
 
 Here an update is the change a client's local training made (``W_after -
 W_before``, the history's U), so y = -(U' - U) is the gradient difference up to
@@ -31,7 +32,7 @@ bit for bit; :class:`FedRecover` (FRec) is the one-shard, unsharded baseline.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -42,6 +43,7 @@ from strategies.calibration import (
     difference,
     final_exact_rounds,
     first_participation,
+    refill_pool,
     refill_slots,
     weighted_step,
 )
@@ -62,7 +64,7 @@ class RecoveryReplay:
     recovered W'^(t-1) is the model the round loop hands in. Round kinds:
 
     - k = 1, preparation: W' = W there, so U'_i = U_i: the retained
-      participants' stored updates, no client contacted (as SE's eq. 2);
+      participants' stored updates, none of them contacted (as SE's eq. 2);
     - exact (``warmup`` rounds after the first, every ``correction``-th round
       after them, the last ``final`` rounds that have a retained participant):
       the retained participants train from W'^(t-1) as they did in learning
@@ -105,9 +107,9 @@ class RecoveryReplay:
     from_first_participation : bool
         Recover from the first round a forgotten client took part in (SE's rule,
         default); False: from round 1 (FedRecover's own rule).
-    members : Sequence[int], optional
-        Partition ids of the shard: refill forgotten slots from them (None: no
-        refill, FedRecover's rule).
+    members : Sequence[int] or Callable[[int], Iterable[int]], optional
+        Partition ids of the shard, or stored round -> those present then:
+        refill forgotten slots from them (None: no refill, FedRecover's rule).
     refill_seed : int
         Seeds the substitutes' draw (with the shard and the stored round).
 
@@ -126,7 +128,8 @@ class RecoveryReplay:
                  start_model: Mapping[str, np.ndarray], warmup: int = 2,
                  correction: int = 4, final: int = 1, memory: int = 2,
                  threshold: float = 1.0, from_first_participation: bool = True,
-                 members: Sequence[int] | None = None, refill_seed: int = 0) -> None:
+                 members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
+                 refill_seed: int = 0) -> None:
         for name, value, low in (("warmup", warmup, 0), ("correction", correction, 0),
                                  ("final", final, 0), ("memory", memory, 1)):
             if not isinstance(value, int) or value < low:
@@ -144,7 +147,8 @@ class RecoveryReplay:
         self.plan = [r for r in rounds if start is not None and r >= start]
         self.start_round = self.plan[0] if self.plan else None
         self.substitutes: dict[int, list[int]] = {} if members is None else {
-            r: refill_slots([p for p, _ in history.participants(shard, r)], members,
+            r: refill_slots([p for p, _ in history.participants(shard, r)],
+                            members(r) if callable(members) else members,
                             self.forget, (refill_seed, shard, r)) for r in self.plan}
         self._final_rounds = final_exact_rounds(  # a skipped round is never one
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
@@ -417,6 +421,9 @@ class ShardRecovery(ImpactedShards):
         (``replay-refill``; :class:`RecoveryReplay` ``members``).
     refill_seed : int
         Seeds the substitutes' draw.
+    present : Callable[[int], Collection[int]], optional
+        Staged runs: stored round -> the clients present in its stage (only
+        they are drawn; :func:`strategies.calibration.refill_pool`).
     settings : dict
         ``warmup``, ``correction``, ``final``, ``memory``, and
         ``from_first_participation`` for :class:`RecoveredShard`.
@@ -431,6 +438,7 @@ class ShardRecovery(ImpactedShards):
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  start_models: Mapping[int, Mapping[str, np.ndarray]],
                  impacted: Iterable[int], refill: bool = False, refill_seed: int = 0,
+                 present: Callable[[int], Collection[int]] | None = None,
                  **settings) -> None:
         forget = frozenset(forget)
         for s, pids in enumerate(shards):
@@ -439,7 +447,7 @@ class ShardRecovery(ImpactedShards):
         self.impacted = sorted(set(impacted))
         subs: list[Strategy] = [
             RecoveredShard(history, s, forget, node_of, start_models[s],
-                           members=shards[s] if refill else None,
+                           members=refill_pool(shards[s], present) if refill else None,
                            refill_seed=refill_seed, **settings)
             if s in self.impacted else FrozenShard() for s in range(len(shards))]
         super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],

@@ -8,7 +8,7 @@ final rounds and refilled slots; :class:`FrozenShard` keeps a shard bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -60,8 +60,8 @@ class CalibratedRetraining(Strategy):
     Server round k replays stored round ``plan[k - 1]``:
 
     - k = 1, preparation (eq. 2): W'^p = W^(p-1) + sum n_m U_m^p / sum n_m over
-      the retained participants of stored round p; no client is contacted (they
-      would start from W^(p-1), the model they started from in learning).
+      the retained participants of stored round p; none of them is contacted
+      (they would start from W^(p-1), the model they started from in learning).
     - k > 1, calibration (eq. 3): the retained participants of stored round
       g = plan[k - 1] train ``retrain_epochs`` (L / r) local epochs from W'^(k-1)
       (``train.unlearn`` messages); each new update U^ is calibrated per layer
@@ -106,9 +106,10 @@ class CalibratedRetraining(Strategy):
         never one).
     exact_epochs : float, optional
         Local epochs of an exact round (L; default ``retrain_epochs``).
-    members : Sequence[int], optional
-        Partition ids of the shard: refill the forgotten participants' slots
-        from them (None: no refill, the paper's SE).
+    members : Sequence[int] or Callable[[int], Iterable[int]], optional
+        Partition ids of the shard, or stored round -> those present then
+        (:func:`strategies.calibration.refill_pool`): refill the forgotten
+        participants' slots from them (None: no refill, the paper's SE).
     refill_seed : int
         Seeds the substitutes' draw (with the shard and the stored round).
 
@@ -124,7 +125,8 @@ class CalibratedRetraining(Strategy):
                  calibration_interval: int = 1,
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None,
-                 members: Sequence[int] | None = None, refill_seed: int = 0) -> None:
+                 members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
+                 refill_seed: int = 0) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
         exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
@@ -149,7 +151,8 @@ class CalibratedRetraining(Strategy):
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
         self.substitutes: dict[int, list[int]] = {} if members is None else {
-            r: refill_slots([p for p, _ in history.participants(shard, r)], members,
+            r: refill_slots([p for p, _ in history.participants(shard, r)],
+                            members(r) if callable(members) else members,
                             self.forget, (refill_seed, shard, r)) for r in self.plan}
         self.exact_rounds = final_exact_rounds(
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
@@ -275,13 +278,25 @@ class CalibratedRetraining(Strategy):
         """Nothing to log beyond the plan."""
 
 
-def reported_examples(reply: Message) -> float | None:
-    """A reply's ``num-examples`` when it is a finite number > 0, else None."""
+MAX_EXAMPLES = 2**31
+"""The largest ``num-examples`` a substitute's reply may weigh with."""
+
+
+def reported_examples(reply: Message) -> int | None:
+    """A reply's ``num-examples`` when it is a whole number in 1..MAX_EXAMPLES.
+
+    The app's reply screening (:mod:`server_app.rounds.screening`) already caps
+    the count at the samples the client holds; this guards the strategy alone.
+    None (the reply is dropped) for anything else: bool, NaN, fractions, huge.
+    """
     try:
-        n = float(reply.content["metrics"]["num-examples"])
-    except (KeyError, TypeError, ValueError):
+        raw = reply.content["metrics"]["num-examples"]
+    except (KeyError, TypeError):
         return None
-    return n if 0 < n < float("inf") else None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        return None
+    ok = raw == raw and float(raw).is_integer() and 1 <= raw <= MAX_EXAMPLES
+    return int(raw) if ok else None
 
 
 class FrozenShard(Strategy):

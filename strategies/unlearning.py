@@ -18,12 +18,12 @@ round loop, and swaps for another in one line. All work on packed shard models
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import calibration_plan, first_participation
+from strategies.calibration import calibration_plan, first_participation, refill_pool
 from strategies.factory import make_stock_strategy
 from strategies.replay import (
     UNLEARN_MESSAGE,
@@ -88,6 +88,9 @@ class ShardingEraser(ImpactedShards):
         (``replay-refill``; :class:`CalibratedRetraining` ``members``).
     refill_seed : int
         Seeds the substitutes' draw.
+    present : Callable[[int], Collection[int]], optional
+        Staged runs: stored round -> the clients present in its stage (only
+        they are drawn; :func:`strategies.calibration.refill_pool`).
 
     Raises
     ------
@@ -102,7 +105,8 @@ class ShardingEraser(ImpactedShards):
                  impacted: Iterable[int] | None = None,
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None, refill: bool = False,
-                 refill_seed: int = 0) -> None:
+                 refill_seed: int = 0,
+                 present: Callable[[int], Collection[int]] | None = None) -> None:
         forget = frozenset(forget)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
         unknown = sorted(forget - set(shard_of))
@@ -120,7 +124,8 @@ class ShardingEraser(ImpactedShards):
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
                                  calibration_interval, from_first_participation,
                                  final, exact_epochs,
-                                 members=shards[s] if refill else None,
+                                 members=refill_pool(shards[s], present)
+                                 if refill else None,
                                  refill_seed=refill_seed)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))

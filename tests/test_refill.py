@@ -98,7 +98,8 @@ def test_later_round_calibrates_the_retained_but_not_the_substitute():
     np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("examples", [None, 0, -5, float("inf"), float("nan")])
+@pytest.mark.parametrize("examples", [None, 0, -5, 2.5, 1e300, float("inf"),
+                                      float("nan")])
 def test_a_substitute_without_a_positive_example_count_is_dropped(examples):
     strategy = _strategy()
     base = to_record({"w": np.zeros(3, np.float32)})
@@ -202,3 +203,30 @@ def test_se_r_run_with_refill_trains_substitutes_frec_keeps_its_rule(run_server)
     assert refilled(se_r) >= 1
     assert refilled(frec) == 0  # FedRecover's published rule
     assert np.isfinite(se_r["accuracy"])
+
+
+def test_staged_refill_draws_only_clients_present_in_the_rounds_stage():
+    """``present``: round 1's stage has clients 0-2 only, round 2's also 3 and 4."""
+    from strategies.calibration import refill_pool
+
+    pool = refill_pool([0, 1, 2, 3, 4], lambda r: {0, 1, 2} if r == 1 else {0, 1, 3, 4})
+    assert pool(1) == [0, 1, 2] and pool(2) == [0, 1, 3, 4]
+    assert refill_pool([0, 1], None) == [0, 1]
+    strategy = CalibratedRetraining(_Rounds(), 0, {1}, NODES, 1.0,
+                                    from_first_participation=False, members=pool,
+                                    refill_seed=7)
+    assert strategy.substitutes[1] == []  # nobody present sat round 1 out
+    assert strategy.substitutes[2][0] in (3, 4)
+
+
+def test_staged_run_present_at_maps_rounds_to_their_stage():
+    from types import SimpleNamespace
+
+    from server_app.stages.churn import Membership
+    from server_app.stages.state import RunState
+
+    run = SimpleNamespace(ctx=SimpleNamespace(cfg=SimpleNamespace(
+        training=SimpleNamespace(num_rounds=3))),
+        members=[Membership(1, [0, 1]), Membership(2, [0, 2])])
+    at = RunState.present_at.__get__(run)
+    assert [at(r) for r in (1, 3, 4, 6, 7)] == [{0, 1}, {0, 1}, {0, 2}, {0, 2}, set()]

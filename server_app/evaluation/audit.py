@@ -388,7 +388,8 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             f"last {cfg.unlearning.calibration_final} round(s) L epochs, uncalibrated); "
             "SE-R / FRec recovery with the run's recovery-* settings"
             + ("; SE and SE-R refill forgotten slots (L epochs)"
-               if cfg.unlearning.replay_refill else ""),
+               if cfg.unlearning.replay_refill and {"SE", "SE-R"} & set(
+                   cfg.unlearning.framework_list) else ""),
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}

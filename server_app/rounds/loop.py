@@ -92,7 +92,8 @@ class CostMeter:
         Rounds seen.
     client_rounds : int
         Rounds that messaged at least one client (the others ran on the server
-        alone: SE's preparation round, SE-R's estimated rounds).
+        alone: SE's preparation round, SE-R's estimated rounds, unless a
+        ``replay-refill`` substitute trains there).
     shard_compute_s : dict[int, float]
         Clients' training seconds per shard.
     contacted : list[int]
@@ -154,7 +155,8 @@ class CostMeter:
         sent to m and ``up_m`` that of m's reply. Clients of a shard train in
         parallel and shards run in parallel, so the round lasts as long as its
         slowest participant, plus the server's measured configure / aggregate
-        seconds. A round that contacts no client (SE's preparation) costs its
+        seconds. A round that contacts no client (SE's preparation without
+        refilled slots) costs its
         server seconds only; clients that did not answer are not waited for
         (the timeout is not counted).
         """

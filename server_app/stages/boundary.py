@@ -163,7 +163,8 @@ def se_stage(run: RunState) -> Stage:
     """What the unlearning driver needs of the run now (no FedEraser store)."""
     ctx = run.ctx
     return Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
-                 run.store, None, run.models, ctx.initial_model(), ctx.train_config())
+                 run.store, None, run.models, ctx.initial_model(), ctx.train_config(),
+                 present=run.present_at)
 
 
 def _retrain(run: RunState) -> tuple[dict, float]:

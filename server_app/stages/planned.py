@@ -50,7 +50,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
             learn_federation(ctx, run.baseline, "baseline")
     stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
                   run.store, run.baseline_store, run.models, ctx.initial_model(),
-                  ctx.train_config(), learning.loss)
+                  ctx.train_config(), learning.loss, present=run.present_at)
     results = unlearn_once(ctx, stage)
     summary.unlearning = UnlearningPlan(ctx.requests, ctx.noops,
                                         ctx.cfg.unlearning.request_mode)

@@ -69,6 +69,15 @@ class RunState:
             return self.churn.first()
         return self.churn.advance(self.members[-1], self.forgotten)
 
+    def present_at(self, rnd: int) -> set[int]:
+        """Partition ids present in the stage of stored round ``rnd`` (1-based).
+
+        Stage k holds rounds (k - 1) G + 1 .. k G; a round of no stage learned yet
+        has no one present.
+        """
+        stage = (rnd - 1) // self.ctx.cfg.training.num_rounds + 1
+        return next((set(m.present) for m in self.members if m.stage == stage), set())
+
     def restore(self, entry: StageSummary, models: list[ArrayRecord]) -> None:
         """Take back a stage finished before a crash (its summary entry and models)."""
         self.members.append(Membership(entry.stage, entry.present_clients,

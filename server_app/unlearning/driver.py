@@ -17,8 +17,9 @@ are added to SE's ``comm_time_s``, ``compute_s`` and ``wall_s`` and reported per
 request under ``slice_retrieval``.
 
 Two time measures (the paper does not define its own): ``retrain_compute_s`` sums
-every client's training seconds (so SE / FR is about 1 / (S r) whatever the
-data); ``modelled_wall_s`` models a real federation, where clients and shards
+every client's training seconds (so the paper's SE / FR is about 1 / (S r)
+whatever the data; refilled slots add L-epoch substitutes on top);
+``modelled_wall_s`` models a real federation, where clients and shards
 train in parallel: per round the slowest participant's download + training +
 upload, plus the server's seconds
 (:meth:`server_app.rounds.loop.CostMeter.round_wall_s`), summed over rounds (a coded

@@ -10,7 +10,7 @@ clients it samples per round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from flwr.app import ArrayRecord, ConfigRecord
@@ -121,6 +121,9 @@ class Stage:
     train_config: ConfigRecord
     target_loss: float | None = None
     """FR / RR: the original model's test loss, for rounds-to-target."""
+    present: Callable[[int], Collection[int]] | None = None
+    """Staged runs: stored round -> the clients present in its stage, the only ones
+    ``replay-refill`` may draw (None: every member of the shard)."""
 
 
 @dataclass
@@ -205,7 +208,8 @@ def _sharding_eraser(stage: Stage, forget: set[int], batch: Sequence[int] | None
                               impacted=trained, from_first_participation=late,
                               final=settings.calibration_final,
                               exact_epochs=settings.local_epochs,
-                              refill=settings.replay_refill, refill_seed=settings.seed)
+                              refill=settings.replay_refill, refill_seed=settings.seed,
+                              present=stage.present)
 
     strategy = build(True)
     starts, sources = {}, {}
@@ -299,14 +303,16 @@ def _recovery(name: str, stage: Stage, forget: set[int], batch: Sequence[int] | 
     federation = stage.sharded if sharded else stage.baseline
     clients = set(batch or forget) if sharded else set(forget)
     held = {federation.shard_of[p] for p in clients}
-    first = {s: first_participation(store, s, clients) for s in held}
-    impacted = sorted(s for s, g0 in first.items() if g0 is not None)
-    starts = {s: rebuild_shard_model(store, s, (first[s] if sharded else 1) - 1)
-              for s in impacted}
+    impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
+    # the replay starts where any client forgotten so far first trained (the
+    # recovery's own plan), so an earlier request's client is left out again
+    starts = {s: rebuild_shard_model(store, s, (
+        first_participation(store, s, forget) if sharded else 1) - 1) for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
                              refill=sharded and settings.replay_refill,
-                             refill_seed=settings.seed, **settings.recovery)
+                             refill_seed=settings.seed, present=stage.present,
+                             **settings.recovery)
     models = (current or stage.sharded_models) if sharded else [  # learned, rebuilt
         rebuild_shard_model(store, s, max(store.rounds(s), default=0))
         for s in range(len(federation.shards))]
