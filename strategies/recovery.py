@@ -14,7 +14,7 @@ approximation (compact form, Byrd, Nocedal and Schnabel 1994, eq. 2.17) built
 from pairs (s, y) = (W' - W, -(U' - U)) observed in *exact* rounds,
 where the client really trains from W': warm-up rounds at the start, every
 T_c-th round (correction) and final tuning rounds at the end. In every other
-round no retained participant is contacted (SE-R's ``replay-refill`` substitutes,
+round no retained participant is contacted (SE-R's ``recovery-refill`` substitutes,
 which have no stored update to estimate from, train in every round they fill).
 
 Here an update is the change a client's local training made (``W_after -
@@ -83,7 +83,7 @@ class RecoveryReplay:
 
     W'^t = W'^(t-1) + sum n_i U'_i / sum n_i over the retained participants.
 
-    With ``members`` (``replay-refill``), each forgotten participant's slot of a
+    With ``members`` (``recovery-refill``), each forgotten participant's slot of a
     recovered round goes to a retained member of the shard who did not take part
     (:func:`strategies.calibration.refill_slots`); a substitute always trains (it
     has no stored update to estimate from), also in round 1, is weighted by its
@@ -418,7 +418,7 @@ class ShardRecovery(ImpactedShards):
         The shards to recover (each holds a forgotten client who trained there).
     refill : bool
         Refill forgotten slots from each impacted shard's retained members
-        (``replay-refill``; :class:`RecoveryReplay` ``members``).
+        (``recovery-refill``; :class:`RecoveryReplay` ``members``).
     refill_seed : int
         Seeds the substitutes' draw.
     present : Callable[[int], Collection[int]], optional

@@ -193,7 +193,7 @@ def test_se_r_substitute_without_a_sample_count_is_left_out():
 
 def test_se_r_run_with_refill_trains_substitutes_frec_keeps_its_rule(run_server):
     summary, _ = run_server({"forget-clients": "3", "num-rounds": 2,
-                             "frameworks": "SE-R,FRec", "replay-refill": True})
+                             "frameworks": "SE-R,FRec", "recovery-refill": True})
     se_r, frec = summary["frameworks"]["SE-R"], summary["frameworks"]["FRec"]
 
     def refilled(framework):

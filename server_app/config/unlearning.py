@@ -46,10 +46,11 @@ class UnlearningConfig(Section):
         the retained participants train L epochs and their updates are not
         calibrated (0: the paper's SE). FE keeps FedEraser's published rule.
     replay_refill : bool
-        SE: each forgotten participant's slot in a replayed round goes to a
-        retained member of its shard who did not take part, who trains L epochs
-        uncalibrated (:func:`strategies.calibration.refill_slots`). False: the
-        paper's SE, which replays only the stored round's retained participants.
+        SE (SE-R: ``recovery_refill``): each forgotten participant's slot in a
+        replayed round goes to a retained member of its shard who did not take
+        part, who trains L epochs uncalibrated
+        (:func:`strategies.calibration.refill_slots`). False: the paper's SE,
+        which replays only the stored round's retained participants.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
     recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
@@ -59,6 +60,10 @@ class UnlearningConfig(Section):
     recovery_threshold : float
         tau > 0: an estimated update further than tau ||U|| from the stored U is
         abnormal and the client trains instead (FedRecover's abnormality fixing).
+    recovery_refill : bool
+        SE-R: refill forgotten slots as SE's ``replay-refill`` does (the
+        substitutes always train). Off by default: it did not help SE-R in the
+        CIFAR-10 ablation. FRec keeps FedRecover's rule.
     """
 
     frameworks: str = "SE,FR,FE,RR"
@@ -77,6 +82,7 @@ class UnlearningConfig(Section):
     recovery_final: int = 1
     recovery_memory: int = 2
     recovery_threshold: float = 1.0
+    recovery_refill: bool = False
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""

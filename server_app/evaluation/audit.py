@@ -387,9 +387,10 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs (SE's "
             f"last {cfg.unlearning.calibration_final} round(s) L epochs, uncalibrated); "
             "SE-R / FRec recovery with the run's recovery-* settings"
-            + ("; SE and SE-R refill forgotten slots (L epochs)"
-               if cfg.unlearning.replay_refill and {"SE", "SE-R"} & set(
-                   cfg.unlearning.framework_list) else ""),
+            + "".join(f"; {name} refills forgotten slots (L epochs)"
+                      for name, on in (("SE", cfg.unlearning.replay_refill),
+                                       ("SE-R", cfg.unlearning.recovery_refill))
+                      if on and name in cfg.unlearning.framework_list),
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}

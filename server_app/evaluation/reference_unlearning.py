@@ -232,7 +232,7 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
     """SE-R's (FRec's) server-side recovery of one reference without ``forget``.
 
     :class:`strategies.recovery.RecoveryReplay` with the run's ``recovery-*``
-    settings over the reference's history (SE-R's rule with ``replay-refill``:
+    settings over the reference's history (SE-R's rule with ``recovery-refill``:
     substitutes in the forgotten slots); a client asked to train (exact round,
     an abnormal estimate, or a substitute) trains L local epochs from W'^(k-1)
     with the seed it had in that learning round, as the run's clients do.
@@ -254,7 +254,7 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
         return None
     history = _History(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
-    refill = from_first_participation and cfg.unlearning.replay_refill
+    refill = from_first_participation and cfg.unlearning.recovery_refill
     replay = RecoveryReplay(history, 0, forget, state,
                             **cfg.unlearning.recovery_settings,
                             from_first_participation=from_first_participation,

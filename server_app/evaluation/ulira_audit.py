@@ -17,7 +17,8 @@ The unlearning rules: SE (FE) calibrated retraining, paper eq. 2-3, FedEraser's
 rule (:mod:`strategies.calibration`), from the forgotten clients' first round
 (FE: from round 1), retained clients retraining L / r epochs with their stored
 norms kept, SE's last ``calibration-final`` rounds L epochs uncalibrated, and
-with ``replay-refill`` SE's and SE-R's forgotten slots refilled; SE-R
+with ``replay-refill`` SE's forgotten slots refilled (SE-R's with
+``recovery-refill``); SE-R
 (FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
 with the run's ``recovery-*`` settings, exact rounds trained with the learning
 round's seed, from the forgotten clients' first round (FRec: from round 1)

@@ -93,7 +93,7 @@ class CostMeter:
     client_rounds : int
         Rounds that messaged at least one client (the others ran on the server
         alone: SE's preparation round, SE-R's estimated rounds, unless a
-        ``replay-refill`` substitute trains there).
+        ``replay-refill`` / ``recovery-refill`` substitute trains there).
     shard_compute_s : dict[int, float]
         Clients' training seconds per shard.
     contacted : list[int]

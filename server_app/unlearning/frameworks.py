@@ -92,6 +92,8 @@ class UnlearningSettings:
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
     replay_refill: bool = True
     """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
+    recovery_refill: bool = False
+    """SE-R: the same (run-config ``recovery-refill``)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -104,7 +106,8 @@ class UnlearningSettings:
                    1 if unlearning.forget_clients else unlearning.num_requests,
                    tuple(unlearning.framework_list), dict(unlearning.plugin_methods),
                    unlearning.recovery_settings, unlearning.calibration_final,
-                   training.local_epochs, unlearning.replay_refill)
+                   training.local_epochs, unlearning.replay_refill,
+                   unlearning.recovery_refill)
 
 
 @dataclass
@@ -310,7 +313,7 @@ def _recovery(name: str, stage: Stage, forget: set[int], batch: Sequence[int] | 
         first_participation(store, s, forget) if sharded else 1) - 1) for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
-                             refill=sharded and settings.replay_refill,
+                             refill=sharded and settings.recovery_refill,
                              refill_seed=settings.seed, present=stage.present,
                              **settings.recovery)
     models = (current or stage.sharded_models) if sharded else [  # learned, rebuilt

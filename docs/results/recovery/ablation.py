@@ -28,7 +28,9 @@ it off):
   (``calibration-final`` = 100), with ``replay-refill``: the impacted shards
   retrained exactly from their replay start with as many clients a round as in
   learning;
-- ``refillr``: SE-R (its defaults) with ``replay-refill``;
+- ``refillr``: SE-R (its defaults) with its slots refilled, ``recovery-refill``
+  (its files were made when ``replay-refill`` covered SE-R too, which their
+  ``overrides`` name);
 - ``refill2``: ``final2`` with ``replay-refill``.
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
@@ -57,7 +59,7 @@ VARIANTS = {
     "refill": {"frameworks": "SE", "calibration-final": 1, "replay-refill": True},
     "exactrefill": {"frameworks": "SE", "retrain-ratio": 1.0, "calibration-final": 100,
                     "replay-refill": True},
-    "refillr": {"frameworks": "SE-R", "replay-refill": True},
+    "refillr": {"frameworks": "SE-R", "recovery-refill": True},
     "refill2": {"frameworks": "SE", "calibration-final": 2, "replay-refill": True},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
