@@ -230,3 +230,15 @@ def test_staged_run_present_at_maps_rounds_to_their_stage():
         members=[Membership(1, [0, 1]), Membership(2, [0, 2])])
     at = RunState.present_at.__get__(run)
     assert [at(r) for r in (1, 3, 4, 6, 7)] == [{0, 1}, {0, 1}, {0, 2}, {0, 2}, set()]
+
+
+def test_paper_preset_keeps_the_papers_replay_and_the_default_refills():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    paper = tomllib.loads((root / "presets" / "paper.toml").read_text())
+    assert paper["replay-refill"] is False and paper["recovery-refill"] is False
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"][
+        "app"]["config"]
+    assert config["replay-refill"] is True and config["recovery-refill"] is True

@@ -62,8 +62,7 @@ class UnlearningConfig(Section):
         abnormal and the client trains instead (FedRecover's abnormality fixing).
     recovery_refill : bool
         SE-R: refill forgotten slots as SE's ``replay-refill`` does (the
-        substitutes always train). Off by default: it did not help SE-R in the
-        CIFAR-10 ablation. FRec keeps FedRecover's rule.
+        substitutes always train). FRec keeps FedRecover's rule.
     """
 
     frameworks: str = "SE,FR,FE,RR"
@@ -82,7 +81,7 @@ class UnlearningConfig(Section):
     recovery_final: int = 1
     recovery_memory: int = 2
     recovery_threshold: float = 1.0
-    recovery_refill: bool = False
+    recovery_refill: bool = True
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""

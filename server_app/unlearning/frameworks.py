@@ -92,8 +92,8 @@ class UnlearningSettings:
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
     replay_refill: bool = True
     """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
-    recovery_refill: bool = False
-    """SE-R: the same (run-config ``recovery-refill``)."""
+    recovery_refill: bool = True
+    """SE-R: the same (run-config ``recovery-refill``, the same default)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
