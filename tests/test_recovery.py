@@ -158,3 +158,42 @@ def test_a_skipped_last_round_moves_the_final_exact_round_back():
                            {"w": np.zeros(3, np.float32)}, 0, 0, 1,
                            from_first_participation=False)
     assert [k for k in range(1, 5) if shard.replay.is_exact(k)] == [3]
+
+
+def test_se_r_in_a_later_request_starts_before_every_forgotten_clients_first_round(
+        run_server, tmp_path, shared_data):
+    """Sequential requests: request 2 replays from where request 1's client first
+    trained, so it must start from the stored model before that round too."""
+    from conftest import TINY
+    from flwr.app import ConfigRecord
+
+    from server_app.config import RunConfig
+    from server_app.rounds.federation import Federation
+    from server_app.unlearning.frameworks import (
+        Stage,
+        UnlearningSettings,
+        build_framework,
+        rebuild_shard_model,
+    )
+    from strategies.calibration import first_participation
+    from strategies.sharded import to_record
+    from task.config import fused_run_config
+
+    summary, _ = run_server({"frameworks": "none", "num-rounds": 3})
+    store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
+    shards = summary["shards"]
+    pairs = [(s, a, b) for s, pids in enumerate(shards) for a in pids for b in pids
+             if first_participation(store, s, {a}) == 1
+             and (first_participation(store, s, {b}) or 0) > 1]
+    assert pairs, "the seeded run has a client first trained in round 1 and a later one"
+    s, early, late = pairs[0]
+    cfg = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "num-rounds": 3, "data-dir": str(shared_data)}))
+    federation = Federation({p: 1000 + p for p in range(8)}, shards)
+    models = [to_record(store.shard_model(i, 3)) for i in range(len(shards))]
+    stage = Stage(UnlearningSettings.from_config(cfg), federation, federation, store,
+                  None, models, models[0], ConfigRecord({}))
+    framework = build_framework("SE-R", stage, {early, late}, batch=[late])
+    start = rebuild_shard_model(store, s, 0)  # W^0: before the early client's round 1
+    got = framework.initial[s].to_numpy_ndarrays()
+    assert all(np.allclose(g, w) for g, w in zip(got, start.values(), strict=True))

@@ -242,3 +242,13 @@ def test_paper_preset_keeps_the_papers_replay_and_the_default_refills():
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"][
         "app"]["config"]
     assert config["replay-refill"] is True and config["recovery-refill"] is True
+
+
+def test_fe_keeps_federasers_rule_whatever_the_refill_keys(run_server):
+    runs = [run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "FE",
+                        "replay-refill": on, "recovery-refill": on}, run_name=f"fe{on}")[0]
+            for on in (False, True)]
+    off, on = (r["frameworks"]["FE"] for r in runs)
+    # a refilled FE would train substitutes: more client-epochs, another model
+    assert (on["accuracy"], on["loss"], on["client_epochs"]) == (
+        off["accuracy"], off["loss"], off["client_epochs"])
