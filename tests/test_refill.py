@@ -233,8 +233,9 @@ def test_staged_run_present_at_maps_rounds_to_their_stage():
 
 
 def test_paper_preset_keeps_the_papers_replay_and_the_default_refills():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     root = Path(__file__).resolve().parents[1]
     paper = tomllib.loads((root / "presets" / "paper.toml").read_text())
