@@ -202,6 +202,21 @@ def refill_pool(members: Sequence[int], present: Callable[[int], Collection[int]
     return lambda rnd: [p for p in members if p in set(present(rnd))]
 
 
+def plan_substitutes(history, shard: int, plan: Sequence[int],
+                     members: Sequence[int] | Callable[[int], Iterable[int]] | None,
+                     forget: Iterable[int], seed: int) -> dict[int, list[int]]:
+    """Stored round -> its substitutes (:func:`refill_slots`), for a replay's plan.
+
+    ``members`` as :func:`refill_pool` returns it (None: no refill, {}); each
+    round's draw is seeded by (``seed``, ``shard``, round).
+    """
+    if members is None:
+        return {}
+    return {r: refill_slots([p for p, _ in history.participants(shard, r)],
+                            members(r) if callable(members) else members,
+                            forget, (seed, shard, r)) for r in plan}
+
+
 def first_participation(history, shard: int, clients: Iterable[int]
                         ) -> int | None:
     """The first stored round of ``shard`` in which one of ``clients`` took part.

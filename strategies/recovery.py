@@ -43,8 +43,8 @@ from strategies.calibration import (
     difference,
     final_exact_rounds,
     first_participation,
+    plan_substitutes,
     refill_pool,
-    refill_slots,
     weighted_step,
 )
 from strategies.lbfgs import flat, lbfgs_product, unflat
@@ -146,10 +146,8 @@ class RecoveryReplay:
         start = (first if from_first_participation else 1) if first is not None else None
         self.plan = [r for r in rounds if start is not None and r >= start]
         self.start_round = self.plan[0] if self.plan else None
-        self.substitutes: dict[int, list[int]] = {} if members is None else {
-            r: refill_slots([p for p, _ in history.participants(shard, r)],
-                            members(r) if callable(members) else members,
-                            self.forget, (refill_seed, shard, r)) for r in self.plan}
+        self.substitutes = plan_substitutes(history, shard, self.plan, members,
+                                            self.forget, refill_seed)
         self._final_rounds = final_exact_rounds(  # a skipped round is never one
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
             final)

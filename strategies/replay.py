@@ -22,7 +22,7 @@ from strategies.calibration import (
     difference,
     final_exact_rounds,
     first_participation,
-    refill_slots,
+    plan_substitutes,
     weighted_step,
 )
 from strategies.sharded import to_numpy, to_record
@@ -150,10 +150,8 @@ class CalibratedRetraining(Strategy):
             self.plan = [r for r in self.full_plan
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
-        self.substitutes: dict[int, list[int]] = {} if members is None else {
-            r: refill_slots([p for p, _ in history.participants(shard, r)],
-                            members(r) if callable(members) else members,
-                            self.forget, (refill_seed, shard, r)) for r in self.plan}
+        self.substitutes = plan_substitutes(history, shard, self.plan, members,
+                                            self.forget, refill_seed)
         self.exact_rounds = final_exact_rounds(
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
             final)
