@@ -199,7 +199,12 @@ def refill_pool(members: Sequence[int], present: Callable[[int], Collection[int]
     """
     if present is None:
         return members
-    return lambda rnd: [p for p in members if p in set(present(rnd))]
+
+    def pool(rnd: int) -> list[int]:
+        here = set(present(rnd))
+        return [p for p in members if p in here]
+
+    return pool
 
 
 def plan_substitutes(history, shard: int, plan: Sequence[int],

@@ -171,7 +171,7 @@ def test_se_unlearn_with_refill_trains_a_substitute_in_the_forgotten_slot():
     parts = [*parts, *parts[:2]]  # 5 clients, 3 a round: two sit out
     _, rounds = learn_with_history(cfg, task, parts, seed=3)
     forget = next(iter(rounds[0].updates))
-    (sub,) = refill_slots(rounds[0].updates, range(5), {forget}, (3, 0, 0))
+    (sub,) = refill_slots(rounds[0].updates, range(5), {forget}, (3, 0, 1))
     assert sub not in rounds[0].updates
     gone = se_unlearn(cfg, task, parts, rounds, {forget}, seed=3)
     kept = [u for c, u in rounds[0].updates.items() if c != forget]

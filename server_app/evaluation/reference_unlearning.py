@@ -21,7 +21,7 @@ from strategies.calibration import (
     calibrate,
     difference,
     final_exact_rounds,
-    refill_slots,
+    plan_substitutes,
     weighted_step,
 )
 from strategies.recovery import RecoveryReplay
@@ -181,8 +181,9 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
     refill = from_first_participation and cfg.unlearning.replay_refill
-    substitutes = [refill_slots(r.updates, range(len(parts)), forget, (seed, 0, g))
-                   if refill else [] for g, r in enumerate(rounds)]
+    drawn = plan_substitutes(_History(rounds, parts), 0, range(1, len(rounds) + 1),
+                             range(len(parts)) if refill else None, forget, seed)
+    substitutes = [drawn.get(g + 1, []) for g in range(len(rounds))]  # as SE-R's
     exact = {first + k - 1 for k in final_exact_rounds(
         [bool(set(r.updates) - forget or substitutes[g])
          for g, r in enumerate(rounds) if g >= first], final)}
