@@ -231,6 +231,17 @@ class RecoveryReplay:
         return self.plan[server_round - 1]
 
     @property
+    def estimates(self) -> dict[int, dict[str, np.ndarray]]:
+        """Partition id -> U' = U - B (W' - W) of the round begun last.
+
+        The participants whose estimate passed the abnormality check (the
+        estimator's audit, ``docs/results/recovery/estimator.py``); empty in an
+        exact round; in round 1 the stored updates themselves.
+        """
+        return {pid: {k: np.array(v) for k, v in u.items()}
+                for pid, u in self._estimates.items()}
+
+    @property
     def base(self) -> dict[str, np.ndarray] | None:
         """W'^(k-1) of the round begun last (None before :meth:`begin`)."""
         return self._base

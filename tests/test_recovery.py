@@ -145,6 +145,26 @@ def test_an_abnormal_estimate_asks_the_client_to_train_instead():
     np.testing.assert_allclose(arrays["w"].numpy(), want, rtol=1e-6)
 
 
+def test_estimates_are_the_updates_the_round_used_without_training():
+    """U' = U - B (W' - W) per retained client; none for a client asked to train."""
+    from strategies.recovery import RecoveryReplay
+
+    replay = RecoveryReplay(History(), 0, {1}, {"w": np.zeros(3, np.float32)}, 0, 0, 0,
+                            threshold=0.5, from_first_participation=False)
+    replay._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I
+    assert replay.begin(2, {"w": np.ones(3, np.float32)}) == []
+    stored = History().updates
+    got = replay.estimates
+    assert sorted(got) == [0, 2]
+    for pid in (0, 2):
+        np.testing.assert_allclose(got[pid]["w"], stored[(2, pid)]["w"] - 0.01, rtol=1e-6)
+    got[0]["w"][:] = 99  # a copy: the round's own estimate is unchanged
+    assert replay.estimates[0]["w"][0] != 99
+    replay._shared = [(np.ones(3), 100 * np.ones(3))]  # abnormal: both asked to train
+    assert [p for p, _ in replay.begin(2, {"w": np.ones(3, np.float32)})] == [0, 2]
+    assert replay.estimates == {}
+
+
 class _LastAllForgotten(History):
     """Round 4 holds client 1 alone."""
 

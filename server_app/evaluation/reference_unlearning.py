@@ -181,7 +181,7 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
     final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
     refill = from_first_participation and cfg.unlearning.replay_refill
-    drawn = plan_substitutes(_History(rounds, parts), 0, range(1, len(rounds) + 1),
+    drawn = plan_substitutes(ReferenceHistory(rounds, parts), 0, range(1, len(rounds) + 1),
                              range(len(parts)) if refill else None, forget, seed)
     substitutes = [drawn.get(g + 1, []) for g in range(len(rounds))]  # as SE-R's
     exact = {first + k - 1 for k in final_exact_rounds(
@@ -208,7 +208,7 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     return state
 
 
-class _History:
+class ReferenceHistory:
     """A reference's rounds as a one-shard :class:`strategies.unlearning.HistoryReader`.
 
     Stored round t (from 1) is ``rounds[t - 1]``; n = the client's sample count.
@@ -218,12 +218,15 @@ class _History:
         self._rounds, self._sizes = rounds, [len(y) for _, y in parts]
 
     def rounds(self, shard: int) -> list[int]:
+        """Stored rounds 1..G (``shard`` is ignored: one shard)."""
         return list(range(1, len(self._rounds) + 1))
 
     def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
+        """(client, sample count) of stored round ``rnd``, by client."""
         return [(c, self._sizes[c]) for c in sorted(self._rounds[rnd - 1].updates)]
 
     def update(self, shard: int, rnd: int, partition_id: int) -> Arrays:
+        """U of ``partition_id`` in stored round ``rnd``."""
         return self._rounds[rnd - 1].updates[partition_id]
 
 
@@ -253,7 +256,7 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
     first = _first_round(rounds, forget)
     if first is None:
         return None
-    history = _History(rounds, parts)
+    history = ReferenceHistory(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
     refill = from_first_participation and cfg.unlearning.recovery_refill
     replay = RecoveryReplay(history, 0, forget, state,
