@@ -31,7 +31,10 @@ it off):
 - ``refillr``: SE-R (its defaults) with its slots refilled, ``recovery-refill``
   (its files were made when ``replay-refill`` covered SE-R too, which their
   ``overrides`` name);
-- ``refill2``: ``final2`` with ``replay-refill``.
+- ``refill2``: ``final2`` with ``replay-refill``;
+- ``leanr``: SE-R with refilled slots and the paper preset's lean schedule
+  (``recovery-warmup`` = 1, ``recovery-correction`` = 0, ``recovery-final`` = 1:
+  two planned exact rounds).
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -61,6 +64,8 @@ VARIANTS = {
                     "replay-refill": True},
     "refillr": {"frameworks": "SE-R", "recovery-refill": True},
     "refill2": {"frameworks": "SE", "calibration-final": 2, "replay-refill": True},
+    "leanr": {"frameworks": "SE-R", "recovery-refill": True, "recovery-warmup": 1,
+              "recovery-correction": 0},
 }
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
@@ -114,7 +119,8 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
              "refill": {"SE": "SE, r = 2, final exact, refill"},
              "exactrefill": {"SE": "SE, all exact, refill"},
              "refillr": {"SE-R": "SE-R, refill"},
-             "refill2": {"SE": "SE, r = 2, 2 final exact, refill"}}
+             "refill2": {"SE": "SE, r = 2, 2 final exact, refill"},
+             "leanr": {"SE-R": "SE-R, refill, lean schedule"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -129,7 +135,8 @@ def table() -> str:
     order = ("original", "SE, r = 2", "SE, r = 2, final exact",
              "SE, r = 2, 2 final exact", "SE, r = 2, final exact, refill",
              "SE, r = 2, 2 final exact, refill",
-             "SE, r = 1", "SE-R", "SE-R, refill", "SE-R, all exact",
+             "SE, r = 1", "SE-R", "SE-R, refill", "SE-R, refill, lean schedule",
+             "SE-R, all exact",
              "SE, all exact, refill", "FR")
     out = []
     for cell, files in _files().items():
