@@ -147,7 +147,7 @@ def test_an_abnormal_estimate_asks_the_client_to_train_instead():
 
 def test_estimates_are_the_updates_the_round_used_without_training():
     """U' = U - B (W' - W) per retained client; none for a client asked to train."""
-    from strategies.recovery import RecoveryReplay
+    from strategies.recovery_replay import RecoveryReplay
 
     replay = RecoveryReplay(History(), 0, {1}, {"w": np.zeros(3, np.float32)}, 0, 0, 0,
                             threshold=0.5, from_first_participation=False)

@@ -24,7 +24,7 @@ from strategies.calibration import (
     plan_substitutes,
     weighted_step,
 )
-from strategies.recovery import RecoveryReplay
+from strategies.recovery_replay import RecoveryReplay
 from task.device import resolve_device
 
 Arrays = dict[str, np.ndarray]
@@ -235,7 +235,7 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
             ) -> Arrays | None:
     """SE-R's (FRec's) server-side recovery of one reference without ``forget``.
 
-    :class:`strategies.recovery.RecoveryReplay` with the run's ``recovery-*``
+    :class:`strategies.recovery_replay.RecoveryReplay` with the run's ``recovery-*``
     settings over the reference's history (SE-R's rule with ``recovery-refill``:
     substitutes in the forgotten slots); a client asked to train (exact round,
     an abnormal estimate, or a substitute) trains L local epochs from W'^(k-1)

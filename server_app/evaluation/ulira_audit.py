@@ -19,7 +19,7 @@ rule (:mod:`strategies.calibration`), from the forgotten clients' first round
 norms kept, SE's last ``calibration-final`` rounds L epochs uncalibrated, and
 with ``replay-refill`` SE's forgotten slots refilled (SE-R's with
 ``recovery-refill``); SE-R
-(FRec) server-side recovery, :class:`strategies.recovery.RecoveryReplay`
+(FRec) server-side recovery, :class:`strategies.recovery_replay.RecoveryReplay`
 with the run's ``recovery-*`` settings, exact rounds trained with the learning
 round's seed, from the forgotten clients' first round (FRec: from round 1)
 (:mod:`server_app.evaluation.reference_unlearning`). FR and RR retrain from

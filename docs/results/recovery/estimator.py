@@ -6,7 +6,7 @@ Usage: ``.venv/bin/python docs/results/recovery/estimator.py SEED`` writes
 One shard of ``presets/paper.toml`` with ``partition = "noniid"`` (25 of the
 preset's 100 MNIST clients, 5 a round, 30 rounds x 10 local epochs) is learned in
 process with its history (:func:`learn_with_history`); then the first participant
-of round 1 is forgotten and :class:`strategies.recovery.RecoveryReplay` recovers
+of round 1 is forgotten and :class:`strategies.recovery_replay.RecoveryReplay` recovers
 the shard with SE-R's default keys, as the run does. In every round each retained
 participant is *also* trained from the recovered model W'^(k-1) (its true
 U'_i), which the recovery never sees: the estimates it used are compared with it.
@@ -83,7 +83,7 @@ def measure(seed: int) -> dict:
         local_update,
     )
     from strategies.lbfgs import flat
-    from strategies.recovery import RecoveryReplay
+    from strategies.recovery_replay import RecoveryReplay
 
     cfg, task, parts = _setup(seed)
     learned, rounds = learn_with_history(cfg, task, parts, seed, per_round=PER_ROUND)
