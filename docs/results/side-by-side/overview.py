@@ -27,12 +27,15 @@ def _float(value: str) -> float | None:
 
 
 def runs(folders: list[Path]) -> dict[str, dict[str, dict]]:
-    """``{run: {framework: row}}`` of every run with FR, in the folders' order."""
+    """``{folder/run: {framework: row}}`` of every run with FR, in the folders' order.
+
+    Keyed by folder too: a cell rerun under newer defaults keeps its run name.
+    """
     out: dict[str, dict[str, dict]] = {}
     for folder in folders:
         with open(folder / "results.csv") as f:
             for row in csv.DictReader(f):
-                out.setdefault(row["run"], {})[row["framework"]] = row
+                out.setdefault(f"{folder.name}/{row['run']}", {})[row["framework"]] = row
     return {run: fw for run, fw in out.items() if "FR" in fw}
 
 
@@ -78,6 +81,12 @@ def _se_rule(row: dict) -> str:
     return "SE, " + ", ".join(parts + (["refilled slots"] if refill else []))
 
 
+def _ser_rule(row: dict) -> str:
+    """Whether SE-R refilled forgotten slots (runs before ``recovery-refill``: no)."""
+    refill = str(row.get("recovery_refill", "")).lower() in ("true", "1")
+    return "refilled slots" if refill else "no refill"
+
+
 def table(fw: dict[str, dict]) -> list[str]:
     """One run's frameworks beside FR, markdown rows."""
     fr = fw["FR"]
@@ -100,20 +109,20 @@ def table(fw: dict[str, dict]) -> list[str]:
 
 def verdicts(all_runs: dict[str, dict[str, dict]]) -> list[str]:
     """Per cell: SE's and SE-R's difference from FR against issue 26's margins."""
-    lines = ["| cell | seed | SE rule | SE - FR | within | SE-R - FR | within |",
-             "|---" * 7 + "|"]
+    lines = ["| cell | seed | SE rule | SE - FR | within | SE-R rule | SE-R - FR "
+             "| within |", "|---" * 8 + "|"]
     for fw in all_runs.values():
         fr = fw["FR"]
         metric = fr["metric"]
         cells = []
-        for name in ("SE", "SE-R"):
+        for name, rule in (("SE", _se_rule(fr)), ("SE-R", _ser_rule(fr))):
+            cells.append(rule)
             gap = _gap(fw[name], fr, metric) if name in fw else None
             ok = None if gap is None else (
                 gap >= -MARGIN[metric] if metric == "accuracy" else gap <= MARGIN[metric])
             cells += ["" if gap is None else f"{gap:+.2f}",
                       {None: "", True: "yes", False: "no"}[ok]]
-        lines.append(f"| {_cell(fr)} | {fr['seed']} | {_se_rule(fr)} | "
-                     + " | ".join(cells) + " |")
+        lines.append(f"| {_cell(fr)} | {fr['seed']} | " + " | ".join(cells) + " |")
     return lines
 
 
