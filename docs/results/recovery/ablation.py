@@ -34,7 +34,8 @@ it off):
 - ``refill2``: ``final2`` with ``replay-refill``;
 - ``leanr``: SE-R with refilled slots and the paper preset's lean schedule
   (``recovery-warmup`` = 1, ``recovery-correction`` = 0, ``recovery-final`` = 1:
-  two planned exact rounds).
+  two planned exact rounds);
+- ``fr``: FR alone (the seeds beyond 0-2, which run only today's defaults).
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -66,6 +67,7 @@ VARIANTS = {
     "refill2": {"frameworks": "SE", "calibration-final": 2, "replay-refill": True},
     "leanr": {"frameworks": "SE-R", "recovery-refill": True, "recovery-warmup": 1,
               "recovery-correction": 0},
+    "fr": {"frameworks": "FR"},
 }
 EXACT = "SE, all exact, refill"  # SE's exact reference: the replay, every round exact
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
@@ -121,7 +123,8 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
              "exactrefill": {"SE": "SE, all exact, refill"},
              "refillr": {"SE-R": "SE-R, refill"},
              "refill2": {"SE": "SE, r = 2, 2 final exact, refill"},
-             "leanr": {"SE-R": "SE-R, refill, lean schedule"}}
+             "leanr": {"SE-R": "SE-R, refill, lean schedule"},
+             "fr": {"FR": "FR"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
@@ -151,7 +154,7 @@ def table() -> str:
         fr, exact = rows.get("FR", {}), rows.get(EXACT, {})
         out += [f"### {cell}", "",
                 "| model | " + " | ".join(f"seed {s}" for s in seeds)
-                + " | mean | mean - FR (points) | mean - exact replay (points) "
+                + " | mean | mean - FR ± sd (points) | mean - exact replay ± sd (points) "
                 "| client-epochs | modelled wall s |",
                 "|---" * (len(seeds) + 6) + "|"]
         for name in (n for n in order if n in rows):
@@ -170,13 +173,54 @@ def table() -> str:
 
 
 def _gap(per: dict[int, dict], ref: dict[int, dict]) -> str:
-    """Mean accuracy difference from ``ref`` over the seeds both have, in points."""
+    """Mean accuracy difference from ``ref`` over the seeds both have, in points.
+
+    With its spread: ``mean ± sd`` of the per-seed differences (sample sd, n - 1).
+    Where more than seeds 0-2 ran, the first three seeds' own (issue 26's goals
+    are read over seeds 0-2) follow after a semicolon.
+    """
     shared = sorted(set(per) & set(ref))
     if not shared:
         return ""
-    diff = [per[s]["accuracy"] - ref[s]["accuracy"] for s in shared]
-    return f"{100 * statistics.fmean(diff):+.2f}" + (
-        "" if len(shared) == len(per) else f" ({len(shared)} seeds)")
+    text = _mean_sd([per[s]["accuracy"] - ref[s]["accuracy"] for s in shared])
+    first = [s for s in shared if s < 3]
+    if len(shared) > 3 and len(first) == 3:
+        text += f" (n = {len(shared)}); seeds 0-2: " + _mean_sd(
+            [per[s]["accuracy"] - ref[s]["accuracy"] for s in first])
+    return text + ("" if len(shared) == len(per) else f" ({len(shared)} seeds)")
+
+
+def _mean_sd(diff: list[float]) -> str:
+    """``+m.mm ± s.ss`` in points (no sd for a single seed)."""
+    mean = f"{100 * statistics.fmean(diff):+.2f}"
+    return mean if len(diff) < 2 else f"{mean} ± {100 * statistics.stdev(diff):.2f}"
+
+
+def fr_spread() -> str:
+    """FR's own run-to-run spread: per seed, its accuracy over the concurrent cells.
+
+    The concurrent CIFAR-10 cells of one seed share the partition and the original
+    model; FR retrains from scratch on 39, 36 or 32 of the same 40 clients, so the
+    spread of its accuracy between them is mostly the noise of one training run.
+    """
+    cells = [c for c in _files() if c.startswith("concurrent-cifar10-even")]
+    per_seed: dict[int, list[float]] = {}
+    for cell in cells:
+        for seed, row in _rows(_files()[cell]).get("FR", {}).items():
+            per_seed.setdefault(seed, []).append(row["accuracy"])
+    lines = ["### FR's own spread (concurrent CIFAR-10 cells, same seed)", "",
+             f"Cells: {', '.join(cells)}.", "",
+             "| seed | FR accuracy per cell | sd (points) |", "|---|---|---|"]
+    variances = []
+    for seed, accs in sorted(per_seed.items()):
+        if len(accs) > 1:
+            variances.append(statistics.variance(accs))
+            lines.append(f"| {seed} | {', '.join(f'{a:.4f}' for a in accs)} | "
+                         f"{100 * statistics.stdev(accs):.2f} |")
+    if variances:
+        lines += ["", f"Pooled sd of one FR run: "
+                  f"{100 * statistics.fmean(variances) ** 0.5:.2f} points.", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
@@ -185,5 +229,5 @@ if __name__ == "__main__":
     result = run(variant, seed, cell)
     (HERE / f"ablation-{cell}-{variant}-s{seed}.json").write_text(
         json.dumps(result, indent=2) + "\n")
-    (HERE / "ablation.md").write_text(table())
-    print(table())
+    (HERE / "ablation.md").write_text(table() + "\n" + fr_spread())
+    print(table() + "\n" + fr_spread())
