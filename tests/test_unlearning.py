@@ -31,8 +31,9 @@ def test_se_isolation_and_all_frameworks(run_server, tmp_path):
     se = load_models(run / "models" / "SE.npz")
     learned = HistoryStore.open(run / "history" / "sharded")
     last = max(learned.rounds(0))
-    # SE touches one shard of two; replayed from round 1, its round 2 is the exact
-    # round (calibration-final = 1): every retained participant trains L = 1 epoch
+    # SE touches one shard of two; replayed from round 1, its round 2 is exact (the
+    # default calibration-final = 2; the preparation round 1 never is): every
+    # retained participant trains L = 1 epoch
     with3 = [g for g in (1, 2) if 3 in dict(learned.participants(impacted, g))]
     kept = [p for p, _ in learned.participants(impacted, 2) if p != 3]
     assert with3[:1] == [1] and kept  # the seeded run: client 3 trains in round 1
@@ -161,7 +162,7 @@ def test_se_runs_under_flowers_own_strategy_start(run_server, tmp_path):
     shards = summary["shards"]
     forget = store.participants(0, 1)[0][0]
     se = ShardingEraser(store, {forget}, shards, {p: 1000 + p for p in range(8)},
-                        retrain_epochs=0.5, final=1, exact_epochs=1.0)  # as the README
+                        retrain_epochs=0.5, final=2, exact_epochs=1.0)  # as the README
     learned = [to_record(store.shard_model(s, 2)) for s in range(2)]
     initial = [to_record(store.shard_model(0, 0)), learned[1]]
     from flwr.app import ConfigRecord

@@ -73,7 +73,7 @@ class UnlearningConfig(Section):
     forget_clients: str = ""
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
-    calibration_final: int = 1
+    calibration_final: int = 2
     replay_refill: bool = True
     baseline_shards: int = 1
     recovery_warmup: int = 2

@@ -85,7 +85,7 @@ class UnlearningSettings:
     recovery: dict = field(default_factory=dict)
     """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
     ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
-    calibration_final: int = 1
+    calibration_final: int = 2
     """SE: exact, uncalibrated rounds at the end of each shard's replay (run-config
     ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
     local_epochs: float | None = None

@@ -196,6 +196,36 @@ def _mean_sd(diff: list[float]) -> str:
     return mean if len(diff) < 2 else f"{mean} ± {100 * statistics.stdev(diff):.2f}"
 
 
+def paired(new: str, old: str) -> str:
+    """Markdown: model ``new`` minus model ``old`` per cell and seed, in points.
+
+    Both are rows of :func:`_rows` (e.g. two SE variants); a seed counts where
+    both ran. Ends with how many seeds went up, stayed (|d| < 0.01 point) and went
+    down, and the mean difference over all of them.
+    """
+    lines = [f"### {new} minus {old}, per seed (points)", "",
+             "| cell | per seed | mean | client-epochs, new - old |", "|---|---|---|---|"]
+    diffs = []
+    for cell, files in _files().items():
+        rows = _rows(files)
+        a, b = rows.get(new, {}), rows.get(old, {})
+        seeds = sorted(set(a) & set(b))
+        if not seeds:
+            continue
+        d = [100 * (a[s]["accuracy"] - b[s]["accuracy"]) for s in seeds]
+        extra = [a[s]["client_epochs"] - b[s]["client_epochs"] for s in seeds]
+        diffs += d
+        lines.append(f"| {cell} | " + ", ".join(f"s{s} {x:+.2f}" for s, x in zip(
+            seeds, d, strict=True)) + f" | {statistics.fmean(d):+.2f} | "
+            + ", ".join(f"{e:+.0f}" for e in extra) + " |")
+    if diffs:
+        up, down = sum(x >= 0.01 for x in diffs), sum(x <= -0.01 for x in diffs)
+        lines += ["", f"Over {len(diffs)} seeds: {up} up, {len(diffs) - up - down} "
+                  f"the same, {down} down; mean {statistics.fmean(diffs):+.2f} points.",
+                  ""]
+    return "\n".join(lines)
+
+
 def fr_spread() -> str:
     """FR's own run-to-run spread: per seed, its accuracy over the concurrent cells.
 
@@ -229,5 +259,7 @@ if __name__ == "__main__":
     result = run(variant, seed, cell)
     (HERE / f"ablation-{cell}-{variant}-s{seed}.json").write_text(
         json.dumps(result, indent=2) + "\n")
-    (HERE / "ablation.md").write_text(table() + "\n" + fr_spread())
-    print(table() + "\n" + fr_spread())
+    text = "\n".join([table(), fr_spread(), paired(
+        "SE, r = 2, 2 final exact, refill", "SE, r = 2, final exact, refill")])
+    (HERE / "ablation.md").write_text(text)
+    print(text)
