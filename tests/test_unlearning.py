@@ -226,6 +226,21 @@ def test_calibration_final_rounds_train_all_epochs_uncalibrated(final, exact):
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_shipped_defaults_make_the_last_two_replayed_rounds_exact():
+    """README: by default SE's last two replayed rounds are exact, slots refilled."""
+    from server_app.config.run_config import RunConfig
+    from server_app.unlearning.frameworks import UnlearningSettings
+    from task.config import fused_run_config
+
+    settings = UnlearningSettings.from_config(RunConfig.from_run_config(
+        fused_run_config({})))  # pyproject.toml's values, nothing overridden
+    assert (settings.calibration_final, settings.replay_refill) == (2, True)
+    strategy = CalibratedRetraining(_FourRounds(), 0, {1}, {0: 100, 2: 102}, 1.0,
+                                    from_first_participation=False,
+                                    final=settings.calibration_final, exact_epochs=2.0)
+    assert [k for k in range(1, 5) if strategy.is_exact(k)] == [3, 4]
+
+
 def test_bad_calibration_final_is_refused_before_any_engine():
     from conftest import TINY
 
