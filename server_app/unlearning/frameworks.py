@@ -17,6 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from history import StoreError, TrainingHistory
 from server_app.config import RunConfig
+from server_app.config.unlearning import UnlearningConfig
 from server_app.rounds.federation import Federation
 from server_app.unlearning.methods import UnlearningRequest, build_method
 from strategies.calibration import weighted_step
@@ -85,14 +86,14 @@ class UnlearningSettings:
     recovery: dict = field(default_factory=dict)
     """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
     ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
-    calibration_final: int = 2
+    calibration_final: int = UnlearningConfig.calibration_final
     """SE: exact, uncalibrated rounds at the end of each shard's replay (run-config
     ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
     local_epochs: float | None = None
     """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
-    replay_refill: bool = True
+    replay_refill: bool = UnlearningConfig.replay_refill
     """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
-    recovery_refill: bool = True
+    recovery_refill: bool = UnlearningConfig.recovery_refill
     """SE-R: the same (run-config ``recovery-refill``, the same default)."""
 
     @classmethod

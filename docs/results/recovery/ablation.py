@@ -73,16 +73,21 @@ EXACT = "SE, all exact, refill"  # SE's exact reference: the replay, every round
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
 
 
+def config(variant: str, seed: int, cell: str = CELL) -> dict:
+    """The run config of ``cell`` (its summary's) with ``variant``'s settings on top."""
+    path = next(r / cell / "summary.json" for r in RUNS
+                if (r / cell / "summary.json").is_file())
+    base = json.loads(path.read_text())["config"]
+    return {**base, **VARIANTS[variant], "seed": seed,
+            "data-dir": str(ROOT.parent / "shared" / "data"),
+            "run-name": f"{variant}-s{seed}"}
+
+
 def run(variant: str, seed: int, cell: str = CELL) -> dict:
     """One seeded run of ``cell`` with ``variant``'s settings; each framework's KEYS."""
     from experiments.grid import summary_in_scratch
 
-    path = next(r / cell / "summary.json" for r in RUNS
-                if (r / cell / "summary.json").is_file())
-    base = json.loads(path.read_text())["config"]
-    cfg = {**base, **VARIANTS[variant], "seed": seed,
-           "data-dir": str(ROOT.parent / "shared" / "data"),
-           "run-name": f"{variant}-s{seed}"}
+    cfg = config(variant, seed, cell)
     summary = summary_in_scratch(cfg)
     names = cfg["frameworks"].split(",")
     return {"cell": cell, "variant": variant, "seed": seed,
@@ -233,10 +238,11 @@ def fr_spread() -> str:
     model; FR retrains from scratch on 39, 36 or 32 of the same 40 clients, so the
     spread of its accuracy between them is mostly the noise of one training run.
     """
-    cells = [c for c in _files() if c.startswith("concurrent-cifar10-even")]
+    files = _files()
+    cells = [c for c in files if c.startswith("concurrent-cifar10-even")]
     per_seed: dict[int, list[float]] = {}
     for cell in cells:
-        for seed, row in _rows(_files()[cell]).get("FR", {}).items():
+        for seed, row in _rows(files[cell]).get("FR", {}).items():
             per_seed.setdefault(seed, []).append(row["accuracy"])
     lines = ["### FR's own spread (concurrent CIFAR-10 cells, same seed)", "",
              f"Cells: {', '.join(cells)}.", "",

@@ -1,7 +1,7 @@
 """SE-R's recovery round by round: what each shard did and how accurate it was after.
 
 Usage: ``.venv/bin/python docs/results/recovery/trace.py CELL SEED`` reruns the
-ablation cell ``CELL`` (as ``ablation.py``, with SE-R alone and its defaults) and
+ablation cell ``CELL`` (``ablation.py``'s ``refillr``: SE-R alone, its defaults) and
 writes ``docs/results/recovery/trace-<CELL>-s<SEED>.json``: per impacted shard and
 server round k, the stored round it replays, whether it was a planned exact round,
 who was asked to train (retained clients with an abnormal estimate, and
@@ -84,12 +84,8 @@ def main(cell: str, seed: int) -> dict:
 
     log: list[dict] = []
     _wrap(log)
-    path = next(r / cell / "summary.json" for r in ablation.RUNS
-                if (r / cell / "summary.json").is_file())
-    cfg = {**json.loads(path.read_text())["config"], "frameworks": "SE-R",
-           "seed": seed, "data-dir": str(ROOT.parent / "shared" / "data"),
-           "run-name": f"trace-s{seed}"}
-    summary = summary_in_scratch(cfg)
+    # SE-R alone with its defaults (refilled slots): the ablation's ``refillr``
+    summary = summary_in_scratch(ablation.config("refillr", seed, cell))
     result = summary["frameworks"]["SE-R"]
     return {"cell": cell, "seed": seed, "command": " ".join(["trace.py", cell, str(seed)]),
             "learned_shard_accuracy": summary["learning"]["shard_accuracy"],
