@@ -16,6 +16,8 @@ import pytest
 import tomllib
 
 from experiments import collect, compare, report, suites
+from experiments.report import requests as report_requests
+from experiments.report import storage as report_storage
 from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
 from server_app.preflight import validate_run_config
 from server_app.run.summary import RequestCost
@@ -265,7 +267,7 @@ def test_storage_block_degrades_without_coded_storage():
     assert block["server_bytes"] == {"FE": 1000, "SE uncoded": 900, "SE coded": None}
     assert block["reduction_vs_FE"] is None and not block["coded_available"]
     assert block["comm_s"]["FE"] == 3.0
-    text = "\n".join(report._storage_section(block, {}))
+    text = "\n".join(report_storage.storage_section(block, {}))
     assert "Coded storage was not available" in text
     assert compare.storage_block([], {}) is None
 
@@ -586,7 +588,7 @@ def test_a_cells_later_run_fills_but_does_not_replace_the_original_row():
     assert cell["original"]["mia_f1"] == 0.5  # the FE(dt=2) run has no audit
     assert cell["original"]["run"] == "single-mnist" and \
         cell["original"]["rounds_replayed"] == 3
-    table = "\n".join(report._single_sections([audited, fe2]))
+    table = "\n".join(report_requests.single_sections([audited, fe2]))
     assert "| mnist | iid | original | 0.980 |" in table and "| 0.500 |" in table
 
 

@@ -151,7 +151,7 @@ def test_run_reports_lira_per_example_and_per_client(run_server):
 
 def test_experiment_report_lists_lira_of_the_runs_that_have_it():
     from experiments import collect
-    from experiments.report import _lira_section
+    from experiments.report.requests import lira_section as _lira_section
     row = {"run": "memorize-seed0", "framework": "FR", "mia_lira_auc": 0.512,
            "mia_lira_tpr_at_1fpr": 0.015, "mia_lira_tpr_at_01fpr": None}
     assert set(collect.LIRA_METRICS) <= set(collect.COLUMNS)

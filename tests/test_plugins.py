@@ -143,13 +143,14 @@ def test_a_plugin_calling_sys_exit_is_one_line_not_a_silent_exit(tmp_path, monke
 @pytest.mark.inprocess  # the module's run (summary)
 def test_own_method_lands_in_the_experiment_suite(summary):
     from experiments import collect, report, suites
+    from experiments.report import requests as report_requests
     from server_app.run.summary import RunSummary
 
     rows = collect.summary_rows("single", "own", RunSummary.from_json(summary), 1.0)
     assert collect.methods_in(rows) == ["FineTune"]
     assert {r["dataset"] for r in rows} == {"mytask:task"}
     assert {r["metric"] for r in rows} == {"accuracy"}
-    section = "\n".join(report._single_sections(rows))
+    section = "\n".join(report_requests.single_sections(rows))
     assert re.search(r"\| mytask:task \| iid \| FineTune \|", section), section
     specs = suites.plan("single", "tiny")
     mixed = suites.with_methods(specs, ("mymethod:FineTune",))
