@@ -35,7 +35,12 @@ it off):
 - ``leanr``: SE-R with refilled slots and the paper preset's lean schedule
   (``recovery-warmup`` = 1, ``recovery-correction`` = 0, ``recovery-final`` = 1:
   two planned exact rounds);
-- ``fr``: FR alone (the seeds beyond 0-2, which run only today's defaults).
+- ``fr``: FR alone (the seeds beyond 0-2, which run only today's defaults);
+- ``today``: SE, SE-R and FR with the shipped defaults, nothing on top (SE's rows
+  are ``refill2``'s, SE-R's ``refillr``'s: the same settings).
+
+A Tiny Shakespeare cell is read by its test loss (nats per character, lower is
+better; issue 26's margin is 0.03 nats), every other cell by its accuracy (points).
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
@@ -68,6 +73,7 @@ VARIANTS = {
     "leanr": {"frameworks": "SE-R", "recovery-refill": True, "recovery-warmup": 1,
               "recovery-correction": 0},
     "fr": {"frameworks": "FR"},
+    "today": {"frameworks": "SE,SE-R,FR"},
 }
 EXACT = "SE, all exact, refill"  # SE's exact reference: the replay, every round exact
 KEYS = ("accuracy", "loss", "client_epochs", "retrain_compute_s", "modelled_wall_s")
@@ -94,6 +100,7 @@ def run(variant: str, seed: int, cell: str = CELL) -> dict:
             "overrides": VARIANTS[variant],
             "requests": summary["unlearning"]["requests"],
             "learned_accuracy": summary["learning"]["accuracy"],
+            "learned_loss": summary["learning"]["loss"],
             "learned_shard_accuracy": summary["learning"]["shard_accuracy"],
             "frameworks": {n: {**{k: summary["frameworks"][n][k] for k in KEYS},
                                "shard_accuracy": summary["frameworks"][n].get(
@@ -129,18 +136,30 @@ def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
              "refillr": {"SE-R": "SE-R, refill"},
              "refill2": {"SE": "SE, r = 2, 2 final exact, refill"},
              "leanr": {"SE-R": "SE-R, refill, lean schedule"},
-             "fr": {"FR": "FR"}}
+             "fr": {"FR": "FR"},
+             "today": {"SE": "SE, r = 2, 2 final exact, refill", "SE-R": "SE-R, refill",
+                       "FR": "FR"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
-            "accuracy": data["learned_accuracy"]}
+            "accuracy": data["learned_accuracy"], "loss": data.get("learned_loss")}
         for name, row in data["frameworks"].items():
             rows.setdefault(names[data["variant"]][name], {})[data["seed"]] = row
     return rows
 
 
+def metric(cell: str) -> str:
+    """The key a cell is read by: ``loss`` for Tiny Shakespeare, else ``accuracy``."""
+    return "loss" if "shakespeare" in cell else "accuracy"
+
+
+def _unit(key: str) -> tuple[float, str]:
+    """(scale, unit) of a difference in ``key``: points of accuracy, nats of loss."""
+    return (100.0, "points") if key == "accuracy" else (1.0, "nats")
+
+
 def table() -> str:
-    """Markdown per cell: each model's accuracy per seed, mean, gaps, cost.
+    """Markdown per cell: each model's metric per seed, mean, gaps, cost.
 
     The gaps are paired by seed: to FR, and to SE's exact replay (``exactrefill``,
     where it ran), which shares the original model and the refilled slots, so it
@@ -157,28 +176,32 @@ def table() -> str:
         rows = _rows(files)
         seeds = sorted({d["seed"] for d in files})
         fr, exact = rows.get("FR", {}), rows.get(EXACT, {})
-        out += [f"### {cell}", "",
+        key, unit = metric(cell), _unit(metric(cell))[1]
+        out += [f"### {cell}", "", *([f"Read by the test {key} ({unit}).", ""]
+                                     if key != "accuracy" else []),
                 "| model | " + " | ".join(f"seed {s}" for s in seeds)
-                + " | mean | mean - FR ± sd (points) | mean - exact replay ± sd (points) "
+                + f" | mean | mean - FR ± sd ({unit}) | mean - exact replay ± sd ({unit}) "
                 "| client-epochs | modelled wall s |",
                 "|---" * (len(seeds) + 6) + "|"]
         for name in (n for n in order if n in rows):
             per = rows[name]
-            mean = statistics.fmean(r["accuracy"] for r in per.values())
-            gaps = [_gap(per, ref) if name != ref_name else ""
+            mean = statistics.fmean(r[key] for r in per.values())
+            gaps = [_gap(per, ref, key) if name != ref_name else ""
                     for ref, ref_name in ((fr, "FR"), (exact, EXACT))]
             cost = [", ".join(f"{per[s][k]:.{d}f}" for s in seeds if s in per)
                     for k, d in (("client_epochs", 0), ("modelled_wall_s", 1))
                     ] if name != "original" else ["", ""]
             out.append(f"| {name} | " + " | ".join(
-                f"{per[s]['accuracy']:.4f}" if s in per else "" for s in seeds)
+                f"{per[s][key]:.4f}" if s in per else "" for s in seeds)
                 + f" | {mean:.4f} | {gaps[0]} | {gaps[1]} | {cost[0]} | {cost[1]} |")
         out.append("")
     return "\n".join(out)
 
 
-def _gap(per: dict[int, dict], ref: dict[int, dict]) -> str:
-    """Mean accuracy difference from ``ref`` over the seeds both have, in points.
+def _gap(per: dict[int, dict], ref: dict[int, dict], key: str = "accuracy") -> str:
+    """Mean difference in ``key`` from ``ref`` over the seeds both have.
+
+    In points of accuracy or nats of loss (:func:`_unit`).
 
     With its spread: ``mean ± sd`` of the per-seed differences (sample sd, n - 1).
     Where more than seeds 0-2 ran, the first three seeds' own (issue 26's goals
@@ -187,18 +210,23 @@ def _gap(per: dict[int, dict], ref: dict[int, dict]) -> str:
     shared = sorted(set(per) & set(ref))
     if not shared:
         return ""
-    text = _mean_sd([per[s]["accuracy"] - ref[s]["accuracy"] for s in shared])
+    scale = _unit(key)[0]
+    text = _mean_sd([per[s][key] - ref[s][key] for s in shared], scale)
     first = [s for s in shared if s < 3]
     if len(shared) > 3 and len(first) == 3:
         text += f" (n = {len(shared)}); seeds 0-2: " + _mean_sd(
-            [per[s]["accuracy"] - ref[s]["accuracy"] for s in first])
+            [per[s][key] - ref[s][key] for s in first], scale)
     return text + ("" if len(shared) == len(per) else f" ({len(shared)} seeds)")
 
 
-def _mean_sd(diff: list[float]) -> str:
-    """``+m.mm ± s.ss`` in points (no sd for a single seed)."""
-    mean = f"{100 * statistics.fmean(diff):+.2f}"
-    return mean if len(diff) < 2 else f"{mean} ± {100 * statistics.stdev(diff):.2f}"
+def _mean_sd(diff: list[float], scale: float = 100.0) -> str:
+    """``+m.mm ± s.ss`` of ``scale`` x ``diff`` (points: 100; no sd for one seed).
+
+    Three decimals when ``scale`` is 1 (nats of loss).
+    """
+    d = 2 if scale == 100.0 else 3
+    mean = f"{scale * statistics.fmean(diff):+.{d}f}"
+    return mean if len(diff) < 2 else f"{mean} ± {scale * statistics.stdev(diff):.{d}f}"
 
 
 def paired(new: str, old: str) -> str:
