@@ -259,6 +259,38 @@ def paired(new: str, old: str) -> str:
     return "\n".join(lines)
 
 
+TODAY = ("SE, r = 2, 2 final exact, refill", "SE-R, refill")  # the shipped defaults
+MARGIN = {"accuracy": 0.01, "loss": 0.03}  # issue 26's goal 1: 1.0 point; 0.03 nats
+
+
+def goals() -> str:
+    """Markdown: SE's and SE-R's shipped defaults against FR over seeds 0-2, per cell.
+
+    Issue 26's goal 1 reads the mean over three seeds: within means a mean
+    accuracy at most 1.0 point under FR's (Tiny Shakespeare: a mean test loss at
+    most 0.03 nats above). A cell counts where both the model and FR ran seeds 0-2.
+    """
+    lines = ["### Goal 1: today's defaults against FR, seeds 0-2", "",
+             "| cell | SE - FR ± sd | within | SE-R - FR ± sd | within |",
+             "|---|---|---|---|---|"]
+    for cell, files in _files().items():
+        rows, key = _rows(files), metric(cell)
+        fr, cols = rows.get("FR", {}), []
+        for name in TODAY:
+            per = {s: r for s, r in rows.get(name, {}).items() if s < 3}
+            if len(set(per) & set(fr)) < 3:
+                cols += ["", ""]
+                continue
+            gap = statistics.fmean(per[s][key] - fr[s][key] for s in range(3))
+            worse = -gap if key == "accuracy" else gap
+            cols += [_gap(per, {s: fr[s] for s in range(3)}, key),
+                     "yes" if worse <= MARGIN[key] else "no"]
+        if any(cols):
+            lines.append(f"| {cell} | " + " | ".join(cols) + " |")
+    return "\n".join(lines + ["", "Accuracy in points, Tiny Shakespeare's test loss "
+                               "in nats (a loss above FR's is worse).", ""])
+
+
 def fr_spread() -> str:
     """FR's own run-to-run spread: per seed, its accuracy over the concurrent cells.
 
@@ -293,7 +325,7 @@ if __name__ == "__main__":
     result = run(variant, seed, cell)
     (HERE / f"ablation-{cell}-{variant}-s{seed}.json").write_text(
         json.dumps(result, indent=2) + "\n")
-    text = "\n".join([table(), fr_spread(), paired(
+    text = "\n".join([table(), goals(), fr_spread(), paired(
         "SE, r = 2, 2 final exact, refill", "SE, r = 2, final exact, refill")])
     (HERE / "ablation.md").write_text(text)
     print(text)
