@@ -121,30 +121,32 @@ def _files() -> dict[str, list[dict]]:
     return out
 
 
+# each variant's frameworks as the tables name them
+LABELS = {"default": {"SE": "SE, r = 2", "SE-R": "SE-R", "FR": "FR"},
+          "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"},
+          "final": {"SE": "SE, r = 2, final exact"},
+          "final2": {"SE": "SE, r = 2, 2 final exact"},
+          "refill": {"SE": "SE, r = 2, final exact, refill"},
+          "exactrefill": {"SE": "SE, all exact, refill"},
+          "refillr": {"SE-R": "SE-R, refill"},
+          "refill2": {"SE": "SE, r = 2, 2 final exact, refill"},
+          "leanr": {"SE-R": "SE-R, refill, lean schedule"},
+          "fr": {"FR": "FR"}}
+# the shipped defaults: refill2's SE and refillr's SE-R (the same settings)
+LABELS["today"] = {**LABELS["refill2"], **LABELS["refillr"], **LABELS["fr"]}
+
+
 def _rows(files: list[dict]) -> dict[str, dict[int, dict]]:
     """``{model: {seed: its KEYS}}``.
 
-    SE and SE-R of ``exact`` are "SE, r = 1" and "SE-R, all exact"; ``original``
-    holds the learned accuracy.
+    Named by :data:`LABELS`; ``original`` holds the learned accuracy and loss.
     """
-    names = {"default": {"SE": "SE, r = 2", "SE-R": "SE-R", "FR": "FR"},
-             "exact": {"SE": "SE, r = 1", "SE-R": "SE-R, all exact"},
-             "final": {"SE": "SE, r = 2, final exact"},
-             "final2": {"SE": "SE, r = 2, 2 final exact"},
-             "refill": {"SE": "SE, r = 2, final exact, refill"},
-             "exactrefill": {"SE": "SE, all exact, refill"},
-             "refillr": {"SE-R": "SE-R, refill"},
-             "refill2": {"SE": "SE, r = 2, 2 final exact, refill"},
-             "leanr": {"SE-R": "SE-R, refill, lean schedule"},
-             "fr": {"FR": "FR"},
-             "today": {"SE": "SE, r = 2, 2 final exact, refill", "SE-R": "SE-R, refill",
-                       "FR": "FR"}}
     rows: dict[str, dict[int, dict]] = {}
     for data in files:
         rows.setdefault("original", {})[data["seed"]] = {
             "accuracy": data["learned_accuracy"], "loss": data.get("learned_loss")}
         for name, row in data["frameworks"].items():
-            rows.setdefault(names[data["variant"]][name], {})[data["seed"]] = row
+            rows.setdefault(LABELS[data["variant"]][name], {})[data["seed"]] = row
     return rows
 
 
@@ -153,9 +155,10 @@ def metric(cell: str) -> str:
     return "loss" if "shakespeare" in cell else "accuracy"
 
 
-def _unit(key: str) -> tuple[float, str]:
-    """(scale, unit) of a difference in ``key``: points of accuracy, nats of loss."""
-    return (100.0, "points") if key == "accuracy" else (1.0, "nats")
+def _unit(key: str) -> tuple[float, str, int]:
+    """(scale, unit, decimals) of a difference in ``key``: points of accuracy (x 100,
+    2 decimals) or nats of loss (3 decimals)."""
+    return (100.0, "points", 2) if key == "accuracy" else (1.0, "nats", 3)
 
 
 def table() -> str:
@@ -210,21 +213,17 @@ def _gap(per: dict[int, dict], ref: dict[int, dict], key: str = "accuracy") -> s
     shared = sorted(set(per) & set(ref))
     if not shared:
         return ""
-    scale = _unit(key)[0]
-    text = _mean_sd([per[s][key] - ref[s][key] for s in shared], scale)
+    text = _mean_sd([per[s][key] - ref[s][key] for s in shared], key)
     first = [s for s in shared if s < 3]
     if len(shared) > 3 and len(first) == 3:
         text += f" (n = {len(shared)}); seeds 0-2: " + _mean_sd(
-            [per[s][key] - ref[s][key] for s in first], scale)
+            [per[s][key] - ref[s][key] for s in first], key)
     return text + ("" if len(shared) == len(per) else f" ({len(shared)} seeds)")
 
 
-def _mean_sd(diff: list[float], scale: float = 100.0) -> str:
-    """``+m.mm ± s.ss`` of ``scale`` x ``diff`` (points: 100; no sd for one seed).
-
-    Three decimals when ``scale`` is 1 (nats of loss).
-    """
-    d = 2 if scale == 100.0 else 3
+def _mean_sd(diff: list[float], key: str = "accuracy") -> str:
+    """``+m.mm ± s.ss`` of differences in ``key``, in its unit (no sd for one seed)."""
+    scale, _, d = _unit(key)
     mean = f"{scale * statistics.fmean(diff):+.{d}f}"
     return mean if len(diff) < 2 else f"{mean} ± {scale * statistics.stdev(diff):.{d}f}"
 
@@ -259,7 +258,7 @@ def paired(new: str, old: str) -> str:
     return "\n".join(lines)
 
 
-TODAY = ("SE, r = 2, 2 final exact, refill", "SE-R, refill")  # the shipped defaults
+TODAY = (LABELS["today"]["SE"], LABELS["today"]["SE-R"])
 MARGIN = {"accuracy": 0.01, "loss": 0.03}  # issue 26's goal 1: 1.0 point; 0.03 nats
 
 
