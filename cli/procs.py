@@ -17,7 +17,8 @@ the command dies; Linux ``prctl(PR_SET_PDEATHSIG)``), and a watchdog process
 (``python -m cli.procs watch``, in a session of its own, started with the first
 child) holds the read end of a pipe whose only write end is the command's: when
 the command dies, however it dies, the kernel closes it, and the watchdog stops
-every marked process and process group as :meth:`Children.stop` would. A
+every marked process and every process group one is in (:class:`Groups`) as
+:meth:`Children.stop` would. A
 command that names its run (:func:`tag_run`) gives every child the tag
 ``SE_CLI_RUN=<run folder>`` too, so a later start of the same run can see
 (:func:`run_processes`) and refuse processes of an earlier one still alive.
@@ -85,6 +86,7 @@ class Children:
         self.procs: list[subprocess.Popen] = []
         self.watchdog: subprocess.Popen | None = None
         self._lifeline: int | None = None  # write end of the watchdog's pipe
+        self._groups = Groups()
 
     def start(self, argv: Sequence[str], env: dict | None = None,
               **popen_kw) -> subprocess.Popen:
@@ -139,7 +141,7 @@ class Children:
         for proc in self.procs:
             proc.poll()  # reaps a child that ended
         pids = {p.pid for p in self.procs if p.returncode is None}
-        pids |= set(marked_processes(self.mark))
+        pids |= set(self._groups.members(marked_processes(self.mark)))
         return sorted(pid for pid in pids if _running(pid))
 
     def stop(self) -> list[int]:
@@ -163,6 +165,7 @@ class Children:
             except subprocess.TimeoutExpired:  # pragma: no cover - D state
                 pass
         self._stop_watchdog()
+        self._groups = Groups()  # all gone: a group id may be reused from now on
         return left
 
     def _signal(self, sig: int) -> None:
@@ -171,6 +174,7 @@ class Children:
                 _quiet(os.killpg, proc.pid, sig)
         for pid in self.alive():
             _quiet(os.kill, pid, sig)
+        self._groups.signal(sig)
 
     def __enter__(self) -> Children:
         return self
@@ -186,6 +190,55 @@ def marked_processes(mark: str) -> list[int]:
     """PIDs whose environment holds ``mark`` (Linux ``/proc``; [] elsewhere)."""
     needle = b"\0" + mark.encode() + b"="
     return _environ_matching(lambda environ: needle in environ)
+
+
+class Groups:
+    """The process groups the marked processes are in, remembered once seen.
+
+    A process found by its mark is not enough: Ray's agents (``ray::RuntimeEnvAgent``,
+    ``ray::DashboardAgent``) set their title with ``setproctitle``, which overwrites
+    the memory ``/proc/<pid>/environ`` reads, so their mark cannot be read, and they
+    outlive a killed raylet by up to 30 s under load. They stay in the group of the
+    process that started the simulation, so stopping the groups of the marked
+    processes stops them too. A group is remembered after its marked members die;
+    the caller's own group is never one.
+    """
+
+    def __init__(self) -> None:
+        self.pgids: set[int] = set()
+
+    def members(self, marked: list[int]) -> list[int]:
+        """``marked`` and every live process in their groups (and groups seen before)."""
+        own = os.getpgrp()
+        for pid in marked:
+            try:
+                self.pgids.add(os.getpgid(pid))
+            except OSError:  # gone
+                continue
+        self.pgids.discard(own)
+        return sorted(set(marked) | set(_group_members(self.pgids)))
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to every remembered group."""
+        for pgid in self.pgids:
+            _quiet(os.killpg, pgid, sig)
+
+
+def _group_members(pgids: set[int]) -> list[int]:
+    """Live PIDs whose process group (``/proc/<pid>/stat`` field 5) is in ``pgids``."""
+    found: list[int] = []
+    if not pgids or not Path("/proc").is_dir():
+        return found
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) in pgids and fields[0] not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
 
 
 def run_processes(run_folder: str | Path) -> list[int]:
@@ -276,30 +329,29 @@ def sweep(mark: str, grace_s: float = GRACE_S) -> list[int]:
     up to ``grace_s`` seconds, then SIGKILL. What the watchdog does when the
     command is gone. Returns the PIDs that needed SIGKILL.
     """
+    groups = Groups()
+
+    def ours() -> list[int]:
+        return [p for p in groups.members(marked_processes(mark)) if _running(p)]
+
     def signal_all(sig: int) -> None:
-        pids = [p for p in marked_processes(mark) if _running(p)]
-        for pid in pids:
-            try:
-                if os.getpgid(pid) == pid:  # a child we started: its whole group
-                    _quiet(os.killpg, pid, sig)
-            except OSError:
-                pass
+        for pid in ours():
             _quiet(os.kill, pid, sig)
+        groups.signal(sig)
 
     signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(map(_running, marked_processes(mark))):
+    while time.monotonic() < deadline and ours():
         time.sleep(0.1)
-    left = [p for p in marked_processes(mark) if _running(p)]
-    # A dying parent may still start a child (Ray's raylet its RuntimeEnvAgent,
-    # seen alive 30 s after a kill -9): SIGKILL what is marked for LATE_S, not once
+    left = ours()
+    # A dying parent may still start a child: SIGKILL what is ours for LATE_S, not once
     end = time.monotonic() + LATE_S
     while True:
         signal_all(signal.SIGKILL)
         if time.monotonic() >= end:
             break
         time.sleep(0.2)
-        left += [p for p in marked_processes(mark) if _running(p) and p not in left]
+        left += [p for p in ours() if p not in left]
     return left
 
 

@@ -27,3 +27,17 @@ def running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def in_groups(pgids: set[int]) -> list[int]:
+    """Live PIDs whose process group (``/proc/<pid>/stat`` field 5) is in ``pgids``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and running(int(entry.name)):
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) in pgids:
+                found.append(int(entry.name))
+    return found

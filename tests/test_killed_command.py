@@ -9,6 +9,7 @@ SIGTERM), then the real simulation and deployment, killed early.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from process_tree import GROUP_CHILD, running
+from process_tree import GROUP_CHILD, in_groups, running
 
 from cli import config
 from cli.procs import RUN_TAG, command_processes, run_processes
@@ -71,6 +72,41 @@ def test_sigkill_of_the_command_stops_children_and_grandchildren():
         driver.wait()
 
 
+LEADER_GONE = """
+import subprocess, sys
+grandchild = subprocess.Popen([sys.executable, "-c", "import subprocess, time; "
+                               "e = subprocess.Popen(['sleep', '300'], env={}); "
+                               "print(e.pid, flush=True); time.sleep(300)"],
+                              stdout=subprocess.PIPE, text=True)
+print(grandchild.pid, grandchild.stdout.readline().strip(), flush=True)
+"""
+"""A child that starts a grandchild and exits, leaving its group without its leader;
+the grandchild's own child has an empty environment (no mark), like Ray's agents,
+whose ``setproctitle`` overwrites what ``/proc/<pid>/environ`` reads."""
+
+
+def test_sigkill_stops_an_unmarked_process_in_a_group_whose_leader_is_gone():
+    script = DRIVER.format(root=str(ROOT), child=LEADER_GONE)
+    driver = subprocess.Popen([sys.executable, "-c", script],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        leader, marked, unmarked = pids
+        assert not _gone_within(lambda: [leader], 10)  # the group's leader exited
+        assert os.getpgid(unmarked) == leader and running(unmarked)
+        assert command_processes(driver.pid) == [marked]  # its mark cannot be seen
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+        assert not _gone_within(lambda: [marked, unmarked], 15), "left running"
+    finally:
+        driver.kill()
+        driver.wait()
+        for pid in pids[1:]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_start_is_refused_while_an_earlier_start_of_the_run_lives(tmp_path, shared_data):
     merged = config.resolve(None, [f"results-dir='{tmp_path}' run-name='r' "
                                    "num-clients=8 num-shards=2 clients-per-round=4"])
@@ -118,15 +154,19 @@ def _kill_early(argv: list[str], tmp_path: Path, shared_data: Path,
         cmdlines = " ".join(_cmdline(p) for p in command_processes(command.pid))
         for name in expected:  # the run's grandchildren are up
             assert name in cmdlines, cmdlines[-3000:]
+        # Ray's agents hide their mark (setproctitle): find them by process group
+        groups = {_pgid(p) for p in command_processes(command.pid)} - {None}
         command.send_signal(signal.SIGKILL)
         command.wait(timeout=10)
         folder = tmp_path / "results" / "k"
         killed = time.monotonic()
-        # 30 s: on 2 busy cores (two test workers) Ray's agents took over 10 s to exit
+        # 30 s: on 2 busy cores (two test workers) the sweep took over 10 s
         left = _gone_within(lambda: command_processes(command.pid), 30)
         assert not left, "alive 30 s after the command: " + "; ".join(map(_cmdline, left))
         tagged = run_processes(folder)  # the same processes: none left
         assert not tagged, "; ".join(map(_cmdline, tagged))
+        grouped = in_groups(groups)
+        assert not grouped, "; ".join(map(_cmdline, grouped))
         # a process whose memory is gone may still be closing its files (the lock)
         while RunLock.holder(folder) and time.monotonic() - killed < 10:
             time.sleep(0.2)
@@ -134,6 +174,13 @@ def _kill_early(argv: list[str], tmp_path: Path, shared_data: Path,
     finally:
         command.kill()
         command.wait()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone
+        return None
 
 
 def _cmdline(pid: int) -> str:
