@@ -19,13 +19,7 @@ from flwr.serverapp import Grid, ServerApp
 from server_app.config import RunConfig
 from server_app.config.tasks import check_task, load_run_data
 from server_app.evaluation.central import CentralEvaluator
-from server_app.preflight import (
-    baseline_sampling_notes,
-    check_partition,
-    check_stored,
-    plan_requests,
-    validate_run_config,
-)
+from server_app.preflight import check_partition, check_stored, validate_run_config
 from server_app.rounds.federation import assign_shards, discover
 from server_app.rounds.loop import RoundLoop
 from server_app.rounds.polling_grid import fast_replies
@@ -36,6 +30,7 @@ from server_app.run.stored import check_node_folders, run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
+from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 from task.data import partition_sizes
 
 app = ServerApp()

@@ -11,7 +11,9 @@ settings but neither nodes nor (unless given) the dataset:
 - the unlearning methods of one's own in ``frameworks`` (imported here,
   :func:`server_app.unlearning.methods.load_method`);
 - the unlearning requests: generated or ``forget-clients``, on the shards and
-  on the baselines' shards, none emptying a shard (:func:`plan_requests`);
+  on the baselines' shards, none emptying a shard
+  (:func:`server_app.unlearning.plan.plan_requests`; a staged run's first ones:
+  :func:`server_app.stages.plan.check_stage_requests`);
 - ``storage = "coded"``: the initial model's floating-point layers fit the
   fixed point of GF(2^31-1) with :data:`QUANT_HEADROOM` x headroom
   (:func:`largest_scale_bits`; integer buffers are coded exactly);
@@ -36,15 +38,10 @@ from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
 from server_app.config.tasks import check_model, check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
-from server_app.rounds.federation import assign_shards
 from server_app.run.stored import check_run_folder, run_settings
-from server_app.stages.churn import Churn, lineage_shards
+from server_app.stages.plan import check_stage_requests
 from server_app.unlearning.methods import load_method
-from server_app.unlearning.requests import (
-    RequestError,
-    generate_requests,
-    validate_requests,
-)
+from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 
 if TYPE_CHECKING:
     from task.data import TaskData
@@ -56,9 +53,6 @@ magnitude. Round 0 stores the initial model itself; later rounds store client
 updates, which may outgrow it, so an initial model at the edge of the range
 would fail a few rounds in. 8x (3 bits) keeps the default 24 bits (|x| <= 64)
 valid for every model here (CNN: largest initial weight < 1)."""
-
-BASELINES = ("FR", "FE", "RR", "FRec")
-
 
 def validate_run_config(run_config: Mapping[str, object], task: TaskData | None = None,
                         files: bool = True) -> RunConfig:
@@ -126,48 +120,6 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     return notes
 
 
-def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
-    """The run's unlearning requests, checked against both federations' shards.
-
-    ``forget-clients`` as one request, or ``num-requests`` generated ones
-    (:func:`server_app.unlearning.requests.generate_requests`); ``([], [])`` without
-    frameworks.
-
-    Returns
-    -------
-    (requests, noops)
-        As :func:`server_app.unlearning.requests.validate_requests`.
-
-    Raises
-    ------
-    ConfigError
-        Requests that would forget every client of a shard (of SE's shards or,
-        when a baseline runs, of the ``baseline-shards`` federation).
-    """
-    if not cfg.unlearning.framework_list:
-        return [], []
-    shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, cfg.seed)
-    if cfg.unlearning.forget_client_list:
-        requests = [cfg.unlearning.forget_client_list]
-    else:
-        requests = _generate(cfg, shards)
-    try:
-        requests, noops = validate_requests(requests, shards)
-    except RequestError as err:
-        raise _bad("forget-clients", cfg.unlearning.forget_clients,
-                   f"ids that leave every shard a client: {err}") from err
-    if set(cfg.unlearning.framework_list) & set(BASELINES):
-        base = assign_shards(cfg.data.num_clients, cfg.unlearning.baseline_shards, cfg.seed)
-        try:
-            validate_requests(requests, base)
-        except RequestError as err:
-            raise _bad("baseline-shards", cfg.unlearning.baseline_shards,
-                       f"fewer baseline shards, so each keeps a client after "
-                       f"forgetting {sorted({p for r in requests for p in r})}: "
-                       f"{err}") from err
-    return requests, noops
-
-
 def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True) -> Path:
     """What the run folder holds, if anything, can be resumed; return its path.
 
@@ -193,152 +145,6 @@ def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True
     one_stage = cfg.unlearning.framework_list and not cfg.stages.staged
     requests = plan_requests(cfg)[0] if one_stage else None
     return check_run_folder(cfg, run_settings(cfg, data_dir), requests, verify_blobs)
-
-
-def check_stage_requests(cfg: RunConfig) -> None:
-    """Stage 1's ``requests-per-stage`` seeded requests can be drawn (a staged run).
-
-    The draw is the ServerApp's own (:meth:`server_app.stages.churn.Churn.requests`
-    over stage 1's clients), so a run whose seeded requests could never be drawn
-    is refused before any engine starts; later stages, whose clients change,
-    skip a draw that fails with a warning.
-
-    Raises
-    ------
-    ConfigError
-        Naming ``clients-per-request`` (not even one request fits) or
-        ``requests-per-stage`` (with the most that fit).
-    """
-    wanted, per = cfg.stages.requests_per_stage, cfg.unlearning.clients_per_request
-    if not wanted:
-        return
-    first, num_shards = cfg.initial_clients, cfg.training.num_shards
-    churn = Churn(lineage_shards(cfg.data.num_clients, first, num_shards, cfg.seed),
-                  first, 0, 0, cfg.seed)
-    distribution = cfg.unlearning.request_distribution
-
-    def draw(k: int, size: int) -> list[list[int]]:
-        return churn.requests(churn.first(), (), k, size, distribution)
-
-    if _feasible(draw, wanted, per):
-        _check_stage_baseline(cfg, draw(wanted, per))
-        return
-    where = f"stage 1 has {first} clients in {num_shards} shards and each shard keeps one"
-    if not _feasible(draw, 1, per):
-        sizes = [sum(p < first for p in shard) for shard in churn.shards]
-        raise _no_request_fits(cfg, sizes, first, "requests-per-stage = 0")
-    raise _bad("requests-per-stage", wanted,
-               f"at most {_most(lambda k: _feasible(draw, k, per))} with "
-               f"clients-per-request = {per} and request-distribution = "
-               f"{distribution!r}: {where}")
-
-
-def _check_stage_baseline(cfg: RunConfig, requests: list[list[int]]) -> None:
-    """Stage 1's seeded ``requests`` leave each FR shard a client (if FR runs)."""
-    if "FR" not in cfg.unlearning.framework_list:
-        return
-    first = cfg.initial_clients
-    base = [[p for p in pids if p < first] for pids in lineage_shards(
-        cfg.data.num_clients, first, cfg.unlearning.baseline_shards, cfg.seed)]
-    try:
-        validate_requests(requests, base)
-    except RequestError as err:
-        raise _bad("baseline-shards", cfg.unlearning.baseline_shards,
-                   f"fewer baseline shards, so each keeps a client of stage 1 after "
-                   f"its seeded requests {requests}: {err}") from err
-
-
-def _generate(cfg: RunConfig, shards: list[list[int]]) -> list[list[int]]:
-    """Generated requests, or a ConfigError naming the generator's keys."""
-    unlearning = cfg.unlearning
-    per, distribution = unlearning.clients_per_request, unlearning.request_distribution
-
-    def draw(k: int, size: int) -> list[list[int]]:
-        return generate_requests(shards, k, size, distribution, cfg.seed)
-
-    try:
-        return draw(unlearning.num_requests, per)
-    except RequestError as err:
-        reason = str(err)
-    if not _feasible(draw, 1, per):
-        raise _no_request_fits(cfg, [len(p) for p in shards], cfg.data.num_clients)
-    most = _most(lambda k: _feasible(draw, k, per))
-    raise _bad("num-requests", unlearning.num_requests,
-               f"at most {most} with clients-per-request = {per} "
-               f"and request-distribution = {distribution!r}: {reason}")
-
-
-def _no_request_fits(cfg: RunConfig, sizes: list[int], clients: int,
-                     instead: str = "frameworks = 'none' (no unlearning)") -> ConfigError:
-    """The error when not even one request can be drawn, naming what can change.
-
-    ``sizes`` are the shards' client counts (``clients`` in all; a staged run:
-    stage 1's). A request takes ``clients-per-request`` clients of one shard and
-    leaves it one, so it needs a shard larger than that: the error names
-    ``clients-per-request`` when a shard has two clients or more, else
-    ``num-shards`` (or ``num-clients``), then the other ways out (``instead``:
-    the setting that asks for no request).
-    """
-    per, num_shards = cfg.unlearning.clients_per_request, cfg.training.num_shards
-    largest = max(sizes, default=0)
-    if largest > 1:
-        return _bad("clients-per-request", per,
-                    f"at most {largest - 1}: the largest of the {len(sizes)} shards has "
-                    f"{largest} clients ({clients} clients, num-shards = {num_shards}) "
-                    "and a request leaves its shard one")
-    joins = (f", fewer joins-per-stage (stage 1 has {clients} of the "
-             f"{cfg.data.num_clients} clients)" if cfg.stages.staged else "")
-    if clients < 2:
-        return _bad("num-clients", cfg.data.num_clients,
-                    f"at least 2 clients{' in stage 1' + joins if joins else ''} for "
-                    f"an unlearning request (it may not forget the only client), or "
-                    f"{instead}")
-    return _bad("num-shards", num_shards,
-                f"at most {clients - 1} with {clients} clients: each of the {num_shards} "
-                "shards has one client and a request may not forget a shard's last one; "
-                f"use fewer shards, more clients{joins} or {instead}")
-
-
-def _most(ok) -> int:
-    """Largest n >= 1 with ok(n), for ok true on a prefix 1..m (0 if m = 0).
-
-    Requests are drawn in order, so fewer (or smaller) requests of a feasible
-    draw stay feasible; the search stops at the first failure (at most C steps).
-    """
-    n = 0
-    while ok(n + 1):
-        n += 1
-    return n
-
-
-def _feasible(draw, k: int, per: int) -> bool:
-    try:
-        draw(k, per)
-    except RequestError:
-        return False
-    return True
-
-
-def baseline_sampling_notes(cfg: RunConfig, requests: list[list[int]]) -> list[str]:
-    """FR / RR: baseline shards that keep fewer clients than they sample per round.
-
-    FedRetrain and RapidRetrain then sample every retained client of such a
-    shard (``min(per round, retained)``; see :class:`strategies.unlearning.FedRetrain`).
-    """
-    runs = [f for f in cfg.unlearning.framework_list if f in ("FR", "RR")]
-    forget = {p for r in requests for p in r}
-    if not runs or not forget:
-        return []
-    base = cfg.unlearning.baseline_shards
-    per_round = cfg.training.clients_per_round // base
-    notes = []
-    for s, pids in enumerate(assign_shards(cfg.data.num_clients, base, cfg.seed)):
-        kept = len([p for p in pids if p not in forget])
-        if kept < per_round:
-            notes.append(f"{'/'.join(runs)}: baseline shard {s} keeps {kept} clients "
-                         f"after forgetting, fewer than the {per_round} it sampled per "
-                         f"round in learning; it samples all {kept}")
-    return notes
 
 
 def initial_magnitude(task: Task | str, num_classes: int, seed: int) -> float:

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from cli import config
 from cli.deploy import deploy_config
 from server_app.config import ConfigError
-from server_app.preflight import plan_requests, validate_run_config
+from server_app.preflight import validate_run_config
 from server_app.rounds.federation import assign_shards
+from server_app.unlearning.plan import plan_requests
 from server_app.unlearning.requests import (
     RequestError,
     generate_requests,
