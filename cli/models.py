@@ -93,7 +93,8 @@ def main_export(argv: list[str], prog: str) -> int:
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     print(f"v{version.version} of run {args.run} -> {out}")
     print(f"models sha256 {version.digests['models']} (the receipts' models_sha256)")
-    print(f"file sha256 {digest}")
+    print(f"file sha256 {digest} (this export's file; a receipt's after_file_sha256 "
+          "is the run's stored .npz)")
     return 0
 
 

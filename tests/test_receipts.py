@@ -114,6 +114,8 @@ def test_one_line_names_the_evidence_and_the_detail_all_of_it():
                                   "note": "because"}, "verification": None}
     assert "erased 0 updates (kept 4)" in receipt_line(kept)
     assert "kept 4 stored updates: because" in "\n".join(receipt_detail(kept))
+    one = {**RECEIPT, "erased": {**RECEIPT["erased"], "updates": [[0, 1, 3]]}}
+    assert "erased 1 update " in receipt_line(one)
 
 
 def test_the_receipts_command_prints_the_detail_or_json(tmp_path, capsys):

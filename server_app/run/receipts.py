@@ -256,7 +256,8 @@ def _evidence(receipt: dict) -> str:
     erased = receipt.get("erased")
     if erased:
         counts = erased.get("counts") or erasure_counts(erased)
-        out = f"  erased {counts['updates']} updates"
+        n = counts["updates"]
+        out = f"  erased {n} update{'' if n == 1 else 's'}"
         if erased.get("kept"):
             out += f" (kept {erased['kept']['updates']})"
     figures = receipt.get("verification") or {}
