@@ -44,6 +44,13 @@ better; issue 26's margin is 0.03 nats), every other cell by its accuracy (point
 
 A cell may also be a run of ``docs/results/side-by-side/*/runs`` (the
 Fashion-MNIST concurrent cells, which the trained suite lacks).
+
+A file records the machine it ran on (``machine``: CPU model, torch version), for
+the same seed and code give other floating-point results on another CPU. The files
+without it ran on their session's machine, unrecorded (the suite folders' own
+``results.json`` name AMD EPYC and Intel Xeon machines); on the Intel Xeon of
+2026-12-03 seed 0 learned Fashion-MNIST's concurrent cells to 88.6%, where the
+side-by-side run on an AMD EPYC learned them to 88.3%.
 """
 
 import json
@@ -92,12 +99,13 @@ def config(variant: str, seed: int, cell: str = CELL) -> dict:
 def run(variant: str, seed: int, cell: str = CELL) -> dict:
     """One seeded run of ``cell`` with ``variant``'s settings; each framework's KEYS."""
     from experiments.grid import summary_in_scratch
+    from experiments.run import machine
 
     cfg = config(variant, seed, cell)
     summary = summary_in_scratch(cfg)
     names = cfg["frameworks"].split(",")
     return {"cell": cell, "variant": variant, "seed": seed,
-            "overrides": VARIANTS[variant],
+            "overrides": VARIANTS[variant], "machine": machine(),
             "requests": summary["unlearning"]["requests"],
             "learned_accuracy": summary["learning"]["accuracy"],
             "learned_loss": summary["learning"]["loss"],
@@ -156,8 +164,10 @@ def metric(cell: str) -> str:
 
 
 def _unit(key: str) -> tuple[float, str, int]:
-    """(scale, unit, decimals) of a difference in ``key``: points of accuracy (x 100,
-    2 decimals) or nats of loss (3 decimals)."""
+    """(scale, unit, decimals) of a difference in ``key``.
+
+    Points of accuracy (x 100, 2 decimals) or nats of loss (3 decimals).
+    """
     return (100.0, "points", 2) if key == "accuracy" else (1.0, "nats", 3)
 
 
