@@ -226,19 +226,10 @@ class Groups:
 
 def _group_members(pgids: set[int]) -> list[int]:
     """Live PIDs whose process group (``/proc/<pid>/stat`` field 5) is in ``pgids``."""
-    found: list[int] = []
-    if not pgids or not Path("/proc").is_dir():
-        return found
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) in pgids and fields[0] not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+    if not pgids:
+        return []
+    return [pid for pid in _pids() if (stat := _stat(pid)) and stat[0] not in ("Z", "X")
+            and int(stat[2]) in pgids]
 
 
 def run_processes(run_folder: str | Path) -> list[int]:
@@ -268,19 +259,32 @@ def tag_run(run_folder: str | Path) -> None:
 def _environ_matching(test: Callable[[bytes], object]) -> list[int]:
     """PIDs (not this one) whose ``/proc/<pid>/environ``, after a NUL, passes ``test``."""
     found: list[int] = []
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():
-        return found
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid in _pids():
+        if pid == os.getpid():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:  # gone, or another user's
             continue
         if test(b"\0" + environ):
-            found.append(int(entry.name))
+            found.append(pid)
     return found
+
+
+def _pids() -> list[int]:
+    """Every PID in ``/proc`` ([] without it)."""
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():
+        return []
+    return [int(e.name) for e in proc_root.iterdir() if e.name.isdigit()]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat``'s fields after the command name (state first); None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def dies_with_parent(then: Callable[[], object] | None = None) -> Callable[[], None]:
@@ -401,15 +405,14 @@ def tee(stream: BinaryIO, *sinks: BinaryIO) -> threading.Thread:
 
 def _running(pid: int) -> bool:
     """True for a live process that is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    stat = _stat(pid)
+    if stat is None:
         try:
             os.kill(pid, 0)
         except (ProcessLookupError, PermissionError):
             return False
         return not Path("/proc").is_dir()
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    return stat[0] not in ("Z", "X")
 
 
 def _quiet(fn, *args) -> None:

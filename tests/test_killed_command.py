@@ -160,7 +160,7 @@ def _kill_early(argv: list[str], tmp_path: Path, shared_data: Path,
         command.wait(timeout=10)
         folder = tmp_path / "results" / "k"
         killed = time.monotonic()
-        # 30 s: on 2 busy cores (two test workers) the sweep took over 10 s
+        # 30 s: on 2 busy cores (two test workers) Ray's agents once took over 10 s to exit
         left = _gone_within(lambda: command_processes(command.pid), 30)
         assert not left, "alive 30 s after the command: " + "; ".join(map(_cmdline, left))
         tagged = run_processes(folder)  # the same processes: none left

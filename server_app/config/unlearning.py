@@ -11,6 +11,8 @@ from server_app.config.values import EPOCHS_PER_RATIO, bad
 from task.registry import check_spec, is_plugin
 
 FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
+BASELINE_FRAMEWORKS = ("FR", "FE", "RR", "FRec")
+"""The unsharded baselines: they learn and forget on ``baseline-shards`` shards."""
 CANONICAL = {name.upper(): name for name in FRAMEWORKS}
 """A built-in's name in any case -> its own spelling (``frec`` -> ``FRec``)."""
 RESERVED_NAMES = (*FRAMEWORKS, "original")

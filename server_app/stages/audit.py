@@ -12,12 +12,12 @@ beside each model's accuracy.
 from __future__ import annotations
 
 from server_app.config.tasks import load_run_data
+from server_app.config.unlearning import BASELINE_FRAMEWORKS
 from server_app.evaluation.audit import membership_audit, shadow_audit
 from server_app.evaluation.backdoor import backdoor_probe, participation
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
-from server_app.unlearning.frameworks import BASELINE_FRAMEWORKS
 
 
 def audit(run: RunState, summary: RunSummary, baseline_models,

@@ -37,15 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ArrayRecord
 
+from server_app.config.unlearning import BASELINE_FRAMEWORKS
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
-from server_app.unlearning.frameworks import (
-    BASELINE_FRAMEWORKS,
-    Framework,
-    Stage,
-    build_framework,
-)
+from server_app.unlearning.frameworks import Framework, Stage, build_framework
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
 

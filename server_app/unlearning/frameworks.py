@@ -32,7 +32,6 @@ from strategies.unlearning import (
 )
 
 FRAMEWORK_NAMES = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
-BASELINE_FRAMEWORKS = ("FR", "FE", "RR", "FRec")
 HISTORY_BASELINES = ("FE", "FRec")
 """Baselines that read the baseline federation's own stored history (it learns first)."""
 RECOVERY = ("SE-R", "FRec")

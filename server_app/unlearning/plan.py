@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from server_app.config import ConfigError, RunConfig
+from server_app.config.unlearning import BASELINE_FRAMEWORKS
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
 from server_app.unlearning.requests import (
@@ -18,9 +19,6 @@ from server_app.unlearning.requests import (
     generate_requests,
     validate_requests,
 )
-
-BASELINES = ("FR", "FE", "RR", "FRec")
-"""The unsharded baselines: they forget on ``baseline-shards`` shards."""
 
 
 def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
@@ -53,7 +51,7 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
     except RequestError as err:
         raise _bad("forget-clients", cfg.unlearning.forget_clients,
                    f"ids that leave every shard a client: {err}") from err
-    if set(cfg.unlearning.framework_list) & set(BASELINES):
+    if set(cfg.unlearning.framework_list) & set(BASELINE_FRAMEWORKS):
         base = assign_shards(cfg.data.num_clients, cfg.unlearning.baseline_shards, cfg.seed)
         try:
             validate_requests(requests, base)
