@@ -16,9 +16,10 @@ import pytest
 import tomllib
 
 from experiments import collect, compare, report, suites
+from experiments.engines import run_config_toml
 from experiments.report import requests as report_requests
 from experiments.report import storage as report_storage
-from experiments.run import Progress, execute, main, rebuild_report, run_config_toml
+from experiments.run import Progress, execute, main, rebuild_report
 from server_app.preflight import validate_run_config
 from server_app.run.summary import RequestCost
 
@@ -415,14 +416,14 @@ def test_flwr_engine_hands_the_configuration_to_simulate_sh(tmp_path, monkeypatc
     """``run_one(..., "flwr")`` runs ``./simulate.sh --supernodes C --run-config FILE``
     with the spec's keys, in a FLWR_HOME of its own; ``test_e2e`` runs simulate.sh
     itself on Flower's engine, so here a stand-in records the call."""
-    from experiments import run as runner
+    from experiments import engines
 
     (tmp_path / "simulate.sh").write_text(FAKE_SIMULATE_SH.format(python=sys.executable))
     (tmp_path / "simulate.sh").chmod(0o755)
-    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    monkeypatch.setattr(engines, "ROOT", tmp_path)
     spec = next(s for s in suites.plan("storage", "tiny") if s.tags["storage"] == "coded")
     out = tmp_path / "out"
-    path = runner.run_one(spec, out, str(shared_data), "flwr")
+    path = engines.run_one(spec, out, str(shared_data), "flwr")
     assert path == out / "runs" / spec.name / "summary.json"
     call = json.loads((out / ".flwr_home" / "call.json").read_text())
     assert call["args"][:2] == ["--supernodes", str(spec.config["num-clients"])]
@@ -432,7 +433,7 @@ def test_flwr_engine_hands_the_configuration_to_simulate_sh(tmp_path, monkeypatc
     assert json.loads(path.read_text())["config"]["storage"] == "coded"
     failing = dataclasses.replace(spec, name="fails")
     with pytest.raises(RuntimeError, match="without .*fails/summary.json"):
-        runner.run_one(failing, tmp_path / "out2", str(shared_data), "flwr")
+        engines.run_one(failing, tmp_path / "out2", str(shared_data), "flwr")
 
 
 def test_experiments_take_suites_not_run_presets(capsys):
