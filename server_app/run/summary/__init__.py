@@ -233,7 +233,7 @@ class RunSummary:
             out += result.warnings or []
         return out
 
-    def addperplexity(self) -> None:
+    def add_perplexity(self) -> None:
         """Character model: ``perplexity`` = exp(test loss, nats/char) beside each loss."""
         blocks = [self.learning, self.baseline_learning, self.original,
                   *(self.frameworks or {}).values()]
