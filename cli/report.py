@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 
 from cli.tables import table
+from history.storage import STORAGE_ROWS
+from server_app.config.methods import proposed, reference
 from server_app.run.summary import RunSummary, StageSummary
 
 
@@ -88,7 +90,7 @@ history SE (SE-R) or FedEraser (FRec) keeps; see ``strategies/recovery.py``."""
 def storage_table(storage: dict) -> str:
     """Server and per-client bytes of FE, uncoded SE and coded SE; comm; gamma, lambda."""
     rows = []
-    for name, key in (("FE", "FE"), ("SE uncoded", "SE_uncoded"), ("SE coded", "SE_coded")):
+    for name, key in STORAGE_ROWS:
         entry = storage.get(key)
         if not entry or entry.get("server_bytes") is None:
             rows.append([name, "not measured", "", ""])
@@ -257,7 +259,7 @@ def stages_table(stages: list[StageSummary]) -> str:
     rows = [[e.stage, f"{e.rounds[0]}-{e.rounds[1]}", e.present, ids(e.joined),
              ids(e.left), ids(e.forgotten), e.learning["accuracy"], e.accuracy,
              " ".join(f"{a:.3f}" for a in e.shard_accuracy or []),
-             cost(e, "SE"), cost(e, "FR")] for e in stages]
+             cost(e, proposed()), cost(e, reference())] for e in stages]
     return "stages (accuracy: ensemble after learning / after the stage's requests)\n" + \
         table(["stage", "rounds", "clients", "joined", "left", "forgotten",
                "learned", "after", "shards after", "SE client-epochs",
@@ -305,13 +307,14 @@ def frameworks_table(summary: RunSummary) -> str:
     if quiet:
         out.append(no_signal_line(summary))
     out += _verification_lines(summary)
-    se, fr = (summary.frameworks or {}).get("SE"), (summary.frameworks or {}).get("FR")
+    name, ref = proposed(), reference()
+    se, fr = (summary.frameworks or {}).get(name), (summary.frameworks or {}).get(ref)
     if se and fr and se.retrain_compute_s and fr.retrain_compute_s:
-        out.append(f"\nSE / FR retraining compute: "
+        out.append(f"\n{name} / {ref} retraining compute: "
                    f"{se.retrain_compute_s / fr.retrain_compute_s:.3f}")
     if se and se.expected:
         e = se.expected
-        out.append(f"SE {e['mode']} K={e['num_requests']}: measured shard compute "
+        out.append(f"{name} {e['mode']} K={e['num_requests']}: measured shard compute "
                    f"{e['measured_total_s']:.1f} s, paper's expectation "
                    f"{e['expected_total_s']:.1f} s (mean shard cost "
                    f"{e['mean_shard_cost_s']:.1f} s)")

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from server_app.config import methods
+
 MARGINS = {
     "mia_lira_auc": 0.05, "mia_lira_tpr_at_1fpr": 0.01, "mia_lira_tpr_at_01fpr": 0.005,
     "mia_lira_client_auc": 0.10, "mia_lira_client_tpr_at_1fpr": 0.25,
@@ -35,7 +37,6 @@ forgotten samples of ``--preset memorize``. Per client (4 forgotten clients):
 AUC 0.10, TPR one client in four. Backdoor ASR: 0.02, issue 26's margin
 between SE-R and FR."""
 
-REFERENCE = "FR"
 ALPHA = 0.05
 
 
@@ -160,17 +161,17 @@ def compare(summaries: Sequence[dict]) -> list[dict]:
     if not summaries:
         raise ValueError("no summaries given")
     check_same_setting(summaries)
-    table = values_by_model(summaries)
-    if REFERENCE not in table:
-        raise ValueError(f"no {REFERENCE} results in these runs: its band is the reference")
+    table, reference = values_by_model(summaries), methods.reference()
+    if reference not in table:
+        raise ValueError(f"no {reference} results in these runs: its band is the reference")
     rows = []
     for metric, margin in MARGINS.items():
-        ref = table[REFERENCE].get(metric)
+        ref = table[reference].get(metric)
         if not ref:
             continue
         band = Band.of(ref)
         for model, metrics in table.items():
-            if model == REFERENCE or metric not in metrics:
+            if model == reference or metric not in metrics:
                 continue
             own = Band.of(metrics[metric])
             test = tost(own.values, band.values, margin)

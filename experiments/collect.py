@@ -12,18 +12,32 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from server_app.config import methods
 from server_app.run.summary import RequestCost, RunSummary
 
-FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
 #: Offline LiRA (``mia-references``): per example, per forgotten client; U-LiRA
 #: (``mia-unlearn-references``): the references' game, the run's model.
 LIRA_METRICS = ("mia_lira_auc", "mia_lira_tpr_at_1fpr", "mia_lira_tpr_at_01fpr",
                 "mia_lira_client_auc", "mia_lira_client_tpr_at_1fpr",
                 "mia_ulira_game_auc", "mia_ulira_tpr_at_1fpr")
-BASELINES = ("FR", "FE", "RR")
-ON_BASELINE = ("FR", "FE", "RR", "FRec")
-"""Frameworks whose models come from the baseline federation (``baseline-shards``
-shards), not SE's: their original is ``baseline_learning``."""
+
+
+def frameworks() -> tuple[str, ...]:
+    """The registered methods, in the report's order (:mod:`server_app.config.methods`)."""
+    return methods.names()
+
+
+def baselines() -> tuple[str, ...]:
+    """The methods SE's savings are reported against (the paper's baselines)."""
+    return tuple(m.name for m in methods.builtins() if m.paper_baseline)
+
+
+def _has(name: str, field: str) -> bool:
+    """The built-in ``name``'s description has ``field`` true (False for a plug-in)."""
+    described = methods.registered(name)
+    return bool(described and getattr(described, field))
+
+
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
     "clients_per_round", "num_rounds", "local_epochs", "retrain_ratio",
@@ -91,9 +105,9 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             row["target_compute_s"] = result.to_target["compute_s"]
             row["target_modelled_wall_s"] = result.to_target["modelled_wall_s"]
         impacted = sorted({s for r in result.requests for s in r.impacted_shards or []})
-        row["impacted_shards"] = len(impacted) if name == "SE" else None
+        row["impacted_shards"] = len(impacted) if _has(name, "replay_report") else None
         row.update(_impacted_accuracy(result, summary.baseline_learning
-                                      if name in ON_BASELINE else summary.learning))
+                                      if _has(name, "on_baseline") else summary.learning))
         if result.expected:
             row["se_measured_shard_s"] = result.expected.get("measured_total_s")
             row["se_expected_shard_s"] = result.expected.get("expected_total_s")
@@ -118,9 +132,10 @@ def _impacted_accuracy(result, learning) -> dict:
 
 def methods_in(rows: Sequence[dict]) -> list[str]:
     """Frameworks of ``rows`` beyond the built-in ones (methods of one's own), sorted."""
-    known = {"original", *FRAMEWORKS}
+    known = {"original", *frameworks()}
+    labelled = tuple(f"{m.name}(dt=" for m in methods.builtins() if m.interval_label)
     return sorted({r["framework"] for r in rows if r.get("framework") not in known
-                   and not str(r.get("framework", "")).startswith("FE(dt=")})
+                   and not str(r.get("framework", "")).startswith(labelled)})
 
 
 def _label(name: str, cfg: dict) -> str:
@@ -129,7 +144,8 @@ def _label(name: str, cfg: dict) -> str:
     So the headline's FE (interval 1) is never replaced by it.
     """
     interval = int(cfg.get("calibration-interval", 1) or 1)
-    return f"FE(dt={interval})" if name == "FE" and interval != 1 else name
+    labelled = _has(name, "interval_label")
+    return f"{name}(dt={interval})" if labelled and interval != 1 else name
 
 
 def load_rows(results: dict, out: Path) -> list[dict]:
@@ -184,8 +200,9 @@ def summaries_by_run(results: dict, out: Path) -> dict[str, RunSummary]:
 
 def se_requests(summaries: dict[str, RunSummary]) -> dict[str, list[RequestCost]]:
     """``{run name: SE's per-request costs}`` for the runs that ran SE."""
-    return {name: s.frameworks["SE"].requests for name, s in summaries.items()
-            if s.frameworks and "SE" in s.frameworks}
+    se = methods.proposed()
+    return {name: s.frameworks[se].requests for name, s in summaries.items()
+            if s.frameworks and se in s.frameworks}
 
 
 def storage_blocks(summaries: dict[str, RunSummary]) -> dict[str, dict]:

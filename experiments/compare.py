@@ -11,7 +11,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from experiments.collect import BASELINES, FRAMEWORKS
+from experiments.collect import baselines, frameworks
+from history.storage import FE_KEY, STORAGE_ROWS
+from server_app.config import methods
 from server_app.rounds.federation import assign_shards
 from server_app.run.summary import RequestCost
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
@@ -97,11 +99,11 @@ def single_reductions(rows: Sequence[dict]) -> list[dict]:
     """Per (dataset, partition): SE's saving vs each baseline, seconds and epochs."""
     out = []
     for (dataset, partition), fw in single_cells(rows).items():
-        se = fw.get("SE")
+        se = fw.get(methods.proposed())
         if se is None:
             continue
         entry = {"dataset": dataset, "partition": partition}
-        for name in BASELINES:
+        for name in baselines():
             other = fw.get(name)
             entry[f"time_vs_{name}"] = reduction(
                 se.get("retrain_compute_s"), other and other.get("retrain_compute_s"))
@@ -145,7 +147,7 @@ def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
     for claim, paper, cells in groups:
         entry = {"claim": claim, "paper": paper, "cells": [
             f"{c['dataset']}-{c['partition']}" for c in cells]}
-        for name in BASELINES:
+        for name in baselines():
             entry[f"time_vs_{name}"] = _mean(c[f"time_vs_{name}"] for c in cells)
             entry[f"epochs_vs_{name}"] = _mean(c[f"epochs_vs_{name}"] for c in cells)
             entry[f"wall_vs_{name}"] = _mean(c[f"wall_vs_{name}"] for c in cells)
@@ -175,7 +177,7 @@ def mia_stability(rows: Sequence[dict]) -> dict | None:
     if not cells:
         return None
     (dataset, partition), seeds = next(iter(cells.items()))
-    names = [n for n in ("original", *FRAMEWORKS)
+    names = [n for n in ("original", *frameworks())
              if all(n in per for per in seeds.values())]
     models = {}
     for name in names:
@@ -205,19 +207,20 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     for (dataset, partition), fw in single_cells(rows).items():
         if dataset != "mnist":  # the paper's MNIST claim, not a kind of task
             continue
-        f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *FRAMEWORKS)}
-        if f1["original"] is None or f1["FR"] is None or f1["SE"] is None:
+        f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *frameworks())}
+        se, fr = methods.proposed(), methods.reference()
+        if f1["original"] is None or f1[fr] is None or f1[se] is None:
             continue
         noise = None
         if stab and stab["config"] == f"{dataset}-{partition}" \
-                and {"original", "FR"} <= set(stab["models"]):
-            noise = max(stab["models"][n]["std"] for n in ("original", "FR"))
-        gap = f1["original"] - f1["FR"]
+                and {"original", fr} <= set(stab["models"]):
+            noise = max(stab["models"][n]["std"] for n in ("original", fr))
+        gap = f1["original"] - f1[fr]
         below = "no" if gap <= 0 else (
             "inside the noise" if noise is not None and gap <= noise else "yes")
         out.append({"partition": partition, **{f"f1_{k}": v for k, v in f1.items()},
                     "fr_below_original": below, "noise": noise,
-                    "se_within_005_of_fr": abs(f1["SE"] - f1["FR"]) <= 0.05})
+                    "se_within_005_of_fr": abs(f1[se] - f1[fr]) <= 0.05})
     return out
 
 
@@ -241,7 +244,7 @@ def concurrent_points(rows: Sequence[dict], se_requests: dict[str, list[RequestC
     points = []
     singles = _single_shard_costs(rows, se_requests)
     for row in rows:
-        if row["experiment"] != "concurrent" or row["framework"] != "SE":
+        if row["experiment"] != "concurrent" or row["framework"] != methods.proposed():
             continue
         s = row["num_shards"]
         pool = [c for run, dataset, c in singles
@@ -287,7 +290,7 @@ def _single_shard_costs(rows: Sequence[dict],
     """
     out = []
     for row in rows:
-        if row["experiment"] != "concurrent" or row["framework"] != "SE":
+        if row["experiment"] != "concurrent" or row["framework"] != methods.proposed():
             continue
         first = next((r for r in se_requests.get(row["run"], []) if not r.noop), None)
         if first and len(first.clients) == 1 and len(first.impacted_shards or []) == 1:
@@ -303,7 +306,6 @@ def _impacted_checks(num_clients: int, num_shards: int, k: int) -> dict:
             "impacted_simulated": simulated_impacted(shards, k)}
 
 
-_STORAGE_KEYS = (("FE", "FE"), ("SE uncoded", "SE_uncoded"), ("SE coded", "SE_coded"))
 
 
 def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None:
@@ -330,21 +332,21 @@ def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None
         # the uncoded run's store itself (pruned after learning, with its
         # catalog), not the coded run's estimate of its blobs
         block = {**block, "SE_uncoded": storage[uncoded_run]["SE_uncoded"]}
-    fe = (block.get("FE") or {}).get("server_bytes")
+    fe = (block.get(FE_KEY) or {}).get("server_bytes")
     uncoded = (block.get("SE_uncoded") or {}).get("server_bytes")
     coded = (block.get("SE_coded") or {}).get("server_bytes")
     comm = block.get("comm") or {}
-    fe_row = (uncoded_row or coded_row).get("FE", {})
+    fe_row, se = (uncoded_row or coded_row).get(FE_KEY, {}), methods.proposed()
     out = {
         "run": coded_run or uncoded_run,
-        "server_bytes": {"FE": fe, "SE uncoded": uncoded, "SE coded": coded},
-        "client_bytes": {"FE": 0, "SE uncoded": 0,
+        "server_bytes": {FE_KEY: fe, "SE uncoded": uncoded, "SE coded": coded},
+        "client_bytes": {FE_KEY: 0, "SE uncoded": 0,
                          "SE coded": ((block.get("SE_coded") or {}).get("client_bytes")
                                       or {}).get("max")},
         "comm_s": {
-            "FE": fe_row.get("comm_time_s"),
-            "SE uncoded": uncoded_row.get("SE", {}).get("comm_time_s"),
-            "SE coded": coded_row.get("SE", {}).get("comm_time_s"),
+            FE_KEY: fe_row.get("comm_time_s"),
+            "SE uncoded": uncoded_row.get(se, {}).get("comm_time_s"),
+            "SE coded": coded_row.get(se, {}).get("comm_time_s"),
         },
         "distribution_s": comm.get("distribution_s"),
         "retrieval_s": comm.get("retrieval_s"),
@@ -352,9 +354,9 @@ def storage_block(rows: Sequence[dict], storage: dict[str, dict]) -> dict | None
         # the paper's count: W^0 + updates a shard server keeps; and all servers +
         # clients together
         "per_server_bytes": {name: (block.get(key) or {}).get("per_server_bytes")
-                             for name, key in _STORAGE_KEYS},
+                             for name, key in STORAGE_ROWS},
         "system_bytes": {name: (block.get(key) or {}).get("system_bytes")
-                         for name, key in _STORAGE_KEYS},
+                         for name, key in STORAGE_ROWS},
         "reduction_vs_FE": reduction(coded, fe),
         "uncoded_reduction_vs_FE": reduction(uncoded, fe),
         "efficiency": block.get("efficiency"),

@@ -26,10 +26,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments import collect, compare  # noqa: E402
+from history.storage import FE_KEY  # noqa: E402
+from server_app.config import methods  # noqa: E402
 
-COLORS = {"original": "#7f7f7f", "SE": "#d62728", "FR": "#1f77b4", "FE": "#2ca02c",
-          "RR": "#9467bd", "SE-R": "#e377c2", "FRec": "#17becf",
+COLORS = {"original": "#7f7f7f", **{m.name: m.colour for m in methods.builtins()},
           "SE uncoded": "#ff7f0e", "SE coded": "#d62728"}
+"""Each model's colour: the methods' own (:mod:`server_app.config.methods`), the
+learned model's and the storage figure's two SE variants."""
 DPI = 90
 
 
@@ -97,7 +100,7 @@ def single_retraining(rows, path: Path) -> bool:
     if not cells:
         return False
     labels = [f"{d}\n{p}" for (d, p), _ in cells]
-    names = [n for n in (*collect.FRAMEWORKS, *collect.methods_in(rows))
+    names = [n for n in (*collect.frameworks(), *collect.methods_in(rows))
              if any(n in fw for _, fw in cells)]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     _bars(axes[0], labels, {n: [(fw.get(n) or {}).get("retrain_compute_s")
@@ -143,7 +146,7 @@ def single_accuracy(rows, path: Path) -> bool:
         return False
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels) + 1, 4),
                              squeeze=False)
-    names = ["original", *collect.FRAMEWORKS, *collect.methods_in(rows)]
+    names = ["original", *collect.frameworks(), *collect.methods_in(rows)]
     for ax, (key, panel) in zip(axes[0], panels.items(), strict=True):
         is_loss = key == "loss"
         scale = 1.0 if is_loss else 100.0
@@ -163,7 +166,7 @@ def single_mia(rows, path: Path) -> bool:
     if not any(any((r or {}).get("mia_f1") is not None for r in fw.values())
                for _, fw in cells):
         return False
-    names = [n for n in ("original", *collect.FRAMEWORKS, *collect.methods_in(rows))
+    names = [n for n in ("original", *collect.frameworks(), *collect.methods_in(rows))
              if any(n in fw for _, fw in cells)]
     fig, ax = plt.subplots(figsize=(9, 4))
     _bars(ax, [f"{d}\n{p}" for (d, p), _ in cells],
@@ -259,7 +262,7 @@ def storage_sweep(rows: Sequence[dict], path: Path) -> bool:
     g_max = max(r["rounds"] for r in rows)
     c_min = min(r["clients"] for r in rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    series = (("FE", "fe_server"), ("SE uncoded", "se_uncoded_server"),
+    series = ((FE_KEY, "fe_server"), ("SE uncoded", "se_uncoded_server"),
               ("SE coded", "se_coded_server"))
     for ax, fixed, var, label in ((axes[0], ("rounds", g_max), "clients",
                                    "clients C (count)"),

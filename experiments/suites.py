@@ -41,7 +41,7 @@ from pathlib import Path
 import tomllib
 
 from cli import config as cli_config
-from server_app.config.unlearning import CANONICAL
+from server_app.config import methods as registry
 from task.config import fused_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,11 +382,11 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
     out = []
     for spec in specs:
         names = str(spec.config.get("frameworks", "")).split(",")
-        if "SE" not in names:
+        if registry.proposed() not in names:
             out.append(spec)
             continue
-        have = {CANONICAL.get(n.upper(), n) for n in names}
-        extra = [m for m in (CANONICAL.get(m.upper(), m) for m in methods)
+        have = {registry.canonical(n) or n for n in names}
+        extra = [m for m in (registry.canonical(m) or m for m in methods)
                  if m not in have]
         config = {**spec.config, "frameworks": ",".join([*names, *extra])}
         out.append(replace(spec, name=spec.name + tail, config=config))

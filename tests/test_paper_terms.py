@@ -239,7 +239,7 @@ def test_the_uncoded_store_keeps_only_models_a_replay_can_start_from(run_server,
     """After learning, every single-client request still starts from a stored model,
     and the models no replay can start from are gone (issue 14, item 7)."""
     from history import HistoryStore
-    from server_app.unlearning.frameworks import _start_model
+    from server_app.unlearning.builtin.sharding_eraser import start_model as _start_model
     from strategies.unlearning import first_participation
 
     summary, _ = run_server({"num-rounds": 4, "frameworks": "none", "mia": False})

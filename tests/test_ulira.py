@@ -8,7 +8,7 @@ import torch
 from scipy.stats import norm
 
 from server_app.config import ConfigError, RunConfig
-from server_app.config.audit import ULIRA_FRAMEWORKS
+from server_app.config.audit import ulira_methods
 from server_app.evaluation.lira import roc_auc
 from server_app.evaluation.reference_unlearning import (
     learn_with_history,
@@ -25,12 +25,12 @@ from server_app.evaluation.ulira import (
     log_ratio,
 )
 from server_app.evaluation.ulira_audit import (
-    UNLEARNING,
     ReferenceShape,
     ShadowPoolTooSmallError,
     _reference_parts,
     reference_shapes,
     train_references,
+    unlearning_rules,
 )
 from strategies.calibration import calibrate, refill_slots, weighted_step
 from task.config import fused_run_config
@@ -237,7 +237,7 @@ def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec(
     # FE / FRec on a baseline federation of 2 shards: one of those, 2 a round
     fed = reference_shapes(cfg, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
     assert fed["federation"] == ReferenceShape(4, 3, 2, 10, 5)
-    assert set(ULIRA_FRAMEWORKS) == set(UNLEARNING)
+    assert set(ulira_methods()) == set(unlearning_rules())
 
 
 def test_a_shadow_pool_too_small_is_refused_before_any_reference_trains():

@@ -137,11 +137,11 @@ def _headline(rows, store) -> str:
         else:
             measured = (
                 "compute time: " + " / ".join(pct(h[f"time_vs_{b}"])
-                                              for b in collect.BASELINES)
+                                              for b in collect.baselines())
                 + "; modelled wall time: " + " / ".join(
-                    pct(h.get(f"wall_vs_{b}")) for b in collect.BASELINES)
+                    pct(h.get(f"wall_vs_{b}")) for b in collect.baselines())
                 + "; client-epochs: " + " / ".join(pct(h[f"epochs_vs_{b}"])
-                                                   for b in collect.BASELINES)
+                                                   for b in collect.baselines())
                 + " (vs FR / FE / RR)")
         table.append([h["claim"], pct(h["paper"]), measured,
                       ", ".join(h["cells"]) or "no runs"])

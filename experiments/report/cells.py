@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cli import tables
+from server_app.config import methods
 
 
 def pct(value: float | None) -> str:
@@ -80,7 +81,8 @@ def to_target(row: dict) -> str:
 
     With the compute seconds spent by then; ``not reached``; blank for others.
     """
-    if row.get("framework") not in ("FR", "RR"):
+    described = methods.registered(row.get("framework") or "")
+    if not (described and described.from_scratch):
         return ""
     if row.get("rounds_to_target") in (None, ""):
         return "not reached"

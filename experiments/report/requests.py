@@ -9,6 +9,7 @@ from __future__ import annotations
 from cli.report import NO_SIGNAL
 from experiments import collect, compare
 from experiments.report.cells import md_table, num, pct, shards_accuracy, to_target
+from server_app.config import methods
 
 
 def _single_row(dataset: str, partition: str, name: str, r: dict) -> list[str]:
@@ -38,7 +39,7 @@ def single_sections(rows) -> list[str]:
            "samples against as many held-out samples (0.5 = chance).", ""]
     table = [_single_row(dataset, partition, name, r)
              for (dataset, partition), fw in cells.items()
-             for name in ["original", *collect.FRAMEWORKS, *collect.methods_in(rows),
+             for name in ["original", *collect.frameworks(), *collect.methods_in(rows),
                           *sorted(n for n in fw if n.startswith("FE(dt="))]
              if (r := fw.get(name)) is not None]
     out.append(md_table(["dataset", "partition", "model", "accuracy",
@@ -54,7 +55,7 @@ def single_sections(rows) -> list[str]:
             ["dataset", "partition", "vs FR", "vs FE", "vs RR"],
             [[r["dataset"], r["partition"]] + [
                 f"{pct(r[f'time_vs_{b}'])} ({pct(r[f'epochs_vs_{b}'])})"
-                for b in collect.BASELINES] for r in reds]))
+                for b in collect.baselines()] for r in reds]))
     checks = compare.mnist_mia_check(rows)
     if checks:
         out += ["", "### MNIST: does the attack see the forgotten client?", "",
@@ -147,22 +148,22 @@ def _concurrent_frameworks(rows) -> list[str]:
     runs: dict[str, dict[str, dict]] = {}
     for row in rows:
         if row["experiment"] == "concurrent" and row["request_mode"] == "concurrent" \
-                and row["framework"] in collect.FRAMEWORKS:
+                and row["framework"] in collect.frameworks():
             runs.setdefault(row["run"], {})[row["framework"]] = row
-    table, each = [], []
+    table, each, name = [], [], methods.proposed()
     for fw in sorted(runs.values(), key=lambda f: (
-            f["SE"]["dataset"], f["SE"]["request_distribution"], f["SE"]["num_requests"])
-            if "SE" in f else ("", "", 0)):
-        se = fw.get("SE")
+            f[name]["dataset"], f[name]["request_distribution"], f[name]["num_requests"])
+            if name in f else ("", "", 0)):
+        se = fw.get(name)
         if se is None or len(fw) == 1:
             continue
         table.append([se["dataset"], se["request_distribution"], se["num_requests"]]
-                     + [_saving(se, fw.get(b)) for b in collect.BASELINES])
-        each += [[se["dataset"], se["request_distribution"], se["num_requests"], name,
+                     + [_saving(se, fw.get(b)) for b in collect.baselines()])
+        each += [[se["dataset"], se["request_distribution"], se["num_requests"], other,
                   num(r.get("accuracy")), shards_accuracy(r), num(r.get("loss")),
                   num(r.get("retrain_compute_s"), 1), num(r.get("modelled_wall_s"), 1),
                   num(r.get("client_epochs"), 1), num(r.get("client_rounds"))]
-                 for name in collect.FRAMEWORKS if (r := fw.get(name))]
+                 for other in collect.frameworks() if (r := fw.get(other))]
     if not table:
         return []
     return ["", "SE's saving on the same concurrent batch, 1 - SE / baseline "

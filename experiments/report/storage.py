@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from experiments import compare
 from experiments.report.cells import less, md_table, num, size
+from history.storage import FE_KEY, STORAGE_ROWS
 
 # where a storage sweep's rows came from (the second: results.json of before the
 # measurement moved into experiments/)
@@ -36,9 +37,9 @@ def storage_section(store, results) -> list[str]:
     per_server = store.get("per_server_bytes") or {}
     system = store.get("system_bytes") or {}
     per_server_saving, system_saving = (
-        compare.reduction(count.get("SE uncoded"), count.get("FE"))
+        compare.reduction(count.get("SE uncoded"), count.get(FE_KEY))
         for count in (per_server, system))
-    for name in ("FE", "SE uncoded", "SE coded"):
+    for name, _ in STORAGE_ROWS:
         table.append([name, size(store["server_bytes"].get(name)),
                       size(per_server.get(name)), size(system.get(name)),
                       size(store["client_bytes"].get(name)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import server_app.config.methods as registry
 from server_app.config.data import DataConfig
 from server_app.config.section import Section
 from server_app.config.unlearning import UnlearningConfig
@@ -13,9 +14,15 @@ from task.text_backdoor import MAX_PHRASE
 
 #: Most reference models of the likelihood-ratio attack (``mia-references``).
 MAX_REFERENCES = 256
-#: Frameworks the U-LiRA audit references (``server_app.evaluation.ulira_audit``):
-#: the approximate ones; FR and RR retrain, so their game is chance by construction.
-ULIRA_FRAMEWORKS = ("SE", "SE-R", "FE", "FRec")
+
+
+def ulira_methods() -> list[str]:
+    """The methods the U-LiRA audit references (``server_app.evaluation.ulira_audit``).
+
+    The approximate ones: a method that retrains is exact by construction, so its
+    game is chance.
+    """
+    return [m.name for m in registry.builtins() if m.ulira]
 
 
 @dataclass(frozen=True)
@@ -143,13 +150,14 @@ class AuditConfig(Section):
         if not (6 <= k <= MAX_REFERENCES and k % 2 == 0):
             raise bad("mia-unlearn-references", k,
                       f"0 (no U-LiRA) or an even number in 6..{MAX_REFERENCES}")
-        referenced = set(unlearning.framework_list) & set(ULIRA_FRAMEWORKS)
+        referenced = [m for m in unlearning.method_infos if m.ulira]
         if not self.mia_shadows or not referenced:
             raise bad("mia-unlearn-references", k,
                       "0 unless mia-shadows >= 1 and frameworks has one of "
-                      f"{', '.join(ULIRA_FRAMEWORKS)} (the others retrain: exact by "
+                      f"{', '.join(ulira_methods())} (the others retrain: exact by "
                       "construction)")
-        if referenced & {"SE", "FE"} and unlearning.calibration_interval != 1:
+        calibrated = [m.name for m in referenced if m.calibrated]
+        if calibrated and unlearning.calibration_interval != 1:
             raise bad("mia-unlearn-references", k,
-                      "0 unless calibration-interval = 1 when frameworks has SE or FE "
-                      "(the references replay every round)")
+                      "0 unless calibration-interval = 1 when frameworks has "
+                      f"{' or '.join(calibrated)} (the references replay every round)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import server_app.config.methods as registry
 from server_app.config.audit import AuditConfig
 from server_app.config.data import DataConfig
 from server_app.config.section import Section
@@ -21,7 +22,6 @@ from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import bad
 
 MAX_STAGES = 1000
-STAGED_FRAMEWORKS = ("SE", "FR")
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,12 @@ class StagesConfig(Section):
     def _validate_supported(unlearning: UnlearningConfig, storage: StorageConfig,
                             audit: AuditConfig) -> None:
         names = unlearning.framework_list
-        if "SE" not in names or any(n not in STAGED_FRAMEWORKS for n in names):
+        serves, retrains = registry.proposed(), registry.reference()
+        if serves not in names or any(n not in (serves, retrains) for n in names):
+            others = [n for n in registry.names() if n not in (serves, retrains)]
             raise bad("frameworks", unlearning.frameworks,
-                      "'SE' or 'SE,FR' with num-stages > 1 (FedEraser and RapidRetrain "
-                      "are not staged)")
+                      f"{serves!r} or '{serves},{retrains}' with num-stages > 1 "
+                      f"({', '.join(others)} are not staged)")
         fixed = {"storage": (storage.mode, "uncoded"),
                  "request-mode": (unlearning.request_mode, "sequential"),
                  "num-requests": (unlearning.num_requests, 1),

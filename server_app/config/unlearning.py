@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import server_app.config.methods as registry
 from server_app.config.data import DataConfig
 from server_app.config.section import Section
 from server_app.config.training import TrainingConfig
 from server_app.config.values import EPOCHS_PER_RATIO, bad
 from task.registry import check_spec, is_plugin
 
-FRAMEWORKS = ("SE", "FR", "FE", "RR", "SE-R", "FRec")
-BASELINE_FRAMEWORKS = ("FR", "FE", "RR", "FRec")
-"""The unsharded baselines: they learn and forget on ``baseline-shards`` shards."""
-CANONICAL = {name.upper(): name for name in FRAMEWORKS}
-"""A built-in's name in any case -> its own spelling (``frec`` -> ``FRec``)."""
-RESERVED_NAMES = (*FRAMEWORKS, "original")
-"""Names a plug-in method may not take (the built-ins, and the audit's learned model)."""
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
 
@@ -28,9 +22,9 @@ class UnlearningConfig(Section):
     Attributes
     ----------
     frameworks : str
-        Comma-separated :data:`FRAMEWORKS` (any case) and ``package.module:Class``
-        unlearning methods of one's own (:mod:`server_app.unlearning.methods`),
-        or ``none``.
+        Comma-separated registered methods (:mod:`server_app.config.methods`,
+        any case) and ``package.module:Class`` unlearning methods of one's own
+        (:mod:`server_app.unlearning.methods`), or ``none``.
     num_requests, clients_per_request : int
         K generated requests of this many clients each.
     request_distribution : str
@@ -120,25 +114,25 @@ class UnlearningConfig(Section):
         self._validate_forget_clients(clients)
 
     def _validate_frameworks(self) -> None:
-        names = self.framework_list
-        allowed = (f"a comma-separated list of {', '.join(FRAMEWORKS)} or "
+        names, builtins = self.framework_list, registry.names()
+        allowed = (f"a comma-separated list of {', '.join(builtins)} or "
                    "'package.module:Class' methods, each once, or 'none'")
         empty = not names and self.frameworks.strip().lower() != "none"
         if empty:
             raise bad("frameworks", self.frameworks, "at least one framework, or 'none'")
         for token in self._tokens():
             try:
-                check_spec(CANONICAL.get(token.upper(), token), "frameworks", FRAMEWORKS)
+                check_spec(registry.canonical(token) or token, "frameworks", builtins)
             except ValueError:
                 raise bad("frameworks", self.frameworks, allowed) from None
         if len(set(names)) != len(names):
             raise bad("frameworks", self.frameworks, allowed)
         clash = [n for n in self.plugin_methods
-                 if n.upper() in CANONICAL or n.lower() == "original"]
+                 if registry.canonical(n) or n.lower() == "original"]
         if clash:
             raise bad("frameworks", self.frameworks,
                       f"methods whose class is not named {clash[0]!r} "
-                      f"({', '.join(RESERVED_NAMES)} are taken, in any case)")
+                      f"({', '.join((*builtins, 'original'))} are taken, in any case)")
 
     def _validate_forget_clients(self, num_clients: int) -> None:
         tokens = [t.strip() for t in self.forget_clients.split(",") if t.strip()]
@@ -187,6 +181,16 @@ class UnlearningConfig(Section):
         return {_name(t): t for t in self._tokens() if is_plugin(t)}
 
     @property
+    def method_infos(self) -> list[registry.MethodInfo]:
+        """The frameworks' descriptions, in the given order (plug-ins too)."""
+        return [registry.info(n, self.plugin_methods) for n in self.framework_list]
+
+    def with_fields(self, **fields) -> list[str]:
+        """The frameworks whose description has these field values, in order."""
+        return [m.name for m in self.method_infos
+                if all(getattr(m, k) == v for k, v in fields.items())]
+
+    @property
     def recovery_settings(self) -> dict:
         """``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
         return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
@@ -202,4 +206,4 @@ class UnlearningConfig(Section):
 def _name(token: str) -> str:
     """A ``frameworks`` entry's name: a built-in upper-case, a method its class name."""
     return token.rpartition(":")[2].rpartition(".")[2] if is_plugin(token) \
-        else CANONICAL.get(token.upper(), token.upper())
+        else registry.canonical(token) or token.upper()

@@ -32,12 +32,12 @@ from server_app.evaluation.mia import MembershipAttack, auc_interval, has_signal
 from server_app.evaluation.mia_sets import MiaSets, choose_sets, split_rows
 from server_app.evaluation.shadow import ShadowAttack, shadow_splits
 from server_app.evaluation.ulira_audit import (
-    EXACT_BY_CONSTRUCTION,
-    UNLEARNING,
     ShadowPoolTooSmallError,
+    exact_by_construction,
     real_phi,
     train_references,
     ulira_scores,
+    unlearning_rules,
 )
 from task.data import client_data, partition_sizes
 from task.device import resolve_device
@@ -355,7 +355,8 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
                               "in no learning round)")
     sizes = partition_sizes(task, cfg.data.num_clients, cfg.data.partition, cfg.seed,
                             cfg.data.client_samples)
-    baseline = next((models[n][1] for n in ("FE", "FRec") if n in models), None)
+    baseline = next((models[n][1] for n, (shape, _, _) in unlearning_rules().items()
+                     if shape == "federation" and n in models), None)
     try:
         refs = train_references(cfg, task, sets, shards,  # a forgotten client's size
                                 max(sizes[p] for p in np.unique(sets.owner)), baseline)
@@ -379,18 +380,16 @@ def _ulira(cfg: RunConfig, task, sets: MiaSets, models, results: dict) -> dict:
             "pool": int(len(refs.pool)), "forgotten_clients": shard.forgotten,
             "client_size": shard.client_size, "shard_clients": shard.clients,
             "shapes": {label: shape.to_json() for label, shape in refs.shapes.items()},
-            "frameworks": {name: UNLEARNING[name][0] for name in refs.unlearned},
-            "exact_by_construction": [n for n in cfg.unlearning.framework_list
-                                      if n in EXACT_BY_CONSTRUCTION],
+            "frameworks": {name: unlearning_rules()[name][0] for name in refs.unlearned},
+            "exact_by_construction": exact_by_construction(cfg),
             "recipe": f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} "
             f"local epochs; SE / FE replay L / r = "
             f"{training.local_epochs / cfg.unlearning.retrain_ratio:g} epochs (SE's "
             f"last {cfg.unlearning.calibration_final} round(s) L epochs, uncalibrated); "
             "SE-R / FRec recovery with the run's recovery-* settings"
-            + "".join(f"; {name} refills forgotten slots (L epochs)"
-                      for name, on in (("SE", cfg.unlearning.replay_refill),
-                                       ("SE-R", cfg.unlearning.recovery_refill))
-                      if on and name in cfg.unlearning.framework_list),
+            + "".join(f"; {m.name} refills forgotten slots (L epochs)"
+                      for m in cfg.unlearning.method_infos
+                      if m.refill_key and cfg.as_dict().get(m.refill_key)),
             "game": "each reference against Gaussians of all but it and its "
             "complementary partner (ulira_game_*); the run's model, fit the same way, "
             "against the game's negatives (ulira_*)", "unread": unread}

@@ -50,16 +50,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from server_app.config import RunConfig
+from server_app.config import RunConfig, methods
+from server_app.evaluation import reference_unlearning
 from server_app.evaluation.lira import bootstrap_metrics, logit_confidence
 from server_app.evaluation.mia_sets import MiaSets, split_rows
-from server_app.evaluation.reference_unlearning import (
-    Arrays,
-    Part,
-    learn_with_history,
-    recover,
-    se_unlearn,
-)
+from server_app.evaluation.reference_unlearning import Arrays, Part, learn_with_history
 from server_app.evaluation.ulira import (
     balanced_halves,
     challenge_scores,
@@ -67,12 +62,23 @@ from server_app.evaluation.ulira import (
 )
 from task.device import resolve_device
 
-#: U-LiRA's frameworks: name -> (reference shape, unlearning, from first participation).
-UNLEARNING = {"SE": ("shard", se_unlearn, True), "SE-R": ("shard", recover, True),
-              "FE": ("federation", se_unlearn, False),
-              "FRec": ("federation", recover, False)}
-#: Frameworks whose model never depends on the forgotten samples (not referenced).
-EXACT_BY_CONSTRUCTION = ("FR", "RR")
+
+def unlearning_rules() -> dict[str, tuple[str, Callable, bool]]:
+    """U-LiRA's frameworks: name -> (reference shape, unlearning, from first participation).
+
+    Every registered method with a ``ulira`` rule (:mod:`server_app.config.methods`):
+    a method on SE's shards is referenced by shard-shaped references that replay
+    from the forgotten clients' first round; a baseline one by federation-shaped
+    references that replay from round 1.
+    """
+    return {m.name: ("federation" if m.on_baseline else "shard",
+                     getattr(reference_unlearning, m.ulira), not m.on_baseline)
+            for m in methods.builtins() if m.ulira}
+
+
+def exact_by_construction(cfg: RunConfig) -> list[str]:
+    """The run's frameworks whose model never depends on the forgotten samples."""
+    return cfg.unlearning.with_fields(exact=True)
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ def reference_shapes(cfg: RunConfig, sets: MiaSets, shards: Sequence[Sequence[in
                               max(share, client_size), share)
 
     out = {"shard": shape(shards)}
-    if set(cfg.unlearning.framework_list) & {"FE", "FRec"}:
+    if any(m.on_baseline and m.ulira for m in cfg.unlearning.method_infos):
         out["federation"] = shape(baseline_shards or [range(cfg.data.num_clients)])
     return out
 
@@ -225,7 +231,7 @@ def train_references(cfg: RunConfig, task, sets: MiaSets,
     -------
     UliraReferences
         phi (k, n) of the pool under each reference, learned and unlearned by
-        each framework of :data:`UNLEARNING` the run has.
+        each framework of :func:`unlearning_rules` the run has.
 
     Raises
     ------
@@ -239,7 +245,8 @@ def train_references(cfg: RunConfig, task, sets: MiaSets,
     shadow = split_rows(task, sets.shadow_split, sets.shadow)
     shapes = reference_shapes(cfg, sets, shards, len(pool), client_size,
                               baseline_shards)
-    names = [n for n in cfg.unlearning.framework_list if n in UNLEARNING]
+    rules = unlearning_rules()
+    names = [n for n in cfg.unlearning.framework_list if n in rules]
     need = max(shadow_need(s, len(pool) // 2) for s in shapes.values())
     if need > len(shadow[1]):
         raise ShadowPoolTooSmallError(
@@ -266,7 +273,7 @@ def train_references(cfg: RunConfig, task, sets: MiaSets,
             if label == "shard":
                 learned[i] = phi(final)
             for name in names:
-                kind, unlearn, from_first = UNLEARNING[name]
+                kind, unlearn, from_first = rules[name]
                 if kind == label:
                     gone = unlearn(cfg, task, parts, rounds, set(range(shape.forgotten)),
                                    ref_seed, from_first)

@@ -30,6 +30,7 @@ from flwr.app import ArrayRecord
 
 from history import HistoryStore
 from history.files import atomic_write, readable_mode
+from server_app.config.methods import proposed
 
 RECEIPTS_DIR = "receipts"
 REQUIRED = frozenset({"request_id", "clients", "status", "stage"})
@@ -237,7 +238,8 @@ def receipt_line(receipt: dict) -> str:
     updates erased (or kept) and the headline verification figure, and the
     models' SHA-256 before and after.
     """
-    se = (receipt.get("cost") or {}).get("SE") or {}
+    name = proposed()
+    se = (receipt.get("cost") or {}).get(name) or {}
     shards = receipt.get("shards_retrained")
     version = receipt.get("version") or {}
     when = (f"after the run v{version.get('before')}->v{version.get('after')}"
@@ -245,8 +247,9 @@ def receipt_line(receipt: dict) -> str:
     return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  clients "
             f"{receipt['clients']}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "
-            f"{receipt.get('rounds_replayed', '-')}  SE {se.get('client_epochs', 0):.1f} "
-            f"client-epochs  done {receipt.get('done_at') or '-'}{_evidence(receipt)}"
+            f"{receipt.get('rounds_replayed', '-')}  {name} "
+            f"{se.get('client_epochs', 0):.1f} client-epochs  done "
+            f"{receipt.get('done_at') or '-'}{_evidence(receipt)}"
             f"{_digests(receipt)}")
 
 
@@ -260,11 +263,11 @@ def _evidence(receipt: dict) -> str:
         out = f"  erased {n} update{'' if n == 1 else 's'}"
         if erased.get("kept"):
             out += f" (kept {erased['kept']['updates']})"
-    figures = receipt.get("verification") or {}
+    figures, name = receipt.get("verification") or {}, proposed()
     for key, label in (("backdoor_asr", "backdoor ASR"), ("mia_auc", "MIA AUC")):
         values = figures.get(key) or {}
-        if "original" in values and "SE" in values:
-            out += f"  {label} {values['original']:.3f} -> SE {values['SE']:.3f}"
+        if "original" in values and name in values:
+            out += f"  {label} {values['original']:.3f} -> {name} {values[name]:.3f}"
     return out
 
 

@@ -12,7 +12,6 @@ beside each model's accuracy.
 from __future__ import annotations
 
 from server_app.config.tasks import load_run_data
-from server_app.config.unlearning import BASELINE_FRAMEWORKS
 from server_app.evaluation.audit import membership_audit, shadow_audit
 from server_app.evaluation.backdoor import backdoor_probe, participation
 from server_app.run.summary import RunSummary
@@ -49,8 +48,9 @@ def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dic
     ctx = run.ctx
     cfg, shards = ctx.cfg, run.federation.shards
     if cfg.audit.mia_shadows:
+        on_baseline = cfg.unlearning.with_fields(on_baseline=True)
         models = {"original": (run.models, shards),
-                  **{n: (m, run.baseline.shards if n in BASELINE_FRAMEWORKS else shards)
+                  **{n: (m, run.baseline.shards if n in on_baseline else shards)
                      for n, m in unlearned.items()}}
         scores, summary.verification["mia"] = shadow_audit(cfg, ctx.data_dir, rounds,
                                                            models)
@@ -69,9 +69,10 @@ def _backdoor(run: RunState, summary: RunSummary, baseline_models,
     if baseline_models is not None:
         summary.baseline_learning.backdoor_asr = probe.scores(
             baseline_models, run.baseline.shards)["backdoor_asr"]
+    on_baseline = ctx.cfg.unlearning.with_fields(on_baseline=True)
     for name, result in results.items():
         if result.models:
-            shards = run.baseline.shards if name in BASELINE_FRAMEWORKS \
+            shards = run.baseline.shards if name in on_baseline \
                 else run.federation.shards
             summary.frameworks[name].set_backdoor(probe.scores(result.models, shards))
     summary.verification["backdoor"] = probe.settings()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+from server_app.config.methods import proposed, reference
 from server_app.run.inbox import Request
 from server_app.run.receipts import (
     kept_history,
@@ -77,7 +78,7 @@ def refusal(run: RunState, member: Membership, request: Request) -> str | None:
     if all(p in run.forgotten for p in request.clients):
         return "every client of the request is already forgotten"
     gone = run.forgotten | set(request.clients)
-    for fed, what in ((run.federation, "shard"), (run.baseline, "FR shard")):
+    for fed, what in ((run.federation, "shard"), (run.baseline, f"{reference()} shard")):
         here = present_shards(fed.shards, (p for p in member.present if p not in gone))
         empty = [s for s, pids in enumerate(here) if not pids]
         if empty:
@@ -128,8 +129,8 @@ def _unlearn(run: RunState, request: Request) -> dict:
     """SE (and FR) for one request; the run goes on from SE's models."""
     out = {**forget_with_se(run, request.clients), "verification": None,
            "erased": kept_history(run.store, request.clients, KEPT_AT_BOUNDARY)}
-    if "FR" in run.ctx.cfg.unlearning.framework_list:
-        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
+    if reference() in run.ctx.cfg.unlearning.framework_list:
+        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run)
     return out
 
 
@@ -146,7 +147,7 @@ def forget_with_se(run: RunState, clients: list[int]) -> dict:
     accuracy_before = run.scores.get("accuracy")
     se = run_unlearning(ctx.loop, se_stage(run), [clients], ctx.evaluator.evaluate,
                         already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
-                        frameworks=["SE"])["SE"]
+                        frameworks=[proposed()])[proposed()]
     run.forgotten |= set(clients)
     run.models = se.models
     run.scores = {"accuracy": se.summary.accuracy, "loss": se.summary.loss,
@@ -156,7 +157,7 @@ def forget_with_se(run: RunState, clients: list[int]) -> dict:
             "rounds_replayed": cost.rounds_replayed, "replay": cost.replay,
             "models_sha256": {"before": before, "after": shard_digests(se.models)},
             "accuracy": {"before": accuracy_before, "after": se.summary.accuracy},
-            "cost": {"SE": receipt_cost(cost)}}
+            "cost": {proposed(): receipt_cost(cost)}}
 
 
 def se_stage(run: RunState) -> Stage:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from server_app.config.methods import reference
 from server_app.rounds.federation import assign_shards
 from server_app.unlearning.requests import RequestError, generate_requests
 
@@ -72,8 +73,8 @@ def run_shards(cfg: RunConfig) -> list[tuple[list[list[int]], str]]:
         return assign_shards(clients, num_shards, cfg.seed)
 
     feds = [(split(cfg.training.num_shards), "shard")]
-    if "FR" in cfg.unlearning.framework_list:
-        feds.append((split(cfg.unlearning.baseline_shards), "FR shard"))
+    if reference() in cfg.unlearning.framework_list:
+        feds.append((split(cfg.unlearning.baseline_shards), f"{reference()} shard"))
     return feds
 
 

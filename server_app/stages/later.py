@@ -29,6 +29,7 @@ import time
 
 from history import CodedHistory, CorruptBlobError, HistoryStore
 from history.coded_erasure import erase_coded
+from server_app.config.methods import reference
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.inbox import Request, RequestInbox
@@ -119,8 +120,8 @@ def refusal(run: RunState, request: Request) -> str | None:
     cfg = run.ctx.cfg
     joined = cfg.initial_clients + (len(run.members) - 1) * cfg.stages.joins_per_stage
     feds = [(run.federation.shards, "shard")]
-    if "FR" in cfg.unlearning.framework_list:
-        feds.append((run.baseline.shards, "FR shard"))
+    if reference() in cfg.unlearning.framework_list:
+        feds.append((run.baseline.shards, f"{reference()} shard"))
     return later_refusal(request.clients, joined, run.forgotten, run.members[-1].present,
                          feds)
 
@@ -159,8 +160,8 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests
     out.update(erased=_erase(run, request.clients), verification=None)
-    if "FR" in run.ctx.cfg.unlearning.framework_list:
-        out["cost"]["FR"], out["accuracy"]["FR"] = _retrain(run)
+    if reference() in run.ctx.cfg.unlearning.framework_list:
+        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run)
     return out
 
 
@@ -170,8 +171,9 @@ def _retrain(run: RunState) -> tuple[dict, float]:
     if ctx.cfg.stages.staged:
         models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
         return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]
+    name = reference()
     fr = run_unlearning(ctx.loop, se_stage(run), [sorted(run.forgotten)],
-                        ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=["FR"])["FR"]
+                        ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=[name])[name]
     return receipt_cost(fr.summary), fr.summary.accuracy
 
 

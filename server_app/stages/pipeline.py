@@ -26,6 +26,7 @@ from logging import WARNING
 from flwr.supercore import log
 
 from history import StorageSettings, storage_summary
+from server_app.config.methods import proposed, reference
 from server_app.run.context import RunContext
 from server_app.run.inbox import RequestInbox
 from server_app.run.summary import (
@@ -116,14 +117,14 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
                  [], "after learning")
     if not ctx.cfg.unlearning.framework_list:
         return
-    se = handle_planned(run, summary.learning, summary).get("SE")
+    se = handle_planned(run, summary.learning, summary).get(proposed())
     if se is not None and se.models:
         forgotten = sorted({p for r in ctx.requests for p in r})
         keep_version(run, 2, se.models, {"accuracy": se.summary.accuracy,
                                          "loss": se.summary.loss,
                                          "shard_accuracy": se.summary.shard_accuracy},
                      ["planned"], f"after the planned requests {ctx.requests}",
-                     name="SE", forgotten=forgotten)
+                     name=proposed(), forgotten=forgotten)
     file_planned_receipt(run, summary, se)
 
 
@@ -245,12 +246,12 @@ def _framework(name: str, receipts: list[dict]) -> FrameworkSummary:
     costs = [r["cost"][name] for r in receipts if name in r["cost"]]
     last = receipts[-1]["accuracy"]
     return FrameworkSummary(
-        accuracy=last["after"] if name == "SE" else last.get("FR"),
+        accuracy=last["after"] if name == proposed() else last.get(reference()),
         retrain_compute_s=sum(c["compute_s"] for c in costs),
         retrain_wall_s=sum(c["wall_s"] for c in costs),
         modelled_wall_s=sum(c["modelled_wall_s"] for c in costs),
         client_epochs=sum(c["client_epochs"] for c in costs),
         client_rounds=_sum_or_none([c.get("client_rounds") for c in costs]),
         rounds_replayed=sum(r["rounds_replayed"] or 0 for r in receipts)
-        if name == "SE" else None,
+        if name == proposed() else None,
         noop=None if costs else True)

@@ -9,6 +9,7 @@ drawn is refused with the key to change and the most that fits
 from __future__ import annotations
 
 from server_app.config import RunConfig
+from server_app.config.methods import reference
 from server_app.config.values import bad as _bad
 from server_app.stages.churn import Churn, lineage_shards
 from server_app.unlearning.plan import feasible, most, no_request_fits
@@ -55,7 +56,7 @@ def check_stage_requests(cfg: RunConfig) -> None:
 
 def _check_stage_baseline(cfg: RunConfig, requests: list[list[int]]) -> None:
     """Stage 1's seeded ``requests`` leave each FR shard a client (if FR runs)."""
-    if "FR" not in cfg.unlearning.framework_list:
+    if reference() not in cfg.unlearning.framework_list:
         return
     first = cfg.initial_clients
     base = [[p for p in pids if p < first] for pids in lineage_shards(

@@ -25,7 +25,7 @@ from server_app.stages.audit import audit
 from server_app.stages.learn import learn_federation
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult, run_unlearning
-from server_app.unlearning.frameworks import HISTORY_BASELINES, Stage, UnlearningSettings
+from server_app.unlearning.frameworks import Stage, UnlearningSettings
 
 
 def baseline_federation(ctx: RunContext):
@@ -45,7 +45,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
     """
     ctx = run.ctx
     baseline_models = None
-    if set(HISTORY_BASELINES) & set(ctx.cfg.unlearning.framework_list):
+    if ctx.cfg.unlearning.with_fields(on_baseline=True, reads_history=True):
         summary.baseline_learning, baseline_models, run.baseline_store = \
             learn_federation(ctx, run.baseline, "baseline")
     stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 
+from server_app.config.methods import proposed
 from server_app.run.receipts import (
     kept_history,
     receipt_cost,
@@ -89,7 +90,7 @@ def _what_se_did(run: RunState, summary: RunSummary, se: FrameworkResult) -> dic
     cost = {name: receipt_cost(f) for name, f in frameworks.items() if not f.noop}
     accuracy = {"before": summary.original.accuracy if summary.original else None,
                 "after": se.summary.accuracy,
-                **{n: f.accuracy for n, f in frameworks.items() if n != "SE"}}
+                **{n: f.accuracy for n, f in frameworks.items() if n != proposed()}}
     return {"version": {"before": 1, "after": 2,
                         "after_file_sha256": after.file_sha256 if after else None},
             "models_sha256": {"before": before.digests if before else None,

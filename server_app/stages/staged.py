@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from flwr.app import ArrayRecord
 
 from server_app.config import RunConfig
+from server_app.config.methods import reference
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import CostMeter
 from server_app.run.context import RunContext
@@ -24,7 +25,7 @@ __all__ = ["retrain_stages", "staged_federations"]
 
 
 def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Membership],
-                   forgotten: set[int], label: str = "FR"
+                   forgotten: set[int], label: str | None = None
                    ) -> tuple[list[ArrayRecord], CostMeter]:
     """FedRetrain over stages: every stage's rounds again, from W^0, without ``forgotten``.
 
@@ -43,7 +44,7 @@ def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Memb
                                   keep_empty=True)
         models, meter = ctx.loop.run(
             strategy, models, cfg.training.num_rounds, ctx.train_config(),
-            label=f"{label} stage {member.stage}",
+            label=f"{label or reference()} stage {member.stage}",
             first_round=first_round(cfg, member.stage))
         accumulate(total, meter)
     return models, total

@@ -1,7 +1,8 @@
 """The unlearning stage: run each framework on the requests and measure it.
 
-For every framework (SE, FR, FE, RR, and methods of one's own,
-:mod:`server_app.unlearning.methods`) and request batch this builds the strategy
+For every framework (a registered method, :mod:`server_app.config.methods`, or
+one of one's own, :mod:`server_app.unlearning.methods`) and request batch this
+builds the strategy
 (:mod:`server_app.unlearning.frameworks`), drives its rounds over the grid through the
 shared round loop and measures: retraining compute seconds (clients' training
 seconds plus the server's aggregation and calibration seconds), wall seconds,
@@ -37,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ArrayRecord
 
-from server_app.config.unlearning import BASELINE_FRAMEWORKS
+from server_app.config.methods import MethodInfo
+from server_app.config.methods import info as method_info
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
@@ -92,6 +94,7 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
 
 def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[int]],
                    evaluate, forget: set[int], log_fn) -> FrameworkResult:
+    described = method_info(name, stage.settings.methods)
     per_request: list[RequestCost] = []
     total = CostMeter(loop.link_rate_mbps)
     models: list[ArrayRecord] = []
@@ -105,24 +108,24 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
         _log_unchanged(framework, label, log_fn)
         meter = CostMeter(loop.link_rate_mbps)
         watch = TargetWatch(evaluate, stage.target_loss, meter) \
-            if name in ("FR", "RR") and stage.target_loss is not None else None
+            if described.from_scratch and stage.target_loss is not None else None
         models, stats = loop.run(framework.strategy, framework.initial,
                                  framework.num_rounds, stage.train_config, label=label,
                                  observers=[watch] if watch else [], meter=meter)
         _check_progress(label, stats, loop.faults)
         _check_finite(label, models)
-        cost = _request_cost(k, batch, framework, stats, stage, name)
+        cost = _request_cost(k, batch, framework, stats, stage, described)
         cost.to_target = watch.result() if watch else None
         per_request.append(cost)
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
         accumulate(total, stats)
         log_fn(f"{label} (clients {sorted(batch)}): {stats.compute_s:.1f} s compute, "
                f"{stats.wall_s:.1f} s wall, {stats.client_epochs:.1f} client-epochs")
-    if not models and name == "SE":  # only no-ops: the learned models stand
+    if not models and described.replay_report:  # only no-ops: the learned models stand
         models = list(stage.sharded_models)
     if not models:
         return FrameworkResult([], FrameworkSummary(requests=per_request, noop=True), [])
-    summary = _framework_summary(name, stage, evaluate(models), total, per_request)
+    summary = _framework_summary(described, stage, evaluate(models), total, per_request)
     return FrameworkResult(models, summary, total.contacted)
 
 
@@ -156,12 +159,13 @@ def _check_finite(label: str, models: Sequence[ArrayRecord]) -> None:
 
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,
-                  stats: CostMeter, stage: Stage, name: str) -> RequestCost:
+                  stats: CostMeter, stage: Stage, described: MethodInfo) -> RequestCost:
     """The per-request entry; adds a slice retrieval (coded) to ``stats``.
 
-    SE and methods of one's own read SE's sharded history; FE its own.
+    A method on SE's shards reads SE's sharded history (coded: fetched and
+    decoded first); a baseline method reads its own, which is never coded.
     """
-    retrieval = _slice_retrieval(stage) if name not in BASELINE_FRAMEWORKS else None
+    retrieval = _slice_retrieval(stage) if not described.on_baseline else None
     if retrieval:  # coded storage: the history was fetched and decoded first
         stats.comm_time_s += retrieval["comm_time_s"]
         stats.compute_s += retrieval["decode_s"]
@@ -185,11 +189,12 @@ def _rounds_replayed(replay: dict | None) -> int | None:
     return sum(r["rounds_replayed"] for r in replay["shards"].values())
 
 
-def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
-                       per_request: list[RequestCost]) -> FrameworkSummary:
-    store = {"FR": None, "RR": None, "FE": stage.baseline_store,
-             "FRec": stage.baseline_store}.get(
-        name, stage.sharded_store)  # SE and methods of one's own: the sharded one
+def _framework_summary(described: MethodInfo, stage: Stage, metrics: dict,
+                       total: CostMeter, per_request: list[RequestCost]
+                       ) -> FrameworkSummary:
+    store = None if not described.reads_history else (
+        stage.baseline_store if described.on_baseline else stage.sharded_store)
+    replays = described.replay_report
     sampled = [r.clients_per_round for r in per_request
                if r.clients_per_round is not None]
     target = next((r.to_target for r in reversed(per_request) if r.to_target), None)
@@ -202,14 +207,14 @@ def _framework_summary(name: str, stage: Stage, metrics: dict, total: CostMeter,
         comm_time_s=total.comm_time_s,
         server_storage_bytes=store.total_bytes() if store else 0,
         requests=per_request, warnings=total.warnings,
-        expected=_expected(stage, per_request) if name == "SE" else None,
+        expected=_expected(stage, per_request) if replays else None,
         # FR, RR: clients per round of the last request (the fewest)
         clients_per_round=sampled[-1] if sampled else None,
         # FR, RR: of the last request; absent when not reached in G rounds
         to_target=target,
         rounds_replayed=sum(r.rounds_replayed or 0 for r in per_request)
-        if name == "SE" else None,
-        replay=_replay_total(per_request) if name == "SE" else None,
+        if replays else None,
+        replay=_replay_total(per_request) if replays else None,
         rounds_to_target=target.get("round") if target else None)
 
 

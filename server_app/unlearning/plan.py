@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from server_app.config import ConfigError, RunConfig
-from server_app.config.unlearning import BASELINE_FRAMEWORKS
 from server_app.config.values import bad as _bad
 from server_app.rounds.federation import assign_shards
 from server_app.unlearning.requests import (
@@ -51,7 +50,7 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
     except RequestError as err:
         raise _bad("forget-clients", cfg.unlearning.forget_clients,
                    f"ids that leave every shard a client: {err}") from err
-    if set(cfg.unlearning.framework_list) & set(BASELINE_FRAMEWORKS):
+    if cfg.unlearning.with_fields(on_baseline=True):
         base = assign_shards(cfg.data.num_clients, cfg.unlearning.baseline_shards, cfg.seed)
         try:
             validate_requests(requests, base)
@@ -136,12 +135,12 @@ def feasible(draw: Callable[[int, int], object], k: int, per: int) -> bool:
 
 
 def baseline_sampling_notes(cfg: RunConfig, requests: list[list[int]]) -> list[str]:
-    """FR / RR: baseline shards that keep fewer clients than they sample per round.
+    """The from-scratch methods' baseline shards that keep fewer clients than they sample.
 
     FedRetrain and RapidRetrain then sample every retained client of such a
     shard (``min(per round, retained)``; see :class:`strategies.unlearning.FedRetrain`).
     """
-    runs = [f for f in cfg.unlearning.framework_list if f in ("FR", "RR")]
+    runs = cfg.unlearning.with_fields(from_scratch=True)
     forget = {p for r in requests for p in r}
     if not runs or not forget:
         return []

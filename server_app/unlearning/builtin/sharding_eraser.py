@@ -1,0 +1,65 @@
+"""SE: calibrated replay of the shards a request's clients trained in (paper Sec. 3-4)."""
+
+from __future__ import annotations
+
+from history import StoreError, TrainingHistory
+from server_app.unlearning.frameworks import (
+    REBUILDABLE,
+    BuildCall,
+    Framework,
+    rebuild_shard_model,
+)
+from strategies.sharded import to_record
+from strategies.unlearning import ShardingEraser, first_participation
+
+
+def build(call: BuildCall) -> Framework:
+    """SE: replay each shard where a client of the request trained, from g0 - 1.
+
+    g0 is the first stored round in which a forgotten client took part; the
+    shard starts from the stored W^(g0-1) (coded storage keeps only W^0: rebuilt
+    from the decoded record when the shard strategy is a weighted mean of the
+    updates, :data:`REBUILDABLE`; otherwise the replay starts at round 1).
+    Shards where none of the request's clients ever trained keep their models.
+    """
+    stage, forget = call.stage, call.forget
+    settings, shard_of, store = stage.settings, stage.sharded.shard_of, stage.sharded_store
+    clients = set(call.batch or forget)
+    held = {shard_of[p] for p in clients}
+    trained = {s for s in held if first_participation(store, s, clients) is not None}
+
+    def make(late: bool) -> ShardingEraser:
+        return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
+                              settings.retrain_epochs, settings.calibration_interval,
+                              impacted=trained, from_first_participation=late,
+                              final=settings.calibration_final,
+                              exact_epochs=settings.local_epochs,
+                              refill=settings.replay_refill, refill_seed=settings.seed,
+                              present=stage.present)
+
+    strategy = make(True)
+    starts, sources = {}, {}
+    for s, g0 in strategy.start_rounds().items():
+        starts[s], sources[s] = start_model(store, s, g0, settings.shard_strategy)
+    if any(model is None for model in starts.values()):  # cannot start late
+        strategy = make(False)
+        starts = {s: store.shard_model(s, 0) for s in strategy.impacted}
+        sources = dict.fromkeys(starts, "stored W^0 (replay from round 1)")
+    initial = [to_record(starts[s]) if s in starts else model
+               for s, model in enumerate(call.current or stage.sharded_models)]
+    replay = {"shards": strategy.replay_report(), "unchanged": sorted(held - trained),
+              "start_models": sources}
+    return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted),
+                     replay=replay)
+
+
+def start_model(store: TrainingHistory, shard: int, g0: int | None,
+                shard_strategy: str) -> tuple[dict | None, str]:
+    """W^(g0-1) of ``shard`` and where it came from; (None, why) if unavailable."""
+    start = (g0 or 1) - 1
+    try:
+        return store.shard_model(shard, start), f"stored W^{start}"
+    except StoreError:
+        if shard_strategy not in REBUILDABLE:
+            return None, f"no W^{start} and {shard_strategy} cannot be rebuilt"
+    return rebuild_shard_model(store, shard, start), f"W^{start} rebuilt from the record"
