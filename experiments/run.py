@@ -160,7 +160,7 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
 
 def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
             engine: str = "inprocess", keep_history: bool = False,
-            datasets: tuple[str, ...] | None = None, stream=None, jobs: int = 1,
+            datasets: tuple[str, ...] | None = None, *, stream=None, jobs: int = 1,
             methods: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> dict:
     """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
 

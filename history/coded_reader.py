@@ -92,7 +92,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
     """
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
-                 grid: Grid, node_of: Mapping[int, int], timeout: float | None = None,
+                 grid: Grid, node_of: Mapping[int, int], *, timeout: float | None = None,
                  link_rate_mbps: float = 100.0, verify_tags: bool = True,
                  rng_seed: int | None = None, faults: FaultSink | None = None) -> None:
         super().__init__(root, conn, keys)

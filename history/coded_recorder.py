@@ -104,7 +104,7 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
     @classmethod
     def create(cls, root: str | Path, federation: Federation, blocks_per_shard: int = 5,
                scale_bits: int = 24, link_rate_mbps: float = 100.0,
-               timeout: float | None = None, faults: FaultSink | None = None,
+               timeout: float | None = None, faults: FaultSink | None = None, *,
                privacy_t: int = 0, loss_budget: float = 0.5) -> CodedRecorder:
         """Start a new coded store at ``root`` with fresh shard keys.
 

@@ -162,7 +162,7 @@ class ShardRecovery(ImpactedShards):
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  start_models: Mapping[int, Mapping[str, np.ndarray]],
-                 impacted: Iterable[int], refill: bool = False, refill_seed: int = 0,
+                 impacted: Iterable[int], *, refill: bool = False, refill_seed: int = 0,
                  present: Callable[[int], Collection[int]] | None = None,
                  **settings) -> None:
         forget = frozenset(forget)

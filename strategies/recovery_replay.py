@@ -118,7 +118,7 @@ class RecoveryReplay:
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  start_model: Mapping[str, np.ndarray], warmup: int = 2,
-                 correction: int = 4, final: int = 1, memory: int = 2,
+                 correction: int = 4, final: int = 1, memory: int = 2, *,
                  threshold: float = 1.0, from_first_participation: bool = True,
                  members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
                  refill_seed: int = 0) -> None:

@@ -122,7 +122,7 @@ class CalibratedRetraining(Strategy):
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  node_of: Mapping[int, int], retrain_epochs: float,
-                 calibration_interval: int = 1,
+                 calibration_interval: int = 1, *,
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None,
                  members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,

@@ -101,7 +101,7 @@ class ShardingEraser(ImpactedShards):
 
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
-                 retrain_epochs: float, calibration_interval: int = 1,
+                 retrain_epochs: float, calibration_interval: int = 1, *,
                  impacted: Iterable[int] | None = None,
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None, refill: bool = False,
@@ -122,8 +122,9 @@ class ShardingEraser(ImpactedShards):
                              "forgotten client: nothing to retrain there")
         subs: list[Strategy] = [
             CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
-                                 calibration_interval, from_first_participation,
-                                 final, exact_epochs,
+                                 calibration_interval,
+                                 from_first_participation=from_first_participation,
+                                 final=final, exact_epochs=exact_epochs,
                                  members=refill_pool(shards[s], present)
                                  if refill else None,
                                  refill_seed=refill_seed)

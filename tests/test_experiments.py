@@ -207,7 +207,7 @@ def test_mia_stability_and_mnist_check():
     check = compare.mnist_mia_check(rows)
     assert check == [{"partition": "iid", "f1_original": 0.7, "f1_SE": 0.52,
                       "f1_FR": 0.5, "f1_FE": None, "f1_RR": None, "f1_SE-R": None,
-                      "f1_FRec": None,
+                      "f1_FRec": None, "f1_SISA": None,
                       "fr_below_original": "yes", "noise": pytest.approx(0.02),
                       "se_within_005_of_fr": True}]
 

@@ -189,3 +189,77 @@ def _tracked_top_folders() -> set[str]:
                     "results", "build", "dist", "__pycache__")
                 and not p.name.endswith(".egg-info")}
     return {f.split("/", 1)[0] for f in files if "/" in f and not f.startswith(".")}
+
+
+# Where a method's name may be spelled: its description, the built-ins' builders, the
+# experiment definitions (run configs, as presets/ are), and the storage block's key
+# (history/ imports no app; the key is a summary.json contract).
+METHOD_NAME_HOMES = ("server_app/config/methods.py", "server_app/unlearning/builtin/",
+                     "experiments/suites.py", "history/storage.py")
+MAX_POSITIONAL = 8
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                      | ast.AsyncFunctionDef) and node.body \
+                and isinstance(node.body[0], ast.Expr) \
+                and isinstance(node.body[0].value, ast.Constant):
+            out.add(id(node.body[0].value))
+    return out
+
+
+def method_names_outside_their_description(names: set[str], root: Path = ROOT,
+                                           paths: list[Path] | None = None) -> list[str]:
+    """``path:line: 'NAME'`` of each string literal equal to a method's name.
+
+    Docstrings are prose and not counted; :data:`METHOD_NAME_HOMES` may spell them.
+    """
+    found = []
+    for path in paths if paths is not None else _modules().values():
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(METHOD_NAME_HOMES):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        found += [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in names
+                  and id(node) not in docs]
+    return sorted(found)
+
+
+def test_no_module_lists_or_branches_on_a_method_name():
+    """Item 1 of issue 41: a method's facts live in its description alone."""
+    from server_app.config import methods
+
+    assert method_names_outside_their_description(set(methods.names())) == []
+
+
+def test_the_method_name_rule_finds_a_name_spelled_elsewhere(tmp_path):
+    """The rule above can fail: 'SE' outside the homes is found, in a home it is not."""
+    stray = tmp_path / "strategies" / "probe.py"
+    home = tmp_path / "server_app" / "config" / "methods.py"
+    for path in (stray, home):
+        path.parent.mkdir(parents=True)
+        path.write_text('"""Says SE in prose."""\n\nNAME = "SE"\n')
+    assert method_names_outside_their_description({"SE"}, tmp_path, [stray, home]) == [
+        "strategies/probe.py:3: 'SE'"]
+
+
+def test_no_public_callable_takes_more_than_8_positional_parameters():
+    """Item 4 of issue 41: long settings travel as keyword-only arguments or objects."""
+    long = []
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if node.name.startswith("_") and node.name != "__init__":
+                continue
+            positional = [a.arg for a in node.args.posonlyargs + node.args.args
+                          if a.arg not in ("self", "cls")]
+            if len(positional) > MAX_POSITIONAL:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                            f"({len(positional)})")
+    assert sorted(long) == []

@@ -40,9 +40,10 @@ class MethodInfo:
         not, and pays a coded slice retrieval); ``baseline``: the
         ``baseline-shards`` federation, which learns beside SE when one runs.
     reads_history : bool
-        Reads its federation's stored training history (its server storage is
+        Reads its federation's stored training updates (its server storage is
         that history's bytes; a baseline method with history makes the baseline
-        federation record one).
+        federation record one). A method that reads only who trained when
+        (the participation record) does not.
     exact : bool
         Its model never depended on the forgotten clients' data (a retraining
         from W^0): the U-LiRA audit needs no reference for it.
@@ -252,3 +253,7 @@ register(MethodInfo(
     name="FRec", builder=f"{_UNLEARNING}.recovery:build", federation="baseline",
     ulira="recover", colour="#17becf",
     summary="FedRecover (Cao et al. 2023): server-side recovery of the federation"))
+register(MethodInfo(
+    name="SISA", builder=f"{_UNLEARNING}.shard_retrain:build", reads_history=False,
+    exact=True, colour="#bcbd22",
+    summary="exact shard retraining (SISA, one slice): each impacted shard from W^0"))

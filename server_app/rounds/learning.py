@@ -134,7 +134,7 @@ class LearningProgress:
 
 def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federation,
                  initial: list[ArrayRecord], num_rounds: int, train_config: ConfigRecord,
-                 store: RoundRecorder,
+                 store: RoundRecorder, *,
                  evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
                  label: str = "learn", first_round: int = 1) -> LearningResult:
     """Run ``num_rounds`` rounds of ``strategy`` through ``loop``; record the history.

@@ -1,0 +1,120 @@
+"""One description per unlearning method (issue 41, item 1; issue 42, item 1).
+
+A built-in method is one module with its builder plus one ``register`` line. This
+module registers one from a temporary module (as docs/DEVELOPING.md shows) and runs
+it beside SE, FR and SISA, the exact shard reference, through the real ServerApp:
+it must reach summary.json, the experiment CSV and the report like the others.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from server_app.config import ConfigError, RunConfig, methods
+from task.config import fused_run_config
+from tests.conftest import TINY
+
+# The temporary built-in: every one of SE's shards retrained from W^0 (an exact
+# method that ignores which shards the request touched).
+MODULE = '''
+from server_app.unlearning.builtin.shard_retrain import ShardRetrain
+from server_app.unlearning.frameworks import Framework
+
+
+def build(call):
+    stage, settings = call.stage, call.stage.settings
+    shards = range(len(stage.sharded.shards))
+    strategy = ShardRetrain(call.forget, stage.sharded.shards, stage.sharded.node_of,
+                            shards, clients_per_round=settings.clients_per_round,
+                            num_rounds=settings.num_rounds, seed=settings.seed)
+    return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
+                     list(shards))
+'''
+RUN = {**TINY, "forget-clients": "1", "frameworks": "SE,FR,SISA,AllShards",
+       "storage": "uncoded", "mia": False}
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory):
+    """``AllShards`` registered from a temporary module on sys.path."""
+    folder = tmp_path_factory.mktemp("method")
+    (folder / "all_shards_method.py").write_text(MODULE)
+    sys.path.insert(0, str(folder))
+    methods.register(methods.MethodInfo(
+        name="AllShards", builder="all_shards_method:build", exact=True,
+        reads_history=False, colour="#000000", summary="every shard from W^0"))
+    yield "AllShards"
+    methods.unregister("AllShards")
+    sys.path.remove(str(folder))
+
+
+@pytest.fixture(scope="module")
+def summary(registered, shared_data, tmp_path_factory):
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid
+    from server_app.app import main
+
+    results = tmp_path_factory.mktemp("results")
+    config = fused_run_config({**RUN, "results-dir": str(results), "run-name": "reg",
+                               "data-dir": str(shared_data)})
+    grid = InProcessGrid(client_app, TINY["num-clients"], config)
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=config))
+    return json.loads((results / "reg" / "summary.json").read_text())
+
+
+def test_a_registered_method_is_a_valid_framework_and_a_name_is_taken_once(registered):
+    cfg = RunConfig.from_run_config(fused_run_config({**TINY,
+                                                      "frameworks": "se,allshards"}))
+    assert cfg.unlearning.framework_list == ["SE", "AllShards"]
+    with pytest.raises(ValueError, match="taken"):
+        methods.register(methods.MethodInfo(name="allSHARDS", builder="x:y"))
+    with pytest.raises(ConfigError, match="frameworks"):
+        RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,NoSuch"}))
+
+
+@pytest.mark.inprocess  # the module's run (summary)
+def test_the_registered_method_and_sisa_run_beside_se_and_fr(summary):
+    frameworks = summary["frameworks"]
+    assert list(frameworks) == ["SE", "FR", "SISA", "AllShards"]
+    original = summary["learning"]["shard_accuracy"]
+    sisa = frameworks["SISA"]
+    impacted = sisa["requests"][0]["impacted_shards"]
+    assert impacted == frameworks["SE"]["requests"][0]["impacted_shards"]
+    assert sisa["client_epochs"] > 0
+    # SISA leaves the shards the request did not touch exactly as they were
+    for s, accuracy in enumerate(sisa["shard_accuracy"]):
+        if s not in impacted:
+            assert accuracy == original[s]
+    # AllShards retrains every shard: more client work than SISA's impacted ones
+    assert frameworks["AllShards"]["requests"][0]["impacted_shards"] == [0, 1]
+    assert frameworks["AllShards"]["client_epochs"] > sisa["client_epochs"]
+
+
+@pytest.mark.inprocess
+def test_the_registered_method_reaches_the_csv_and_the_report(summary, tmp_path):
+    from experiments import collect
+    from experiments.report import requests as report_requests
+    from server_app.run.summary import RunSummary
+
+    rows = collect.summary_rows("single", "reg", RunSummary.from_json(summary), 1.0)
+    collect.write_csv(tmp_path / "results.csv", rows)
+    with open(tmp_path / "results.csv") as f:
+        written = {r["framework"]: r for r in csv.DictReader(f)}
+    assert set(written) == {"original", "SE", "FR", "SISA", "AllShards"}
+    assert float(written["AllShards"]["client_epochs"]) > 0
+    assert collect.methods_in(rows) == []  # registered: not a method of one's own
+    section = "\n".join(report_requests.single_sections(rows))
+    for name in ("SISA", "AllShards"):
+        assert f"| {name} |" in section, section
+
+
+def test_the_exact_methods_are_named_by_their_description(registered):
+    cfg = RunConfig.from_run_config(fused_run_config(RUN))
+    assert cfg.unlearning.with_fields(exact=True) == ["FR", "SISA", "AllShards"]
+    assert cfg.unlearning.with_fields(on_baseline=True) == ["FR"]
