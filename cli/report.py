@@ -6,9 +6,13 @@ import sys
 
 from cli.tables import table
 from history.storage import STORAGE_ROWS
-from server_app.config.methods import proposed, reference
+from server_app.config.methods import proposed, reference, registered, shard_reference
 from server_app.run.summary import RunSummary, StageSummary
 
+WALL_COLUMNS = (("client_training_s", "client training"), ("transfer_s", "transfers"),
+                ("server_configure_s", "server configure"),
+                ("server_aggregate_s", "server aggregate"), ("retrieval_s", "retrieval"),
+                ("rounds", "rounds"), ("client_rounds", "client rounds"))
 
 def _cell(value: object) -> str:
     if isinstance(value, float):
@@ -58,6 +62,8 @@ def render(summary: RunSummary | dict) -> str:
         out += ["", stages_table(summary.stages)]
     if summary.frameworks:
         out += ["", frameworks_table(summary)]
+        wall = wall_table(summary)
+        out += ["", wall] if wall else []
     for extra in (lira_table(summary), ulira_table(summary)):
         if extra:
             out += ["", extra]
@@ -312,6 +318,10 @@ def frameworks_table(summary: RunSummary) -> str:
     if se and fr and se.retrain_compute_s and fr.retrain_compute_s:
         out.append(f"\n{name} / {ref} retraining compute: "
                    f"{se.retrain_compute_s / fr.retrain_compute_s:.3f}")
+    if se and fr and se.modelled_wall_s and fr.modelled_wall_s:
+        out.append(f"{name} / {ref} modelled wall time: "
+                   f"{se.modelled_wall_s / fr.modelled_wall_s:.3f}")
+    out += gap_lines(summary)
     if se and se.expected:
         e = se.expected
         out.append(f"{name} {e['mode']} K={e['num_requests']}: measured shard compute "
@@ -319,6 +329,53 @@ def frameworks_table(summary: RunSummary) -> str:
                    f"{e['expected_total_s']:.1f} s (mean shard cost "
                    f"{e['mean_shard_cost_s']:.1f} s)")
     return "\n".join(out)
+
+
+def gap_lines(summary: RunSummary) -> list[str]:
+    """The distance to FR split in two, where the exact shard reference ran.
+
+    The price of isolation (the exact shard reference minus FR: S models on 1/S
+    of the data each) and the price of approximation (each other sharded
+    method minus the exact shard reference), in the task's headline metric
+    (accuracy points, or nats of test loss).
+    """
+    frameworks, metric = summary.frameworks or {}, summary.headline_metric()
+    exact, ref = shard_reference(), reference()
+    if exact not in frameworks or ref not in frameworks:
+        return []
+
+    def score(name: str) -> float | None:
+        return getattr(frameworks[name], metric)
+
+    unit, scale = ("points", 100.0) if metric == "accuracy" else ("nats", 1.0)
+    if score(exact) is None or score(ref) is None:
+        return []
+    out = [f"price of isolation ({exact} - {ref}): "
+           f"{(score(exact) - score(ref)) * scale:+.2f} {unit} of test {metric}"]
+    for name, result in frameworks.items():
+        if name not in (exact, ref) and not _on_baseline(name) \
+                and getattr(result, metric) is not None:
+            out.append(f"price of approximation ({name} - {exact}): "
+                       f"{(score(name) - score(exact)) * scale:+.2f} {unit}")
+    return out
+
+
+def wall_table(summary: RunSummary) -> str:
+    """Where each framework's modelled wall time went (``wall_breakdown``), seconds."""
+    rows = [[name, f.modelled_wall_s, *(f.wall_breakdown.get(k) for k, _ in WALL_COLUMNS)]
+            for name, f in (summary.frameworks or {}).items() if f.wall_breakdown]
+    if not rows:
+        return ""
+    return ("where the modelled wall time went (seconds along each round's critical "
+            "path; rounds: all / asking clients)\n"
+            + table(["framework", "modelled wall", *(h for _, h in WALL_COLUMNS)], rows,
+                    cell=_cell))
+
+
+def _on_baseline(name: str) -> bool:
+    """The built-in ``name`` runs on the baseline federation (False: SE's shards)."""
+    described = registered(name)
+    return bool(described and described.on_baseline)
 
 
 def _verification_lines(summary: RunSummary) -> list[str]:

@@ -118,3 +118,34 @@ def test_the_exact_methods_are_named_by_their_description(registered):
     cfg = RunConfig.from_run_config(fused_run_config(RUN))
     assert cfg.unlearning.with_fields(exact=True) == ["FR", "SISA", "AllShards"]
     assert cfg.unlearning.with_fields(on_baseline=True) == ["FR"]
+
+
+@pytest.mark.inprocess
+def test_every_framework_says_where_its_modelled_wall_time_went(summary):
+    """Issue 42, item 2: the parts of ``wall_breakdown`` sum to ``modelled_wall_s``."""
+    for name, result in summary["frameworks"].items():
+        for entry in [result, *result["requests"]]:
+            parts = entry["wall_breakdown"]
+            seconds = sum(v for k, v in parts.items() if k.endswith("_s"))
+            assert seconds == pytest.approx(entry["modelled_wall_s"], rel=1e-9), name
+            assert parts["client_training_s"] > 0, name
+        assert result["wall_breakdown"]["client_rounds"] == result["client_rounds"]
+    # SE's preparation round asks no client when no slot is refilled; it still counts
+    assert summary["frameworks"]["SE"]["wall_breakdown"]["rounds"] >= \
+        summary["frameworks"]["SE"]["client_rounds"]
+
+
+@pytest.mark.inprocess
+def test_the_printed_report_splits_the_gap_and_the_wall_time(summary):
+    """Issue 42, items 1-2: the price of isolation and of approximation, the parts."""
+    from cli.report import render
+
+    text = render(summary)
+    frameworks = summary["frameworks"]
+    isolation = (frameworks["SISA"]["accuracy"] - frameworks["FR"]["accuracy"]) * 100
+    approximation = (frameworks["SE"]["accuracy"] - frameworks["SISA"]["accuracy"]) * 100
+    assert f"price of isolation (SISA - FR): {isolation:+.2f} points" in text
+    assert f"price of approximation (SE - SISA): {approximation:+.2f} points" in text
+    assert "price of approximation (FR" not in text  # FR is the other yardstick
+    assert "where the modelled wall time went" in text
+    assert "SE / FR modelled wall time: " in text

@@ -45,6 +45,20 @@ def test_modelled_wall_is_the_slowest_participant_plus_its_transfers():
     assert meter.compute_s == pytest.approx(6.0 + 0.75)  # the sum, for contrast
 
 
+def test_modelled_wall_splits_along_the_critical_path():
+    """Issue 42, item 2: training, transfers, configure and aggregate seconds."""
+    sent = [_sent(n) for n in (1, 2, 3)]
+    by_shard = [[_reply(sent[0], 1.0), _reply(sent[1], 3.0)], [_reply(sent[2], 2.0)]]
+    meter = CostMeter(link_rate_mbps=10.0)
+    meter.on_round(RoundOutcome(1, sent, by_shard, [], [], 0.5, 0.0, aggregate_s=0.2))
+    meter.on_round(RoundOutcome(2, [], [[], []], [], [], 0.25, 0.0, aggregate_s=0.05))
+    one = transfer_seconds(_arrays().count_bytes(), 10.0)
+    assert meter.wall_parts == pytest.approx({
+        "client_training_s": 3.0, "transfer_s": 2 * one, "server_configure_s": 0.3 + 0.2,
+        "server_aggregate_s": 0.25, "retrieval_s": 0.0})
+    assert sum(meter.wall_parts.values()) == pytest.approx(meter.modelled_wall_s)
+
+
 def test_target_watch_notes_the_first_round_at_or_below_the_target():
     losses = iter([3.0, 2.0, 1.0])
     meter = CostMeter()

@@ -209,6 +209,18 @@ def reference() -> str:
     return with_role("retrains").name
 
 
+def shard_reference() -> str:
+    """The exact method on SE's shards: the yardstick of SE's approximation.
+
+    Its distance to :func:`reference` is the price of isolation, SE's distance to
+    it the price of approximation.
+    """
+    found = next((m for m in _REGISTRY.values() if m.exact and not m.on_baseline), None)
+    if found is None:
+        raise LookupError("no registered method is exact on SE's shards")
+    return found.name
+
+
 def select(method_names, **fields) -> list[str]:
     """Those of ``method_names`` (built-ins or unknown names) whose fields match.
 

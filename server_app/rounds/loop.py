@@ -24,6 +24,10 @@ from history.comm import transfer_seconds
 from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits, screen
 from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
 
+WALL_PARTS = ("client_training_s", "transfer_s", "server_configure_s",
+              "server_aggregate_s", "retrieval_s")
+"""The parts of a modelled wall time (:attr:`CostMeter.wall_parts`)."""
+
 
 @dataclass
 class RoundOutcome:
@@ -46,6 +50,9 @@ class RoundOutcome:
     warnings : list[str]
         One per shard that asked clients but accepted no reply (its model is
         unchanged), see :func:`shard_warnings`.
+    aggregate_s : float
+        The part of ``server_s`` spent aggregating (SE: calibrating); the rest
+        was spent configuring (sampling, SE: reading the stored history).
     """
 
     rnd: int
@@ -56,6 +63,7 @@ class RoundOutcome:
     server_s: float
     started: float
     warnings: list[str] = field(default_factory=list)
+    aggregate_s: float = 0.0
 
     @property
     def participants(self) -> int:
@@ -108,6 +116,12 @@ class CostMeter:
         Modelled wall time of a real federation (:meth:`round_wall_s`, summed
         over rounds): clients train in parallel, shards in parallel, each
         participant on its own link.
+    wall_parts : dict[str, float]
+        ``modelled_wall_s`` split along each round's critical path, in seconds:
+        ``client_training_s`` and ``transfer_s`` of the slowest participant,
+        ``server_configure_s`` (sampling, reading stored history) and
+        ``server_aggregate_s`` (aggregation, calibration); a coded retrieval
+        adds ``retrieval_s``. The parts sum to ``modelled_wall_s``.
     """
 
     link_rate_mbps: float = 100.0
@@ -124,10 +138,17 @@ class CostMeter:
     accepted: int = 0
     wall_s: float = 0.0
     modelled_wall_s: float = 0.0
+    wall_parts: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        WALL_PARTS, 0.0))
 
     def on_round(self, outcome: RoundOutcome) -> None:
         """Add the round's sent models, accepted replies and server seconds."""
         self.modelled_wall_s += self.round_wall_s(outcome)
+        train, up, down = self._critical_path(outcome)
+        for key, seconds in (("client_training_s", train), ("transfer_s", up + down),
+                             ("server_configure_s", outcome.server_s - outcome.aggregate_s),
+                             ("server_aggregate_s", outcome.aggregate_s)):
+            self.wall_parts[key] += seconds
         for message in outcome.messages:
             self.contacted.append(message.metadata.dst_node_id)
             self._transfer(message.content["arrays"])
@@ -160,18 +181,24 @@ class CostMeter:
         server seconds only; clients that did not answer are not waited for
         (the timeout is not counted).
         """
+        train, up, down = self._critical_path(outcome)
+        return outcome.server_s + (train + up + down)
+
+    def _critical_path(self, outcome: RoundOutcome) -> tuple[float, float, float]:
+        """(training, upload, download) seconds of the slowest accepted participant."""
         sent = {m.metadata.dst_node_id: m.content["arrays"].count_bytes()
                 for m in outcome.messages}
-        slowest = 0.0
+        slowest, longest = (0.0, 0.0, 0.0), 0.0
         for replies in outcome.by_shard:
             for reply in replies:
                 down = sent.get(reply.metadata.src_node_id, 0)
-                path = (float(reply.content["metrics"]["train-seconds"])
-                        + transfer_seconds(reply.content["arrays"].count_bytes(),
-                                           self.link_rate_mbps)
-                        + (transfer_seconds(down, self.link_rate_mbps) if down else 0.0))
-                slowest = max(slowest, path)
-        return outcome.server_s + slowest
+                path = (float(reply.content["metrics"]["train-seconds"]),
+                        transfer_seconds(reply.content["arrays"].count_bytes(),
+                                         self.link_rate_mbps),
+                        transfer_seconds(down, self.link_rate_mbps) if down else 0.0)
+                if path[0] + path[1] + path[2] > longest:
+                    slowest, longest = path, path[0] + path[1] + path[2]
+        return slowest
 
     def _transfer(self, arrays: ArrayRecord) -> None:
         self.transfers += 1
@@ -293,12 +320,13 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
             log(WARNING, "%s", warning)
         t0 = time.perf_counter()
         aggregated, _ = strategy.aggregate_train(rnd, accepted)
-        server_s += time.perf_counter() - t0
+        aggregate_s = time.perf_counter() - t0
+        server_s += aggregate_s
         if aggregated is not None:
             arrays = aggregated
         new = unpack_shards(arrays, strategy.num_shards)
         outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted), models,
-                               new, server_s, started, warnings)
+                               new, server_s, started, warnings, aggregate_s)
         for observer in observers:
             observer.on_round(outcome)
         models = new

@@ -171,13 +171,14 @@ def _request_cost(k: int, batch: Sequence[int], framework: Framework,
         stats.compute_s += retrieval["decode_s"]
         stats.wall_s += retrieval["wall_s"]
         stats.modelled_wall_s += _retrieval_wall_s(retrieval)
+        stats.wall_parts["retrieval_s"] += _retrieval_wall_s(retrieval)
     return RequestCost(
         k, sorted(batch), impacted_shards=framework.impacted,
         compute_s=stats.compute_s, wall_s=stats.wall_s,
         modelled_wall_s=stats.modelled_wall_s,
         client_epochs=stats.client_epochs, client_rounds=stats.client_rounds,
         comm_time_s=stats.comm_time_s, shard_compute_s=stats.shard_compute_s,
-        warnings=stats.warnings,
+        warnings=stats.warnings, wall_breakdown=wall_breakdown(stats),
         slice_retrieval=retrieval or None, clients_per_round=framework.clients_per_round,
         rounds_replayed=_rounds_replayed(framework.replay), replay=framework.replay)
 
@@ -207,6 +208,7 @@ def _framework_summary(described: MethodInfo, stage: Stage, metrics: dict,
         comm_time_s=total.comm_time_s,
         server_storage_bytes=store.total_bytes() if store else 0,
         requests=per_request, warnings=total.warnings,
+        wall_breakdown=wall_breakdown(total),
         expected=_expected(stage, per_request) if replays else None,
         # FR, RR: clients per round of the last request (the fewest)
         clients_per_round=sampled[-1] if sampled else None,
@@ -272,10 +274,24 @@ def _retrieval_wall_s(retrieval: dict) -> float:
 def accumulate(total: CostMeter, stats: CostMeter) -> None:
     """Add the costs, contacts, accepted replies and warnings of ``stats`` to ``total``."""
     for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
-                "comm_time_s", "modelled_wall_s", "accepted", "client_rounds"):
+                "comm_time_s", "modelled_wall_s", "accepted", "client_rounds", "rounds"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
+    for key, seconds in stats.wall_parts.items():
+        total.wall_parts[key] += seconds
     total.contacted.extend(stats.contacted)
     total.warnings.extend(stats.warnings)
+
+
+def wall_breakdown(stats: CostMeter) -> dict:
+    """Where ``stats.modelled_wall_s`` went (summary key ``wall_breakdown``).
+
+    The parts of :attr:`CostMeter.wall_parts` (seconds along each round's critical
+    path: the slowest participant's training and transfers, the server's
+    configure and aggregate seconds, a coded retrieval), which sum to the modelled
+    wall time, with the server rounds and the rounds that asked clients to train.
+    """
+    return {**{k: float(v) for k, v in stats.wall_parts.items()},
+            "rounds": stats.rounds, "client_rounds": stats.client_rounds}
 
 
 def _expected(stage: Stage, per_request: Sequence[RequestCost]) -> dict:

@@ -40,6 +40,7 @@ class RequestCost:
     to_target: dict | None = None
     rounds_replayed: int | None = None
     replay: dict | None = None
+    wall_breakdown: dict | None = None
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out)."""
@@ -144,6 +145,13 @@ class FrameworkSummary:
         model; FR, FE, RR: the single model).
     backdoor_asr_ensemble : float, optional
         SE: the ASR of the mean-softmax ensemble of its shard models.
+    wall_breakdown : dict, optional
+        Where ``modelled_wall_s`` went, in seconds along each round's critical
+        path: ``client_training_s``, ``transfer_s``, ``server_configure_s``
+        (sampling, reading the stored history), ``server_aggregate_s``
+        (aggregation, calibration), ``retrieval_s`` (coded: fetching and
+        decoding slices); they sum to ``modelled_wall_s``. With ``rounds`` and
+        ``client_rounds`` (:func:`server_app.unlearning.driver.wall_breakdown`).
     """
 
     accuracy: float | None = None
@@ -169,6 +177,7 @@ class FrameworkSummary:
     replay: dict | None = None
     backdoor_asr: float | None = None
     backdoor_asr_ensemble: float | None = None
+    wall_breakdown: dict | None = None
 
     set_backdoor = ModelScores.set_backdoor
 
