@@ -1,0 +1,133 @@
+"""Fewer client rounds: SE and SE-R schedules side by side on one cell (issue 42, item 3).
+
+Usage: ``.venv/bin/python docs/results/wall/explore.py SEED CELL [VARIANT,...]``
+reruns ``CELL`` (as ``breakdown.py`` finds it) once: learning, then FR, SISA (the
+exact shard reference), SE with the shipped defaults and every schedule variant
+below, each registered for this run as a method of its own
+(:func:`server_app.config.methods.register`: the built-in's builder with some
+settings changed), so every variant forgets from the same learned shards. Writes
+``explore-<CELL>-s<SEED>.json`` here (commit, machine, each framework's accuracy,
+loss, client-epochs, rounds, modelled wall time and its breakdown) and rewrites
+``explore.md`` from every such file.
+
+These runs explore; the shipped defaults change only by the rule written in
+docs/DESIGN.md ("Choosing SE's schedule") before its confirming runs.
+"""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "docs/results/recovery")]
+
+SE = "server_app.unlearning.builtin.sharding_eraser:build"
+SER = "server_app.unlearning.builtin.recovery:build"
+# name -> (the built-in builder, UnlearningSettings fields changed, "recovery" changes)
+VARIANTS = {
+    # SE without refilled slots: calibrated rounds train L / r epochs on the path
+    "SE-norefill": (SE, {"replay_refill": False}, {}),
+    # FedEraser's interval: every 3rd stored round replayed, the last 2 exact
+    "SE-dt3": (SE, {"replay_refill": False, "calibration_interval": 3}, {}),
+    # every 2nd stored round replayed, the last 2 exact
+    "SE-dt2": (SE, {"replay_refill": False, "calibration_interval": 2}, {}),
+    # the same with r = 4 (L / 4 epochs in a calibrated round)
+    "SE-dt3-r4": (SE, {"replay_refill": False, "calibration_interval": 3,
+                       "retrain_ratio": 4.0}, {}),
+    # SE-R: stored updates as estimates (no warm-up, no correction), 2 exact finals
+    "SER-lean": (SER, {"recovery_refill": False},
+                 {"warmup": 0, "correction": 0, "final": 2}),
+    # the same with 1 exact final round
+    "SER-f1": (SER, {"recovery_refill": False},
+               {"warmup": 0, "correction": 0, "final": 1}),
+    # the same with refilled slots in every replayed round
+    "SER-lean-refill": (SER, {"recovery_refill": True},
+                        {"warmup": 0, "correction": 0, "final": 2}),
+}
+KEYS = ("accuracy", "loss", "client_epochs", "client_rounds", "modelled_wall_s",
+        "wall_breakdown")
+
+
+def build(call):
+    """The variant ``call.name``: its built-in's builder on changed settings."""
+    from task.registry import import_object
+
+    builder, fields, recovery = VARIANTS[call.name]
+    settings = call.stage.settings
+    fields = dict(fields)
+    if "retrain_ratio" in fields:  # r: calibrated rounds train L / r epochs
+        fields["retrain_epochs"] = settings.local_epochs / fields.pop("retrain_ratio")
+    settings = dataclasses.replace(settings, **fields,
+                                   recovery={**settings.recovery, **recovery})
+    stage = dataclasses.replace(call.stage, settings=settings)
+    return import_object(builder, "frameworks")(dataclasses.replace(call, stage=stage))
+
+
+def run(seed: int, cell: str, names: list[str]) -> dict:
+    """One seeded run of ``cell``: FR, SISA, SE and the variants ``names``."""
+    from ablation import RUNS
+
+    from experiments.grid import summary_in_scratch
+    from experiments.run import machine
+    from server_app.config import methods
+
+    for name in names:
+        methods.register(methods.MethodInfo(name=name, builder="explore:build"))
+    path = next(r / cell / "summary.json" for r in RUNS
+                if (r / cell / "summary.json").is_file())
+    base = json.loads(path.read_text())["config"]
+    shipped = {k: v for k, v in base.items() if k not in (
+        "calibration-final", "replay-refill", "recovery-refill", "retrain-ratio",
+        "recovery-warmup", "recovery-correction", "recovery-final")}
+    cfg = {**shipped, "frameworks": ",".join(["FR", "SISA", "SE", *names]),
+           "seed": seed, "data-dir": str(ROOT.parent / "shared" / "data"),
+           "run-name": f"s{seed}"}
+    summary = summary_in_scratch(cfg)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip()
+    return {"cell": cell, "seed": seed, "commit": commit, "machine": machine(),
+            "command": f".venv/bin/python docs/results/wall/explore.py {seed} {cell} "
+                       + ",".join(names),
+            "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
+                             "recovery": VARIANTS[n][2]} for n in names},
+            "config": cfg, "learned_accuracy": summary["learning"]["accuracy"],
+            "frameworks": {n: {k: f.get(k) for k in KEYS}
+                           for n, f in summary["frameworks"].items()}}
+
+
+def table() -> str:
+    """``explore.md``: per file, accuracy minus SISA's and modelled wall over FR's."""
+    out = ["# Fewer client rounds: schedules explored", "",
+           "Made by `explore.py` (its docstring says how). Accuracy in points minus "
+           "SISA's (the exact shard reference); modelled wall time over FR's.", ""]
+    for path in sorted(HERE.glob("explore-*-s*.json")):
+        data = json.loads(path.read_text())
+        fw = data["frameworks"]
+        fr, sisa = fw["FR"]["modelled_wall_s"], fw["SISA"]["accuracy"]
+        out += [f"## {data['cell']}, seed {data['seed']}", "",
+                f"Commit {data['commit'][:10]}, {data['machine'].get('cpu', '')}; "
+                f"original {data['learned_accuracy']:.4f}, FR {fw['FR']['accuracy']:.4f}, "
+                f"SISA {sisa:.4f}.", "",
+                "| framework | accuracy | - SISA (points) | client-epochs "
+                "| client rounds | wall / FR |", "|---|---|---|---|---|---|"]
+        for name, f in fw.items():
+            out.append(f"| {name} | {f['accuracy']:.4f} | "
+                       f"{(f['accuracy'] - sisa) * 100:+.2f} | {f['client_epochs']:.0f} | "
+                       f"{f['client_rounds']} | {f['modelled_wall_s'] / fr:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3:
+        seed, cell = int(sys.argv[1]), sys.argv[2]
+        names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(VARIANTS)
+        result = run(seed, cell, names)
+        (HERE / f"explore-{cell}-s{seed}.json").write_text(
+            json.dumps(result, indent=1) + "\n")
+    text = table()
+    (HERE / "explore.md").write_text(text + "\n")
+    print(text)
