@@ -49,8 +49,8 @@ from experiments.grid import InProcessGrid, set_task_identity
 from history.coded_recorder import CodedRecorder
 from history.store import HistoryStore
 from server_app.rounds.federation import Federation, assign_shards
+from task.builtin import build_model
 from task.config import default_run_config
-from task.model import build_model
 
 NUM_SHARDS = 4
 SOURCE = "experiments/storage.py"
