@@ -106,8 +106,9 @@ class ExperimentFacts:
         What a trained model must reach: ``("accuracy", at least)`` or
         ``("loss", at most, in nats)``; None: no goal.
     cost : float
-        Relative training seconds per sample-epoch (MNIST's CNN = 1; for the
-        time-left estimate only).
+        Relative training seconds per sample-epoch (a text task: per block),
+        measured in the trained suite's first rounds (MNIST's CNN = 1, about
+        0.15 ms; for the time-left estimate only).
     train_size : int
         Training samples a client's share is cut from (time-left estimate only).
     paper_claim : (str, float) or None
