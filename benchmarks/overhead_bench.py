@@ -40,8 +40,8 @@ from server_app.config import RunConfig  # noqa: E402
 from server_app.evaluation.central import CentralEvaluator  # noqa: E402
 from server_app.rounds.federation import assign_shards  # noqa: E402
 from strategies.calibration import weighted_step  # noqa: E402
-from task.data import client_data, load_task_data  # noqa: E402
-from task.model import build_model  # noqa: E402
+from task.builtin import build_model, load_task_data  # noqa: E402
+from task.data import client_data  # noqa: E402
 from task.train import local_train  # noqa: E402
 
 

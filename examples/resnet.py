@@ -1,17 +1,18 @@
 """CIFAR-10 with ResNet-20: a plug-in task with a deeper model and BatchNorm buffers.
 
 ``task = "examples.resnet:task"`` (or ``--preset resnet``). The data, the folder
-lookup, the provenance and the backdoor trigger are the built-in ``cifar10``
-task's; only the model differs: ResNet-20 of He et al., "Deep Residual Learning
-for Image Recognition" (CVPR 2016, Sec. 4.2), the CIFAR network federated-learning
-papers use: a 3x3 convolution with 16 channels, then 3 stages of 3 basic blocks
-(16, 32, 64 channels; the first block of stages 2 and 3 halves the side with
-stride 2 and pads the shortcut's new channels with zeros, the paper's option A),
-global average pooling and one linear layer: 269,722 parameters. Every convolution
-is followed by BatchNorm, so the model's ``state_dict()`` also holds running means
-and variances (float32) and ``num_batches_tracked`` counters (int64): they travel,
-are averaged, calibrated and stored (coded storage codes the counters exactly).
-Images enter as uint8 and are normalised inside the model, as the built-in CNN does.
+lookup, the provenance and the backdoor trigger are the built-in CIFAR-10 task's
+(:mod:`task.tasks.cifar10`); only the model differs: ResNet-20 of He et al., "Deep
+Residual Learning for Image Recognition" (CVPR 2016, Sec. 4.2), the CIFAR network
+federated-learning papers use: a 3x3 convolution with 16 channels, then 3 stages of
+3 basic blocks (16, 32, 64 channels; the first block of stages 2 and 3 halves the
+side with stride 2 and pads the shortcut's new channels with zeros, the paper's
+option A), global average pooling and one linear layer: 269,722 parameters. Every
+convolution is followed by BatchNorm, so the model's ``state_dict()`` also holds
+running means and variances (float32) and ``num_batches_tracked`` counters (int64):
+they travel, are averaged, calibrated and stored (coded storage codes the counters
+exactly). Images enter as uint8 and are normalised inside the model, as the built-in
+CNN does.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from task.builtin import TASKS
-from task.model import NORMALISATION
+from task.tasks import cifar10
 
 
 class BasicBlock(nn.Module):
@@ -68,7 +68,7 @@ class ResNet20(nn.Module):
 
     def __init__(self, num_classes: int = 10, width: int = 16) -> None:
         super().__init__()
-        self.mean, self.std = NORMALISATION["cifar10"]  # Python floats: no buffers
+        self.mean, self.std = cifar10.NORMALISATION  # Python floats: no buffers
         self.conv = nn.Conv2d(3, width, 3, padding=1, bias=False)
         self.bn = nn.BatchNorm2d(width)
         blocks, cin = [], width
@@ -98,5 +98,5 @@ def resnet20(num_classes: int) -> nn.Module:
     return ResNet20(num_classes)
 
 
-task = replace(TASKS["cifar10"], name="cifar10-resnet20", model=resnet20)
+task = replace(cifar10.task, name="cifar10-resnet20", model=resnet20)
 """The plug-in: the built-in CIFAR-10 task with ResNet-20 as its model."""

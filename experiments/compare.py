@@ -17,16 +17,26 @@ from server_app.config import methods
 from server_app.rounds.federation import assign_shards
 from server_app.run.summary import RequestCost
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
+from task.registry import builtin_experiments
+from task.tasks import BUILTIN_TASKS
 
-PAPER_TIME_CLAIMS = (
-    ("Retraining time, SE vs baselines, non-IID MNIST / FMNIST / CIFAR-10", 0.66,
-     ("mnist", "fmnist", "cifar10")),
-    ("Retraining time, SE vs baselines, non-IID Tiny Shakespeare", 0.8762,
-     ("shakespeare",)),
-)
-"""The paper's retraining-time claims: (claim, its reduction, the built-in tasks it
-is about). Names, not kinds of task: a plug-in image or text task is not one of the
-paper's datasets (:func:`headline`)."""
+
+def paper_time_claims() -> tuple[tuple[str, float, tuple[str, ...]], ...]:
+    """The paper's retraining-time claims: (claim, its reduction, the built-in tasks).
+
+    Each built-in task's module names the claim it belongs to
+    (:attr:`~task.interface.ExperimentFacts.paper_claim`); claims in the order of
+    their first task in the registry. Built-in tasks, not kinds of task: a plug-in
+    image or text task is not one of the paper's datasets (:func:`headline`).
+    """
+    claims: dict[tuple[str, float], list[str]] = {}
+    for name in BUILTIN_TASKS:
+        facts = builtin_experiments(name)
+        if facts is not None and facts.paper_claim is not None:
+            claims.setdefault(tuple(facts.paper_claim), []).append(name)
+    return tuple((claim, paper, tuple(names))
+                 for (claim, paper), names in claims.items())
+
 
 def reduction(se: float | None, other: float | None) -> float | None:
     """1 - se / other (the fraction SE saves), or None without both."""
@@ -75,17 +85,17 @@ def single_cells(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, dict]]
 def quality(rows: Sequence[dict]) -> list[dict]:
     """Per seed-0 single cell: the original's accuracy and loss against its goal.
 
-    Goals: :data:`experiments.suites.QUALITY_GOALS` (accuracy at least, or
-    Tiny Shakespeare's loss at most). ``met`` is None without the value.
+    Goals: :func:`experiments.suites.quality_goal`, the built-in tasks' own
+    (accuracy at least, or the test loss at most). ``met`` is None without the value.
     """
-    from experiments.suites import QUALITY_GOALS
+    from experiments.suites import quality_goal
 
     out = []
     for (dataset, partition), fw in sorted(single_cells(rows).items()):
-        original = fw.get("original")
-        if original is None or dataset not in QUALITY_GOALS:
+        original, goal = fw.get("original"), quality_goal(dataset)
+        if original is None or goal is None:
             continue
-        metric, bound = QUALITY_GOALS[dataset]
+        metric, bound = goal
         value = original.get(metric)
         met = None if value is None else (
             value >= bound if metric == "accuracy" else value <= bound)
@@ -134,7 +144,7 @@ def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
     Storage: 1 - coded SE server bytes / FE server bytes.
 
     The cells are picked by name on purpose: the paper's figures are about its
-    own datasets (:data:`PAPER_TIME_CLAIMS`), and a row's ``dataset`` is a
+    own datasets (:func:`paper_time_claims`), and a row's ``dataset`` is a
     built-in name only where the run used that built-in task (a plug-in's rows
     carry its spec, :func:`summary_rows`). Other tasks' cells have no paper
     figure; their reductions are in :func:`single_reductions`.
@@ -142,7 +152,7 @@ def headline(rows: Sequence[dict], storage: dict | None) -> list[dict]:
     reds = single_reductions(rows)
     groups = [(claim, paper, [r for r in reds if r["partition"] == "noniid"
                               and r["dataset"] in datasets])
-              for claim, paper, datasets in PAPER_TIME_CLAIMS]
+              for claim, paper, datasets in paper_time_claims()]
     out = []
     for claim, paper, cells in groups:
         entry = {"claim": claim, "paper": paper, "cells": [
@@ -192,8 +202,9 @@ def mia_stability(rows: Sequence[dict]) -> dict | None:
 def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     """Issue 6's MNIST check: FR's F1 below the original's, SE within 0.05 of FR.
 
-    Only the built-in ``mnist`` task's cells, by name on purpose: issue 6 asks
-    this of the paper's MNIST runs, and a row's ``dataset`` is ``mnist`` only
+    Only the cells of the built-in task whose module says the check applies
+    (:attr:`~task.interface.ExperimentFacts.mia_check`: MNIST): issue 6 asks this
+    of the paper's MNIST runs, and a row's ``dataset`` is a built-in name only
     where the run used that built-in task (:func:`summary_rows`).
 
     ``fr_below_original`` is ``"yes"``, ``"no"`` (FR's F1 not below), or
@@ -205,7 +216,8 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     stab = mia_stability(rows)
     out = []
     for (dataset, partition), fw in single_cells(rows).items():
-        if dataset != "mnist":  # the paper's MNIST claim, not a kind of task
+        facts = builtin_experiments(dataset)
+        if facts is None or not facts.mia_check:  # the paper's claim, not a kind
             continue
         f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *frameworks())}
         se, fr = methods.proposed(), methods.reference()

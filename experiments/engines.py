@@ -33,7 +33,7 @@ def default_data_dir() -> str:
 
 def dataset_available(dataset: str, data_dir: str) -> str | None:
     """None when ``dataset`` can be loaded, else why not (one line)."""
-    from task.data import resolve_data_dir
+    from task.builtin import resolve_data_dir
 
     try:
         resolve_data_dir(dataset, data_dir or None)

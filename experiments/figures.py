@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments import collect, compare  # noqa: E402
 from history.storage import FE_KEY  # noqa: E402
 from server_app.config import methods  # noqa: E402
+from task.tasks import BUILTIN_TASKS  # noqa: E402
 
 COLORS = {"original": "#7f7f7f", **{m.name: m.colour for m in methods.builtins()},
           "SE uncoded": "#ff7f0e", "SE coded": "#d62728"}
@@ -59,14 +60,15 @@ def make_all(results: dict, rows: Sequence[dict], folder: Path) -> list[str]:
     return written
 
 
-DISPLAY_ORDER = ("mnist", "fmnist", "cifar10", "shakespeare")
-"""The built-in tasks in the paper's order; every other task after them, by name.
-Order only: what a cell shows is read from its rows (``metric``)."""
-
-
 def _cells(rows):
+    """Single cells in display order.
+
+    The built-in tasks in their registry's (the paper's) order, every other task
+    after them by name. Order only: what a cell shows is read from its rows
+    (``metric``).
+    """
     cells = compare.single_cells(rows)
-    order = {name: i for i, name in enumerate(DISPLAY_ORDER)}
+    order = {name: i for i, name in enumerate(BUILTIN_TASKS)}
     return sorted(cells.items(), key=lambda kv: (order.get(kv[0][0], len(order)),
                                                  kv[0][0], kv[0][1]))
 

@@ -46,11 +46,12 @@ import torch
 from cli.tables import table
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
+from experiments.suites import storage_dataset
 from history.coded_recorder import CodedRecorder
 from history.store import HistoryStore
 from server_app.rounds.federation import Federation, assign_shards
+from task.builtin import build_model
 from task.config import default_run_config
-from task.model import build_model
 
 NUM_SHARDS = 4
 SOURCE = "experiments/storage.py"
@@ -121,7 +122,8 @@ def measure(num_clients: int, checkpoints: list[int], work: Path, seed: int = 0,
     """
     set_task_identity()
     torch.manual_seed(seed)
-    w0 = {k: v.numpy().copy() for k, v in build_model("mnist", 10).state_dict().items()}
+    model = build_model(storage_dataset(), 10)  # the storage experiment's task
+    w0 = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     rng = np.random.default_rng(seed)
     fe, se, coded, shards, grid = _stores(num_clients, work, seed, privacy_t)
     counts = per_shard_counts(num_clients // 5, NUM_SHARDS)

@@ -43,15 +43,17 @@ import tomllib
 from cli import config as cli_config
 from server_app.config import methods as registry
 from task.config import fused_run_config
+from task.interface import ExperimentFacts
+from task.registry import builtin_experiments
+from task.tasks import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("single", "concurrent", "storage")
 SUITES = ("quick", "trained", "paper", "tiny")
-IMAGE_DATASETS = ("mnist", "fmnist", "cifar10")
-# Local-training keys of presets/shakespeare.toml (the character model trains with
-# Adam; SGD barely moves it). Topology keys there are left to the experiment.
-TEXT_TRAINING_KEYS = ("optimizer", "lr", "batch-size", "block-size")
-TEXT_TRAINING_DEFAULT = {"optimizer": "adam", "lr": 0.01, "batch-size": 8}
+# Which datasets each experiment runs, their caps, extra keys, goals and costs are
+# the built-in tasks' facts (task.interface.ExperimentFacts, in each task's module);
+# None below marks where _settings fills them in, in this order.
+_NO_FACTS = ExperimentFacts()
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ _BASE = {
     },
     # the quick topology with every client's whole share of the data, trained until
     # the models are useful (MNIST >= 97%, Fashion-MNIST >= 85%, CIFAR-10 >= 45%,
-    # Tiny Shakespeare <= 2.3 nats/char: the rounds per dataset are in _SETTINGS)
+    # Tiny Shakespeare <= 2.3 nats/char: the rounds per dataset are the tasks' facts)
     "trained": {
         "num-shards": 4, "local-epochs": 2, "num-rounds": 8, "retrain-ratio": 2.0,
         "batch-size": 32, "test-samples": 2000, "mia-samples": 1000,
@@ -131,12 +133,12 @@ _BASE = {
 # `quick` and `paper` suites run the same ones and differ only in their sizes; the
 # sweep does no training, about 4 minutes here
 _PAPER_SCOPE = {
-    "single_datasets": ("mnist", "fmnist", "cifar10", "shakespeare"),
+    "single_datasets": None,
     "partitions": ("iid", "noniid"),
-    "mia_seeds": (0, 1, 2), "mia_config": ("mnist", "iid"),
-    "concurrent_datasets": ("cifar10", "shakespeare"),
+    "mia_seeds": (0, 1, 2), "mia_config": None,
+    "concurrent_datasets": None,
     "ks": (1, 2, 4, 8), "sequential": ("even", "adapt"),
-    "storage_dataset": "mnist",
+    "storage_dataset": None,
     "sweep_clients": (20, 50, 100, 200), "sweep_rounds": (10, 20, 30),
     "fe_intervals": (2,),
 }
@@ -146,15 +148,12 @@ _SETTINGS = {
                    "clients-per-request": 2},
         "concurrent": {"num-clients": 40, "clients-per-round": 8, "num-rounds": 3},
         "storage": {"num-clients": 20, "clients-per-round": 8, "local-epochs": 1},
-        "client-samples": {"mnist": 64, "fmnist": 64, "cifar10": 64,
-                           "shakespeare": 32},
-        # the character model costs more per sample: fewer epochs, test blocks
-        "dataset": {"shakespeare": {"local-epochs": 2, "test-samples": 200}},
+        "client-samples": None, "dataset": None,
         **_PAPER_SCOPE,
     },
     "paper": {
         "single": {}, "concurrent": {}, "storage": {},
-        "client-samples": {},
+        "client-samples": None, "dataset": None,
         **_PAPER_SCOPE,
     },
     "trained": {
@@ -162,12 +161,7 @@ _SETTINGS = {
                    "clients-per-request": 2},
         "concurrent": {"num-clients": 40, "clients-per-round": 8},
         "storage": {"num-clients": 20, "clients-per-round": 8, "local-epochs": 1},
-        "client-samples": {},
-        # measured here (2 local epochs, 8 of 20 clients a round): non-IID MNIST
-        # 97.4% and Fashion-MNIST 86.2% after 10 rounds, CIFAR-10 49% and Shakespeare
-        # 2.15 nats/char after 8
-        "dataset": {"mnist": {"num-rounds": 12}, "fmnist": {"num-rounds": 12},
-                    "shakespeare": {"test-samples": 500}},
+        "client-samples": None, "dataset": None,
         **_PAPER_SCOPE,
     },
     "tiny": {
@@ -175,27 +169,71 @@ _SETTINGS = {
         "single": {"num-clients": 10, "clients-per-round": 4},
         "concurrent": {"num-clients": 8, "clients-per-round": 4},
         "storage": {"num-clients": 8, "clients-per-round": 4, "blocks-per-shard": 2},
-        "client-samples": {"mnist": 32, "fmnist": 32, "cifar10": 32, "shakespeare": 8},
-        "single_datasets": ("mnist",),
+        "client-samples": None, "dataset": None,
+        "single_datasets": None,
         "partitions": ("iid", "noniid"),
-        "mia_seeds": (0, 1), "mia_config": ("mnist", "iid"),
-        "concurrent_datasets": ("mnist",),
+        "mia_seeds": (0, 1), "mia_config": None,
+        "concurrent_datasets": None,
         "ks": (1, 2), "sequential": ("even",),
-        "storage_dataset": "mnist",
+        "storage_dataset": None,
         "sweep_clients": (20,), "sweep_rounds": (1, 2),
         "fe_intervals": (2,),
     },
 }
-# What a trained model must reach (the original shard ensemble on the test set):
-# (metric, bound); accuracy at least, Tiny Shakespeare's loss (nats/char) at most.
-QUALITY_GOALS = {"mnist": ("accuracy", 0.97), "fmnist": ("accuracy", 0.85),
-                 "cifar10": ("accuracy", 0.45), "shakespeare": ("loss", 2.3)}
-# Relative training seconds per sample-epoch (Shakespeare: per 64-character block),
-# measured here in the trained suite's first rounds (MNIST 0.15 ms); and the
-# training-set sizes a client's share is cut from when client-samples is 0 (for
-# the time-left estimate only).
-_DATASET_COST = {"mnist": 1.0, "fmnist": 1.0, "cifar10": 3.2, "shakespeare": 4.7}
-_TRAIN_SIZE = {"mnist": 60000, "fmnist": 60000, "cifar10": 50000, "shakespeare": 15600}
+
+
+def _facts(dataset: str) -> ExperimentFacts:
+    """A run's dataset's facts (a built-in's; none for any other task)."""
+    return builtin_experiments(dataset) or _NO_FACTS
+
+
+def _builtins() -> list[tuple[str, ExperimentFacts]]:
+    return [(name, _facts(name)) for name in BUILTIN_TASKS]
+
+
+def _dataset_settings(suite: str) -> dict:
+    """What the built-ins' facts say of ``suite``, under the keys of :data:`_SETTINGS`."""
+    facts = _builtins()
+
+    def having(role: str) -> tuple[str, ...]:
+        return tuple(name for name, f in facts if role in f.roles.get(suite, ()))
+
+    mia, storage = having("mia"), having("storage")
+    return {
+        "client-samples": {name: f.client_samples[suite] for name, f in facts
+                           if f.client_samples.get(suite)},
+        "dataset": {name: dict(f.config[suite]) for name, f in facts
+                    if f.config.get(suite)},
+        "single_datasets": having("single"),
+        "mia_config": (mia[0], "iid") if mia else None,
+        "concurrent_datasets": having("concurrent"),
+        "storage_dataset": storage[0] if storage else None,
+    }
+
+
+def _settings(suite: str) -> dict:
+    """:data:`_SETTINGS` of ``suite`` with the built-ins' facts filled in (in order)."""
+    facts = _dataset_settings(suite)
+    out = {}
+    for key, value in _SETTINGS[suite].items():
+        value = facts[key] if value is None else value
+        if key != "dataset" or value:  # a suite without per-dataset keys lists none
+            out[key] = value
+    return out
+
+
+def storage_dataset(suite: str = "paper") -> str | None:
+    """The built-in task the storage experiment of ``suite`` measures (None: none)."""
+    return _dataset_settings(suite)["storage_dataset"]
+
+
+def quality_goal(dataset: str) -> tuple[str, float] | None:
+    """What a trained model of ``dataset`` must reach: (metric, bound), or None.
+
+    Accuracy at least, or the test loss (nats) at most; the built-in task's
+    :attr:`~task.interface.ExperimentFacts.goal`.
+    """
+    return _facts(dataset).goal
 
 
 def base(suite: str) -> dict:
@@ -205,38 +243,60 @@ def base(suite: str) -> dict:
     return dict(_BASE[suite])
 
 
-def text_training(root: Path = ROOT) -> dict:
-    """Local-training keys for Shakespeare: presets/shakespeare.toml, else defaults."""
-    path = root / "presets" / "shakespeare.toml"
+def preset_training(facts: ExperimentFacts, root: Path = ROOT) -> dict:
+    """A task's local-training keys from its preset (presets/NAME.toml), else defaults.
+
+    Parameters
+    ----------
+    facts : ExperimentFacts
+        The task's ``preset``, ``preset_keys`` and ``preset_default``.
+    root : Path
+        The project root.
+
+    Returns
+    -------
+    dict
+        Kebab-case run-config keys (``{}`` for a task without a preset).
+    """
+    if not facts.preset:
+        return {}
+    path = root / "presets" / f"{facts.preset}.toml"
     if path.is_file():
         preset = tomllib.loads(path.read_text())
-        keys = {k: preset[k] for k in TEXT_TRAINING_KEYS if k in preset}
+        keys = {k: preset[k] for k in facts.preset_keys if k in preset}
         if keys:
             return keys
-    return dict(TEXT_TRAINING_DEFAULT)
+    return dict(facts.preset_default)
+
+
+def text_training(root: Path = ROOT) -> dict:
+    """The local-training keys every built-in with a preset takes from it (report.md)."""
+    out: dict = {}
+    for _, facts in _builtins():
+        out.update(preset_training(facts, root))
+    return out
 
 
 def dataset_config(suite: str, dataset: str) -> dict:
-    """Dataset-specific keys: the dataset, its sample cap, Shakespeare's optimizer."""
+    """Dataset-specific keys: the dataset, its sample cap, its preset's training keys."""
+    facts = _facts(dataset)
     out: dict = {"dataset": dataset}
-    cap = _SETTINGS[suite]["client-samples"].get(dataset)
+    cap = facts.client_samples.get(suite)
     if cap:
         out["client-samples"] = cap
-    if dataset == "shakespeare":  # the suite's own plan: this built-in's preset
-        out.update(text_training())
-    out.update(_SETTINGS[suite].get("dataset", {}).get(dataset, {}))
+    out.update(preset_training(facts))  # the suite's own plan: the task's preset
+    out.update(facts.config.get(suite, {}))
     return out
 
 
 def _weight(config: dict, frameworks: float, learnings: int) -> float:
     config = fused_run_config(config)  # unset keys: pyproject.toml's defaults
-    dataset = str(config["dataset"])
-    cost = _DATASET_COST.get(dataset, 1.0)
-    share = _TRAIN_SIZE.get(dataset, 60000) // int(config["num-clients"])
+    facts = _facts(str(config["dataset"]))
+    share = facts.train_size // int(config["num-clients"])
     samples = min(int(config["client-samples"]) or share, share)
     size = (int(config["clients-per-round"]) * int(config["num-rounds"])
             * int(config["local-epochs"]) * samples)
-    return cost * size * (learnings + 0.6 * frameworks) / 1e4
+    return facts.cost * size * (learnings + 0.6 * frameworks) / 1e4
 
 
 def single_runs(suite: str, datasets: tuple[str, ...] | None = None) -> list[RunSpec]:
@@ -246,7 +306,7 @@ def single_runs(suite: str, datasets: tuple[str, ...] | None = None) -> list[Run
     FR, FE, RR; MIA on. The MIA-stability configuration repeats with the other
     seeds (its seed-0 run is the grid's own).
     """
-    st = _SETTINGS[suite]
+    st = _settings(suite)
     runs = []
     for dataset in datasets or st["single_datasets"]:
         for partition in st["partitions"]:
@@ -273,7 +333,7 @@ def _fe_interval_runs(suite: str, dataset: str, partition: str) -> list[RunSpec]
     FedEraser's paper advertises its speed-up at interval 2; the headline FE
     is interval 1.
     """
-    st = _SETTINGS[suite]
+    st = _settings(suite)
     runs = []
     for interval in st.get("fe_intervals", ()):
         config = {**base(suite), **st["single"], **dataset_config(suite, dataset),
@@ -300,7 +360,7 @@ def concurrent_runs(suite: str, datasets: tuple[str, ...] | None = None
     alone from the stored history, so its first k requests give the sequential
     cost of k requests.
     """
-    st = _SETTINGS[suite]
+    st = _settings(suite)
     runs = []
     for dataset in datasets or st["concurrent_datasets"]:
         for distribution in ("even", "adapt"):
@@ -325,8 +385,10 @@ def concurrent_runs(suite: str, datasets: tuple[str, ...] | None = None
 
 def storage_runs(suite: str) -> list[RunSpec]:
     """Fig. 5 (communication, storage): FE beside uncoded and coded SE, one request."""
-    st = _SETTINGS[suite]
+    st = _settings(suite)
     runs = []
+    if st["storage_dataset"] is None:  # no built-in runs the storage experiment
+        return runs
     for storage in ("uncoded", "coded"):
         config = {**base(suite), **st["storage"],
                   **dataset_config(suite, st["storage_dataset"]), "partition": "iid",
@@ -340,7 +402,7 @@ def storage_runs(suite: str) -> list[RunSpec]:
 
 def storage_sweep(suite: str) -> StorageSweep:
     """Storage against C and G (no training; :mod:`experiments.storage`)."""
-    st = _SETTINGS[suite]
+    st = _settings(suite)
     return StorageSweep(tuple(st["sweep_clients"]), tuple(st["sweep_rounds"]))
 
 
@@ -416,4 +478,4 @@ def select(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:
 
 def suite_settings(suite: str) -> dict:
     """What the suite sweeps and fixes (for report.md)."""
-    return {"base": base(suite), **_SETTINGS[suite], "text-training": text_training()}
+    return {"base": base(suite), **_settings(suite), "text-training": text_training()}

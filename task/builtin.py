@@ -1,74 +1,140 @@
-"""The four built-in tasks of the paper, written against :class:`task.interface.Task`.
+"""The built-in tasks by name: shortcuts for scripts, benchmarks and tests.
 
-MNIST, Fashion-MNIST and CIFAR-10 (uint8 images, the CNN of :mod:`task.model`,
-the white-square backdoor trigger) and Tiny Shakespeare (character blocks, the
-character GPT, no classes; the text backdoor's tokenizer over its 65 characters).
-Their data, model, folder lookup and provenance are the functions of
-:mod:`task.data`, :mod:`task.model`, :mod:`task.locate` and :mod:`task.provenance`,
-unchanged, so a run selecting one by name gives the same numbers as before the
-interface existed.
+Each function resolves its name through the one registry
+(:data:`task.tasks.BUILTIN_TASKS`, :func:`task.registry.get_task`) and calls the
+task's own part (:class:`task.interface.Task`): nothing here knows a dataset. The
+apps themselves go through :func:`task.registry.task_of`.
 """
 
 from __future__ import annotations
 
-import string
-from functools import partial
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 
-from task.backdoor import stamp
-from task.config import TaskConfig
-from task.data import TaskData, load_task_data
+from torch import nn
+
+from task.config import TaskConfig, check_dataset
+from task.data import TaskData, load_files
 from task.interface import Task
-from task.locate import holds_dataset, resolve_data_dir
-from task.model import build_model
-from task.nanogpt import GPTConfig
-from task.provenance import data_provenance
-from task.text import encode
+from task.registry import get_task
+from task.tasks import BUILTIN_TASKS
+from task.tasks.shakespeare import VOCAB as SHAKESPEARE_VOCAB
 
-TEXT_CONTEXT = GPTConfig(vocab_size=2).block_size
-"""The character GPT's context (64): the longest ``block-size`` it takes."""
-
-TEXT_VOCABULARY = 65
-"""Distinct characters of Tiny Shakespeare (:mod:`task.text`)."""
-
-SHAKESPEARE_VOCAB = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase
-"""Tiny Shakespeare's vocabulary (:func:`task.text.build_vocab` of ``input.txt``):
-character ``SHAKESPEARE_VOCAB[i]`` has id ``i`` (``tests/test_text_backdoor.py``
-checks it against the file)."""
+__all__ = ["SHAKESPEARE_VOCAB", "TASKS", "build_model", "builtin_task", "data_provenance",
+           "load_task_data", "node_data_dir", "resolve_data_dir"]
 
 
-def _load(dataset: str, settings: TaskConfig) -> TaskData:
-    return load_task_data(dataset, settings.data_dir or None, settings.block_size)
+def builtin_task(name: str) -> Task:
+    """The built-in task ``name``.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a built-in (``dataset='NAME' is not one of ...``).
+    """
+    check_dataset(name)
+    return get_task(name)
 
 
-def _locate(dataset: str, data_dir: str) -> str:
-    return str(resolve_data_dir(dataset, data_dir or None))
+class _Builtins(Mapping):
+    """Name -> :class:`Task` of every registered built-in, resolved when read."""
+
+    def __getitem__(self, name: str) -> Task:
+        if name not in BUILTIN_TASKS:
+            raise KeyError(name)
+        return get_task(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(BUILTIN_TASKS)
+
+    def __len__(self) -> int:
+        return len(BUILTIN_TASKS)
 
 
-def _check_text(settings: TaskConfig) -> None:
-    """``block-size`` within the character GPT's context."""
-    if not 2 <= settings.block_size <= TEXT_CONTEXT:
-        raise ValueError(f"run-config 'block-size' = {settings.block_size!r} is not "
-                         f"allowed: an integer in [2, {TEXT_CONTEXT}] with the "
-                         f"shakespeare task (the character GPT's context is "
-                         f"{TEXT_CONTEXT})")
-
-
-def _builtin(dataset: str, text: bool = False) -> Task:
-    return Task(
-        name=dataset, load=partial(_load, dataset), model=partial(build_model, dataset),
-        classes=not text, stamp=None if text else stamp,
-        tokenize=partial(encode, vocab=SHAKESPEARE_VOCAB) if text else None,
-        check=_check_text if text else None, locate=partial(_locate, dataset),
-        holds=partial(holds_dataset, dataset),
-        provenance=partial(data_provenance, dataset), perplexity=text,
-        num_classes=TEXT_VOCABULARY if text else 10)
-
-
-TASKS: dict[str, Task] = {
-    "mnist": _builtin("mnist"),
-    "fmnist": _builtin("fmnist"),
-    "cifar10": _builtin("cifar10"),
-    "shakespeare": _builtin("shakespeare", text=True),
-}
+TASKS: Mapping[str, Task] = _Builtins()
 """The built-in tasks by name (run-config ``task``, or ``dataset`` when ``task`` is
-``""``); the names are :data:`task.config.DATASETS`."""
+``""``), as registered in :data:`task.tasks.BUILTIN_TASKS`."""
+
+
+def load_task_data(dataset: str, data_dir: str | None = None,
+                   block_size: int = 64) -> TaskData:
+    """A built-in task's whole data (train and test), read once per process.
+
+    Parameters
+    ----------
+    dataset : str
+        A built-in task's name.
+    data_dir : str or None
+        Explicit folder (run-config ``data-dir``); ``""`` or None: the usual places
+        (:func:`task.locate.resolve_data_dir`).
+    block_size : int
+        Block length of a text task (ignored by image tasks).
+
+    Returns
+    -------
+    TaskData
+        The same object for the same folder and block size (cached).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``dataset`` or a ``block_size`` the task refuses.
+    DatasetNotFoundError
+        The data is nowhere to be found.
+    """
+    task = builtin_task(dataset)
+    return task.load(TaskConfig(dataset=dataset, partition="iid", num_clients=1, seed=0,
+                                data_dir=data_dir or "", block_size=block_size,
+                                client_samples=0))
+
+
+load_task_data.cache_clear = load_files.cache_clear  # type: ignore[attr-defined]
+
+
+def build_model(dataset: str, num_classes: int, **kw) -> nn.Module:
+    """A built-in task's fresh model; ``kw`` overrides its options (e.g. ``hidden``).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``dataset``.
+    """
+    return builtin_task(dataset).model(num_classes, **kw)
+
+
+def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
+    """The folder holding a built-in task's data (:meth:`Task.locate`).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``dataset``.
+    DatasetNotFoundError
+        As :func:`task.locate.resolve_data_dir`.
+    """
+    return Path(builtin_task(dataset).locate(data_dir or ""))
+
+
+def node_data_dir(dataset: str, explicit: str, server: str) -> str | None:
+    """A client node's data folder of a built-in task.
+
+    Returns
+    -------
+    str or None
+        ``server`` where it holds the data on this node too; else ``explicit``
+        (never another folder); else None (the usual places).
+    """
+    if server and builtin_task(dataset).holds(server):
+        return server
+    return explicit or None
+
+
+def data_provenance(dataset: str, folder: str | Path) -> dict:
+    """summary.json ``data`` of a built-in task read from ``folder``.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``folder`` holds none of the task's files.
+    """
+    return builtin_task(dataset).provenance_of(folder)

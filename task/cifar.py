@@ -22,9 +22,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from task.locate import CIFAR_PICKLES, CIFAR_TAR, DatasetNotFoundError, cache_root
+from task.locate import DatasetNotFoundError, cache_root
 
 log = logging.getLogger(__name__)
+
+CIFAR_TAR = Path("cifar10-jpeg") / "cifar10-jpg.tar.gz"
+"""The CIFAR-10 JPEG copy, relative to a data folder."""
+
+CIFAR_PICKLES = Path("cifar-10-batches-py")
+"""The canonical CIFAR-10 pickles, relative to a data folder."""
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:

@@ -24,12 +24,14 @@ import numpy as np
 from flwr.common.config import flatten_dict, fuse_dicts, get_project_config
 
 from task.device import check_device
+from task.tasks import BUILTIN_TASKS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The project root (parent of ``task/``, holding ``pyproject.toml``)."""
 
-DATASETS = ("mnist", "fmnist", "cifar10", "shakespeare")
-"""Run-config ``dataset``: the four tasks of the paper."""
+DATASETS = tuple(BUILTIN_TASKS)
+"""Run-config ``dataset``: the built-in tasks registered at import
+(:data:`task.tasks.BUILTIN_TASKS`; the checks read the registry itself)."""
 
 PARTITIONS = ("iid", "noniid", "dirichlet", "pathological")
 """Run-config ``partition``: how training samples (images) or blocks (text) are split.
@@ -55,9 +57,13 @@ def is_int(value: object) -> bool:
 
 
 def check_dataset(dataset: str) -> None:
-    """Raise ValueError naming ``dataset`` unless it is one of :data:`DATASETS`."""
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset={dataset!r} is not one of {DATASETS}")
+    """Raise ValueError naming ``dataset`` unless it is a built-in task's name.
+
+    The names are :data:`task.tasks.BUILTIN_TASKS`' keys, read at each call (a
+    built-in registered there is accepted at once).
+    """
+    if dataset not in BUILTIN_TASKS:
+        raise ValueError(f"dataset={dataset!r} is not one of {tuple(BUILTIN_TASKS)}")
 
 
 def check_split(partition: str, num_clients: int, partition_id: int | None = None,

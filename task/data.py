@@ -1,9 +1,8 @@
-"""The datasets of the paper, loaded once per process, and each client's share.
+"""A task's data, loaded once per process, and each client's share.
 
-Four tasks: MNIST, Fashion-MNIST, CIFAR-10 (images, CNN) and Tiny Shakespeare
-(characters, NanoGPT-style model).  Where the files are is decided by
-:func:`task.locate.resolve_data_dir`; :func:`load_task_data` loads a whole task
-once per process (Ray workers call it many times), :func:`partitions` splits it
+A built-in task's module reads its files (:mod:`task.tasks`); where they are is
+decided by :func:`task.locate.resolve_data_dir`, and :func:`load_files` reads a
+whole task once per process (Ray workers call it many times). :func:`partitions` splits it
 over the clients (labels: :mod:`task.partitioners`; per-position targets:
 :func:`task.text.partition_text`) and :func:`client_data` returns one client's
 share. :class:`TaskData` is also what a plug-in task's loader returns
@@ -19,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +26,8 @@ import numpy as np
 import torch
 
 from task import text as text_task
-from task.cifar import load_cifar10
-from task.config import check_dataset, check_split, validate_data_args
-from task.locate import cache_root, resolve_data_dir
+from task.config import check_split
+from task.locate import DataSource, cache_root, resolve_data_dir
 from task.partitioners import label_partition
 
 log = logging.getLogger("task.data")
@@ -168,95 +167,53 @@ class TaskData:
                                source, kind)
 
 
-def _load_images(dataset: str, folder: Path) -> TaskData:
-    if dataset in ("mnist", "fmnist"):
-        import torchvision
-
-        cls = torchvision.datasets.MNIST if dataset == "mnist" else \
-            torchvision.datasets.FashionMNIST
-        train = cls(str(folder), train=True, download=False)
-        test = cls(str(folder), train=False, download=False)
-        return TaskData(
-            train_x=train.data.unsqueeze(1).contiguous(),
-            train_y=train.targets.to(torch.int64),
-            test_x=test.data.unsqueeze(1).contiguous(),
-            test_y=test.targets.to(torch.int64),
-            num_classes=10, source=str(Path(train.raw_folder)), kind="image")
-    tensors, source = load_cifar10(folder)
-    train_x, train_y, test_x, test_y = tensors
-    return TaskData(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
-                    num_classes=10, source=source, kind="image")
-
-
-def _load_text(folder: Path, block_size: int) -> TaskData:
-    path = folder / "tinyshakespeare" / "input.txt"
-    corpus = text_task.load_corpus(path)
-    train_x, train_y = text_task.blocks(corpus.train_ids, block_size)
-    test_x, test_y = text_task.blocks(corpus.test_ids, block_size)
-    return TaskData(train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y,
-                    num_classes=corpus.vocab_size, source=str(path), kind="text")
-
-
 @functools.lru_cache(maxsize=16)
-def _load_cached(dataset: str, folder: str, block_size: int, cache: str) -> TaskData:
-    del cache  # part of the key only: the CIFAR-10 JPEG cache location
+def _load_cached(name: str, read: Callable[[Path, int], TaskData], folder: str,
+                 block_size: int, cache: str) -> TaskData:
+    del cache  # part of the key only: e.g. where CIFAR-10's JPEGs are decoded
     start = time.perf_counter()
-    if dataset == "shakespeare":
-        task = _load_text(Path(folder), block_size)
-    else:
-        task = _load_images(dataset, Path(folder))
-    log.info("Loaded %s from %s: %d train / %d test in %.2f s", dataset, task.source,
+    task = read(Path(folder), block_size)
+    log.info("Loaded %s from %s: %d train / %d test in %.2f s", name, task.source,
              len(task.train_y), len(task.test_y), time.perf_counter() - start)
     return task
 
 
-def load_task_data(dataset: str, data_dir: str | None = None,
-                   block_size: int = 64) -> TaskData:
-    """Load a whole task (train and test), once per process.
+def load_files(source: DataSource, read: Callable[[Path, int], TaskData],
+               data_dir: str | None = None, block_size: int = 0) -> TaskData:
+    """A built-in task's whole data (train and test), read once per process.
 
     The folder is found by :func:`task.locate.resolve_data_dir`; results are
-    cached per (dataset, folder found, block size, cache root), so later calls
-    return the same :class:`TaskData` object without reading files.
-
-    MNIST and Fashion-MNIST are read with ``torchvision.datasets.MNIST`` /
-    ``FashionMNIST(download=False)``.  CIFAR-10 is read from canonical
-    ``cifar-10-batches-py/`` pickles where present, otherwise from the JPEG
-    copy, extracted once into the user cache and decoded once into .npy
-    arrays (see :mod:`task.cifar`).  Tiny Shakespeare is encoded
-    and blocked by :mod:`task.text`.
+    cached per (task, reader, folder found, block size, cache root), so later
+    calls return the same :class:`TaskData` object without reading files.
 
     Parameters
     ----------
-    dataset : str
-        One of :data:`task.config.DATASETS`.
+    source : DataSource
+        The task's files (its module's).
+    read : callable
+        ``read(folder: Path, block_size: int) -> TaskData``, a module-level
+        function of the task's module (part of the cache key).
     data_dir : str or None
-        Explicit folder (run-config key ``data-dir``); ``""`` = unset.
+        Explicit folder (run-config key ``data-dir``); ``""`` or None = unset.
     block_size : int
-        Text block length ``T`` (ignored for images).
+        What ``read`` gets (a text task's block length; 0 for a task that
+        ignores it, so it is not part of that task's identity).
 
     Returns
     -------
     TaskData
-        Images: uint8 (N, C, H, W) and int64 labels (N,).  Text: int64 (N, T)
-        blocks and int64 (N, T) next-character targets.
 
     Raises
     ------
-    ValueError
-        If ``dataset`` or ``block_size`` is invalid.
     DatasetNotFoundError
-        If the dataset is nowhere to be found.
+        The data is nowhere to be found (:func:`task.locate.resolve_data_dir`).
     """
-    check_dataset(dataset)
-    if dataset == "shakespeare":
-        validate_data_args(dataset, "iid", 1, block_size=block_size)
-    else:
-        block_size = 0  # not part of an image task's identity
-    folder = resolve_data_dir(dataset, data_dir)
-    return _load_cached(dataset, str(folder), int(block_size), str(cache_root()))
+    folder = resolve_data_dir(source, data_dir or None)
+    return _load_cached(source.name, read, str(folder), int(block_size),
+                        str(cache_root()))
 
 
-load_task_data.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defined]
+load_files.cache_clear = _load_cached.cache_clear  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,8 +1,10 @@
-"""Where the datasets are: an explicit folder, the usual places, or a download.
+"""Where a built-in task's files are: an explicit folder, the usual places, or a download.
 
-:func:`resolve_data_dir` finds a folder that really holds a dataset (checking
-marker files, reading nothing); :func:`node_data_dir` is a ClientApp's choice
-between the server's folder and its own run-config ``data-dir``.
+A built-in task describes its files with a :class:`DataSource` (marker files that
+show a folder holds them, and how to download the canonical copy);
+:func:`resolve_data_dir` finds a folder that really holds them (checking marker
+files, reading nothing) and :func:`holds_dataset` says whether a folder does.
+Nothing here knows a dataset: the facts are the task modules' (:mod:`task.tasks`).
 """
 
 from __future__ import annotations
@@ -11,31 +13,37 @@ import logging
 import os
 import tempfile
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from task.config import PROJECT_ROOT, check_dataset
+from task.config import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
 SHARED_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data"
 """Offline copies kept next to the project (``<project root>/../shared/data``)."""
 
-CIFAR_TAR = Path("cifar10-jpeg") / "cifar10-jpg.tar.gz"
-"""The CIFAR-10 JPEG copy, relative to a data folder."""
 
-CIFAR_PICKLES = Path("cifar-10-batches-py")
-"""The canonical CIFAR-10 pickles, relative to a data folder."""
+@dataclass(frozen=True)
+class DataSource:
+    """A built-in dataset's files under a data folder.
 
-_MARKERS = {
-    "mnist": (Path("MNIST/raw/train-images-idx3-ubyte"),),
-    "fmnist": (Path("FashionMNIST/raw/train-images-idx3-ubyte"),),
-    "cifar10": (CIFAR_PICKLES / "data_batch_1", CIFAR_TAR),
-    "shakespeare": (Path("tinyshakespeare/input.txt"),),
-}
-_SHAKESPEARE_URL = (
-    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
-    "tinyshakespeare/input.txt"
-)
+    Attributes
+    ----------
+    name : str
+        The dataset's name (messages and the log).
+    markers : tuple of Path
+        Files relative to a data folder; a folder holds the dataset if any one
+        of them is there.
+    download : callable
+        ``download(root: Path) -> None``: fetch the canonical copy into ``root``
+        (needs internet); raise on failure.
+    """
+
+    name: str
+    markers: tuple[Path, ...]
+    download: Callable[[Path], None]
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -55,43 +63,16 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "sharding-eraser"
 
 
-def _holds(dataset: str, folder: Path) -> bool:
-    return any((folder / marker).is_file() for marker in _MARKERS[dataset])
+def _holds(source: DataSource, folder: Path) -> bool:
+    return any((folder / marker).is_file() for marker in source.markers)
 
 
-def holds_dataset(dataset: str, folder: str) -> bool:
-    """Whether ``folder`` (relative: from the project root) holds ``dataset``.
+def holds_dataset(source: DataSource, folder: str) -> bool:
+    """Whether ``folder`` (relative: from the project root) holds ``source``'s files.
 
     Checks the marker files :func:`resolve_data_dir` looks for; reads nothing.
-    Raises ValueError naming ``dataset`` if it is unknown.
     """
-    check_dataset(dataset)
-    return bool(folder) and _holds(dataset, _as_dir(folder))
-
-
-def node_data_dir(dataset: str, explicit: str, server: str) -> str | None:
-    """The data folder of a client node.
-
-    Parameters
-    ----------
-    dataset : str
-        One of :data:`task.config.DATASETS`.
-    explicit : str
-        The run-config ``data-dir`` (``""`` = unset).
-    server : str
-        The server's folder (message ``config["data-dir"]``; ``""`` = none).
-
-    Returns
-    -------
-    str or None
-        ``server`` where it holds the dataset on this node too; else
-        ``explicit`` (an error naming ``data-dir`` later if this node does not
-        have it there, never another folder); else ``None``: the lookup order
-        of :func:`resolve_data_dir`.
-    """
-    if server and holds_dataset(dataset, server):
-        return server
-    return explicit or None
+    return bool(folder) and _holds(source, _as_dir(folder))
 
 
 def _as_dir(value: str) -> Path:
@@ -99,32 +80,31 @@ def _as_dir(value: str) -> Path:
     return path if path.is_absolute() else PROJECT_ROOT / path
 
 
-def _download(dataset: str, root: Path) -> None:
+def _download(source: DataSource, root: Path) -> None:
     """Fetch the canonical copy into ``root`` (needs internet); raises on failure."""
-    import torchvision
-
     root.mkdir(parents=True, exist_ok=True)
-    if dataset == "mnist":
-        torchvision.datasets.MNIST(str(root), train=True, download=True)
-        torchvision.datasets.MNIST(str(root), train=False, download=True)
-    elif dataset == "fmnist":
-        torchvision.datasets.FashionMNIST(str(root), train=True, download=True)
-        torchvision.datasets.FashionMNIST(str(root), train=False, download=True)
-    elif dataset == "cifar10":
-        torchvision.datasets.CIFAR10(str(root), train=True, download=True)
-    else:
-        target = root / "tinyshakespeare" / "input.txt"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(_SHAKESPEARE_URL, timeout=30) as response:
-            payload = response.read()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-        os.replace(tmp, target)
+    source.download(root)
 
 
-def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
-    """Find a folder that really holds ``dataset``.
+def download_file(url: str, target: Path) -> None:
+    """Fetch ``url`` into ``target`` atomically (a helper of the tasks' ``download``).
+
+    Raises
+    ------
+    OSError
+        The fetch or the write failed (``urllib.error.URLError`` is one).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with urllib.request.urlopen(url, timeout=30) as response:
+        payload = response.read()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(payload)
+    os.replace(tmp, target)
+
+
+def resolve_data_dir(source: DataSource, data_dir: str | None = None) -> Path:
+    """Find a folder that really holds ``source``'s files.
 
     An explicit ``data_dir`` (run-config key ``data-dir``; ``None`` or ``""`` =
     unset; a relative path is taken from the project root) is the only place
@@ -138,15 +118,13 @@ def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
        canonical copy is downloaded with ``download=True`` if it is not there
        yet (needs internet).
 
-    A folder holds MNIST if it has ``MNIST/raw/train-images-idx3-ubyte``,
-    Fashion-MNIST ``FashionMNIST/raw/train-images-idx3-ubyte``, CIFAR-10
-    ``cifar-10-batches-py/data_batch_1`` or ``cifar10-jpeg/cifar10-jpg.tar.gz``,
-    Tiny Shakespeare ``tinyshakespeare/input.txt``.
+    A folder holds the dataset if it has one of ``source.markers`` (each task
+    module names its files, e.g. ``MNIST/raw/train-images-idx3-ubyte``).
 
     Parameters
     ----------
-    dataset : str
-        One of :data:`task.config.DATASETS`.
+    source : DataSource
+        The task's files (its module's).
     data_dir : str or None
         Explicit folder.
 
@@ -157,20 +135,18 @@ def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
 
     Raises
     ------
-    ValueError
-        If ``dataset`` is unknown.
     DatasetNotFoundError
         If an explicit ``data_dir`` does not hold the dataset (one line naming
         ``data-dir``), or no candidate holds it and the download failed (the
         message lists every candidate and why it was rejected).
     """
-    check_dataset(dataset)
+    dataset = source.name
     if data_dir:
-        return _explicit_dir(dataset, data_dir)
+        return _explicit_dir(source, data_dir)
     looked: list[str] = ["data-dir argument: (unset)"]
-    folder = _first_candidate(dataset, looked)
+    folder = _first_candidate(source, looked)
     if folder is None:
-        folder = _user_cache(dataset, looked)
+        folder = _user_cache(source, looked)
     if folder is None:
         raise DatasetNotFoundError(
             f"dataset {dataset!r} not found; looked in:\n  " + "\n  ".join(looked)
@@ -178,23 +154,24 @@ def resolve_data_dir(dataset: str, data_dir: str | None = None) -> Path:
     return folder
 
 
-def _wanted(dataset: str) -> str:
-    return " or ".join(str(m) for m in _MARKERS[dataset])
+def _wanted(source: DataSource) -> str:
+    return " or ".join(str(m) for m in source.markers)
 
 
-def _explicit_dir(dataset: str, data_dir: str) -> Path:
+def _explicit_dir(source: DataSource, data_dir: str) -> Path:
     """The explicit ``data-dir``, or a one-line DatasetNotFoundError naming it."""
-    folder = _as_dir(data_dir)
-    if not _holds(dataset, folder):
+    folder, dataset = _as_dir(data_dir), source.name
+    if not _holds(source, folder):
         raise DatasetNotFoundError(
             f"run-config 'data-dir' = {data_dir!r} is not allowed: {folder} does "
-            f"not hold {dataset} (no {_wanted(dataset)}); give a folder that does, "
+            f"not hold {dataset} (no {_wanted(source)}); give a folder that does, "
             "or '' to look in $SE_DATA_DIR, ../shared/data and the user cache")
     return folder
 
 
-def _first_candidate(dataset: str, looked: list[str]) -> Path | None:
+def _first_candidate(source: DataSource, looked: list[str]) -> Path | None:
     """``$SE_DATA_DIR``, then the shared copy; appends each rejected one to ``looked``."""
+    dataset = source.name
     candidates = [
         ("SE_DATA_DIR", os.environ.get("SE_DATA_DIR", "")),
         ("shared copy", str(SHARED_DATA_DIR)),
@@ -204,31 +181,31 @@ def _first_candidate(dataset: str, looked: list[str]) -> Path | None:
             looked.append(f"{label}: (unset)")
             continue
         folder = _as_dir(value)
-        if _holds(dataset, folder):
+        if _holds(source, folder):
             log.debug("Using %s of %s: %s", label, dataset, folder)
             return folder
-        looked.append(f"{label}: {folder} (no {_wanted(dataset)})")
+        looked.append(f"{label}: {folder} (no {_wanted(source)})")
         if label != "shared copy":
             log.warning("%s %s does not hold %s; looking further",
                         label, folder, dataset)
     return None
 
 
-def _user_cache(dataset: str, looked: list[str]) -> Path | None:
+def _user_cache(source: DataSource, looked: list[str]) -> Path | None:
     """The user cache, downloading into it if needed; appends why not to ``looked``."""
-    cache = cache_root() / "data"
-    if _holds(dataset, cache):
+    cache, dataset = cache_root() / "data", source.name
+    if _holds(source, cache):
         log.debug("Using user cache of %s: %s", dataset, cache)
         return cache
     try:
-        _download(dataset, cache)
+        _download(source, cache)
     except Exception as error:  # noqa: BLE001 - any failure means "not available"
         reason = " ".join(str(error).split())
         looked.append(f"user cache: {cache} (not there; download failed: "
                       f"{type(error).__name__}: {reason})")
         return None
-    if _holds(dataset, cache):
+    if _holds(source, cache):
         log.info("Downloaded %s into the user cache %s", dataset, cache)
         return cache
-    looked.append(f"user cache: {cache} (download left no {_wanted(dataset)})")
+    looked.append(f"user cache: {cache} (download left no {_wanted(source)})")
     return None

@@ -1,14 +1,15 @@
-"""Models of the paper: a small CNN for images, a character GPT for text.
+"""The paper's image model: a small CNN (the character GPT is :mod:`task.nanogpt`).
 
 CNN (paper: "2 convolution layers, 2 pooling layers and 2 fully connected
 layers"): conv 5x5 -> ReLU -> max-pool 2 -> conv 5x5 -> ReLU -> max-pool 2 ->
-fc -> ReLU -> fc.  Sized to train 100 clients on a few CPU cores:
+fc -> ReLU -> fc.  Sized to train 100 clients on a few CPU cores; each image
+task's module gives its sizes (:mod:`task.tasks`):
 
 - MNIST / Fashion-MNIST (1x28x28): channels 16, 32, hidden 128: 80,202 parameters;
 - CIFAR-10 (3x32x32): channels 32, 64, hidden 128: 259,914 parameters.
 
-Inputs are raw uint8 images; the model scales and normalises them with
-per-dataset mean and standard deviation held as plain Python floats, so
+Inputs are raw uint8 images; the model scales and normalises them with the
+task's per-channel mean and standard deviation held as plain Python floats, so
 ``state_dict()`` holds trainable parameters only.
 """
 
@@ -18,21 +19,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-
-from task.nanogpt import CharGPT, GPTConfig
-
-# Per-channel mean and standard deviation of the training images in [0, 1].
-NORMALISATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "mnist": ((0.1307,), (0.3081,)),
-    "fmnist": ((0.2860,), (0.3530,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-}
-
-IMAGE_SHAPES = {"mnist": (1, 28), "fmnist": (1, 28), "cifar10": (3, 32)}
-"""(channels, side) of each image dataset."""
-
-CNN_SIZES = {"mnist": (16, 32), "fmnist": (16, 32), "cifar10": (32, 64)}
-"""Convolution channels of :class:`CNN` per dataset."""
 
 
 def _per_channel(value: float | Sequence[float], channels: int, name: str
@@ -125,40 +111,3 @@ class CNN(nn.Module):
         x = pool(relu(self.conv1(self.normalise(x))), 2)
         x = pool(relu(self.conv2(x)), 2)
         return self.fc2(relu(self.fc1(x.flatten(1))))
-
-
-def build_model(dataset: str, num_classes: int, **kw) -> nn.Module:
-    """The paper's model for a dataset.
-
-    Parameters
-    ----------
-    dataset : {"mnist", "fmnist", "cifar10", "shakespeare"}
-        Task name.
-    num_classes : int
-        Classes (10), or the vocabulary size for ``shakespeare`` (65).
-    **kw
-        Overrides: :class:`CNN` arguments (``channels``, ``hidden``, ``mean``,
-        ``std``) for images, :class:`~task.nanogpt.GPTConfig` fields
-        (``block_size``, ``n_layer``, ``n_head``, ``n_embd``, ``dropout``,
-        ``tie_weights``) for text.
-
-    Returns
-    -------
-    torch.nn.Module
-        :class:`CNN` taking (B, C, H, W) images for image datasets;
-        :class:`~task.nanogpt.CharGPT` taking int64 (B, T) for text.
-
-    Raises
-    ------
-    ValueError
-        If ``dataset`` is unknown.
-    """
-    if dataset == "shakespeare":
-        return CharGPT(GPTConfig(vocab_size=num_classes, **kw))
-    if dataset not in IMAGE_SHAPES:
-        raise ValueError(f"dataset={dataset!r} is not one of "
-                         f"{(*IMAGE_SHAPES, 'shakespeare')}")
-    in_channels, side = IMAGE_SHAPES[dataset]
-    mean, std = NORMALISATION[dataset]
-    options = {"mean": mean, "std": std, "channels": CNN_SIZES[dataset], **kw}
-    return CNN(in_channels, side, num_classes, **options)

@@ -1,10 +1,11 @@
 """Which data a run read: the source files, their format and checksums.
 
 A run's accuracy is only comparable with runs on the same data: the CIFAR-10 JPEG
-copy (quality about 75) is not the canonical images. :func:`data_provenance`
-names the files a dataset is read from, their format and SHA-256 (cached by path,
-size and modification time, in memory and in ``<cache root>/provenance.json``, so
-a file is hashed once).
+copy (quality about 75) is not the canonical images. A built-in task's module
+says which files its data is read from and in which format (its ``provenance``);
+:func:`files_provenance` records them with their SHA-256 (cached by path, size and
+modification time, in memory and in ``<cache root>/provenance.json``, so a file
+is hashed once).
 """
 
 from __future__ import annotations
@@ -13,68 +14,48 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from task.locate import CIFAR_PICKLES, CIFAR_TAR, cache_root
+from task.locate import cache_root
 
-_FORMATS = {
-    "mnist": "MNIST IDX files (uncompressed), read by torchvision.datasets.MNIST",
-    "fmnist": "Fashion-MNIST IDX files (uncompressed), read by "
-              "torchvision.datasets.FashionMNIST",
-    "cifar10-pickles": "canonical CIFAR-10 python pickles (cifar-10-batches-py)",
-    "cifar10-jpeg": "CIFAR-10 JPEG copy (quality about 75, decoded once to .npy): "
-                    "not bit-identical to the canonical images; accuracy is not "
-                    "comparable with runs on them",
-    "shakespeare": "Tiny Shakespeare, one UTF-8 text file (char-rnn input.txt)",
-}
 _MEMO: dict[tuple[str, int, int], str] = {}
 
 
-def source_files(dataset: str, folder: str | Path) -> tuple[str, list[Path]]:
-    """The format key of :data:`_FORMATS` and the files ``dataset`` is read from.
+def files_provenance(dataset: str, folder: str | Path, fmt: str,
+                     files: Sequence[Path]) -> dict:
+    """The data a run of ``dataset`` from ``folder`` reads (summary.json ``data``).
 
-    Raises
-    ------
-    FileNotFoundError
-        ``folder`` holds none of the dataset's files.
-    """
-    folder = Path(folder)
-    if dataset in ("mnist", "fmnist"):
-        raw = folder / ("MNIST" if dataset == "mnist" else "FashionMNIST") / "raw"
-        key, files = dataset, sorted(raw.glob("*-ubyte"))
-    elif dataset == "cifar10" and (folder / CIFAR_PICKLES / "data_batch_1").is_file():
-        key = "cifar10-pickles"
-        files = sorted((folder / CIFAR_PICKLES).glob("*_batch*"))
-    elif dataset == "cifar10":
-        key, files = "cifar10-jpeg", [folder / CIFAR_TAR]
-    else:
-        key, files = dataset, [folder / "tinyshakespeare" / "input.txt"]
-    files = [f for f in files if f.is_file()]
-    if not files:
-        raise FileNotFoundError(f"no {dataset} files in {folder}")
-    return key, files
-
-
-def data_provenance(dataset: str, folder: str | Path) -> dict:
-    """The data a run of ``dataset`` from ``folder`` reads.
+    Parameters
+    ----------
+    dataset : str
+        The task's name.
+    folder : str or Path
+        The data folder (``files`` lie under it).
+    fmt : str
+        One sentence: the format read (and whether it is the canonical copy).
+    files : sequence of Path
+        The files read; those that do not exist are left out.
 
     Returns
     -------
     dict
-        ``dataset``, ``folder``, ``format`` (a sentence), ``files`` (one dict per
-        file: ``path`` relative to ``folder``, ``bytes``, ``sha256``) and
-        ``sha256`` (of the files' checksums in order: one id for the whole set).
+        ``dataset``, ``folder``, ``format``, ``files`` (one dict per file:
+        ``path`` relative to ``folder``, ``bytes``, ``sha256``) and ``sha256``
+        (of the files' checksums in order: one id for the whole set).
 
     Raises
     ------
     FileNotFoundError
-        ``folder`` holds none of the dataset's files.
+        None of ``files`` exists.
     """
-    key, files = source_files(dataset, folder)
+    files = [f for f in files if f.is_file()]
+    if not files:
+        raise FileNotFoundError(f"no {dataset} files in {folder}")
     entries = [{"path": str(f.relative_to(folder)), "bytes": f.stat().st_size,
                 "sha256": file_sha256(f)} for f in files]
     whole = hashlib.sha256("".join(e["sha256"] for e in entries).encode()).hexdigest()
-    return {"dataset": dataset, "folder": str(folder), "format": _FORMATS[key],
+    return {"dataset": dataset, "folder": str(folder), "format": fmt,
             "files": entries, "sha256": whole}
 
 

@@ -1,9 +1,11 @@
 """Which task a run uses (run-config ``task``), its data, and a client's share of it.
 
 ``task`` is ``""`` (the built-in task named by ``dataset``: existing runs are
-unchanged), a built-in name (:data:`task.builtin.TASKS`), or
+unchanged), a built-in name (:data:`task.tasks.BUILTIN_TASKS`), or
 ``package.module:factory``: an attribute of an importable module that is a
-:class:`~task.interface.Task` or a callable returning one. The module must be
+:class:`~task.interface.Task` or a callable returning one. A built-in name is
+resolved through the same import: the registry maps it to its module's
+``package.module:attribute``. The module must be
 importable wherever the task runs: the command's preflight, the ServerApp and
 every ClientApp (docs/TASKS.md: simulation, deployment, the FAB). Tasks are
 resolved once per process (:func:`get_task`).
@@ -22,10 +24,12 @@ from dataclasses import replace
 
 import torch
 
-from task.builtin import TASKS
 from task.config import TaskConfig
 from task.data import TaskData, client_data
-from task.interface import Task
+from task.interface import ExperimentFacts, Task
+from task.tasks import BUILTIN_TASKS
+
+TASKS = BUILTIN_TASKS  # check_spec's default names (a snapshot at import)
 
 _PLUGIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -107,10 +111,8 @@ def get_task(spec: str) -> Task:
         One line naming ``task``: an unknown name, a module that cannot be
         imported, a factory that fails, or one that gives no :class:`Task`.
     """
-    check_spec(spec)
-    if spec in TASKS:
-        return TASKS[spec]
-    made = import_object(spec, "task")
+    check_spec(spec, builtins=tuple(BUILTIN_TASKS))  # the registry as it is now
+    made = import_object(BUILTIN_TASKS.get(spec, spec), "task")
     if not isinstance(made, Task) and callable(made):
         try:
             made = made()
@@ -121,6 +123,30 @@ def get_task(spec: str) -> Task:
         raise ValueError(f"run-config 'task' = {spec!r} is not allowed: it gave a "
                          f"{type(made).__name__}, not a task.interface.Task")
     return made
+
+
+def is_builtin(task: Task) -> bool:
+    """Whether ``task`` is the built-in registered under its name (not a look-alike)."""
+    return task.name in BUILTIN_TASKS and get_task(task.name) is task
+
+
+def builtin_experiments(name: str) -> ExperimentFacts | None:
+    """What the experiment suites know of the built-in task ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A row's or a run's ``dataset``: a built-in name, or a plug-in's spec
+        (never imported here).
+
+    Returns
+    -------
+    ExperimentFacts or None
+        The built-in's :attr:`Task.experiments`; None for any other name.
+    """
+    if name not in BUILTIN_TASKS:
+        return None
+    return get_task(name).experiments
 
 
 def task_of(settings: TaskConfig) -> Task:
@@ -155,7 +181,7 @@ def load_data(task: Task, settings: TaskConfig, folder: str) -> TaskData:
     ValueError, FileNotFoundError
         As the task's ``load``, or data that contradicts its declaration.
     """
-    if TASKS.get(task.name) is task:  # built-in: task.data caches the files it read
+    if is_builtin(task):  # task.data caches the files a built-in read
         return task.check_data(task.load(replace(settings, data_dir=folder)))
     return _load(task, replace(settings, data_dir=folder, device="auto"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from task import cifar
-from task.data import load_task_data
+from task.builtin import load_task_data
 
 CLASSES = {"cat": (200, 30, 30), "airplane": (20, 40, 220), "dog": (10, 200, 10)}
 

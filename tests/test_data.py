@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from task import locate
-from task.data import TaskData, client_data, load_task_data
-from task.locate import DatasetNotFoundError, resolve_data_dir
+from task.builtin import load_task_data, resolve_data_dir
+from task.data import TaskData, client_data
+from task.locate import DatasetNotFoundError
 
 SHARED = locate.SHARED_DATA_DIR
 needs_mnist = pytest.mark.skipif(
@@ -74,7 +75,7 @@ def test_data_dir_precedence(tmp_path, cache, offline, monkeypatch):
 
 def test_client_uses_the_servers_folder_else_the_explicit_one(tmp_path):
     # node_data_dir(dataset, run-config data-dir, server's message data-dir)
-    from task.locate import node_data_dir
+    from task.builtin import node_data_dir
 
     held = str(_fake_mnist(tmp_path / "held"))
     empty = str(tmp_path / "empty")

@@ -31,7 +31,7 @@ _TASKS: dict = {}
 
 def _task(dataset: str, data_dir):
     """The loaded dataset (cached over the module: loading is the slow part)."""
-    from task.data import load_task_data
+    from task.builtin import load_task_data
 
     if dataset not in _TASKS:
         _TASKS[dataset] = load_task_data(dataset, str(data_dir), 64)

@@ -263,3 +263,50 @@ def test_no_public_callable_takes_more_than_8_positional_parameters():
                 long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
                             f"({len(positional)})")
     assert sorted(long) == []
+
+
+# Where a built-in dataset's name may be spelled: its task module and the registry
+# (task/tasks/). presets/, docs/ and tests/ spell them too; they are not scanned.
+DATASET_NAME_HOMES = ("task/tasks/",)
+SCRIPT_FOLDERS = ("examples", "benchmarks")
+
+
+def dataset_names_outside_their_task(names: set[str], root: Path = ROOT,
+                                     paths: list[Path] | None = None) -> list[str]:
+    """``path:line: 'NAME'`` of each string literal equal to a built-in task's name.
+
+    Docstrings are prose and not counted; :data:`DATASET_NAME_HOMES` may spell them.
+    Scans the packages' modules and the scripts of :data:`SCRIPT_FOLDERS`.
+    """
+    if paths is None:
+        paths = [*_modules().values(), *(p for folder in SCRIPT_FOLDERS
+                                         for p in sorted((root / folder).rglob("*.py")))]
+    found = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(DATASET_NAME_HOMES):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        found += [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in names
+                  and id(node) not in docs]
+    return sorted(found)
+
+
+def test_no_module_lists_or_branches_on_a_dataset_name():
+    """Item 2 of issue 41: a built-in task's facts live in its module alone."""
+    from task.tasks import BUILTIN_TASKS
+
+    assert dataset_names_outside_their_task(set(BUILTIN_TASKS)) == []
+
+
+def test_the_dataset_name_rule_finds_a_name_spelled_elsewhere(tmp_path):
+    """The rule above can fail: 'mnist' outside task/tasks/ is found, inside it is not."""
+    stray = tmp_path / "experiments" / "probe.py"
+    home = tmp_path / "task" / "tasks" / "probe.py"
+    for path in (stray, home):
+        path.parent.mkdir(parents=True)
+        path.write_text('"""Says mnist in prose."""\n\nif NAME == "mnist":\n    pass\n')
+    assert dataset_names_outside_their_task({"mnist"}, tmp_path, [stray, home]) == [
+        "experiments/probe.py:3: 'mnist'"]

@@ -170,7 +170,7 @@ def test_experiment_report_lists_lira_of_the_runs_that_have_it():
 
 def _sets(shared_data, **overrides):
     from server_app.evaluation.mia_sets import choose_sets
-    from task.data import load_task_data
+    from task.builtin import load_task_data
     from tests.conftest import TINY
     cfg = RunConfig.from_run_config(fused_run_config(
         {**TINY, "forget-clients": "3", "mia-shadows": 2, "mia-references": 2,

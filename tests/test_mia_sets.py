@@ -19,8 +19,8 @@ from server_app.evaluation.mia_sets import (
     choose_sets,
     pair_by_class,
 )
+from task.builtin import load_task_data
 from task.config import fused_run_config
-from task.data import load_task_data
 from tests.conftest import TINY
 
 

@@ -6,8 +6,10 @@ import pytest
 import torch
 from torch.nn import functional
 
-from task.model import CNN, NORMALISATION, build_model
+from task.builtin import build_model
+from task.model import CNN
 from task.nanogpt import CharGPT, GPTConfig
+from task.tasks import cifar10
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +48,7 @@ def test_cnn_shapes_and_state_dict(dataset, shape, n_params):
 
 
 def test_cnn_normalisation():
-    mean, std = NORMALISATION["cifar10"]
+    mean, std = cifar10.NORMALISATION
     model = CNN(3, 32, 10, mean, std, channels=(4, 8), hidden=16)
     images = torch.full((1, 3, 32, 32), 255, dtype=torch.uint8)
     out = model.normalise(images)

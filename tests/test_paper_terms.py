@@ -207,7 +207,7 @@ def test_storage_per_shard_server_and_over_the_system(run_server, storage):
 def test_data_provenance_names_files_format_and_checksums(shared_data, tmp_path,
                                                           monkeypatch):
     from task import provenance
-    from task.provenance import data_provenance
+    from task.builtin import data_provenance
 
     monkeypatch.setenv("SE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(provenance, "_MEMO", {})

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from task import partition
-from task.data import load_task_data
+from task.builtin import load_task_data
 from task.locate import SHARED_DATA_DIR
 from task.partition import partition_indices
 

@@ -81,7 +81,8 @@ def test_task_config_checks_partition_keys(field, value, words):
 
 
 def test_text_keeps_its_buckets_for_label_schemes(shared_data):
-    from task.data import load_task_data, partitions
+    from task.builtin import load_task_data
+    from task.data import partitions
 
     task = load_task_data("shakespeare", str(shared_data), 16)
     buckets = partitions(task, 8, "noniid", 0)

@@ -229,7 +229,7 @@ def test_small_noniid_federation_runs(run_server, tmp_path):
 
 
 def test_noniid_partition_for_eight_clients(shared_data):
-    from task.data import load_task_data
+    from task.builtin import load_task_data
     from task.partition import noniid_client_size, partition_indices
 
     labels = load_task_data("mnist", str(shared_data)).train_y.numpy()

@@ -405,7 +405,8 @@ def test_the_server_stops_at_discovery_before_any_training(tmp_path, shared_data
 
 
 def test_partition_sizes_are_what_clients_hold(shared_data):
-    from task.data import client_data, load_task_data, partition_sizes
+    from task.builtin import load_task_data
+    from task.data import client_data, partition_sizes
 
     task = load_task_data("mnist", str(shared_data))
     for scheme in ("iid", "noniid"):
@@ -458,7 +459,7 @@ def test_the_client_apps_own_reply_passes_screening(make_grid, shared_data, kind
     """TRAIN_RECORDS / TRAIN_METRICS are what client_app sends: keep them in step."""
     from conftest import TINY
 
-    from task.model import build_model
+    from task.builtin import build_model
 
     config = {**TINY, "data-dir": str(shared_data)}
     grid = make_grid(8, config)

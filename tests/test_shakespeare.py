@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from server_app.config import ConfigError, RunConfig
-from task.model import build_model
+from task.builtin import build_model
 from task.train import fisher_preconditioner, local_train
 
 try:

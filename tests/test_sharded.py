@@ -57,7 +57,7 @@ def test_each_shard_trains_only_its_nodes_and_leaves_others_bit_identical(
     sharded = ShardedStrategy(strategies, shards, seed=0)
     import torch
 
-    from task.model import build_model
+    from task.builtin import build_model
     torch.manual_seed(0)
     w0 = ArrayRecord(build_model("mnist", 10).state_dict())
     torch.manual_seed(1)

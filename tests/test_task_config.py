@@ -130,7 +130,7 @@ def test_client_app_without_a_key_fails_naming_it(make_grid):
     # training on a guessed default.
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-    from task.model import build_model
+    from task.builtin import build_model
 
     grid = make_grid(1, {})
     context = grid.contexts[1000]

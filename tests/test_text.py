@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from task import locate, text
-from task.data import client_data, load_task_data
+from task.builtin import load_task_data
+from task.data import client_data
 
 CORPUS = locate.SHARED_DATA_DIR / "tinyshakespeare" / "input.txt"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_file(),

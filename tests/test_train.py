@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from task.model import build_model
+from task.builtin import build_model
 from task.train import (
     epoch_schedule,
     fisher_preconditioner,

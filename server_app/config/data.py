@@ -8,6 +8,7 @@ from server_app.config.section import Section
 from server_app.config.values import MAX_CLIENTS, ConfigError, bad
 from task.config import DATASETS, MAX_PARTITION_ALPHA, PARTITIONS
 from task.registry import check_spec, is_plugin, task_spec
+from task.tasks import BUILTIN_TASKS
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class DataConfig(Section):
         checked here, the import and the task's parts in
         :func:`server_app.preflight.check_run`.
     dataset : str
-        One of :data:`task.config.DATASETS` (read when ``task`` is ``""``).
+        A built-in task's name (:data:`task.tasks.BUILTIN_TASKS`, read when
+        ``task`` is ``""``); default: the registry's first, as pyproject.toml's.
     data_dir : str
         Where the dataset is ('' = looked up, :func:`task.locate.resolve_data_dir`).
     partition : str
@@ -40,7 +42,7 @@ class DataConfig(Section):
     """
 
     task: str = ""
-    dataset: str = "mnist"
+    dataset: str = DATASETS[0]
     data_dir: str = ""
     partition: str = "iid"
     partition_alpha: float = 0.5
@@ -52,10 +54,11 @@ class DataConfig(Section):
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on the first bad value (naming key and value)."""
-        if self.dataset not in DATASETS:
-            raise bad("dataset", self.dataset, f"one of {', '.join(DATASETS)}")
+        names = tuple(BUILTIN_TASKS)  # the registry as it is now
+        if self.dataset not in names:
+            raise bad("dataset", self.dataset, f"one of {', '.join(names)}")
         try:
-            check_spec(self.task_spec)
+            check_spec(self.task_spec, builtins=names)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         if self.partition not in PARTITIONS:

@@ -43,7 +43,8 @@ def _setup(seed: int):
     """The paper preset's run config, the task and the shard's 25 clients' data."""
     from server_app.config import RunConfig
     from task.config import fused_run_config
-    from task.data import client_data, load_task_data
+    from task.builtin import load_task_data
+    from task.data import client_data
 
     preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
     data_dir = str(ROOT.parent / "shared" / "data")

@@ -18,8 +18,8 @@ from collections import Counter
 import numpy as np
 import torch
 
-from task.builtin import SHAKESPEARE_VOCAB, TASKS
-from task.data import client_data, load_task_data
+from task.builtin import SHAKESPEARE_VOCAB, TASKS, load_task_data
+from task.data import client_data
 from task.text import decode
 from task.text_backdoor import (
     TextBackdoor,

@@ -15,8 +15,8 @@ import sys
 import torch
 
 from task.backdoor import Backdoor, attack_success_rate, poison, triggered_test_set
-from task.data import client_data, load_task_data
-from task.model import build_model
+from task.builtin import build_model, load_task_data
+from task.data import client_data
 from task.train import local_train, predict_proba
 
 

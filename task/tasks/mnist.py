@@ -1,0 +1,154 @@
+"""MNIST and Fashion-MNIST: 28x28 grey images of 10 classes, the paper's small CNN.
+
+One module for the family (the two share everything but facts), two registrations
+(:data:`task.tasks.BUILTIN_TASKS`): :data:`mnist` and :data:`fmnist`. Both are read
+from their uncompressed IDX files by torchvision (``download=False``), kept as
+uint8 (N, 1, 28, 28) images with int64 (N,) labels, and learnt by
+:class:`task.model.CNN` (channels 16, 32, hidden 128: 80,202 parameters), which
+normalises them with the dataset's mean and standard deviation. The backdoor
+trigger is the white square of :func:`task.backdoor.stamp`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from task.backdoor import stamp
+from task.config import TaskConfig
+from task.data import TaskData, load_files
+from task.interface import ExperimentFacts, Task
+from task.locate import DataSource, holds_dataset, resolve_data_dir
+from task.model import CNN
+from task.provenance import files_provenance
+
+PAPER_IMAGE_CLAIM = ("Retraining time, SE vs baselines, non-IID MNIST / FMNIST / "
+                     "CIFAR-10", 0.66)
+"""The paper's retraining-time claim over its three image datasets (this family's
+and :mod:`task.tasks.cifar10`'s ``paper_claim``)."""
+
+CNN_CHANNELS = (16, 32)
+"""Convolution channels of the CNN for 1x28x28 images."""
+
+IMAGE_SIDE = 28
+"""Side of the square images, in pixels (one channel)."""
+
+
+@dataclass(frozen=True)
+class Idx:
+    """One dataset of the family: where its files are and what it is.
+
+    Attributes
+    ----------
+    name : str
+        The run-config ``dataset`` name.
+    folder : str
+        The folder under the data folder torchvision reads (``<folder>/raw``).
+    reader : str
+        The ``torchvision.datasets`` class reading it.
+    normalisation : (tuple of float, tuple of float)
+        Mean and standard deviation of the training images in [0, 1].
+    format : str
+        summary.json ``data.format``.
+    """
+
+    name: str
+    folder: str
+    reader: str
+    normalisation: tuple[tuple[float, ...], tuple[float, ...]]
+    format: str
+
+    @property
+    def source(self) -> DataSource:
+        """The marker file and the download (:mod:`task.locate`)."""
+        marker = Path(self.folder) / "raw" / "train-images-idx3-ubyte"
+        return DataSource(self.name, (marker,), partial(_download, self.reader))
+
+
+MNIST = Idx("mnist", "MNIST", "MNIST", ((0.1307,), (0.3081,)),
+            "MNIST IDX files (uncompressed), read by torchvision.datasets.MNIST")
+FMNIST = Idx("fmnist", "FashionMNIST", "FashionMNIST", ((0.2860,), (0.3530,)),
+             "Fashion-MNIST IDX files (uncompressed), read by "
+             "torchvision.datasets.FashionMNIST")
+
+
+def _download(reader: str, root: Path) -> None:
+    import torchvision
+
+    cls = getattr(torchvision.datasets, reader)
+    cls(str(root), train=True, download=True)
+    cls(str(root), train=False, download=True)
+
+
+def _read(reader: str, folder: Path, block_size: int) -> TaskData:
+    """Both splits through torchvision; ``block_size`` is ignored (0)."""
+    import torchvision
+
+    cls = getattr(torchvision.datasets, reader)
+    train = cls(str(folder), train=True, download=False)
+    test = cls(str(folder), train=False, download=False)
+    return TaskData(
+        train_x=train.data.unsqueeze(1).contiguous(),
+        train_y=train.targets.to(torch.int64),
+        test_x=test.data.unsqueeze(1).contiguous(),
+        test_y=test.targets.to(torch.int64),
+        num_classes=10, source=str(Path(train.raw_folder)), kind="image")
+
+
+_READERS = {idx.reader: partial(_read, idx.reader) for idx in (MNIST, FMNIST)}
+
+
+def _load(idx: Idx, settings: TaskConfig) -> TaskData:
+    # one reader object per dataset: it is part of task.data's cache key
+    return load_files(idx.source, _READERS[idx.reader], settings.data_dir or None)
+
+
+def _model(idx: Idx, num_classes: int, **kw) -> nn.Module:
+    """The CNN for 1x28x28 images; ``kw`` overrides :class:`CNN`'s options."""
+    mean, std = idx.normalisation
+    options = {"mean": mean, "std": std, "channels": CNN_CHANNELS, **kw}
+    return CNN(1, IMAGE_SIDE, num_classes, **options)
+
+
+def _locate(idx: Idx, data_dir: str) -> str:
+    return str(resolve_data_dir(idx.source, data_dir or None))
+
+
+def _provenance(idx: Idx, folder: str | Path) -> dict:
+    raw = Path(folder) / idx.folder / "raw"
+    return files_provenance(idx.name, folder, idx.format, sorted(raw.glob("*-ubyte")))
+
+
+_SUITES = ("quick", "trained", "paper")
+
+
+def _task(idx: Idx, experiments: ExperimentFacts) -> Task:
+    return Task(name=idx.name, load=partial(_load, idx), model=partial(_model, idx),
+                stamp=stamp, locate=partial(_locate, idx),
+                holds=partial(holds_dataset, idx.source),
+                provenance=partial(_provenance, idx), num_classes=10,
+                experiments=experiments)
+
+
+mnist = _task(MNIST, ExperimentFacts(
+    roles={**dict.fromkeys(_SUITES, ("single", "mia", "storage")),
+           "tiny": ("single", "mia", "concurrent", "storage")},
+    client_samples={"quick": 64, "tiny": 32},
+    # measured (2 local epochs, 8 of 20 clients a round): non-IID 97.4% after 10 rounds
+    config={"trained": {"num-rounds": 12}},
+    goal=("accuracy", 0.97), cost=1.0, train_size=60000,
+    paper_claim=PAPER_IMAGE_CLAIM, mia_check=True))
+"""MNIST (run-config ``dataset = "mnist"``)."""
+
+fmnist = _task(FMNIST, ExperimentFacts(
+    roles=dict.fromkeys(_SUITES, ("single",)),
+    client_samples={"quick": 64, "tiny": 32},
+    # measured as MNIST's: non-IID 86.2% after 10 rounds
+    config={"trained": {"num-rounds": 12}},
+    goal=("accuracy", 0.85), cost=1.0, train_size=60000,
+    paper_claim=PAPER_IMAGE_CLAIM))
+"""Fashion-MNIST (run-config ``dataset = "fmnist"``)."""
