@@ -125,6 +125,56 @@ def table() -> str:
     return "\n".join(out)
 
 
+def figures() -> list[Path]:
+    """One picture per dataset: wall / FR (x) against accuracy minus FR (y).
+
+    Every framework and schedule of the files, mean over the seeds with their
+    range as bars, one marker per cell; written to ``docs/figures/pareto_<dataset>.png``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from server_app.config import methods
+
+    points: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {}
+    for path in sorted(HERE.glob("explore-*-s*.json")):
+        data = json.loads(path.read_text())
+        fw = data["frameworks"]
+        fr = fw["FR"]
+        cell = points.setdefault(data["config"]["dataset"], {}).setdefault(
+            data["cell"], {})
+        for name, f in fw.items():
+            cell.setdefault(name, []).append((
+                f["modelled_wall_s"] / fr["modelled_wall_s"],
+                (f["accuracy"] - fr["accuracy"]) * 100))
+    written = []
+    for dataset, cells in points.items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for marker, (cell, by_name) in zip("osD^v", cells.items(), strict=False):
+            for k, (name, xy) in enumerate(by_name.items()):
+                xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+                mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+                described = methods.registered(name)
+                ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]],
+                            yerr=[[my - min(ys)], [max(ys) - my]], fmt=marker,
+                            color=described.colour if described else plt.cm.tab20(k),
+                            label=f"{name} ({cell[:28]})", alpha=0.8)
+        ax.axhline(0, color="#999", lw=0.8)
+        ax.axvline(0.35, color="#d62728", lw=0.8, ls=":")
+        ax.set_xlabel("modelled wall time / FR's")
+        ax.set_ylabel("test accuracy minus FR's (points)")
+        ax.set_title(f"{dataset}: speed against accuracy (mean, range over seeds)")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        out = ROOT / "docs" / "figures" / f"pareto_{dataset}.png"
+        fig.savefig(out, dpi=90)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 3:
         seed, cell = int(sys.argv[1]), sys.argv[2]
@@ -134,4 +184,5 @@ if __name__ == "__main__":
             json.dumps(result, indent=1) + "\n")
     text = table()
     (HERE / "explore.md").write_text(text + "\n")
+    figures()
     print(text)
