@@ -18,10 +18,12 @@ Flower merges into every run config); the run's task (:mod:`task.registry`: a
 built-in or a plug-in) gives the data, the model and the local training and
 evaluation steps, on the run's ``device``; the per-round settings (epochs, lr,
 batch size) from the message's ``config`` record, as stock Flower strategies send
-them: ``lr``, ``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or
-``adam``, fresh state every message), ``momentum`` (SGD), and RapidRetrain's
-``precondition``.  Data, models and
-training are :mod:`task`'s; this module only answers messages.
+them, read by :meth:`task.training_settings.TrainingSettings.from_record` (its
+keys: ``lr``, ``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or
+``adam``, fresh state every message), ``momentum`` (SGD), ``seed``,
+``data-dir``, ``server-round``, FedProx's ``proximal-mu`` and RapidRetrain's
+``precondition``).  Data, models and training are :mod:`task`'s; this module
+only answers messages.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from task.device import resolve_device
 from task.node_cache import cached_client_data
 from task.registry import task_of
 from task.text_backdoor import TextBackdoor, implant
-from task.train import fisher_preconditioner, local_seed
+from task.train import fisher_preconditioner
+from task.training_settings import TrainingSettings, data_dir_of
 
 app = ClientApp()
 
@@ -67,20 +70,19 @@ def partition_id(context: Context) -> int:
             "--node-config \"partition-id=<i> num-partitions=<C>\"") from err
 
 
-def _received(message: Message, context: Context):
+def _received(message: Message, context: Context, server_dir: str):
     """The node's training data, the model the message carries, the task and device.
 
     Returns ``(x, y, model, task, device)``: the node's share of the task
-    (:class:`TaskConfig` from the run config; the server's ``data-dir`` where
-    this node has it), the task's model holding the received weights, the run's
-    :class:`task.interface.Task` and this node's ``torch.device``. With
-    ``node-dir`` in the node config the share is cached there
-    (:mod:`task.node_cache`): a deployed ClientApp process loads the whole
+    (:class:`TaskConfig` from the run config; ``server_dir``, the server's
+    ``data-dir``, where this node has it), the task's model holding the
+    received weights, the run's :class:`task.interface.Task` and this node's
+    ``torch.device``. With ``node-dir`` in the node config the share is cached
+    there (:mod:`task.node_cache`): a deployed ClientApp process loads the whole
     dataset only for its node's first message.
     """
     cfg = TaskConfig.from_run_config(context.run_config)
     task = task_of(cfg)
-    server_dir = str(message.content["config"].get("data-dir", "") or "")
     x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
                                            context.node_config.get("node-dir") or None)
     # a client of the unlearning request stamps its own data (task.backdoor), or
@@ -97,28 +99,17 @@ def _received(message: Message, context: Context):
 
 def _train(message: Message, context: Context, phase: str) -> Message:
     torch.set_num_threads(_THREADS)
-    config = message.content["config"]
-    x, y, model, task, device = _received(message, context)
-    seed = local_seed(config.get("seed", 0), phase, int(config.get("server-round", 0)),
-                      partition_id(context))
+    settings = TrainingSettings.from_record(message.content["config"])
+    x, y, model, task, device = _received(message, context, settings.data_dir)
+    seed = settings.local_seed(phase, partition_id(context))
     transform, t0 = None, time.perf_counter()
-    if config.get("precondition", "") == "fisher":  # RapidRetrain
+    if settings.precondition == "fisher":  # RapidRetrain
         transform = fisher_preconditioner(
-            model, x, y, samples=int(config.get("fisher-samples", 32)),
-            damping=float(config.get("fisher-damping", 1.0)), seed=seed, device=device)
+            model, x, y, samples=settings.fisher_samples,
+            damping=settings.fisher_damping, seed=seed, device=device)
     fisher_seconds = time.perf_counter() - t0
-    result = task.train(
-        model, x, y,
-        epochs=float(config["local-epochs"]),
-        batch_size=int(config["batch-size"]),
-        lr=float(config["lr"]),
-        momentum=float(config.get("momentum", 0.0)),
-        seed=seed,
-        proximal_mu=float(config.get("proximal-mu", 0.0)),
-        grad_transform=transform,
-        optimizer=str(config.get("optimizer", "sgd")),
-        device=device,
-    )
+    result = settings.train(task, model, x, y, seed=seed, device=device,
+                            grad_transform=transform)
     metrics = MetricRecord({
         "num-examples": len(x),
         "train-loss": result.loss,
@@ -190,7 +181,8 @@ def unlearn(message: Message, context: Context) -> Message:
 def evaluate(message: Message, context: Context) -> Message:
     """Loss and accuracy of the received model on this client's data."""
     torch.set_num_threads(_THREADS)
-    x, y, model, task, device = _received(message, context)
+    x, y, model, task, device = _received(message, context,
+                                          data_dir_of(message.content["config"]))
     loss, accuracy = task.score(task.predict(model, x, device=device), y.numpy())
     metrics = MetricRecord({"num-examples": len(x), "loss": loss,
                             "accuracy": accuracy})

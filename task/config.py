@@ -25,6 +25,7 @@ from flwr.common.config import flatten_dict, fuse_dicts, get_project_config
 
 from task.device import check_device
 from task.tasks import BUILTIN_TASKS
+from task.values import coerce
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The project root (parent of ``task/``, holding ``pyproject.toml``)."""
@@ -241,11 +242,13 @@ class TaskConfig:
         ------
         ValueError
             One line naming a missing key, or a key whose value has the wrong
-            type or is not allowed.
+            type or is not allowed (:class:`task.values.ConfigError` for a
+            wrong type: values are read as the ServerApp reads them,
+            :func:`task.values.coerce`).
         """
         def get(key: str, kind: type) -> object:
             require_keys(run_config, (key,))
-            return _typed(key, run_config[key], kind)
+            return coerce(key, run_config[key], kind)
 
         return cls(dataset=get("dataset", str), partition=get("partition", str),
                    num_clients=get("num-clients", int), seed=get("seed", int),
@@ -272,23 +275,6 @@ def check_partition_args(alpha: object, classes_per_client: object) -> None:
     if not is_int(classes_per_client) or classes_per_client < 1:
         raise ValueError(f"classes-per-client={classes_per_client!r} must be an "
                          "integer >= 1")
-
-
-def _typed(key: str, value: object, kind: type) -> object:
-    """``value`` as ``kind`` (str, int or float; an integral float counts as an int)."""
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ValueError(f"run-config '{key}' = {value!r} must be a number")
-    if kind is str:
-        if not isinstance(value, str):
-            raise ValueError(f"run-config '{key}' = {value!r} must be a string")
-        return value
-    if is_int(value):
-        return int(value)
-    if isinstance(value, float) and math.isfinite(value) and value == int(value):
-        return int(value)
-    raise ValueError(f"run-config '{key}' = {value!r} must be an integer")
 
 
 # --------------------------------------------------------------------------

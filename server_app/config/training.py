@@ -11,6 +11,7 @@ from server_app.config.values import MAX_LR, MAX_SERVER_LR, ConfigError, bad
 from strategies.factory import SERVER_DEFAULTS
 from task.config import OPTIMIZERS
 from task.device import check_device
+from task.training_settings import TrainingSettings
 
 # Stock Flower strategies a shard may use as its aggregator (run-config
 # ``shard-strategy``). Robust aggregators that need extra arguments are left out.
@@ -155,3 +156,30 @@ class TrainingConfig(Section):
                 "server_lr": self.server_lr or None,
                 "server_momentum": None if self.server_momentum == -1
                 else self.server_momentum}
+
+    def local_settings(self, seed: int, data_dir: str = "") -> TrainingSettings:
+        """The clients' local training of a learning round, as messages carry it.
+
+        Parameters
+        ----------
+        seed : int
+            The run's seed (run-config ``seed``).
+        data_dir : str
+            The dataset's folder, resolved (``""``: none sent).
+
+        Returns
+        -------
+        TrainingSettings
+            ``lr``, ``local-epochs`` (L), ``batch-size``, ``optimizer`` and
+            ``momentum`` of this section; the per-message keys at their
+            defaults (the strategies set them).
+
+        Raises
+        ------
+        ConfigError
+            A value out of :class:`TrainingSettings`' ranges (none after
+            :meth:`validate`).
+        """
+        return TrainingSettings(lr=self.lr, local_epochs=self.local_epochs,
+                                batch_size=self.batch_size, optimizer=self.optimizer,
+                                momentum=self.momentum, seed=seed, data_dir=data_dir)

@@ -194,6 +194,7 @@ def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
     """
     torch.manual_seed(seed)
     training, spec = cfg.training, cfg.task()
+    settings = training.local_settings(cfg.seed)  # as the run's clients train
     device = resolve_device(training.device)
     model = spec.model(task.num_classes)
     parts = np.array_split(np.arange(len(y)), clients)
@@ -205,11 +206,8 @@ def _shadow_federation(cfg: RunConfig, task, x: torch.Tensor, y: torch.Tensor,
             local = spec.model(task.num_classes)
             local.load_state_dict(model.state_dict())
             idx = torch.from_numpy(parts[c])
-            spec.train(local, x[idx], y[idx], epochs=training.local_epochs,
-                       batch_size=training.batch_size, lr=training.lr,
-                       momentum=training.momentum, proximal_mu=0.0,
-                       seed=seed * 1000 + rnd * 100 + int(c), grad_transform=None,
-                       optimizer=training.optimizer, device=device)
+            settings.train(spec, local, x[idx], y[idx],
+                           seed=seed * 1000 + rnd * 100 + int(c), device=device)
             states.append({k: v.cpu() for k, v in local.state_dict().items()})
         model.load_state_dict({k: _mean([s[k] for s in states]) for k in states[0]})
     return model

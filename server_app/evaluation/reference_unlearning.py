@@ -11,7 +11,7 @@ replay, :func:`se_unlearn`, or SE-R's (FRec's) server-side recovery,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -68,12 +68,11 @@ def local_update(cfg: RunConfig, task, start: Arrays, part: Part, epochs: float,
         U, layer name -> ndarray (float32 for float layers).
     """
     spec, training = cfg.task(), cfg.training
+    settings = replace(training.local_settings(cfg.seed), local_epochs=epochs)
     local = spec.model(task.num_classes)
     local.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in start.items()})
-    spec.train(local, part[0], part[1], epochs=epochs, batch_size=training.batch_size,
-               lr=training.lr, momentum=training.momentum, proximal_mu=0.0, seed=seed,
-               grad_transform=None, optimizer=training.optimizer,
-               device=resolve_device(training.device))
+    settings.train(spec, local, part[0], part[1], seed=seed,
+                   device=resolve_device(training.device))
     return difference(_arrays(local), start)
 
 

@@ -32,13 +32,12 @@ def initial_model(cfg: RunConfig, num_classes: int) -> ArrayRecord:
 
 
 def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
-    """What every learning message carries besides the model."""
-    training = cfg.training
-    return ConfigRecord({
-        "lr": training.lr, "local-epochs": training.local_epochs,
-        "batch-size": training.batch_size, "optimizer": training.optimizer,
-        "momentum": training.momentum, "seed": cfg.seed, "data-dir": data_dir,
-    })
+    """What every learning message carries besides the model.
+
+    The run's :class:`task.training_settings.TrainingSettings` as a record,
+    which the ClientApp reads back with ``TrainingSettings.from_record``.
+    """
+    return cfg.training.local_settings(cfg.seed, data_dir).to_record()
 
 
 @dataclass
