@@ -75,13 +75,14 @@ SOURCE = "train-message config"
 """First words of a conversion error of a record's value."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainingSettings:
     """One client's local training for one message (keys: :data:`KEYS`).
 
-    Values are converted on construction (:func:`task.values.coerce`: ints
-    to float where a float is meant, strings stripped, NaN refused), so equal
-    settings compare equal however they were written.
+    Keyword-only (twelve settings). Values are converted on construction
+    (:func:`task.values.coerce`: ints to float where a float is meant, strings
+    stripped, NaN refused), so equal settings compare equal however they were
+    written.
 
     Attributes
     ----------
