@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from task.config import require_keys
+from task.values import coerce
 
 #: Largest trigger side in pixels (a 28 x 28 image keeps most of itself).
 MAX_TRIGGER = 8
@@ -68,21 +69,23 @@ class Backdoor:
         Raises
         ------
         ValueError
-            A key missing (``pyproject.toml`` defines each), or a value out of
-            range (one line naming the key).
+            A key missing (``pyproject.toml`` defines each), a value of the
+            wrong type (:class:`task.values.ConfigError`) or out of range (one
+            line naming the key).
         """
         require_keys(run_config, ("backdoor-trigger", "backdoor-fraction",
                                   "backdoor-target", "forget-clients"))
-        trigger = int(run_config["backdoor-trigger"])
-        fraction = float(run_config["backdoor-fraction"])
+        # typed as the ServerApp types them (task.values.coerce)
+        trigger = coerce("backdoor-trigger", run_config["backdoor-trigger"], int)
+        fraction = coerce("backdoor-fraction", run_config["backdoor-fraction"], float)
+        target = coerce("backdoor-target", run_config["backdoor-target"], int)
         if not 0 <= trigger <= MAX_TRIGGER:
             raise ValueError(f"backdoor-trigger={trigger!r} must be in [0, {MAX_TRIGGER}]")
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"backdoor-fraction={fraction!r} must be in [0, 1]")
         ids = tuple(int(t) for t in str(run_config["forget-clients"]).split(",")
                     if t.strip())
-        return cls(trigger, fraction, int(run_config["backdoor-target"]),
-                   ids if trigger > 0 else ())
+        return cls(trigger, fraction, target, ids if trigger > 0 else ())
 
 
 def stamp(x: torch.Tensor, trigger: int) -> torch.Tensor:

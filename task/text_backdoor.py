@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from task.config import require_keys
+from task.values import coerce
 
 Tokenize = Callable[[str], np.ndarray]
 """A task's tokenizer: ``tokenize(text)`` -> int64 ids (len,); ValueError for a
@@ -96,17 +97,20 @@ class TextBackdoor:
         Raises
         ------
         ValueError
-            A key missing, a phrase without a continuation, a task without a
-            tokenizer, or a character outside the task's vocabulary (one line
-            naming the key).
+            A key missing, a value of the wrong type
+            (:class:`task.values.ConfigError`), a phrase without a
+            continuation, a task without a tokenizer, or a character outside
+            the task's vocabulary (one line naming the key).
         """
         require_keys(run_config, ("backdoor-phrase", "backdoor-continuation",
                                   "backdoor-fraction", "forget-clients"))
-        phrase = str(run_config["backdoor-phrase"])
+        # typed as the ServerApp types them (task.values.coerce: both keys verbatim)
+        phrase = coerce("backdoor-phrase", run_config["backdoor-phrase"], str)
         if not phrase:
             return cls()
-        continuation = str(run_config["backdoor-continuation"])
-        fraction = float(run_config["backdoor-fraction"])
+        continuation = coerce("backdoor-continuation",
+                              run_config["backdoor-continuation"], str)
+        fraction = coerce("backdoor-fraction", run_config["backdoor-fraction"], float)
         if tokenize is None:
             raise ValueError(f"backdoor-phrase={phrase!r}: the task has no tokenizer "
                              "(Task.tokenize)")
