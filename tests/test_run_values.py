@@ -77,3 +77,17 @@ def test_the_client_app_refuses_a_nan_learning_rate(make_grid):
     message = Message(content, dst_node_id=1000, message_type="train")
     with pytest.raises(ValueError, match="'lr' = nan must be a finite number"):
         grid.send_and_receive([message])
+
+
+@pytest.mark.parametrize("key, value", [("backdoor-trigger", 2.5),
+                                        ("backdoor-fraction", "0.5")])
+def test_the_backdoor_settings_are_typed_alike(key, value):
+    from task.backdoor import Backdoor
+
+    run_config = {**default_run_config(), key: value}
+    errors = []
+    for read in (Backdoor.from_run_config, RunConfig.from_run_config):
+        with pytest.raises(ValueError) as err:
+            read(run_config)  # the client used to take int(2.5) = 2, float("0.5")
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]
