@@ -3,9 +3,10 @@
 Written against the apps' entry points only (the ClientApp's
 :class:`task.config.TaskConfig`, the ServerApp's :class:`RunConfig`, the
 ClientApp itself), so it also runs against the code from before the shared
-converter, where each case here failed: the client kept a string's spaces the
-server strips, took NumPy integers the server refused, let NaN through to its
-own later checks, and trained on a NaN learning rate.
+converter, where every case here but the control (an integral float) failed:
+the client kept a string's spaces the server strips, took NumPy integers the
+server refused, let NaN through to its own later checks (other words), trained
+on a NaN learning rate, and truncated a backdoor trigger of 2.5 to 2.
 """
 
 from __future__ import annotations
