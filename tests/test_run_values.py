@@ -69,7 +69,7 @@ def test_the_client_app_refuses_a_nan_learning_rate(make_grid):
     # instead of training to NaN weights
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-    from task.model import build_model
+    from task.builtin import build_model
 
     grid = make_grid(1, {})
     content = RecordDict({"arrays": ArrayRecord(build_model("mnist", 10).state_dict()),
