@@ -89,7 +89,7 @@ def start_superlink(children: Children, run_dir: Path, port: int,
 
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
-                     ports: Sequence[int], isolation: str = "process",
+                     ports: Sequence[int], *, isolation: str = "process",
                      node_poll_s: float = 1.0, nice: int = 0,
                      places: Sequence[Place] | None = None, first: int = 0,
                      total: int | None = None) -> list[subprocess.Popen]:
@@ -295,7 +295,7 @@ def stage_app(out: Path) -> Path:
 
 
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
-               watched: Sequence[subprocess.Popen], timeout_s: float,
+               watched: Sequence[subprocess.Popen], *, timeout_s: float,
                start: float, terminal: TerminalFilter | None = None,
                wrap: Sequence[str] = ()) -> None:
     """``flwr run app name --stream`` with its output in ``log`` and on stdout.
