@@ -161,6 +161,8 @@ def test_local_superlink_keeps_its_state_in_memory_at_the_given_niceness(tmp_pat
     (argv, kw), = started
     assert argv[0] == "flower-superlink" and "--database" not in argv
     assert kw["preexec_fn"].args == (4,)  # os.nice(4) in the child
+    # its ServerApps get the deployment layer's fast replies (docs/DEPLOY.md)
+    assert kw["env"]["SE_DEPLOY_GRID_HOOK"] == "cli.polling_grid:fast_replies"
 
 
 def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
