@@ -248,8 +248,9 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
     with Children() as children:
         try:
             procs = [start_superlink(children, run_dir, ports[0], nice),
-                     *start_supernodes(children, run_dir, link, ports[1:], isolation,
-                                       node_poll_s, nice)]
+                     *start_supernodes(children, run_dir, link, ports[1:],
+                                       isolation=isolation, node_poll_s=node_poll_s,
+                                       nice=nice)]
             wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
             if isolation == "process":
                 procs += start_executors(children, run_dir, ports[1:], slots)
@@ -261,7 +262,7 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
             app = stage_app(run_dir / "app") if os.environ.get(
                 "SE_DEPLOY_STAGE", "1") == "1" else config.PROJECT
             follow_run(children, app, name, run_dir / "run-config.toml", log, procs,
-                       timeout_s, start, terminal)
+                       timeout_s=timeout_s, start=start, terminal=terminal)
     summary = summary_path(log)
     if summary is None:
         _say(f"the run failed: no summary.json was written (see {log})")

@@ -62,15 +62,20 @@ def start_superlink(children: Children, run_dir: Path, port: int,
     SuperLink used 42 s of CPU in the 3-round deploy benchmark instead of
     16-20 s, taken from the clients' training on 2 cores
     (docs/results/deploy/README.md). With ``database`` (a file) a restarted
-    SuperLink keeps its nodes and runs. ``nice``: see :func:`niced`.
+    SuperLink keeps its nodes and runs. ``nice``: see :func:`niced`. Its
+    environment names the deployment layer's Grid hook (:func:`cli.polling_grid.hook_env`):
+    its ServerApps pull replies every 0.2 s; the ServerApp alone changes no Flower global.
 
     Raises
     ------
     DeployError
         It exited or did not listen within 60 s.
     """
+    from cli.polling_grid import hook_env
+
     env = {k: v for k, v in os.environ.items()  # only the HTTP APIs on --port
            if k not in ("FLWR_INTERNAL_GRPC_CONTROL_API", "FLWR_INTERNAL_GRPC_FLEET_API")}
+    env = hook_env(env)  # its ServerApps poll replies every 0.2 s (cli.polling_grid)
     state = ["--database", str(database)] if database else []
     with open(run_dir / "logs" / log_name, "ab") as log:
         proc = children.start(
@@ -84,7 +89,7 @@ def start_superlink(children: Children, run_dir: Path, port: int,
 
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
-                     ports: Sequence[int], isolation: str = "process",
+                     ports: Sequence[int], *, isolation: str = "process",
                      node_poll_s: float = 1.0, nice: int = 0,
                      places: Sequence[Place] | None = None, first: int = 0,
                      total: int | None = None) -> list[subprocess.Popen]:
@@ -290,7 +295,7 @@ def stage_app(out: Path) -> Path:
 
 
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
-               watched: Sequence[subprocess.Popen], timeout_s: float,
+               watched: Sequence[subprocess.Popen], *, timeout_s: float,
                start: float, terminal: TerminalFilter | None = None,
                wrap: Sequence[str] = ()) -> None:
     """``flwr run app name --stream`` with its output in ``log`` and on stdout.

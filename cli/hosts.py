@@ -165,8 +165,9 @@ class Federation:
     def start_node(self, i: int, wait: bool = True) -> subprocess.Popen:
         """Start (or restart) SuperNode ``i`` (and its executor, with ``wait``)."""
         (proc,) = start_supernodes(
-            self.children, self.run_dir, self.address, [NODE_PORT], self.isolation,
-            self.node_poll_s, self.nice, [self.node_place(i)], first=i, total=self.nodes)
+            self.children, self.run_dir, self.address, [NODE_PORT],
+            isolation=self.isolation, node_poll_s=self.node_poll_s, nice=self.nice,
+            places=[self.node_place(i)], first=i, total=self.nodes)
         self.supernodes[i] = proc
         if wait:
             wait_for_nodes([proc], [NODE_PORT], 60.0, self.run_dir, [self.node_place(i)])
@@ -241,7 +242,8 @@ class Federation:
             "SE_DEPLOY_STAGE", "1") == "1" else PROJECT)
         watched = [p for p in (self.superlink, *self.supernodes) if p is not None]
         follow_run(self.children, app, self.connection, run_config, log, watched,
-                   timeout_s, time.monotonic(), terminal, wrap=self.link.wrap())
+                   timeout_s=timeout_s, start=time.monotonic(), terminal=terminal,
+                   wrap=self.link.wrap())
         return summary_path(log)
 
     def wait_online(self, seconds: float = 60.0) -> bool:

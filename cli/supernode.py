@@ -1,5 +1,9 @@
 """``flower-supernode`` with a shorter wait between pulls (``python -m cli.supernode``).
 
+Deployment layer: this entry point patches Flower's SuperNode modules in its own
+process only; ``cli deploy`` starts it (docs/DEPLOY.md, "Flower patches of our
+deploy commands"), a SuperNode started as ``flower-supernode`` is Flower's own.
+
 Flower 1.42's SuperNode loop (``flwr.supernode.start_client_internal``) sleeps
 3 s after every pull from the SuperLink that found no message, so a message
 waits 1.5 s on average (up to 3 s) before its node sees it, and a round of N
@@ -20,7 +24,7 @@ one by one; Flower 1.42 retries an object that is not there yet (the sender
 is still pushing it) after 1 s, doubling up to 10 s. The SuperNode often asks
 before the ServerApp has pushed everything, and its ClientApp before the
 SuperNode has it, so a round waited 1-3 s for nothing.
-:func:`server_app.rounds.polling_grid.shorten_object_pulls` retries sooner (used
+:func:`cli.polling_grid.shorten_object_pulls` retries sooner (used
 here for the SuperNode's pulls and by :mod:`cli.warm_exec` for its ClientApps').
 """
 
@@ -31,7 +35,7 @@ import sys
 import time
 import types
 
-from server_app.rounds.polling_grid import shorten_object_pulls
+from cli.polling_grid import shorten_object_pulls
 
 POLL_ENV = "SE_NODE_POLL_S"
 HEARTBEAT_ENV = "SE_NODE_HEARTBEAT_S"

@@ -11,8 +11,8 @@ child per task; the child runs Flower's own ClientApp process body
 (:func:`flwr.supernode.runtime.run_clientapp.run_clientapp`: pull the message,
 install the FAB, load the ClientApp from it, reply, exit), so each message still
 gets a fresh process, the app's code still comes from the FAB, and the apps'
-modules are never imported here, except :mod:`server_app.rounds.polling_grid` for its
-Flower retry-wait patch (the ClientApp imports nothing of ``server_app``). Tasks
+modules are never imported here (its Flower retry-wait patch is
+:mod:`cli.polling_grid`'s, applied in this process and its children only). Tasks
 of another type are started by Flower's subprocess executor.
 
 Usage: ``python -m cli.warm_exec --runtime-api-address 127.0.0.1:PORT
@@ -239,7 +239,7 @@ def _quick_pulls(max_time_s: float = CLIENT_PULL_MAX_S) -> None:
         from flwr.supernode.runtime import run_clientapp
     except ImportError:
         return
-    from server_app.rounds.polling_grid import shorten_object_pulls
+    from cli.polling_grid import shorten_object_pulls
 
     if not shorten_object_pulls(run_clientapp, "pull_and_inflate_object_from_tree",
                                 max_time_s=max_time_s):

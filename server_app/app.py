@@ -7,10 +7,15 @@ run folder is opened and locked (:mod:`server_app.run`) -> the nodes are found
 (:func:`server_app.rounds.federation.discover`) -> one :class:`RunContext` with
 the run's round loop -> the stages (:func:`server_app.stages.pipeline.run_pipeline`:
 learning, unlearning, the audit) -> summary.json.
+
+The ServerApp runs on stock Flower: it changes no Flower global. Our own deploy
+commands may hand it a faster Grid through one hook (:func:`deployment_grid`).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from dataclasses import dataclass
 
 from flwr.app import Context
@@ -22,7 +27,6 @@ from server_app.evaluation.central import CentralEvaluator
 from server_app.preflight import check_partition, check_stored, validate_run_config
 from server_app.rounds.federation import assign_shards, discover
 from server_app.rounds.loop import RoundLoop
-from server_app.rounds.polling_grid import fast_replies
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
@@ -34,18 +38,50 @@ from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 from task.data import partition_sizes
 
 app = ServerApp()
+GRID_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
+"""``module:function`` wrapping the Grid; set only by our deploy commands (cli/)."""
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see docs/CONFIG.md)."""
-    ctx = open_run(fast_replies(grid), context.run_config)
+    ctx = open_run(deployment_grid(grid), context.run_config)
     if ctx.cfg.stages.later_requests:  # a finished run: its pending requests
         serve_later(ctx)
         ctx.folder.release()
         return
     summary = run_pipeline(ctx)
     finish(ctx, summary)
+
+
+def deployment_grid(grid: Grid) -> Grid:
+    """``grid`` as the deployment layer that started this process asks; else ``grid``.
+
+    The deployment layer's one hook into the ServerApp: our own deploy commands
+    start the SuperLink with ``SE_DEPLOY_GRID_HOOK`` = ``module:function``
+    (docs/DEPLOY.md, "Flower patches of our deploy commands"), which its ServerApps
+    inherit, and the function wraps (or patches Flower for) the Grid. Unset (a
+    plain ``flwr run`` on any SuperLink, the simulation, the tests) nothing is
+    imported and ``grid`` is returned as it is.
+
+    Raises
+    ------
+    ValueError
+        The variable is not ``module:function`` importable here.
+    """
+    spec = os.environ.get(GRID_HOOK_ENV, "")
+    if not spec:
+        return grid
+    module, _, name = spec.partition(":")
+    try:
+        hook = getattr(importlib.import_module(module), name) if module and name \
+            else None
+    except (ImportError, AttributeError):
+        hook = None
+    if not callable(hook):
+        raise ValueError(f"{GRID_HOOK_ENV} = {spec!r} is not allowed: use "
+                         "'module:function' importable by the ServerApp, or unset it")
+    return hook(grid)
 
 
 @dataclass

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -61,18 +65,110 @@ def check_spec(spec: str, key: str = "task", builtins: tuple[str, ...] = tuple(T
                      "by the ServerApp and the ClientApps (docs/TASKS.md)")
 
 
-def import_object(spec: str, key: str) -> object:
-    """The attribute ``spec`` = ``package.module:attr.sub`` names.
+OURS = Path(__file__).resolve().parents[1]
+"""The folder holding this app's top-level packages (a checkout, the FAB, site-packages)."""
+_PROJECT_NAME = re.compile(r'^name\s*=\s*"([^"]+)"', re.M)
+
+
+def user_folders() -> list[Path]:
+    """Where a user's own modules come from: ``SE_CALLER_DIR``, the cwd, ``PYTHONPATH``."""
+    raw = [os.environ.get("SE_CALLER_DIR", ""), os.getcwd(),
+           *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    found: list[Path] = []
+    for entry in filter(None, raw):
+        folder = Path(entry).resolve()
+        if folder.is_dir() and folder not in found:
+            found.append(folder)
+    return found
+
+
+def _our_copy(top: str) -> Path | None:
+    """Where the import system finds ``top`` if that is one of this app's packages."""
+    try:
+        found = importlib.util.find_spec(top)  # a top-level name: imports nothing
+    except (ImportError, ValueError):
+        return None
+    if found is None:
+        return None
+    where = list(found.submodule_search_locations or []) or [found.origin]
+    path = Path(where[0]).resolve() if where[0] else None
+    return path if path is not None and path.parent == OURS else None
+
+
+def _top_level(spec: str) -> str:
+    return spec.partition(":")[0].split(".")[0]
+
+
+def _app_name(folder: Path) -> str | None:
+    try:
+        found = _PROJECT_NAME.search((folder / "pyproject.toml").read_text())
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def shadowed(spec: str, folders: Sequence[Path] | None = None) -> tuple[Path, Path] | None:
+    """(ours, theirs) when ``spec``'s top-level package is this app's and a user's too.
+
+    ``theirs`` is a ``NAME.py`` or ``NAME/`` in one of ``folders`` (default
+    :func:`user_folders`) other than ours; a folder holding another copy of this
+    app (its pyproject.toml names the same project: a checkout beside the FAB)
+    does not count. None: no shadowing.
+    """
+    top = _top_level(spec)
+    ours = _our_copy(top)
+    if ours is None:
+        return None
+    app = _app_name(OURS)
+    for folder in user_folders() if folders is None else folders:
+        folder = Path(folder).resolve()
+        if folder == OURS or (app is not None and _app_name(folder) == app):
+            continue
+        for theirs in (folder / f"{top}.py", folder / top):
+            if theirs.exists() and theirs.resolve() != ours:
+                return ours, theirs
+    return None
+
+
+def check_not_shadowed(spec: str, key: str,
+                       folders: Sequence[Path] | None = None) -> None:
+    """Refuse a user's spec whose top-level package is ours and theirs (:func:`shadowed`).
+
+    This app installs generic top-level packages (``task``, ``examples``, ...);
+    a user's ``task.py`` of the same name would silently lose to ours.
 
     Raises
     ------
     ValueError
-        One line naming ``key`` and ``spec``: a malformed spec, a module that
-        cannot be imported (with its error), or a missing attribute.
+        One line naming ``key``, ``spec`` and both paths.
+    """
+    both = shadowed(spec, folders)
+    if both is not None:
+        ours, theirs = both
+        raise ValueError(
+            f"run-config '{key}' = {spec!r} is not allowed: "
+            f"{_top_level(spec)!r} is this app's {ours}, which shadows "
+            f"your {theirs}; rename yours (docs/TASKS.md, \"Names this app takes\")")
+
+
+def import_object(spec: str, key: str, *, builtin: bool = False) -> object:
+    """The attribute ``spec`` = ``package.module:attr.sub`` names.
+
+    A user's spec (``builtin`` False) is first checked by :func:`check_not_shadowed`;
+    ``builtin``: a spec this app's own registries wrote.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``key`` and ``spec``: a malformed spec, a package that
+        shadows a user's module, a module that cannot be imported (with its
+        error), or a missing attribute.
     """
     if not _PLUGIN.fullmatch(spec):
         raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: "
                          "'package.module:attribute'")
+    if not builtin:
+        check_not_shadowed(spec, key)
     module_name, _, path = spec.partition(":")
     where = ("put its folder on PYTHONPATH or pip-install it where the ServerApp, "
              "the ClientApps and the command run (docs/TASKS.md)")
@@ -112,7 +208,8 @@ def get_task(spec: str) -> Task:
         imported, a factory that fails, or one that gives no :class:`Task`.
     """
     check_spec(spec, builtins=tuple(BUILTIN_TASKS))  # the registry as it is now
-    made = import_object(BUILTIN_TASKS.get(spec, spec), "task")
+    made = import_object(BUILTIN_TASKS.get(spec, spec), "task",
+                         builtin=spec in BUILTIN_TASKS)
     if not isinstance(made, Task) and callable(made):
         try:
             made = made()

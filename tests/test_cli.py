@@ -161,6 +161,8 @@ def test_local_superlink_keeps_its_state_in_memory_at_the_given_niceness(tmp_pat
     (argv, kw), = started
     assert argv[0] == "flower-superlink" and "--database" not in argv
     assert kw["preexec_fn"].args == (4,)  # os.nice(4) in the child
+    # its ServerApps get the deployment layer's fast replies (docs/DEPLOY.md)
+    assert kw["env"]["SE_DEPLOY_GRID_HOOK"] == "cli.polling_grid:fast_replies"
 
 
 def _cli(args, tmp_path, extra_env=None, timeout=60, then=""):
@@ -390,3 +392,24 @@ def test_the_test_command_adds_workers_unless_told_otherwise(monkeypatch, args, 
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert _test_workers(args) == want
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("spec, ours, theirs, how", [
+    ("task:make_task", "task", "task.py", "caller"),
+    ("examples.digits:task", "examples", "examples", "pythonpath")])
+def test_a_plugin_that_ours_would_shadow_is_one_line_before_any_engine(
+        tmp_path, spec, ours, theirs, how):
+    """Issue 41, item 6: the user's task.py / examples/ (their folder, or on PYTHONPATH)."""
+    mine = tmp_path / "mine"
+    (mine / "examples").mkdir(parents=True)
+    (mine / "task.py").write_text("def make_task():\n    return None\n")
+    (mine / "examples" / "digits.py").write_text("task = None\n")
+    where = {"SE_CALLER_DIR": str(mine)} if how == "caller" else {"PYTHONPATH": str(mine)}
+    proc, record = _cli(["run", "--run-config", TINY_RUN, "--run-config",
+                         f"task='{spec}'"], tmp_path, extra_env=where)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'task'" in lines[0], proc.stderr
+    assert str(ROOT / ours) in lines[0] and str(mine / theirs) in lines[0], lines[0]
+    assert not record.exists()  # no engine was started

@@ -310,3 +310,66 @@ def test_the_dataset_name_rule_finds_a_name_spelled_elsewhere(tmp_path):
         path.write_text('"""Says mnist in prose."""\n\nif NAME == "mnist":\n    pass\n')
     assert dataset_names_outside_their_task({"mnist"}, tmp_path, [stray, home]) == [
         "experiments/probe.py:3: 'mnist'"]
+
+
+# Item 5 of issue 41: the modules that patch Flower 1.42 belong to the deployment
+# layer (cli/) and run only in the processes our own commands start. The apps reach
+# them only through the one sanctioned hook, server_app.app.deployment_grid, which
+# imports what the environment variable APP_HOOK_ENV names (set by cli/ alone).
+FLOWER_PATCH_MODULES = ("cli.polling_grid", "cli.supernode", "cli.warm_exec")
+APPS = ("server_app", "client_app")
+APP_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
+APP_HOOK_HOME = "server_app/app.py"
+
+
+def flower_patches_in_apps(root: Path = ROOT, paths: list[Path] | None = None
+                           ) -> list[str]:
+    """``path:line: what`` for each way an app module could reach a Flower patch.
+
+    An import of any ``cli`` module, a string naming a patch module (an
+    ``importlib`` call), and the hook's variable outside :data:`APP_HOOK_HOME`.
+    """
+    if paths is None:
+        paths = [p for name, p in _modules().items() if _top(name) in APPS]
+    found = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            found += [f"{rel}:{node.lineno}: imports {n}" for n in names
+                      if _top(n) == "cli"]
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.startswith(FLOWER_PATCH_MODULES):
+                    found.append(f"{rel}:{node.lineno}: names {node.value}")
+                elif APP_HOOK_ENV in node.value and rel != APP_HOOK_HOME:
+                    found.append(f"{rel}:{node.lineno}: reads {APP_HOOK_ENV}")
+    return sorted(found)
+
+
+def test_the_flower_patches_live_in_the_deployment_layer():
+    modules = _modules()
+    assert all(name in modules and _top(name) == "cli" for name in FLOWER_PATCH_MODULES)
+
+
+def test_no_app_module_imports_a_flower_patch():
+    """Item 5 of issue 41: the ServerApp and the ClientApp run on stock Flower."""
+    assert flower_patches_in_apps() == []
+
+
+def test_the_flower_patch_rule_finds_an_app_reaching_a_patch(tmp_path):
+    """The rule above can fail: an import, a named patch module, a stray hook."""
+    stray = tmp_path / "client_app" / "probe.py"
+    home = tmp_path / "server_app" / "app.py"
+    stray.parent.mkdir(parents=True)
+    home.parent.mkdir(parents=True)
+    stray.write_text(f'from cli.supernode import main\n\nSPEC = "cli.polling_grid:x"\n'
+                     f'HOOK = "{APP_HOOK_ENV}"\n')
+    home.write_text(f'HOOK = "{APP_HOOK_ENV}"\n')
+    assert flower_patches_in_apps(tmp_path, [stray, home]) == [
+        "client_app/probe.py:1: imports cli.supernode",
+        "client_app/probe.py:3: names cli.polling_grid:x",
+        f"client_app/probe.py:4: reads {APP_HOOK_ENV}"]

@@ -1,4 +1,4 @@
-"""server_app.rounds.polling_grid: replies pulled every 0.2 s, as send_and_receive."""
+"""cli.polling_grid: replies pulled every 0.2 s; the apps themselves on stock Flower."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from flwr.app import Message, RecordDict
 from flwr.superlink.grid.http_grid import HttpGrid
 
-from server_app.rounds.polling_grid import PollingGrid, fast_replies
+from cli.polling_grid import PollingGrid, fast_replies
 
 
 class SlowGrid:
@@ -100,3 +100,104 @@ def test_the_deployment_grid_retries_a_missing_reply_object_soon(monkeypatch):
     assert http_grid.pull_objects(["a"], pull) == {"a": b"content"}
     # Flower's own waits: 1 s, then 2 s (+-20%); here 0.05 s, then 0.1 s (+-20%)
     assert len(tries) == 3 and tries[-1] - tries[0] < 1.0
+
+
+# Issue 41, item 5: the apps run on stock Flower. The probe imports the Flower modules
+# our deployment layer patches, keeps every loaded flwr module's globals, imports the
+# ServerApp and the ClientApp and starts the ServerApp on Flower's deployment Grid (its
+# run stops where the run config would be read), then names every global that changed.
+PATCHED_BY_US = ("flwr.superlink.grid.http_grid", "flwr.supernode.start_client_internal",
+                 "flwr.supernode.runtime.run_clientapp",
+                 "flwr.supernode.fleet_http_connection", "flwr.supercore.heartbeat")
+PROBE = r'''
+import importlib, json, sys, types
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+
+def flower():
+    return {m: dict(vars(mod)) for m, mod in list(sys.modules.items())
+            if m.split(".")[0] == "flwr" and mod is not None}
+
+before = flower()
+import client_app.app
+import server_app.app as server
+from flwr.app import Context, RecordDict
+from flwr.superlink.grid.http_grid import HttpGrid
+
+seen = []
+class Stop(Exception):
+    pass
+def stop(grid, run_config):
+    seen.append(grid)
+    raise Stop
+server.open_run = stop
+deployed = HttpGrid.__new__(HttpGrid)
+try:
+    server.main(deployed, Context(run_id=1, node_id=0, node_config={},
+                                  state=RecordDict(), run_config={}))
+except Stop:
+    pass
+after = flower()
+def differs(old, new, key):  # a new submodule attribute is an import, not a patch
+    if key not in old:
+        return not isinstance(new[key], types.ModuleType)
+    return key not in new or new[key] is not old[key]
+
+changed = sorted(f"{m}.{k}" for m, old in before.items()
+                 for k in set(old) | set(after[m]) if differs(old, after[m], k))
+print(json.dumps({"changed": changed, "grid": type(seen[0]).__name__,
+                  "same": seen[0] is deployed}))
+'''
+
+
+def _start_server_app(hook: str | None) -> dict:
+    """The probe's findings, run with or without the deployment layer's hook."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from server_app.app import GRID_HOOK_ENV
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != GRID_HOOK_ENV}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    if hook is not None:
+        env[GRID_HOOK_ENV] = hook
+    out = subprocess.run([sys.executable, "-c", PROBE, *PATCHED_BY_US], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.subprocess
+def test_the_server_app_changes_no_flower_global_without_our_deploy_command():
+    """A plain ``flwr run`` on anyone's SuperLink: Flower's Grid, Flower's globals."""
+    found = _start_server_app(hook=None)
+    assert found == {"changed": [], "grid": "HttpGrid", "same": True}
+
+
+@pytest.mark.subprocess
+def test_our_deploy_commands_hook_keeps_the_fast_replies():
+    """The SuperLink our commands start names the hook: replies every 0.2 s."""
+    from cli.polling_grid import GRID_HOOK, GRID_HOOK_ENV, hook_env
+    from server_app.app import GRID_HOOK_ENV as SERVER_APP_READS
+
+    assert GRID_HOOK_ENV == SERVER_APP_READS
+    assert hook_env({"A": "1"}) == {"A": "1", GRID_HOOK_ENV: GRID_HOOK}
+    found = _start_server_app(hook=GRID_HOOK)
+    assert found["grid"] == "PollingGrid"
+    assert found["changed"] == ["flwr.superlink.grid.http_grid.pull_objects"]
+
+
+@pytest.mark.parametrize("spec", ["cli.polling_grid", "no_such_module_xyz:f",
+                                  "cli.polling_grid:nothing", "cli.polling_grid:POLL_S"])
+def test_a_bad_hook_is_one_line(monkeypatch, spec):
+    from server_app.app import GRID_HOOK_ENV, deployment_grid
+
+    monkeypatch.setenv(GRID_HOOK_ENV, spec)
+    with pytest.raises(ValueError) as err:
+        deployment_grid(SlowGrid([]))
+    assert "\n" not in str(err.value) and GRID_HOOK_ENV in str(err.value)
+    assert repr(spec) in str(err.value)

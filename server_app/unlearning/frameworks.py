@@ -208,7 +208,7 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         described = method_info(name, stage.settings.methods)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
-    builder = import_object(described.builder, "frameworks")
+    builder = import_object(described.builder, "frameworks", builtin=True)
     return builder(BuildCall(name, described, stage, forget, batch, current))
 
 

@@ -1,4 +1,13 @@
-"""A Grid whose ``send_and_receive`` polls for replies every 0.2 s, not every 3 s.
+"""Deployment layer: a Grid polling replies every 0.2 s, not every 3 s (Flower patch).
+
+This module changes Flower 1.42's behaviour and is applied only by our own deploy
+commands (``cli deploy``, ``deploy --hosts``): they start the SuperLink with
+``SE_DEPLOY_GRID_HOOK`` = :data:`GRID_HOOK`, and each ServerApp that SuperLink
+starts hands its Grid to :func:`fast_replies` (``server_app.app.deployment_grid``).
+A ServerApp started by a plain ``flwr run`` on another SuperLink never imports it,
+so no Flower global changes there (``tests/test_polling_grid.py``,
+``tests/test_layout.py``). :func:`shorten_object_pulls` is also the retry-wait
+patch of :mod:`cli.supernode` and :mod:`cli.warm_exec`.
 
 Flower 1.42's deployment Grid (``flwr.superlink.grid.http_grid``) pulls replies
 from the SuperLink every 3 s in ``send_and_receive``; its simulation Grid
@@ -29,6 +38,10 @@ from flwr.serverapp import Grid
 POLL_S = 0.2  # Flower: 3 s deployed, 0.1 s in simulation (InMemoryGrid)
 PULL_BACKOFF_S = (0.05, 0.5)
 """First and longest wait (s) before asking again for an object not there yet."""
+GRID_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
+"""The variable ``server_app.app.deployment_grid`` reads (the same name there)."""
+GRID_HOOK = "cli.polling_grid:fast_replies"
+"""Its value in the SuperLinks our deploy commands start (:func:`hook_env`)."""
 
 
 class PollingGrid(Grid):
@@ -138,3 +151,12 @@ def fast_replies(grid: Grid) -> Grid:
         if slow:
             shorten_object_pulls(http_grid, "pull_objects")
     return PollingGrid(grid) if slow else grid
+
+
+def hook_env(environ: dict) -> dict:
+    """``environ`` with :data:`GRID_HOOK_ENV` set: for a SuperLink our commands start.
+
+    Flower's SuperLink passes its environment to the SuperExec and on to each
+    ``flwr-serverapp`` process, whose ServerApp then applies :func:`fast_replies`.
+    """
+    return {**environ, GRID_HOOK_ENV: GRID_HOOK}
