@@ -63,7 +63,8 @@ def build(call):
     settings = dataclasses.replace(settings, **fields,
                                    recovery={**settings.recovery, **recovery})
     stage = dataclasses.replace(call.stage, settings=settings)
-    return import_object(builder, "frameworks")(dataclasses.replace(call, stage=stage))
+    return import_object(builder, "frameworks", builtin=True)(
+        dataclasses.replace(call, stage=stage))
 
 
 def run(seed: int, cell: str, names: list[str]) -> dict:
