@@ -94,13 +94,18 @@ def run(seed: int, cell: str, names: list[str]) -> dict:
                        + ",".join(names),
             "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
                              "recovery": VARIANTS[n][2]} for n in names},
-            "config": cfg, "learned_accuracy": summary["learning"]["accuracy"],
+            "config": cfg, "learned_accuracy": summary["learning"].get("accuracy"),
+            "learned_loss": summary["learning"].get("loss"),
+            "metric": (summary.get("task") or {}).get("metric", "accuracy"),
             "frameworks": {n: {k: f.get(k) for k in KEYS}
                            for n, f in summary["frameworks"].items()}}
 
 
 def table() -> str:
-    """``explore.md``: per file, accuracy minus SISA's and modelled wall over FR's."""
+    """``explore.md``: per file, accuracy minus SISA's and modelled wall over FR's.
+
+    A cell read by its test loss (Tiny Shakespeare) shows loss minus SISA's in nats.
+    """
     out = ["# Fewer client rounds: schedules explored", "",
            "Made by `explore.py` (its docstring says how). Accuracy in points minus "
            "SISA's (the exact shard reference); modelled wall time over FR's. The "
@@ -109,25 +114,84 @@ def table() -> str:
     for path in sorted(HERE.glob("explore-*-s*.json")):
         data = json.loads(path.read_text())
         fw = data["frameworks"]
-        fr, sisa = fw["FR"]["modelled_wall_s"], fw["SISA"]["accuracy"]
+        key, scale, unit = _metric(data)
+        fr, sisa = fw["FR"]["modelled_wall_s"], fw["SISA"][key]
+        learned = data[f"learned_{key}"]
         out += [f"## {data['cell']}, seed {data['seed']}", "",
                 f"Commit {data['commit'][:10]}, {data['machine'].get('cpu', '')}; "
-                f"original {data['learned_accuracy']:.4f}, FR {fw['FR']['accuracy']:.4f}, "
+                f"test {key}: original {learned:.4f}, FR {fw['FR'][key]:.4f}, "
                 f"SISA {sisa:.4f}.", "",
-                "| framework | accuracy | - SISA (points) | client-epochs "
+                f"| framework | {key} | - SISA ({unit}) | client-epochs "
                 "| client rounds | wall / FR |", "|---|---|---|---|---|---|",
-                f"| original (before forgetting) | {data['learned_accuracy']:.4f} | "
-                f"{(data['learned_accuracy'] - sisa) * 100:+.2f} | | | |"]
+                f"| original (before forgetting) | {learned:.4f} | "
+                f"{(learned - sisa) * scale:+.2f} | | | |"]
         for name, f in fw.items():
-            out.append(f"| {name} | {f['accuracy']:.4f} | "
-                       f"{(f['accuracy'] - sisa) * 100:+.2f} | {f['client_epochs']:.0f} | "
+            out.append(f"| {name} | {f[key]:.4f} | "
+                       f"{(f[key] - sisa) * scale:+.2f} | {f['client_epochs']:.0f} | "
                        f"{f['client_rounds']} | {f['modelled_wall_s'] / fr:.2f} |")
         out.append("")
     return "\n".join(out)
 
 
+TUNING = ("single-mnist-noniid-s0", "concurrent-fmnist-even-concurrent-k4-with-SE-R-FRec",
+          "concurrent-fmnist-adapt-concurrent-k4-with-SE-R-FRec")
+FAMILIES = {"SE": ("SE", "SE-norefill", "SE-dt2", "SE-dt3", "SE-dt3-r4"),
+            "SE-R": ("SER-lean", "SER-f1", "SER-lean-refill")}
+
+
+def rule() -> list[str]:
+    """docs/DESIGN.md's rule on the tuning files: qualifying candidates and the choice.
+
+    A candidate qualifies when its accuracy minus SISA's, averaged over the
+    seeds, is at least -1.0 point in every tuning cell; of each family's
+    qualifying ones the lowest mean wall / FR (over every tuning cell and seed)
+    is chosen, ties to fewer client-epochs.
+    """
+    runs = [json.loads(p.read_text()) for p in sorted(HERE.glob("explore-*-s*.json"))]
+    runs = [r for r in runs if r["cell"] in TUNING]
+    out = ["## The rule applied to the tuning files", "",
+           f"{len(runs)} tuning runs ({', '.join(TUNING)}).", "",
+           "| candidate | worst cell: mean - SISA (points) | qualifies | mean wall / FR "
+           "| mean client-epochs |", "|---|---|---|---|---|"]
+    scored = {}
+    for family in FAMILIES.values():
+        for name in family:
+            mine = [r for r in runs if name in r["frameworks"]]
+            if not mine:
+                continue
+            gaps = [_mean([(r["frameworks"][name]["accuracy"]
+                            - r["frameworks"]["SISA"]["accuracy"]) * 100
+                           for r in mine if r["cell"] == cell]) for cell in TUNING]
+            worst = min(g for g in gaps if g is not None)
+            wall = _mean([r["frameworks"][name]["modelled_wall_s"]
+                          / r["frameworks"]["FR"]["modelled_wall_s"] for r in mine])
+            epochs = _mean([r["frameworks"][name]["client_epochs"] for r in mine])
+            ok = None not in gaps and worst >= -1.0
+            scored[name] = (ok, wall, epochs)
+            out.append(f"| {name} | {worst:+.2f} | {'yes' if ok else 'no'} | "
+                       f"{wall:.2f} | {epochs:.0f} |")
+    out.append("")
+    for family, names in FAMILIES.items():
+        ok = sorted((scored[n][1], scored[n][2], n) for n in names
+                    if n in scored and scored[n][0])
+        out.append(f"- {family}: chosen **{ok[0][2]}** (mean wall / FR {ok[0][0]:.2f})"
+                   if ok else f"- {family}: no candidate qualifies")
+    return out + [""]
+
+
+def _metric(data: dict) -> tuple[str, float, str]:
+    """(key, scale, unit) a file is read by: accuracy in points, or loss in nats."""
+    if data.get("metric") == "loss":
+        return "loss", 1.0, "nats"
+    return "accuracy", 100.0, "points"
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def figures() -> list[Path]:
-    """One picture per dataset: wall / FR (x) against accuracy minus FR (y).
+    """One picture per dataset: wall / FR (x) against accuracy (or loss) minus FR's (y).
 
     Every framework and schedule of the files, mean over the seeds with their
     range as bars, one marker per cell; written to ``docs/figures/pareto_<dataset>.png``.
@@ -140,16 +204,18 @@ def figures() -> list[Path]:
     from server_app.config import methods
 
     points: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {}
+    units: dict[str, tuple[str, str]] = {}
     for path in sorted(HERE.glob("explore-*-s*.json")):
         data = json.loads(path.read_text())
-        fw = data["frameworks"]
+        fw, (key, scale, unit) = data["frameworks"], _metric(data)
         fr = fw["FR"]
+        units[data["config"]["dataset"]] = (key, unit)
         cell = points.setdefault(data["config"]["dataset"], {}).setdefault(
             data["cell"], {})
         for name, f in fw.items():
             cell.setdefault(name, []).append((
                 f["modelled_wall_s"] / fr["modelled_wall_s"],
-                (f["accuracy"] - fr["accuracy"]) * 100))
+                (f[key] - fr[key]) * scale))
     written = []
     for dataset, cells in points.items():
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -165,8 +231,9 @@ def figures() -> list[Path]:
         ax.axhline(0, color="#999", lw=0.8)
         ax.axvline(0.35, color="#d62728", lw=0.8, ls=":")
         ax.set_xlabel("modelled wall time / FR's")
-        ax.set_ylabel("test accuracy minus FR's (points)")
-        ax.set_title(f"{dataset}: speed against accuracy (mean, range over seeds)")
+        key, unit = units[dataset]
+        ax.set_ylabel(f"test {key} minus FR's ({unit})")
+        ax.set_title(f"{dataset}: speed against test {key} (mean, range over seeds)")
         ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         out = ROOT / "docs" / "figures" / f"pareto_{dataset}.png"
@@ -183,7 +250,7 @@ if __name__ == "__main__":
         result = run(seed, cell, names)
         (HERE / f"explore-{cell}-s{seed}.json").write_text(
             json.dumps(result, indent=1) + "\n")
-    text = table()
+    text = table() + "\n" + "\n".join(rule())
     (HERE / "explore.md").write_text(text + "\n")
     figures()
     print(text)
