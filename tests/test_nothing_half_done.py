@@ -1,4 +1,4 @@
-"""Nothing half done (issue 43): checks before writes, one-line failures, verified digests."""
+"""Nothing half done (#43): checks before writes, one-line failures, digests verified."""
 
 from __future__ import annotations
 
