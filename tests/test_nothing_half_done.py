@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
+import sqlite3
 import sys
 
 import pytest
@@ -62,3 +66,144 @@ def test_the_documented_method_is_built_in_the_check(plugins):
     from tests.test_plugins import RUN
 
     preflight(fused_run_config({**RUN, "mia": False}))  # mymethod:FineTune builds
+
+
+# ---- a finished run, made once, copied for each test -------------------------------
+NAME = "f"
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, shared_data):
+    """(results dir, pristine copy, run config) of a finished one-stage run, v1 only."""
+    from flwr.app import Context, RecordDict
+
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+    from tests.conftest import TINY
+
+    set_task_identity()
+    base = tmp_path_factory.mktemp("finished")
+    config = fused_run_config({**TINY, "mia": False, "seed": 3, "frameworks": "none",
+                               "data-dir": str(shared_data), "run-name": NAME,
+                               "results-dir": str(base / "results")})
+    main(InProcessGrid(client_app, TINY["num-clients"], config),
+         Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                 run_config=config))
+    shutil.copytree(base / "results" / NAME, base / "pristine")
+    return base / "results", base / "pristine", config
+
+
+@pytest.fixture
+def run(finished):
+    """The finished run's folder, pristine for each test."""
+    results, pristine, _ = finished
+    folder = results / NAME
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(pristine, folder)
+    return folder
+
+
+def _where(folder) -> list[str]:
+    return ["--run", folder.name, "--results-dir", str(folder.parent)]
+
+
+def _set_setting(folder, key: str, value) -> None:
+    with sqlite3.connect(folder / "run.sqlite") as conn:
+        (text,) = conn.execute("SELECT value FROM settings WHERE key='settings'").fetchone()
+        settings = {**json.loads(text), key: value}
+        conn.execute("UPDATE settings SET value=? WHERE key='settings'",
+                     (json.dumps(settings, sort_keys=True),))
+    conn.close()
+
+
+def _refused(folder, tmp_path, capsys, *words, argv=("--clients", "3")) -> str:
+    from tests.test_later import _forget_command
+
+    line = _forget_command([*_where(folder), *argv], folder, tmp_path, capsys)
+    assert "Traceback" not in line
+    for word in words:
+        assert word in line, line
+    return line
+
+
+def test_a_plugin_task_that_no_longer_imports_records_nothing(run, tmp_path, capsys):
+    _set_setting(run, "task", "gone_plugin_module:task")
+    _refused(run, tmp_path, capsys, "'task'", "gone_plugin_module")
+    # and a retry is refused for the same reason, not as "already requested"
+    _refused(run, tmp_path, capsys, "gone_plugin_module")
+
+
+def test_a_moved_run_folder_records_nothing(run, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / NAME
+    moved.parent.mkdir()
+    shutil.copytree(run, moved)
+    _refused(moved, tmp_path, capsys, "results-dir", "moved")
+
+
+def test_a_truncated_summary_is_refused_by_forget(run, tmp_path, capsys):
+    text = (run / "summary.json").read_text()
+    (run / "summary.json").write_text(text[:len(text) // 2])
+    _refused(run, tmp_path, capsys, "summary.json")
+
+
+def _flip(path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _redigest(folder) -> None:
+    """v1's models file rewritten as a valid one (other arrays), its file digest edited."""
+    from history.files import atomic_write_arrays, read_arrays
+
+    path = folder / "models" / "v1.npz"
+    arrays = {k: (v * 2 if v.dtype.kind == "f" else v)
+              for k, v in read_arrays(path).items()}
+    atomic_write_arrays(path, arrays)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    with sqlite3.connect(folder / "run.sqlite") as conn:
+        conn.execute("UPDATE versions SET file_sha256=? WHERE version=1", (digest,))
+    conn.close()
+
+
+def _models(folder, capsys) -> tuple[int, str, str]:
+    from cli.models import main_models
+
+    capsys.readouterr()
+    status = main_models(_where(folder), "models")
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_models_verifies_each_version(run, capsys):
+    status, out, _ = _models(run, capsys)
+    assert status == 0 and out.strip().endswith("verified"), out
+    _flip(run / "models" / "v1.npz")
+    status, out, err = _models(run, capsys)
+    assert status == 1 and "NOT VERIFIED" in out and "v1" in err, out + err
+    assert "SHA-256 differs" in out and "Traceback" not in out + err
+
+
+def test_a_redigested_version_is_named_by_models_export_and_forget(
+        run, tmp_path, capsys):
+    from tests.test_stored_state import _command
+
+    _redigest(run)
+    status, out, _ = _models(run, capsys)
+    assert status == 1 and "NOT VERIFIED" in out and "models sha256" in out, out
+    out_file = tmp_path / "v1.safetensors"
+    status, err, _ = _command(["export", *_where(run), "--out", str(out_file)],
+                              tmp_path, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "models sha256" in lines[0], err
+    assert not out_file.exists()
+    _refused(run, tmp_path, capsys, "v1.npz", "models sha256")
+
+
+def test_export_says_the_digest_it_prints_is_verified(run, tmp_path, capsys):
+    from cli.models import main_export
+
+    out = tmp_path / "v1.pt"
+    assert main_export([*_where(run), "--out", str(out)], "export") == 0
+    assert "verified" in capsys.readouterr().out
