@@ -240,8 +240,8 @@ def main_receipts(argv: list[str], prog: str) -> int:
     for receipt in receipts:
         print(receipt_line(receipt))
         if args.detail:
-            print("\n".join(receipt_detail(receipt)))
-            print("    " + _verify_receipt(folder, receipt, versions, checked))
+            print("\n".join([*receipt_detail(receipt), "    " + _verify_receipt(
+                folder, receipt, versions, checked)]))
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:

@@ -207,3 +207,99 @@ def test_export_says_the_digest_it_prints_is_verified(run, tmp_path, capsys):
     out = tmp_path / "v1.pt"
     assert main_export([*_where(run), "--out", str(out)], "export") == 0
     assert "verified" in capsys.readouterr().out
+
+
+@pytest.fixture
+def engine(monkeypatch, make_grid, tmp_path):
+    """``launch`` as the ServerApp on the in-process grid (no Flower engine started)."""
+    from flwr.app import Context, RecordDict
+
+    import cli.simulation
+    from server_app.app import main
+
+    def launch(overrides, supernodes, log_dir, terminal, gpus=0.0):
+        grid = make_grid(int(overrides["num-clients"]), overrides)
+        main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                           run_config=overrides))
+        return tmp_path / "log.txt", 0
+
+    monkeypatch.setattr(cli.simulation, "launch", launch)
+    monkeypatch.setattr(cli.simulation, "claim_run", lambda folder: None)
+
+
+def _forget(folder, capsys, *argv) -> tuple[int, str, str]:
+    from cli.main import main as cli_main
+
+    capsys.readouterr()
+    status = cli_main(["forget", *_where(folder), *argv])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _states(folder) -> dict[str, str]:
+    from server_app.run.inbox import RequestInbox
+
+    inbox = RequestInbox(folder / "run.sqlite")
+    try:
+        return {r.id: r.state for r in inbox.all()}
+    finally:
+        inbox.close()
+
+
+def test_a_decode_beyond_the_bound_marks_the_request_failed(run, engine, monkeypatch,
+                                                            capsys):
+    from history import CodedHistoryError
+    from server_app.stages import later
+
+    def beyond(*args, **kw):  # as CodedHistory says when too many slices are damaged
+        raise CodedHistoryError("cannot recover round 1 of shard 0: more than "
+                                "floor((m - k) / 2) = 0 wrong slices among m = 2 "
+                                "(k = 2); nothing was changed")
+
+    monkeypatch.setattr(later, "forget_with_se", beyond)
+    status, out, err = _forget(run, capsys, "--clients", "3")
+    assert status == 3, out + err
+    assert _states(run) == {"r0001": "failed"}
+    assert "failed: r0001: CodedHistoryError: cannot recover round 1" in err, err
+    assert "Traceback" not in out + err
+    # `receipts` shows it with its reason; --pending has nothing to retry
+    from cli.main import main as cli_main
+
+    capsys.readouterr()
+    assert cli_main(["receipts", *_where(run), "--detail"]) == 0
+    shown = capsys.readouterr().out
+    assert "r0001  failed" in shown and "cannot recover round 1" in shown, shown
+    status, out, _ = _forget(run, capsys, "--pending")
+    assert status == 0 and "no pending request" in out
+    # once the store is repaired, the same clients may be asked again
+    monkeypatch.undo()
+    status, out, err = _forget(run, capsys, "--clients", "3")
+    assert status == 0, out + err
+    assert _states(run) == {"r0001": "failed", "r0002": "done"}
+
+
+def test_two_forget_commands_racing_each_say_what_became_of_their_request(
+        run, engine, monkeypatch, capsys):
+    from server_app.run.lock import RunLock
+    from server_app.stages import later
+
+    real, seen = later._handle, {}
+
+    def with_a_second_command(run_state, request, latest):
+        if not seen:  # while the first command's engine works on the run
+            with monkeypatch.context() as mp:  # as seen from another process
+                mp.setattr(RunLock, "holder", staticmethod(lambda f: "pid 4242"))
+                seen["second"] = _forget(run, capsys, "--clients", "5")
+        return real(run_state, request, latest)
+
+    monkeypatch.setattr(later, "_handle", with_a_second_command)
+    status, out, err = _forget(run, capsys, "--clients", "3")
+    second_status, second_out, second_err = seen["second"]
+    assert "request r0002 recorded" in second_out
+    assert second_status == 4 and "busy" in second_err and "r0002" in second_err, \
+        second_err
+    assert "Traceback" not in second_out + second_err + out + err
+    # the first command carried out both, and says so for the second one
+    assert status == 0, out + err
+    assert _states(run) == {"r0001": "done", "r0002": "done"}
+    assert "r0002  done" in out and "recorded by another command" in out, out
