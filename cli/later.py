@@ -178,6 +178,11 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
     log_path, status = launch(overrides, cfg.data.num_clients, folder / COMMAND_LOGS,
                               terminal, gpus=cfg.training.client_gpus)
     terminal.release(sys.stdout.buffer)
+    if terminal.failure is not None:  # the ServerApp's one line, and its status
+        code, line = terminal.failure
+        print(f"{prog}: {line} ({', '.join(pending)} not carried out: they stay "
+              f"pending; the log: {log_path})", file=sys.stderr)
+        return 1 if code == 2 else code  # 2 says nothing was recorded: not so here
     return _report(folder, pending, known, (log_path, status))
 
 

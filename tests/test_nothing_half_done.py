@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import sqlite3
 import sys
+import traceback
 
 import pytest
 
@@ -209,6 +211,16 @@ def test_export_says_the_digest_it_prints_is_verified(run, tmp_path, capsys):
     assert "verified" in capsys.readouterr().out
 
 
+class _Text:
+    """Bytes to ``sys.stdout`` as text (the terminal's output in these tests)."""
+
+    def write(self, data: bytes) -> int:
+        return sys.stdout.write(data.decode())
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
 @pytest.fixture
 def engine(monkeypatch, make_grid, tmp_path):
     """``launch`` as the ServerApp on the in-process grid (no Flower engine started)."""
@@ -218,9 +230,23 @@ def engine(monkeypatch, make_grid, tmp_path):
     from server_app.app import main
 
     def launch(overrides, supernodes, log_dir, terminal, gpus=0.0):
+        """As flwr: the ServerApp's log lines through ``terminal``, then its traceback."""
         grid = make_grid(int(overrides["num-clients"]), overrides)
-        main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                           run_config=overrides))
+        terminal.out = _Text()  # what the command shows, on this test's stdout
+        handler = logging.Handler()
+        handler.emit = lambda record: terminal.write(
+            f"INFO :      {record.getMessage()}\n".encode())
+        logger = logging.getLogger("flwr")
+        logger.addHandler(handler)
+        try:
+            main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                               run_config=overrides))
+        except Exception:  # flwr logs the ServerApp's exception with its traceback
+            for line in traceback.format_exc().splitlines():
+                terminal.write(f"{line}\n".encode())
+            return tmp_path / "log.txt", 1
+        finally:
+            logger.removeHandler(handler)
         return tmp_path / "log.txt", 0
 
     monkeypatch.setattr(cli.simulation, "launch", launch)
@@ -303,3 +329,67 @@ def test_two_forget_commands_racing_each_say_what_became_of_their_request(
     assert status == 0, out + err
     assert _states(run) == {"r0001": "done", "r0002": "done"}
     assert "r0002  done" in out and "recorded by another command" in out, out
+
+
+def test_a_full_disk_during_a_later_request_is_one_line(run, engine, monkeypatch,
+                                                        capsys):
+    import errno
+
+    from server_app.stages import later
+
+    def full(folder, number, *args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device",
+                      str(folder.path / "models" / f"v{number}.npz"))
+
+    monkeypatch.setattr(later, "make_version", full)
+    status, out, err = _forget(run, capsys, "--clients", "3")
+    lines = [x for x in err.strip().splitlines() if "carrying out" not in x]
+    assert status == 5 and len(lines) == 1, out + err
+    assert "No space left on device" in lines[0] and "v2.npz" in lines[0], lines
+    assert "r0001" in lines[0] and "pending" in lines[0], lines
+    assert "Traceback" not in out + err
+    assert _states(run) == {"r0001": "pending"}  # a retry can work once there is room
+
+
+def test_the_serverapp_marks_a_full_disk_as_one_line(tmp_path, make_grid, shared_data,
+                                                     monkeypatch, caplog):
+    import errno
+
+    from flwr.app import Context, RecordDict
+
+    from server_app.app import main
+    from server_app.failures import MARK
+    from server_app.run.folder import RunFolder
+    from tests.conftest import TINY
+
+    def full(self, summary):
+        raise OSError(errno.ENOSPC, "No space left on device",
+                      str(self.path / "summary.json"))
+
+    monkeypatch.setattr(RunFolder, "finish", full)
+    config = fused_run_config({**TINY, "mia": False, "frameworks": "none",
+                               "data-dir": str(shared_data), "run-name": "d",
+                               "results-dir": str(tmp_path)})
+    with caplog.at_level(logging.INFO, logger="flwr"), pytest.raises(OSError):
+        main(make_grid(TINY["num-clients"], config),
+             Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                     run_config=config))
+    marked = [m for m in caplog.messages if MARK.match(m)]
+    assert len(marked) == 1 and "(exit 5)" in marked[0], caplog.messages[-3:]
+    assert "summary.json: No space left on device" in marked[0]
+
+
+def test_the_terminal_shows_the_marked_line_and_hides_the_traceback():
+    import io
+
+    from cli.terminal import TerminalFilter
+
+    out = io.BytesIO()
+    terminal = TerminalFilter(out)
+    for line in (b"INFO :      round 1\n",
+                 b"INFO :      ServerApp stopped (exit 5): /r/summary.json: No space\n",
+                 b"ERROR :     ServerApp raised an exception\n",
+                 b"Traceback (most recent call last):\n", b'  File "x.py"\n'):
+        terminal.write(line)
+    assert out.getvalue() == b"INFO :      round 1\n"
+    assert terminal.failure == (5, "/r/summary.json: No space")
