@@ -302,6 +302,15 @@ def test_a_decode_beyond_the_bound_marks_the_request_failed(run, engine, monkeyp
     status, out, err = _forget(run, capsys, "--clients", "3")
     assert status == 0, out + err
     assert _states(run) == {"r0001": "failed", "r0002": "done"}
+    # receipts --detail recomputes the digests it prints
+    capsys.readouterr()
+    assert cli_main(["receipts", *_where(run), "--detail"]) == 0
+    shown = capsys.readouterr().out
+    assert "digests verified" in shown and "NOT VERIFIED" not in shown, shown
+    _flip(run / "models" / "v2.npz")
+    assert cli_main(["receipts", *_where(run), "--detail"]) == 0
+    shown = capsys.readouterr().out
+    assert "NOT VERIFIED" in shown and "v2.npz" in shown, shown
 
 
 def test_two_forget_commands_racing_each_say_what_became_of_their_request(
@@ -393,3 +402,20 @@ def test_the_terminal_shows_the_marked_line_and_hides_the_traceback():
         terminal.write(line)
     assert out.getvalue() == b"INFO :      round 1\n"
     assert terminal.failure == (5, "/r/summary.json: No space")
+
+
+def test_run_ends_on_the_serverapps_one_line_with_its_status(tmp_path, capsys):
+    from cli.simulation import _finish
+    from cli.terminal import TerminalFilter
+
+    terminal = TerminalFilter(_Text())
+    terminal.write(b"INFO :      ServerApp stopped (exit 5): /r/summary.json: No space "
+                   b"left on device\n")
+    terminal.write(b"Traceback (most recent call last):\n")
+    log = tmp_path / "run.log"
+    log.write_text("")
+    assert _finish(log, 1, terminal) == 5
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"the run failed: /r/summary.json: No space left on device (see {log})"]
+    assert "Traceback" not in captured.out + captured.err
