@@ -99,13 +99,15 @@ class TerminalFilter:
 
         After the ServerApp's marked line of an expected failure
         (:data:`server_app.failures.MARK`) nothing more is shown: the traceback
-        Flower logs is in the log file; :attr:`failure` keeps the line.
+        Flower logs is in the log file; :attr:`failure` keeps the line, which is
+        shown too.
         """
         if self.failure is not None:
             return len(line)
         found = STOPPED.search(plain(line))
-        if found:
+        if found:  # shown (every command that reads this stream learns why)
             self.failure = (int(found.group(1)), found.group(2).strip())
+            self.out.write(line)
             return len(line)
         if self._done:
             self.held.append(line)

@@ -400,7 +400,9 @@ def test_the_terminal_shows_the_marked_line_and_hides_the_traceback():
                  b"ERROR :     ServerApp raised an exception\n",
                  b"Traceback (most recent call last):\n", b'  File "x.py"\n'):
         terminal.write(line)
-    assert out.getvalue() == b"INFO :      round 1\n"
+    assert out.getvalue() == (b"INFO :      round 1\n"
+                              b"INFO :      ServerApp stopped (exit 5): /r/summary.json: "
+                              b"No space\n")
     assert terminal.failure == (5, "/r/summary.json: No space")
 
 
