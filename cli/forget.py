@@ -126,10 +126,17 @@ def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
 
 
 def main_forget(argv: list[str], prog: str) -> int:
-    """The ``forget`` command; exit status 0, 1 (a later request failed) or 2.
+    """The ``forget`` command; exit status 0 to 5 (docs/FAULTS.md, "Exit statuses").
 
     A live staged run takes the request at its next stage boundary; a finished
     run takes it at once (:func:`cli.later.carry_out`) unless ``--record-only``.
+    Everything the engine will read back is checked before the request is
+    recorded (:func:`cli.later.check_later`).
+
+    Raises
+    ------
+    ConfigError
+        A check failed before anything was recorded (exit status 2).
     """
     parser = argparse.ArgumentParser(
         prog=prog, description="Ask a run to forget clients: a staged run at its "
