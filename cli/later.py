@@ -73,8 +73,8 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
-    cfg = later_config(folder, settings)
-    check_finished_run(cfg, settings, folder)  # what the request will read back
+    check_finished_run(RunConfig.from_run_config(settings), settings, folder)
+    cfg = later_config(folder, settings)  # then what the engine is given
     missing = missing_node_folders(cfg, folder)
     ids = [] if lost is None else parse_clients(lost, cfg.data.num_clients,
                                                 "--lost-nodes")
