@@ -30,6 +30,7 @@ from server_app.run.receipts import receipt_line
 from server_app.run.stored import (
     check_finished_run,
     check_node_folders,
+    check_slice_budget,
     missing_node_folders,
 )
 
@@ -88,6 +89,7 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
         raise ConfigError(f"--lost-nodes {lost!r}: {', '.join(blocked)} is not a "
                           "folder; move it away first")
     check_node_folders(cfg, folder, ids)
+    check_slice_budget(cfg, folder, ids)  # a decode that cannot succeed: not recorded
     return [missing[p] for p in ids]
 
 

@@ -421,3 +421,17 @@ def test_run_ends_on_the_serverapps_one_line_with_its_status(tmp_path, capsys):
     assert captured.err.strip().splitlines() == [
         f"the run failed: /r/summary.json: No space left on device (see {log})"]
     assert "Traceback" not in captured.out + captured.err
+
+
+from tests.test_stored_state import coded_run  # noqa: E402,F401  (a finished coded run)
+
+
+def test_lost_slices_beyond_the_code_are_refused_before_recording(coded_run, tmp_path,
+                                                                  capsys):
+    _, folder = coded_run
+    lost = list(range(7))  # 8 holders, k = 2: one slice a round is left
+    for p in lost:
+        shutil.rmtree(folder / "nodes" / str(p))
+    line = _refused(folder, tmp_path, capsys, "k = 2 needed", "nothing was recorded",
+                    argv=("--clients", "7", "--lost-nodes", ",".join(map(str, lost))))
+    assert "round 0 of shard 0 keeps 1 usable slices" in line, line

@@ -339,3 +339,51 @@ def check_node_folders(cfg: RunConfig, folder: Path, lost: Iterable[int] = ()) -
             f"{ids}'s slices of its history): restore them; if they are gone for good, "
             f"`forget --run {folder.name} --lost-nodes {ids} ...` accepts them as lost "
             "(their slices count as erasures)")
+
+
+def check_slice_budget(cfg: RunConfig, folder: Path, lost: Iterable[int]) -> None:
+    """Each coded round keeps k slices once the ``lost`` clients' count as erasures.
+
+    A round's usable slices are those its holders acknowledged, less the lost
+    clients' and the stale ones (a re-coded round's part that could not reach a
+    holder); decoding needs k = K + T of them (the coded catalog's meta).
+    Damaged slice files inside a folder that is there are not counted here:
+    they show when the request decodes (the request is then marked failed).
+
+    Raises
+    ------
+    StoredStateError
+        One line naming the first round and shard that could not be decoded,
+        its usable slices and k. Nothing is changed on disk.
+    """
+    gone = set(lost)
+    if not (cfg.storage.coded and gone):
+        return
+    catalog = RunFolder(folder).history_dir("sharded") / CATALOG_FILE
+    try:
+        conn = SQLiteCatalog.connect(catalog, read_only=True)
+    except StoreError as err:
+        raise StoredStateError(str(err)) from None
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        k = int(meta["blocks_per_shard"]) + int(meta.get("privacy_t", 0))
+        holders: dict[int, set[int]] = {}
+        for rnd, pid in conn.execute("SELECT round, partition_id FROM slices"):
+            holders.setdefault(int(rnd), set()).add(int(pid))
+        stale = list(conn.execute("SELECT shard, round, partition_id FROM stale"))
+        shards = int(meta["num_shards"])
+    except (sqlite3.Error, KeyError, ValueError) as err:
+        raise StoredStateError(f"coded store {catalog} is damaged ({err}); restore "
+                               "it") from None
+    finally:
+        conn.close()
+    for rnd, pids in sorted(holders.items()):
+        for shard in range(shards):
+            out = {p for s, g, p in stale if s == shard and g == rnd}
+            usable = len(pids - gone - out)
+            if usable < k:
+                raise StoredStateError(
+                    f"coded run {folder.name!r}: with client(s) {sorted(gone)}'s "
+                    f"slices lost, round {rnd} of shard {shard} keeps {usable} usable "
+                    f"slices, k = {k} needed: a later request could not decode it; "
+                    "restore node folders (nothing was recorded)")
