@@ -426,7 +426,7 @@ def test_run_ends_on_the_serverapps_one_line_with_its_status(tmp_path, capsys):
 from tests.test_stored_state import coded_run  # noqa: E402,F401  (a finished coded run)
 
 
-def test_lost_slices_beyond_the_code_are_refused_before_recording(coded_run, tmp_path,
+def test_lost_slices_beyond_the_code_are_refused_before_recording(coded_run, tmp_path,  # noqa: F811
                                                                   capsys):
     _, folder = coded_run
     lost = list(range(7))  # 8 holders, k = 2: one slice a round is left
