@@ -184,7 +184,7 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
         code, line = terminal.failure
         print(f"{prog}: {line} ({', '.join(pending)} not carried out: they stay "
               f"pending; the log: {log_path})", file=sys.stderr)
-        return 1 if code == 2 else code  # 2 says nothing was recorded: not so here
+        return code
     return _report(folder, pending, known, (log_path, status))
 
 

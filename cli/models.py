@@ -13,7 +13,10 @@ latest) in a standard format a serving stack loads without this project:
   "metadata": {...}}`` that ``torch.load(FILE, weights_only=True)`` reads.
 
 Both print the version's models digest (as its receipt names it) and the file's
-SHA-256. The version's file is checked against its recorded SHA-256 first.
+SHA-256. The version's file is checked against its recorded SHA-256 first, and
+its arrays against the recorded models digest (:func:`server_app.run.versions.
+verify_version`): ``models`` says ``verified`` or names the mismatch on each
+line, ``export`` refuses a version that does not verify.
 """
 
 from __future__ import annotations

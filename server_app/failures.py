@@ -8,7 +8,8 @@ full record). The commands (:class:`cli.terminal.TerminalFilter`) show the marke
 line, hide what follows it, and exit with N. Other exceptions are bugs: their
 traceback is shown as it is.
 
-Exit statuses (docs/FAULTS.md): 2 a setting or the run folder refused, 3 a
+Exit statuses (docs/FAULTS.md): 1 a setting or the run folder refused here
+(after the engine started: 2 is for refusals before anything starts), 3 a
 stored history or models file that cannot be used (repair it), 5 the disk is
 full or read-only (free space; nothing is half written: files are written
 atomically and the catalog in transactions).
@@ -40,8 +41,8 @@ def expected(err: BaseException) -> tuple[int, str] | None:
         what = getattr(err, "strerror", None) or str(err)
         return 5, (f"{where}{what}: free space on the results-dir (or make it "
                    "writable) and run the command again; nothing was half written")
-    if isinstance(err, ConfigError):
-        return 2, _first(err)
+    if isinstance(err, ConfigError):  # 1, not 2: the engine had started
+        return 1, _first(err)
     if isinstance(err, (CodedHistoryError, StoreError, ModelsFileError, RunLogError)):
         return 3, _first(err)
     return None
