@@ -12,7 +12,12 @@ Nothing is recorded when the run does not exist, is a one-stage run still going,
 or when a client is unknown, already forgotten or already named by a request; nor,
 for a finished run, when the request would leave a shard without a client or a
 node folder its coded history needs is missing (``--lost-nodes`` accepts named
-ones as lost, :func:`cli.later.check_later`): one line on stderr, exit status 2.
+ones as lost, :func:`cli.later.check_later`), its plug-ins do not import or build,
+it was moved, its summary.json or a model version does not match its record, or
+its lost slices leave a round undecodable: one line on stderr, exit status 2.
+A request that fails later for a reason a retry cannot fix is marked ``failed``
+with its reason (``receipts`` lists it); ``receipts --detail`` recomputes the
+digests it prints. Exit statuses: docs/FAULTS.md, "Exit statuses".
 """
 
 from __future__ import annotations
