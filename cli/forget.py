@@ -12,7 +12,12 @@ Nothing is recorded when the run does not exist, is a one-stage run still going,
 or when a client is unknown, already forgotten or already named by a request; nor,
 for a finished run, when the request would leave a shard without a client or a
 node folder its coded history needs is missing (``--lost-nodes`` accepts named
-ones as lost, :func:`cli.later.check_later`): one line on stderr, exit status 2.
+ones as lost, :func:`cli.later.check_later`), its plug-ins do not import or build,
+it was moved, its summary.json or a model version does not match its record, or
+its lost slices leave a round undecodable: one line on stderr, exit status 2.
+A request that fails later for a reason a retry cannot fix is marked ``failed``
+with its reason (``receipts`` lists it); ``receipts --detail`` recomputes the
+digests it prints. Exit statuses: docs/FAULTS.md, "Exit statuses".
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
 from history.catalog import StoreError
 from server_app.config import ConfigError, RunConfig
 from server_app.run.catalog import RunLog, RunLogError
+from server_app.run.folder import ModelsFileError
 from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.receipts import list_receipts, receipt_detail, receipt_line
 from server_app.run.summary import StageSummary
-from server_app.run.versions import ModelVersion
+from server_app.run.versions import ModelVersion, verify_version
 from server_app.stages.churn import later_refusal, run_shards
 
 
@@ -125,10 +131,17 @@ def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
 
 
 def main_forget(argv: list[str], prog: str) -> int:
-    """The ``forget`` command; exit status 0, 1 (a later request failed) or 2.
+    """The ``forget`` command; exit status 0 to 5 (docs/FAULTS.md, "Exit statuses").
 
     A live staged run takes the request at its next stage boundary; a finished
     run takes it at once (:func:`cli.later.carry_out`) unless ``--record-only``.
+    Everything the engine will read back is checked before the request is
+    recorded (:func:`cli.later.check_later`).
+
+    Raises
+    ------
+    ConfigError
+        A check failed before anything was recorded (exit status 2).
     """
     parser = argparse.ArgumentParser(
         prog=prog, description="Ask a run to forget clients: a staged run at its "
@@ -173,6 +186,45 @@ def main_forget(argv: list[str], prog: str) -> int:
     return carry_out(folder, prog, made)
 
 
+def _verify_receipt(folder: Path, receipt: dict, versions: dict,
+                    checked: dict) -> str:
+    """``digests verified`` or the mismatch: the receipt's digests recomputed.
+
+    Each model version the receipt names must be recorded with the receipt's
+    models digest (and file digest), and its file's arrays must still hash to
+    it (:func:`server_app.run.versions.verify_version`, once per version).
+    """
+    named = receipt.get("version") or {}
+    digests = receipt.get("models_sha256") or {}
+    problems = []
+    for when in ("before", "after"):
+        number, want = named.get(when), (digests.get(when) or {}).get("models")
+        if number is None or not want:
+            continue
+        version = versions.get(number)
+        if version is None:
+            problems.append(f"v{number} ({when}) is not recorded")
+            continue
+        if version.digests.get("models") != want:
+            problems.append(f"models sha256 {when} is not v{number}'s recorded one")
+        if number not in checked:
+            try:
+                verify_version(folder, version)
+                checked[number] = None
+            except ModelsFileError as err:
+                checked[number] = str(err).split(";")[0]
+        if checked[number]:
+            problems.append(checked[number])
+    file_digest = named.get("after_file_sha256")
+    after = versions.get(named.get("after"))
+    if file_digest and after is not None and after.file_sha256 != file_digest:
+        problems.append(f"after_file_sha256 is not v{after.version}'s recorded file")
+    if not (digests.get("before") or digests.get("after")):
+        return "digests: none in this receipt"
+    return "NOT VERIFIED: " + "; ".join(problems) if problems else \
+        "digests verified (recomputed from the stored model versions)"
+
+
 def main_receipts(argv: list[str], prog: str) -> int:
     """The ``receipts`` command: one line per receipt, then requests still waiting."""
     parser = argparse.ArgumentParser(prog=prog, description="List a run's receipts "
@@ -195,10 +247,13 @@ def main_receipts(argv: list[str], prog: str) -> int:
         return 0
     with open_inbox(folder) as inbox:
         waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
+        versions = {v.version: v for v in inbox.versions()}
+    checked: dict[int, str | None] = {}
     for receipt in receipts:
         print(receipt_line(receipt))
         if args.detail:
-            print("\n".join(receipt_detail(receipt)))
+            print("\n".join([*receipt_detail(receipt), "    " + _verify_receipt(
+                folder, receipt, versions, checked)]))
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:

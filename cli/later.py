@@ -30,9 +30,14 @@ from server_app.run.receipts import receipt_line
 from server_app.run.stored import (
     check_finished_run,
     check_node_folders,
+    check_slice_budget,
     missing_node_folders,
 )
 
+FAILED = 3
+"""Exit status: a request failed for a reason a retry cannot fix (marked ``failed``)."""
+BUSY = 4
+"""Exit status: the request is recorded, but another command works on the run."""
 
 def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     """What a later request on the finished run ``folder`` reads back is there.
@@ -59,15 +64,18 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     Raises
     ------
     ConfigError
-        The run's stored state fails :func:`server_app.run.stored.check_finished_run`;
+        The recorded settings fail :func:`later_config` (a plug-in that cannot
+        be imported or built, a moved run folder, a missing data folder); the
+        run's stored state fails :func:`server_app.run.stored.check_finished_run`
+        (its summary.json, its model versions' files and digests, its history);
         a missing node folder not named in ``lost``; ``lost`` is empty, names a
         client whose node folder is there, or a path that is not a folder (one
         line).
     """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
-    cfg = RunConfig.from_run_config(settings)
-    check_finished_run(cfg, settings, folder)  # what the request will read back
+    check_finished_run(RunConfig.from_run_config(settings), settings, folder)
+    cfg = later_config(folder, settings)  # then what the engine is given
     missing = missing_node_folders(cfg, folder)
     ids = [] if lost is None else parse_clients(lost, cfg.data.num_clients,
                                                 "--lost-nodes")
@@ -81,7 +89,36 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
         raise ConfigError(f"--lost-nodes {lost!r}: {', '.join(blocked)} is not a "
                           "folder; move it away first")
     check_node_folders(cfg, folder, ids)
+    check_slice_budget(cfg, folder, ids)  # a decode that cannot succeed: not recorded
     return [missing[p] for p in ids]
+
+
+def later_config(folder: Path, settings: dict) -> RunConfig:
+    """The settings the engine gets for a later request, checked as it will use them.
+
+    Every check the ServerApp makes without nodes
+    (:func:`server_app.preflight.validate_run_config`: the run's plug-in task
+    and methods imported, and built on its model when the data is there), and
+    that the recorded ``results-dir`` and ``data-dir`` still hold the run and
+    its data: the ServerApp opens the folders the catalog records, not the
+    one the command was given.
+
+    Raises
+    ------
+    ConfigError
+        One line naming what the engine could not use; nothing is written.
+    """
+    cfg = validate_run_config({**settings, "later-requests": True}, files=False)
+    recorded = Path(str(settings.get("results-dir", ""))).resolve()
+    if recorded != folder.parent.resolve():
+        raise ConfigError(f"--run {folder.name!r}: its catalog records results-dir "
+                          f"{str(recorded)!r}, but the run folder is {str(folder)!r} "
+                          "(moved?): move it back there; a run folder cannot move")
+    data = str(settings.get("data-dir", "") or "")
+    if data and not Path(data).is_dir():
+        raise ConfigError(f"--run {folder.name!r}: its data-dir {data!r} is gone: "
+                          "restore the dataset there first")
+    return cfg
 
 
 def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
@@ -100,33 +137,38 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
         Node folders accepted as lost (:func:`check_later`'s result): made
         again, empty, once the run is claimed.
 
+    Returns 0, 1 or :data:`FAILED` (:func:`_report`), or :data:`BUSY`: another
+    command works on the run (its lock is held, or its processes live); the
+    pending requests stay recorded for it or a later ``--pending``.
+
     Raises
     ------
     ConfigError
-        A live process holds the run's lock, or the recorded settings no
-        longer pass the checks (one line; nothing was started).
+        The recorded settings no longer pass the checks (one line; nothing
+        was started).
     """
     with open_inbox(folder) as inbox:
         settings, pending = inbox.settings(), [r.id for r in inbox.pending()]
+        known = {r.id for r in inbox.all()}
     if not pending:
         print(f"run {folder.name}: no pending request")
         return 0
-    holder = RunLock.holder(folder)
-    if holder is not None:
-        raise ConfigError(f"--run {folder.name!r} is busy ({holder}): the requests "
-                          f"{pending} are recorded; run `{prog} --run {folder.name} "
-                          "--pending` once it is free")
     overrides = {**settings, "later-requests": True}
-    cfg = validate_run_config(overrides, files=False)
+    cfg = later_config(folder, settings)
     from cli.simulation import claim_run, launch
 
+    holder = RunLock.holder(folder)
     try:
+        if holder is not None:
+            raise ConfigError(holder)
         claim_run(folder)
-    except ConfigError:  # another command works on the run right now
-        raise ConfigError(f"--run {folder.name!r} is busy (another command's processes "
-                          f"work on it): the requests {pending} are recorded; the "
-                          f"command at work may carry them out, else `{prog} --run "
-                          f"{folder.name} --pending` once it is free") from None
+    except ConfigError:  # another command works on the run: it may take them
+        print(f"{prog}: run {folder.name} is busy (another command works on it"
+              f"{f': {holder}' if holder else ''}): {', '.join(pending)} recorded, "
+              "not carried out by this command; the command at work takes requests "
+              f"recorded while it works, else `{prog} --run {folder.name} --pending` "
+              "once it is free (`receipts` shows which)", file=sys.stderr)
+        return BUSY
     for path in made:  # the operator's choice: no slices there, each one an erasure
         path.mkdir(parents=True)
         print(f"{prog}: node folder {path} accepted as lost (made again, empty): its "
@@ -138,21 +180,41 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
     log_path, status = launch(overrides, cfg.data.num_clients, folder / COMMAND_LOGS,
                               terminal, gpus=cfg.training.client_gpus)
     terminal.release(sys.stdout.buffer)
-    return _report(folder, pending, log_path, status)
+    if terminal.failure is not None:  # the ServerApp's one line, and its status
+        code, line = terminal.failure
+        print(f"{prog}: {line} ({', '.join(pending)} not carried out: they stay "
+              f"pending; the log: {log_path})", file=sys.stderr)
+        return code
+    return _report(folder, pending, known, (log_path, status))
 
 
-def _report(folder: Path, ids: list[str], log_path: Path, status: int) -> int:
+def _report(folder: Path, ids: list[str], known: set[str],
+            engine: tuple[Path, int]) -> int:
+    """Each request's fate: this command's, and those others recorded meanwhile.
+
+    Returns 0 (all done or refused), 1 (one still pending: the engine failed;
+    a retry may work) or :data:`FAILED` (one failed: a retry cannot fix it).
+    """
     with open_inbox(folder) as inbox:
         requests = {r.id: r for r in inbox.all()}
         receipts = {r["request_id"]: r for r in inbox.receipts()}
-    left = [rid for rid in ids if requests[rid].state == "pending"]
-    for rid in ids:
+    others = [rid for rid in requests if rid not in known and rid in receipts]
+    for rid in [*ids, *others]:  # another command's request taken by this engine
         if rid in receipts:
-            print(receipt_line(receipts[rid]))
+            print(receipt_line(receipts[rid])
+                  + ("  (recorded by another command)" if rid in others else ""))
+    left = [rid for rid in ids if requests[rid].state == "pending"]
+    failed = [rid for rid in [*ids, *others] if requests[rid].state == "failed"]
+    for rid in failed:
+        print(f"failed: {rid}: {receipts[rid]['reason']} (not retried: repair the "
+              "run's store, then request its clients again)", file=sys.stderr)
     if left:
         print(f"not handled: {', '.join(left)} (the engine did not carry them out; "
-              f"flwr exit status {status}; see {log_path}); they stay recorded",
+              f"flwr exit status {engine[1]}; see {engine[0]}); they stay recorded",
               file=sys.stderr)
+    if failed:
+        return FAILED
+    if left:
         return 1
     print(f"receipts: {folder / 'receipts'}", flush=True)
     return 0

@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command; return its exit status.
 
     Exit status: 0 done, 1 the run failed, 2 bad arguments or run config
-    (nothing was started), 128 + n terminated by signal n.
+    (nothing was started or recorded), 3 a stored history or models file that
+    cannot be used (a later request marked failed), 4 the run is busy with another
+    command (a request recorded for it), 5 the disk is full; 128 + n terminated by
+    signal n (docs/FAULTS.md, "Exit statuses").
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     prog = os.environ.get("SE_CLI_PROG", "python -m cli")

@@ -13,7 +13,10 @@ latest) in a standard format a serving stack loads without this project:
   "metadata": {...}}`` that ``torch.load(FILE, weights_only=True)`` reads.
 
 Both print the version's models digest (as its receipt names it) and the file's
-SHA-256. The version's file is checked against its recorded SHA-256 first.
+SHA-256. The version's file is checked against its recorded SHA-256 first, and
+its arrays against the recorded models digest (:func:`server_app.run.versions.
+verify_version`): ``models`` says ``verified`` or names the mismatch on each
+line, ``export`` refuses a version that does not verify.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 from cli.runs import open_inbox, run_folder
 from history.files import atomic_write, readable_mode
 from server_app.config import ConfigError
-from server_app.run.folder import ModelsFileError, RunFolder
-from server_app.run.versions import ModelVersion
+from server_app.run.folder import ModelsFileError
+from server_app.run.versions import ModelVersion, verify_version
 
 FORMAT = "sharding-eraser/shard-ensemble-1"
 ENSEMBLE = "mean of the shard models' softmax outputs (SISA); one model when S = 1"
@@ -43,12 +47,14 @@ def _versions(folder: Path) -> list[ModelVersion]:
 
 
 def main_models(argv: list[str], prog: str) -> int:
-    """The ``models`` command: one line per model version; exit status 0 or 2.
+    """The ``models`` command: one line per model version; exit status 0, 1 or 2.
 
     A line: ``v<N>``, when it was made (UTC), its test accuracy, the clients
     forgotten in it, the requests it reflects, the SHA-256 of its models (all
-    64 hex digits: an operator compares it with a receipt's), its file and
-    what made it.
+    64 hex digits: an operator compares it with a receipt's), its file, what
+    made it, and ``verified`` (the file's SHA-256 and the models digest
+    recomputed from its arrays match the records) or ``NOT VERIFIED: <the
+    mismatch>``; exit status 1 when a version is not verified.
 
     Raises
     ------
@@ -59,13 +65,30 @@ def main_models(argv: list[str], prog: str) -> int:
     ap.add_argument("--run", required=True, help="the run's run-name")
     ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
-    for v in _versions(run_folder(args.run, args.results_dir)):
+    folder, bad = run_folder(args.run, args.results_dir), []
+    for v in _versions(folder):
         accuracy = v.scores.get("accuracy")
+        problem = _check(folder, v)
+        bad += [f"v{v.version}"] if problem else []
         print(f"v{v.version}  {_utc(v.created)}  accuracy "
               f"{accuracy if accuracy is None else f'{accuracy:.4f}'}  forgotten "
               f"{v.forgotten or '-'}  requests {','.join(v.requests) or '-'}  models "
-              f"sha256 {v.digests['models']}  {v.file}  ({v.note})")
+              f"sha256 {v.digests['models']}  {v.file}  ({v.note})  "
+              + (f"NOT VERIFIED: {problem}" if problem else "verified"))
+    if bad:  # listed, but the operator must not trust those lines
+        print(f"{prog}: {', '.join(bad)} of run {args.run} do not match their records "
+              "(see NOT VERIFIED above)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _check(folder: Path, version: ModelVersion) -> str | None:
+    """None when ``version``'s file and arrays match its records, else the mismatch."""
+    try:
+        verify_version(folder, version)
+    except ModelsFileError as err:
+        return str(err).split(";")[0]
+    return None
 
 
 def main_export(argv: list[str], prog: str) -> int:
@@ -84,7 +107,7 @@ def main_export(argv: list[str], prog: str) -> int:
     folder = run_folder(args.run, args.results_dir)
     _check_out(out, args.out, folder)
     version = _pick(_versions(folder), args.version)
-    shards = _load(folder, version)
+    shards = _load(folder, version)  # its digests recomputed and matched first
     try:
         export(out, shards, metadata(folder, version))
     except OSError as err:
@@ -92,7 +115,8 @@ def main_export(argv: list[str], prog: str) -> int:
                           f"({err.strerror or err})") from None
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     print(f"v{version.version} of run {args.run} -> {out}")
-    print(f"models sha256 {version.digests['models']} (the receipts' models_sha256)")
+    print(f"models sha256 {version.digests['models']} verified (recomputed from the "
+          "exported arrays; the receipts' models_sha256)")
     print(f"file sha256 {digest} (this export's file; a receipt's after_file_sha256 "
           "is the run's stored .npz)")
     return 0
@@ -129,11 +153,16 @@ def _pick(versions: list[ModelVersion], number: int | None) -> ModelVersion:
 
 
 def _load(folder: Path, version: ModelVersion) -> list[dict]:
-    """The version's shard models as state dicts (name -> torch.Tensor)."""
+    """The version's shard models as state dicts (name -> torch.Tensor).
+
+    Raises
+    ------
+    ConfigError
+        The file or its arrays do not match the version's records
+        (:func:`server_app.run.versions.verify_version`; one line).
+    """
     try:
-        records = RunFolder(folder).load_models(
-            Path(version.file).stem, {"sha256": version.file_sha256,
-                                      "shards": version.shards})
+        records = verify_version(folder, version)
     except ModelsFileError as err:
         raise ConfigError(str(err)) from None
     return [record.to_torch_state_dict() for record in records]

@@ -278,6 +278,9 @@ def _finish(log_path: Path, status: int, terminal: TerminalFilter) -> int:
     from cli import report
 
     summary = summary_path(log_path)
+    if summary is None and terminal.failure is not None:  # the ServerApp's one line
+        print(f"the run failed: {terminal.failure[1]} (see {log_path})", file=sys.stderr)
+        return terminal.failure[0]
     if summary is None:
         terminal.release(sys.stdout.buffer)
         print(f"the run failed: no summary.json was written (flwr exit status {status}; "

@@ -28,6 +28,8 @@ from cli.progress import ANSI
 
 SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
 """The ServerApp's last line (``server_app.app``): the run is done."""
+STOPPED = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
+"""The ServerApp's line for an expected failure (as :data:`server_app.failures.MARK`)."""
 
 NOISE = (
     # flwr-simulation logs it at every start, whatever num-supernodes we pass
@@ -79,6 +81,9 @@ class TerminalFilter:
     ----------
     held : list[bytes]
         Lines after the ServerApp's summary line, not yet shown.
+    failure : tuple[int, str] or None
+        The exit status and one line of the ServerApp's expected failure, if it
+        stopped on one (nothing after it was shown).
     """
 
     def __init__(self, out: BinaryIO | None = None) -> None:
@@ -87,9 +92,23 @@ class TerminalFilter:
         self._seen: set[str] = set()
         self._in_dropped_warning = False
         self._done = False
+        self.failure: tuple[int, str] | None = None
 
     def write(self, line: bytes) -> int:
-        """Show ``line`` (bytes, newline included) unless it is noise, seen or held."""
+        """Show ``line`` (bytes, newline included) unless it is noise, seen or held.
+
+        After the ServerApp's marked line of an expected failure
+        (:data:`server_app.failures.MARK`) nothing more is shown: the traceback
+        Flower logs is in the log file; :attr:`failure` keeps the line, which is
+        shown too.
+        """
+        if self.failure is not None:
+            return len(line)
+        found = STOPPED.search(plain(line))
+        if found:  # shown (every command that reads this stream learns why)
+            self.failure = (int(found.group(1)), found.group(2).strip())
+            self.out.write(line)
+            return len(line)
         if self._done:
             self.held.append(line)
         elif self.keep(line):

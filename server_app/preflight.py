@@ -40,7 +40,12 @@ from server_app.config.tasks import check_model, check_task, data_folder, load_r
 from server_app.config.values import bad as _bad
 from server_app.run.stored import check_run_folder, run_settings
 from server_app.stages.plan import check_stage_requests
-from server_app.unlearning.methods import load_method
+from server_app.unlearning.methods import (
+    NoHistory,
+    UnlearningRequest,
+    load_method,
+    probe_method,
+)
 from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 
 if TYPE_CHECKING:
@@ -102,6 +107,8 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     check_task(cfg, cfg.task(), task)
     for spec in cfg.unlearning.plugin_methods.values():
         load_method(spec)  # ConfigError naming frameworks
+    if task is not None and cfg.unlearning.plugin_methods:  # built, not only typed
+        probe_methods(cfg, task.num_classes)
     if cfg.stages.staged:  # requests come stage by stage (server_app.stages)
         check_stage_requests(cfg)
         requests = []
@@ -145,6 +152,39 @@ def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True
     one_stage = cfg.unlearning.framework_list and not cfg.stages.staged
     requests = plan_requests(cfg)[0] if one_stage else None
     return check_run_folder(cfg, run_settings(cfg, data_dir), requests, verify_blobs)
+
+
+def probe_methods(cfg: RunConfig, num_classes: int) -> None:
+    """Build each method of one's own as its first request will, before any engine.
+
+    On W^0 of the run's task (its real dtypes and shapes, seeded as the
+    ServerApp seeds it), SE's shards and the first planned request (else the
+    first client of shard 0), with an empty history
+    (:class:`server_app.unlearning.methods.NoHistory`).
+
+    Raises
+    ------
+    ConfigError
+        A method that cannot be built (:func:`server_app.unlearning.methods.probe_method`).
+    """
+    import torch
+    from flwr.app import ArrayRecord, ConfigRecord
+
+    from server_app.rounds.federation import assign_shards
+
+    shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, cfg.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        initial = ArrayRecord(cfg.task().model(num_classes).state_dict())
+    planned = [] if cfg.stages.staged else plan_requests(cfg)[0]
+    batch = tuple(sorted(planned[0])) if planned else (shards[0][0],)
+    request = UnlearningRequest(
+        frozenset(batch), batch, shards, {p: p for p in range(cfg.data.num_clients)},
+        NoHistory(), [initial.copy() for _ in shards], initial, ConfigRecord({}),
+        cfg.retrain_epochs, cfg.training.num_rounds, cfg.training.clients_per_round,
+        cfg.seed)
+    for spec in cfg.unlearning.plugin_methods.values():
+        probe_method(spec, request)
 
 
 def initial_magnitude(task: Task | str, num_classes: int, seed: int) -> float:

@@ -79,7 +79,8 @@ def check_model(cfg, task: Task, num_classes: int) -> None:
     ------
     ConfigError
         ``Task.model(num_classes)`` raised, or returned something that is not a
-        ``torch.nn.Module`` (one line naming ``task``).
+        ``torch.nn.Module``, or one whose parameters cannot become Flower
+        arrays (bfloat16: no NumPy dtype; one line naming ``task``).
     """
     import torch
 
@@ -92,6 +93,17 @@ def check_model(cfg, task: Task, num_classes: int) -> None:
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(f"{where} returned a {type(model).__name__}, not a "
                           "torch.nn.Module")
+    from flwr.app import ArrayRecord
+
+    try:  # W^0 as the ServerApp builds it: every dtype must convert to NumPy
+        ArrayRecord(model.state_dict())
+    except Exception as err:  # e.g. bfloat16: NumPy has no such dtype
+        dtypes = sorted({str(t.dtype).removeprefix("torch.")
+                         for t in model.state_dict().values()})
+        raise ConfigError(f"{where} has parameters of dtype(s) {dtypes} that cannot "
+                          f"be sent as Flower arrays ({type(err).__name__}: "
+                          f"{_first_line(err)}); use float32, float64, float16 or "
+                          "integer dtypes") from None
 
 
 def _check_phrase(audit, task: Task, who: str) -> None:

@@ -4,7 +4,10 @@ The inbox is a table of the run's catalog ``run.sqlite``: the ``forget`` command
 (:mod:`cli.forget`) adds a request with :meth:`RequestInbox.submit` while the
 ServerApp runs, and the ServerApp takes every pending request at the next stage
 boundary (:meth:`RequestInbox.claim`). A request moves ``pending`` -> ``claimed``
-(bound to a stage) -> ``done`` or ``refused``; all in SQLite transactions, so a
+(bound to a stage) -> ``done`` or ``refused``; a finished run's request that
+fails for a reason a retry cannot fix (a history that cannot be decoded or read)
+goes ``pending`` -> ``failed`` with its reason, and its clients may be requested
+again once the cause is repaired; all in SQLite transactions, so a
 request survives a crash of either process and is handled once: a resumed run
 handles the requests claimed by the stage it redoes, and no others.
 """
@@ -28,7 +31,9 @@ CREATE TABLE IF NOT EXISTS inbox (
     clients TEXT NOT NULL, source TEXT NOT NULL, received REAL NOT NULL,
     state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT, receipt TEXT);
 """
-STATES = ("pending", "claimed", "done", "refused")
+STATES = ("pending", "claimed", "done", "refused", "failed")
+CLOSED = ("refused", "failed")
+"""States whose clients are free to be requested again (nothing was forgotten)."""
 
 
 class InboxError(ValueError):
@@ -133,7 +138,7 @@ class RequestInbox(SQLiteCatalog):
         now, ids = time.time(), []
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")  # take the write lock before checking
-            taken = {p: r.id for r in self.all() if r.state != "refused"
+            taken = {p: r.id for r in self.all() if r.state not in CLOSED
                      for p in r.clients}
             for clients in requests:
                 again = {int(p): taken[int(p)] for p in clients if int(p) in taken}
@@ -164,16 +169,23 @@ class RequestInbox(SQLiteCatalog):
 
     def finish(self, rid: str, state: str, note: str = "",
                receipt: dict | None = None, version: ModelVersion | None = None) -> None:
-        """Mark request ``rid`` ``done`` or ``refused`` (with a one-line ``note``).
+        """Mark request ``rid`` ``done``, ``refused`` or ``failed`` (one-line ``note``).
 
         ``receipt`` (a JSON-able dict) is kept with the request in the same
         transaction: the catalog, not the receipt files, is the record that
         summary.json is built from (:meth:`receipts`). ``version``, the model
         version the request made (its file already written), is added in that
         same transaction: a request is done exactly when its version exists.
+
+        Raises
+        ------
+        ValueError
+            ``state`` is not one of those three.
+        InboxError
+            ``version``'s number exists already.
         """
-        if state not in ("done", "refused"):
-            raise ValueError(f"request state {state!r}: done or refused")
+        if state not in ("done", "refused", "failed"):
+            raise ValueError(f"request state {state!r}: done, refused or failed")
         text = None if receipt is None else json.dumps(receipt, allow_nan=False)
         with self._conn:
             if version is not None:

@@ -236,7 +236,8 @@ def receipt_line(receipt: dict) -> str:
     The request, its state, when, the clients, shards and rounds replayed, SE's
     client-epochs, when it was done, then (when the receipt has them) the
     updates erased (or kept) and the headline verification figure, and the
-    models' SHA-256 before and after.
+    models' SHA-256 before and after; a failed request's reason (a refused
+    one's is in its receipt).
     """
     name = proposed()
     se = (receipt.get("cost") or {}).get(name) or {}
@@ -250,7 +251,9 @@ def receipt_line(receipt: dict) -> str:
             f"{receipt.get('rounds_replayed', '-')}  {name} "
             f"{se.get('client_epochs', 0):.1f} client-epochs  done "
             f"{receipt.get('done_at') or '-'}{_evidence(receipt)}"
-            f"{_digests(receipt)}")
+            f"{_digests(receipt)}"
+            + (f"  reason: {receipt.get('reason')}" if receipt['status'] == "failed"
+               else ""))
 
 
 def _evidence(receipt: dict) -> str:

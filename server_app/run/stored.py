@@ -30,6 +30,7 @@ the run's simulated clients wrote (run-config ``node-dirs``) is still there.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,6 +42,7 @@ from server_app.run.catalog import RunLog, RunLogError
 from server_app.run.folder import ModelsFileError, RunFolder
 from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.summary import FrameworkSummary, LearningSummary, StageSummary
+from server_app.run.versions import verify_version
 
 RESULTS = {"learn": LearningSummary, "unlearn": FrameworkSummary, "stage": StageSummary}
 """Typed form of a finished stage's result, by the stage name's prefix."""
@@ -132,12 +134,39 @@ def check_finished_run(cfg: RunConfig, settings: dict, folder: Path) -> None:
     (every blob against its SHA-256), the inbox and every model version's file.
     Nothing is changed.
 
+    ``summary.json`` is read back first: a later request leaves it as it is, so
+    a damaged one would stay damaged beside the new versions.
+
     Raises
     ------
     StoredStateError
         The first thing a later request could not use (one line, naming it).
     """
+    check_summary(folder / "summary.json")
     _read_back(folder, cfg, settings, None, verify_blobs=True)
+
+
+def check_summary(path: Path) -> None:
+    """``summary.json`` of a finished run parses as the summary the run wrote.
+
+    Raises
+    ------
+    StoredStateError
+        It cannot be read, is not JSON (truncated, edited), or is not a run
+        summary (one line, naming the file).
+    """
+    from server_app.run.summary import RunSummary
+
+    try:
+        RunSummary.from_json(json.loads(path.read_text()))
+    except OSError as err:
+        raise StoredStateError(f"{path}: cannot be read ({err.strerror}); restore "
+                               "it") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise StoredStateError(f"{path} is not the summary this run wrote ({first}); "
+                               "restore it from a backup before a later request"
+                               ) from None
 
 
 def _finished(log: RunLog) -> dict[str, object]:
@@ -209,7 +238,8 @@ def _check_inbox(log: RunLog) -> None:
     RunLogError
         A row that does not parse.
     ModelsFileError
-        A model version's file is missing or not the one recorded.
+        A model version's file is missing or not the one recorded, or its
+        arrays do not have the recorded models digest.
     """
     if not log.has_table("inbox"):
         return
@@ -223,9 +253,8 @@ def _check_inbox(log: RunLog) -> None:
         raise RunLogError(f"{err}; restore or remove it") from None
     finally:
         inbox.close()
-    folder = RunFolder(log.path.parent)
-    for version in versions:  # models/<name>.npz of each model version
-        folder.verify_models(Path(version.file).stem, {"sha256": version.file_sha256})
+    for version in versions:  # models/<name>.npz of each, and its arrays' digest
+        verify_version(log.path.parent, version)
 
 
 def missing_node_folders(cfg: RunConfig, folder: Path) -> dict[int, Path]:
@@ -310,3 +339,51 @@ def check_node_folders(cfg: RunConfig, folder: Path, lost: Iterable[int] = ()) -
             f"{ids}'s slices of its history): restore them; if they are gone for good, "
             f"`forget --run {folder.name} --lost-nodes {ids} ...` accepts them as lost "
             "(their slices count as erasures)")
+
+
+def check_slice_budget(cfg: RunConfig, folder: Path, lost: Iterable[int]) -> None:
+    """Each coded round keeps k slices once the ``lost`` clients' count as erasures.
+
+    A round's usable slices are those its holders acknowledged, less the lost
+    clients' and the stale ones (a re-coded round's part that could not reach a
+    holder); decoding needs k = K + T of them (the coded catalog's meta).
+    Damaged slice files inside a folder that is there are not counted here:
+    they show when the request decodes (the request is then marked failed).
+
+    Raises
+    ------
+    StoredStateError
+        One line naming the first round and shard that could not be decoded,
+        its usable slices and k. Nothing is changed on disk.
+    """
+    gone = set(lost)
+    if not (cfg.storage.coded and gone):
+        return
+    catalog = RunFolder(folder).history_dir("sharded") / CATALOG_FILE
+    try:
+        conn = SQLiteCatalog.connect(catalog, read_only=True)
+    except StoreError as err:
+        raise StoredStateError(str(err)) from None
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        k = int(meta["blocks_per_shard"]) + int(meta.get("privacy_t", 0))
+        holders: dict[int, set[int]] = {}
+        for rnd, pid in conn.execute("SELECT round, partition_id FROM slices"):
+            holders.setdefault(int(rnd), set()).add(int(pid))
+        stale = list(conn.execute("SELECT shard, round, partition_id FROM stale"))
+        shards = int(meta["num_shards"])
+    except (sqlite3.Error, KeyError, ValueError) as err:
+        raise StoredStateError(f"coded store {catalog} is damaged ({err}); restore "
+                               "it") from None
+    finally:
+        conn.close()
+    for rnd, pids in sorted(holders.items()):
+        for shard in range(shards):
+            out = {p for s, g, p in stale if s == shard and g == rnd}
+            usable = len(pids - gone - out)
+            if usable < k:
+                raise StoredStateError(
+                    f"coded run {folder.name!r}: with client(s) {sorted(gone)}'s "
+                    f"slices lost, round {rnd} of shard {shard} keeps {usable} usable "
+                    f"slices, k = {k} needed: a later request could not decode it; "
+                    "restore node folders (nothing was recorded)")

@@ -101,3 +101,41 @@ def make_version(folder, number: int, models: list, scores: dict, requests: list
     return ModelVersion(number, time.time(), f"models/{name}.npz", saved["sha256"],
                         saved["shards"], shard_digests(models), list(requests),
                         sorted(int(p) for p in forgotten), dict(scores), note)
+
+
+def verify_version(folder, version: ModelVersion) -> list:
+    """Version ``version``'s shard models, read back and checked against its records.
+
+    The file's SHA-256 (:meth:`server_app.run.folder.RunFolder.load_models`), then
+    the models digest recomputed from its arrays against ``digests["models"]``:
+    a file swapped together with its recorded file digest still fails.
+
+    Parameters
+    ----------
+    folder : Path
+        The run folder.
+    version : ModelVersion
+        One of its recorded versions.
+
+    Returns
+    -------
+    list[ArrayRecord]
+        The S shard models.
+
+    Raises
+    ------
+    ModelsFileError
+        One line naming the file and what does not match its record.
+    """
+    from server_app.run.folder import ModelsFileError, RunFolder
+
+    name = version.file.removeprefix("models/").removesuffix(".npz")
+    models = RunFolder(folder).load_models(name, {"sha256": version.file_sha256,
+                                                  "shards": version.shards})
+    got = shard_digests(models)["models"]
+    if got != version.digests.get("models"):
+        raise ModelsFileError(
+            f"{folder}/{version.file}: its arrays' models sha256 {got} is not the "
+            f"recorded {version.digests.get('models')} of v{version.version} (the file "
+            "or the run catalog was changed); restore both from a backup")
+    return models

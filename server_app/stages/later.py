@@ -27,11 +27,18 @@ from __future__ import annotations
 
 import time
 
-from history import CodedHistory, CorruptBlobError, HistoryStore
+from history import (
+    CodedHistory,
+    CodedHistoryError,
+    CorruptBlobError,
+    HistoryStore,
+    StoreError,
+)
 from history.coded_erasure import erase_coded
 from server_app.config.methods import reference
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
+from server_app.run.folder import ModelsFileError
 from server_app.run.inbox import Request, RequestInbox
 from server_app.run.receipts import erasure_counts, receipt_cost, utc, write_receipt
 from server_app.run.summary import StageSummary
@@ -43,11 +50,20 @@ from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
 
-__all__ = ["serve_later"]
+__all__ = ["FINAL", "serve_later"]
+
+FINAL = (CodedHistoryError, StoreError, ModelsFileError)
+"""Failures of a later request that a retry cannot fix: slices damaged beyond what
+the code corrects, a history or models file that does not read back. The store
+must be repaired first; the request is marked ``failed``."""
 
 
 def serve_later(ctx: RunContext) -> list[dict]:
     """Handle every pending request of the finished run; return their receipts.
+
+    A request whose history cannot be decoded or read back (:data:`FINAL`) is
+    marked ``failed`` with its one-line reason; the requests after it stay
+    pending for the next command.
 
     Raises
     ------
@@ -57,7 +73,11 @@ def serve_later(ctx: RunContext) -> list[dict]:
     run, latest = _restore(ctx)
     receipts = []
     while (pending := run.inbox.pending()):  # also those recorded meanwhile
-        receipt, latest = _handle(run, pending[0], latest)
+        try:
+            receipt, latest = _handle(run, pending[0], latest)
+        except FINAL as err:  # a retry would fail alike: failed, not left pending
+            receipts.append(_fail(run, pending[0], latest, err))
+            break  # the run's state may be half-replayed: the rest wait, pending
         receipts.append(receipt)
     if not receipts:
         ctx.log("later requests: none pending")
@@ -152,6 +172,22 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
     ctx.log(f"request {request.id} done: clients {request.clients} forgotten, model "
             f"version v{version.version} ({version.file})")
     return receipt, version
+
+
+def _fail(run: RunState, request: Request, latest: ModelVersion,
+          err: Exception) -> dict:
+    """Mark ``request`` failed with ``err``'s first line; return its receipt."""
+    reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    receipt = {"request_id": request.id, "clients": request.clients,
+               "source": request.source, "received_at": utc(request.received),
+               "stage": None, "after_run": True, "status": "failed",
+               "reason": reason, "done_at": utc(time.time()),
+               "version": {"before": latest.version, "after": latest.version}}
+    run.inbox.finish(request.id, "failed", reason, receipt)
+    _file(run.ctx, receipt)
+    run.ctx.log(f"request {request.id} failed (not retried: repair the store, then "
+                f"request its clients again): {reason}")
+    return receipt
 
 
 def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:

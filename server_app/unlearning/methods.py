@@ -122,3 +122,61 @@ def build_method(spec: str, request: UnlearningRequest) -> ShardedStrategy:
         raise ValueError(f"method {spec!r}: {len(models)} initial models for "
                          f"{len(request.shards)} shards")
     return strategy
+
+
+class NoHistory:
+    """A training history with no rounds yet: what a method sees when probed.
+
+    Before learning there is nothing stored; a method that reads the history in
+    its constructor gets empty answers (``rounds``, ``participants``) or a
+    ``KeyError`` for one update or shard model.
+    """
+
+    root = None
+
+    def rounds(self, shard: int) -> list[int]:
+        """No round is stored yet."""
+        return []
+
+    def participants(self, shard: int, rnd: int) -> list[tuple[int, int]]:
+        """No participant is stored yet."""
+        return []
+
+    def client_shard(self) -> dict[int, int]:
+        """No client is stored yet."""
+        return {}
+
+    def update(self, shard: int, rnd: int, partition_id: int):
+        """Raises KeyError: nothing is stored before learning."""
+        raise KeyError(f"update of client {partition_id} in round {rnd}: none stored yet")
+
+    def shard_model(self, shard: int, rnd: int):
+        """Raises KeyError: nothing is stored before learning."""
+        raise KeyError(f"shard {shard}'s model of round {rnd}: none stored yet")
+
+
+def probe_method(spec: str, request: UnlearningRequest) -> None:
+    """Build method ``spec`` once on ``request`` (before any engine), as a request will.
+
+    ``request`` holds the run's real W^0 (dtypes and shapes), shards and seed,
+    with :class:`NoHistory`: a class that is no method (a plain
+    ``ShardedStrategy``, whose constructor takes other arguments) fails here,
+    not after learning.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``frameworks``: the class cannot be loaded, its
+        constructor raised, or it lacks ``num_rounds`` / gives another number
+        of models.
+    """
+    try:
+        build_method(spec, request)
+    except ConfigError:
+        raise
+    except Exception as err:  # a plug-in's own code: any error is the plug-in's
+        text = str(err).splitlines()[0] if str(err) else ""
+        raise ConfigError(f"run-config 'frameworks' = {spec!r}: the method cannot be "
+                          f"built on this run's model and shards ({type(err).__name__}"
+                          f": {text}); it must take one UnlearningRequest (docs/"
+                          "TASKS.md)") from None

@@ -1,0 +1,69 @@
+"""The ServerApp's one boundary for expected failures: one line, its own exit status.
+
+A failure the operator can act on (a full disk, a store that does not read back,
+a coded history beyond what the code corrects, a setting the run cannot use) is
+logged as one marked line, ``ServerApp stopped (exit N): <line>``, before the
+exception goes on to Flower (which logs its traceback: in the run's log file, the
+full record). The commands (:class:`cli.terminal.TerminalFilter`) show the marked
+line, hide what follows it, and exit with N. Other exceptions are bugs: their
+traceback is shown as it is.
+
+Exit statuses (docs/FAULTS.md): 1 a setting or the run folder refused here
+(after the engine started: 2 is for refusals before anything starts), 3 a
+stored history or models file that cannot be used (repair it), 5 the disk is
+full or read-only (free space; nothing is half written: files are written
+atomically and the catalog in transactions).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from history import CodedHistoryError, StoreError
+from server_app.config import ConfigError
+from server_app.run.catalog import RunLogError
+from server_app.run.folder import ModelsFileError
+
+MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
+"""The marked line: its exit status and its one line."""
+DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def expected(err: BaseException) -> tuple[int, str] | None:
+    """``(exit status, one line)`` for an expected failure, or None (a bug)."""
+    if isinstance(err, OSError) and err.errno in DISK or (
+            isinstance(err, sqlite3.OperationalError) and "disk is full" in str(err)):
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        what = getattr(err, "strerror", None) or str(err)
+        return 5, (f"{where}{what}: free space on the results-dir (or make it "
+                   "writable) and run the command again; nothing was half written")
+    if isinstance(err, ConfigError):  # 1, not 2: the engine had started
+        return 1, _first(err)
+    if isinstance(err, (CodedHistoryError, StoreError, ModelsFileError, RunLogError)):
+        return 3, _first(err)
+    return None
+
+
+def _first(err: BaseException) -> str:
+    text = str(err).splitlines()
+    return text[0] if text else type(err).__name__
+
+
+@contextmanager
+def one_line(log) -> Iterator[None]:
+    """Log an expected failure inside as its marked line (``log``: one line out).
+
+    The exception itself goes on unchanged (the caller's tests and Flower see
+    it as raised).
+    """
+    try:
+        yield
+    except Exception as err:
+        hit = expected(err)
+        if hit is not None:
+            log(f"ServerApp stopped (exit {hit[0]}): {hit[1]}")
+        raise
