@@ -184,6 +184,9 @@ def _shrink(cfg: dict, nodes: int, explicit: set[str]) -> dict:
 def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     """Run the deployment; return the exit status (0 with a summary.json).
 
+    A run the ServerApp stopped with its one marked line
+    (:mod:`server_app.failures`) exits with that line's status; another failure 1.
+
     Raises
     ------
     ConfigError
@@ -218,6 +221,10 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             _say(f"run folder kept: {run_dir} (logs/)")
+    if not ok and terminal.failure is not None:  # the ServerApp's one line, its status
+        print(f"the run failed: {terminal.failure[1]} (see {run_dir / 'logs'})",
+              file=sys.stderr)
+        return terminal.failure[0]
     if not ok:
         terminal.release(sys.stdout.buffer)
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import shutil
@@ -435,3 +436,26 @@ def test_lost_slices_beyond_the_code_are_refused_before_recording(coded_run, tmp
     line = _refused(folder, tmp_path, capsys, "k = 2 needed", "nothing was recorded",
                     argv=("--clients", "7", "--lost-nodes", ",".join(map(str, lost))))
     assert "round 0 of shard 0 keeps 1 usable slices" in line, line
+
+
+def test_deploy_ends_on_the_serverapps_one_line_with_its_status(tmp_path, monkeypatch,
+                                                                capsys):
+    """``deploy`` exits with the ServerApp's status too, not its own 1."""
+    from cli import deploy
+
+    def stopped(run_dir, *args):
+        terminal = args[-1]
+        terminal.out = io.BytesIO()  # the real one points it at the engine's output
+        terminal.write(b"INFO :      ServerApp stopped (exit 5): /r/x.npz: No space "
+                       b"left on device\n")
+        terminal.write(b"Traceback (most recent call last):\n")
+        return None
+
+    monkeypatch.setattr(deploy.shutil, "which", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(deploy, "_run_dir", lambda: tmp_path)
+    monkeypatch.setattr(deploy, "_deploy", stopped)
+    assert deploy.main(["2", "--run-config", "num-rounds=1"]) == 5
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1] == (
+        f"the run failed: /r/x.npz: No space left on device (see {tmp_path / 'logs'})")
+    assert "Traceback" not in captured.out + captured.err
