@@ -226,7 +226,11 @@ def _verify_receipt(folder: Path, receipt: dict, versions: dict,
 
 
 def main_receipts(argv: list[str], prog: str) -> int:
-    """The ``receipts`` command: one line per receipt, then requests still waiting."""
+    """The ``receipts`` command: one line per receipt, then requests still waiting.
+
+    Exit status 1 when ``--detail`` finds a digest that does not verify (as
+    ``models``), else 0.
+    """
     parser = argparse.ArgumentParser(prog=prog, description="List a run's receipts "
                                      "(requests of a staged run, requests to a "
                                      "finished run) and its waiting requests.")
@@ -249,11 +253,13 @@ def main_receipts(argv: list[str], prog: str) -> int:
         waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
         versions = {v.version: v for v in inbox.versions()}
     checked: dict[int, str | None] = {}
+    mismatch = False
     for receipt in receipts:
         print(receipt_line(receipt))
         if args.detail:
-            print("\n".join([*receipt_detail(receipt), "    " + _verify_receipt(
-                folder, receipt, versions, checked)]))
+            verdict = _verify_receipt(folder, receipt, versions, checked)
+            mismatch |= verdict.startswith("NOT VERIFIED")
+            print("\n".join([*receipt_detail(receipt), "    " + verdict]))
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:
@@ -262,4 +268,4 @@ def main_receipts(argv: list[str], prog: str) -> int:
     if not receipts and not waiting:
         print(f"run {args.run}: no request yet")
     print(f"receipts: {folder / 'receipts'}")
-    return 0
+    return 1 if mismatch else 0  # as `models`: a digest that does not verify

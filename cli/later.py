@@ -182,18 +182,24 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
     terminal.release(sys.stdout.buffer)
     if terminal.failure is not None:  # the ServerApp's one line, and its status
         code, line = terminal.failure
-        print(f"{prog}: {line} ({', '.join(pending)} not carried out: they stay "
-              f"pending; the log: {log_path})", file=sys.stderr)
+        _report(folder, pending, known, (log_path, status), quiet=True)
+        with open_inbox(folder) as inbox:
+            left = [r.id for r in inbox.pending() if r.id in pending]
+        print(f"{prog}: {line} ({', '.join(left) or 'no request'} not carried out: "
+              f"{'they stay' if len(left) != 1 else 'it stays'} pending; the log: "
+              f"{log_path})", file=sys.stderr)
         return code
     return _report(folder, pending, known, (log_path, status))
 
 
 def _report(folder: Path, ids: list[str], known: set[str],
-            engine: tuple[Path, int]) -> int:
+            engine: tuple[Path, int], quiet: bool = False) -> int:
     """Each request's fate: this command's, and those others recorded meanwhile.
 
-    Returns 0 (all done or refused), 1 (one still pending: the engine failed;
-    a retry may work) or :data:`FAILED` (one failed: a retry cannot fix it).
+    Returns 0 (all of this command's done or refused), 1 (one still pending: the
+    engine failed; a retry may work) or :data:`FAILED` (one of this command's
+    failed: a retry cannot fix it); another command's request only shown.
+    ``quiet``: the receipts and failures only (the caller says the rest).
     """
     with open_inbox(folder) as inbox:
         requests = {r.id: r for r in inbox.all()}
@@ -208,11 +214,13 @@ def _report(folder: Path, ids: list[str], known: set[str],
     for rid in failed:
         print(f"failed: {rid}: {receipts[rid]['reason']} (not retried: repair the "
               "run's store, then request its clients again)", file=sys.stderr)
+    if quiet:
+        return 0
     if left:
         print(f"not handled: {', '.join(left)} (the engine did not carry them out; "
               f"flwr exit status {engine[1]}; see {engine[0]}); they stay recorded",
               file=sys.stderr)
-    if failed:
+    if any(rid in ids for rid in failed):
         return FAILED
     if left:
         return 1

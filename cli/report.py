@@ -7,12 +7,12 @@ import sys
 from cli.tables import table
 from history.storage import STORAGE_ROWS
 from server_app.config.methods import proposed, reference, registered, shard_reference
+from server_app.rounds.loop import WALL_PARTS
 from server_app.run.summary import RunSummary, StageSummary
 
-WALL_COLUMNS = (("client_training_s", "client training"), ("transfer_s", "transfers"),
-                ("server_configure_s", "server configure"),
-                ("server_aggregate_s", "server aggregate"), ("retrieval_s", "retrieval"),
+WALL_COLUMNS = (*((k, k.removesuffix("_s").replace("_", " ")) for k in WALL_PARTS),
                 ("rounds", "rounds"), ("client_rounds", "client rounds"))
+"""``wall_breakdown``'s keys (:data:`server_app.rounds.loop.WALL_PARTS`) as columns."""
 
 def _cell(value: object) -> str:
     if isinstance(value, float):
@@ -268,8 +268,8 @@ def stages_table(stages: list[StageSummary]) -> str:
              cost(e, proposed()), cost(e, reference())] for e in stages]
     return "stages (accuracy: ensemble after learning / after the stage's requests)\n" + \
         table(["stage", "rounds", "clients", "joined", "left", "forgotten",
-               "learned", "after", "shards after", "SE client-epochs",
-               "FR client-epochs"], rows, cell=_cell)
+               "learned", "after", "shards after", f"{proposed()} client-epochs",
+               f"{reference()} client-epochs"], rows, cell=_cell)
 
 
 def _add_retrained_shards(summary: RunSummary, frameworks: dict[str, dict],

@@ -25,11 +25,12 @@ import re
 from typing import BinaryIO
 
 from cli.progress import ANSI
+from server_app.failures import MARK
 
 SUMMARY = re.compile(rb"summary: (/[^\r\n]*summary\.json)")  # spaces allowed
 """The ServerApp's last line (``server_app.app``): the run is done."""
-STOPPED = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
-"""The ServerApp's line for an expected failure (as :data:`server_app.failures.MARK`)."""
+STOPPED = MARK
+"""The ServerApp's line for an expected failure (:data:`server_app.failures.MARK`)."""
 
 NOISE = (
     # flwr-simulation logs it at every start, whatever num-supernodes we pass

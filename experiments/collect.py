@@ -133,9 +133,13 @@ def _impacted_accuracy(result, learning) -> dict:
 def methods_in(rows: Sequence[dict]) -> list[str]:
     """Frameworks of ``rows`` beyond the built-in ones (methods of one's own), sorted."""
     known = {"original", *frameworks()}
-    labelled = tuple(f"{m.name}(dt=" for m in methods.builtins() if m.interval_label)
     return sorted({r["framework"] for r in rows if r.get("framework") not in known
-                   and not str(r.get("framework", "")).startswith(labelled)})
+                   and not str(r.get("framework", "")).startswith(interval_labels())})
+
+
+def interval_labels() -> tuple[str, ...]:
+    """The row-name prefixes ``NAME(dt=`` of the methods labelled by their interval."""
+    return tuple(f"{m.name}(dt=" for m in methods.builtins() if m.interval_label)
 
 
 def _label(name: str, cfg: dict) -> str:

@@ -15,7 +15,7 @@
 
 from history.catalog import SQLiteCatalog, StoreError
 from history.coded_catalog import CodedStorageError
-from history.coded_reader import CodedHistory, CodedHistoryError
+from history.coded_reader import CodedHistory, CodedHistoryError, HoldersUnreachableError
 from history.coded_recorder import CodedRecorder
 from history.protocols import RoundRecorder, TrainingHistory
 from history.storage import StorageSettings, efficiency, storage_summary
@@ -23,6 +23,7 @@ from history.store import CorruptBlobError, HistoryStore
 
 __all__ = [
     "CodedHistory", "CodedHistoryError", "CodedRecorder", "CodedStorageError",
+    "HoldersUnreachableError",
     "CorruptBlobError", "HistoryStore", "RoundRecorder", "SQLiteCatalog", "StoreError",
     "StorageSettings", "TrainingHistory", "efficiency", "storage_summary",
 ]

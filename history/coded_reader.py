@@ -59,6 +59,10 @@ class CodedHistoryError(RuntimeError):
     """A shard's history cannot be recovered from the slices; nothing was changed."""
 
 
+class HoldersUnreachableError(CodedHistoryError):
+    """Too few slices, and some holders did not answer: a retry may recover it."""
+
+
 class CodedHistory(CodedCatalog, TrainingHistory):
     """The sharded history read back from coded slices (a ``TrainingHistory``).
 
@@ -366,7 +370,10 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         pids = sorted(got)
         if len(pids) < self.k:
             missing = sorted(set(self.node_of) - set(pids))
-            raise CodedHistoryError(
+            # holders that did not answer may answer later; damage stays damage
+            error = HoldersUnreachableError if stats["absent"] + stats["silent"] \
+                else CodedHistoryError
+            raise error(
                 f"cannot recover round {rnd} of shard {shard}: {len(pids)} usable "
                 f"slices, k = {self.k} needed; slices missing: partitions "
                 f"{missing[:20]}{' ...' if len(missing) > 20 else ''} "

@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from history import CodedHistoryError, StoreError
+from history import CodedHistoryError, HoldersUnreachableError, StoreError
 from server_app.config import ConfigError
 from server_app.run.catalog import RunLogError
 from server_app.run.folder import ModelsFileError
@@ -42,6 +42,8 @@ def expected(err: BaseException) -> tuple[int, str] | None:
         return 5, (f"{where}{what}: free space on the results-dir (or make it "
                    "writable) and run the command again; nothing was half written")
     if isinstance(err, ConfigError):  # 1, not 2: the engine had started
+        return 1, _first(err)
+    if isinstance(err, HoldersUnreachableError):  # holders that may answer later
         return 1, _first(err)
     if isinstance(err, (CodedHistoryError, StoreError, ModelsFileError, RunLogError)):
         return 3, _first(err)

@@ -180,7 +180,7 @@ def probe_methods(cfg: RunConfig, num_classes: int) -> None:
     batch = tuple(sorted(planned[0])) if planned else (shards[0][0],)
     request = UnlearningRequest(
         frozenset(batch), batch, shards, {p: p for p in range(cfg.data.num_clients)},
-        NoHistory(), [initial.copy() for _ in shards], initial, ConfigRecord({}),
+        NoHistory(initial), [initial.copy() for _ in shards], initial, ConfigRecord({}),
         cfg.retrain_epochs, cfg.training.num_rounds, cfg.training.clients_per_round,
         cfg.seed)
     for spec in cfg.unlearning.plugin_methods.values():

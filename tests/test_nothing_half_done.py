@@ -309,9 +309,27 @@ def test_a_decode_beyond_the_bound_marks_the_request_failed(run, engine, monkeyp
     shown = capsys.readouterr().out
     assert "digests verified" in shown and "NOT VERIFIED" not in shown, shown
     _flip(run / "models" / "v2.npz")
-    assert cli_main(["receipts", *_where(run), "--detail"]) == 0
+    assert cli_main(["receipts", *_where(run), "--detail"]) == 1  # as `models`
     shown = capsys.readouterr().out
     assert "NOT VERIFIED" in shown and "v2.npz" in shown, shown
+
+
+def test_holders_that_did_not_answer_leave_the_request_pending(run, engine,
+                                                              monkeypatch, capsys):
+    """Too few slices because holders were absent: a retry may work (exit 1)."""
+    from history import HoldersUnreachableError
+    from server_app.stages import later
+
+    def unreachable(*args, **kw):  # as CodedHistory says when holders are silent
+        raise HoldersUnreachableError("cannot recover round 1 of shard 0: 1 usable "
+                                      "slices, k = 2 needed (2 absent)")
+
+    monkeypatch.setattr(later, "forget_with_se", unreachable)
+    status, out, err = _forget(run, capsys, "--clients", "3")
+    assert status == 1, out + err
+    assert _states(run) == {"r0001": "pending"}
+    assert "r0001 not carried out: it stays pending" in err, err
+    assert "Traceback" not in out + err
 
 
 def test_two_forget_commands_racing_each_say_what_became_of_their_request(

@@ -40,7 +40,7 @@ def single_sections(rows) -> list[str]:
     table = [_single_row(dataset, partition, name, r)
              for (dataset, partition), fw in cells.items()
              for name in ["original", *collect.frameworks(), *collect.methods_in(rows),
-                          *sorted(n for n in fw if n.startswith("FE(dt="))]
+                          *sorted(n for n in fw if n.startswith(collect.interval_labels()))]
              if (r := fw.get(name)) is not None]
     out.append(md_table(["dataset", "partition", "model", "accuracy",
                        "retrained shards' accuracy (original's)", "test loss",
@@ -52,7 +52,7 @@ def single_sections(rows) -> list[str]:
         out += ["", "SE's reduction of retraining time against each baseline "
                 "(1 - SE / baseline; compute seconds, client-epochs in brackets):", ""]
         out.append(md_table(
-            ["dataset", "partition", "vs FR", "vs FE", "vs RR"],
+            ["dataset", "partition", *(f"vs {b}" for b in collect.baselines())],
             [[r["dataset"], r["partition"]] + [
                 f"{pct(r[f'time_vs_{b}'])} ({pct(r[f'epochs_vs_{b}'])})"
                 for b in collect.baselines()] for r in reds]))
@@ -64,11 +64,13 @@ def single_sections(rows) -> list[str]:
                 "deviation of the original's and FR's F1 over the seeds of \"MIA "
                 "stability\" below (n/a: no seeds ran that cell); a gap no larger "
                 "is inside the noise.", ""]
+        se, fr = methods.proposed(), methods.reference()
+        shown = [fr, se, *(b for b in collect.baselines() if b != fr)]
         out.append(md_table(
-            ["partition", "F1 original", "F1 FR", "F1 SE", "F1 FE", "F1 RR",
-             "seed std", "FR < original", "|SE - FR| <= 0.05"],
-            [[c["partition"], num(c["f1_original"]), num(c["f1_FR"]),
-              num(c["f1_SE"]), num(c["f1_FE"]), num(c["f1_RR"]), num(c["noise"]),
+            ["partition", "F1 original", *(f"F1 {n}" for n in shown),
+             "seed std", f"{fr} < original", f"|{se} - {fr}| <= 0.05"],
+            [[c["partition"], num(c["f1_original"]),
+              *(num(c[f"f1_{n}"]) for n in shown), num(c["noise"]),
               c["fr_below_original"], num(c["se_within_005_of_fr"])]
              for c in checks]))
     stab = compare.mia_stability(rows)
@@ -169,7 +171,8 @@ def _concurrent_frameworks(rows) -> list[str]:
     return ["", "SE's saving on the same concurrent batch, 1 - SE / baseline "
             "(compute seconds / modelled wall seconds; the paper: about 70% less time "
             "in the even case):", "",
-            md_table(["dataset", "distribution", "K", "vs FR", "vs FE", "vs RR"], table),
+            md_table(["dataset", "distribution", "K",
+                      *(f"vs {b}" for b in collect.baselines())], table),
             "", "Every framework on the same concurrent batch (accuracy measured, of "
             "the ensemble for SE and SE-R, beside the mean accuracy of the shards "
             "they retrained, which the ensemble can hide; "

@@ -221,20 +221,6 @@ def shard_reference() -> str:
     return found.name
 
 
-def select(method_names, **fields) -> list[str]:
-    """Those of ``method_names`` (built-ins or unknown names) whose fields match.
-
-    ``select(["SE", "FR"], federation="baseline")`` -> ``["FR"]``; a name that is
-    not registered (a plug-in) is described by :func:`plugin_info`.
-    """
-    out = []
-    for name in method_names:
-        described = _REGISTRY.get(name) or plugin_info(name, "")
-        if all(getattr(described, k) == v for k, v in fields.items()):
-            out.append(name)
-    return out
-
-
 _UNLEARNING = "server_app.unlearning.builtin"
 
 register(MethodInfo(

@@ -147,7 +147,10 @@ def check_finished_run(cfg: RunConfig, settings: dict, folder: Path) -> None:
 
 
 def check_summary(path: Path) -> None:
-    """``summary.json`` of a finished run parses as the summary the run wrote.
+    """``summary.json`` of a finished run parses as a run summary.
+
+    Only its form is checked (no digest of it is recorded): a truncated or
+    malformed file is found, a well-formed edit is not.
 
     Raises
     ------
@@ -164,7 +167,7 @@ def check_summary(path: Path) -> None:
                                "it") from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise StoredStateError(f"{path} is not the summary this run wrote ({first}); "
+        raise StoredStateError(f"{path} does not read back as a run summary ({first}); "
                                "restore it from a backup before a later request"
                                ) from None
 
@@ -367,7 +370,9 @@ def check_slice_budget(cfg: RunConfig, folder: Path, lost: Iterable[int]) -> Non
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta"))
         k = int(meta["blocks_per_shard"]) + int(meta.get("privacy_t", 0))
-        holders: dict[int, set[int]] = {}
+        # every coded round, also one no holder acknowledged (it has 0 usable)
+        holders: dict[int, set[int]] = {
+            int(rnd): set() for (rnd,) in conn.execute("SELECT round FROM rounds")}
         for rnd, pid in conn.execute("SELECT round, partition_id FROM slices"):
             holders.setdefault(int(rnd), set()).add(int(pid))
         stale = list(conn.execute("SELECT shard, round, partition_id FROM stale"))

@@ -32,6 +32,7 @@ from history import (
     CodedHistoryError,
     CorruptBlobError,
     HistoryStore,
+    HoldersUnreachableError,
     StoreError,
 )
 from history.coded_erasure import erase_coded
@@ -55,7 +56,9 @@ __all__ = ["FINAL", "serve_later"]
 FINAL = (CodedHistoryError, StoreError, ModelsFileError)
 """Failures of a later request that a retry cannot fix: slices damaged beyond what
 the code corrects, a history or models file that does not read back. The store
-must be repaired first; the request is marked ``failed``."""
+must be repaired first; the request is marked ``failed``. Not final: too few
+slices while some holders did not answer (:class:`history.HoldersUnreachableError`):
+the request stays pending and the command exits 1."""
 
 
 def serve_later(ctx: RunContext) -> list[dict]:
@@ -76,6 +79,8 @@ def serve_later(ctx: RunContext) -> list[dict]:
         try:
             receipt, latest = _handle(run, pending[0], latest)
         except FINAL as err:  # a retry would fail alike: failed, not left pending
+            if isinstance(err, HoldersUnreachableError):
+                raise  # holders that did not answer may: it stays pending (exit 1)
             receipts.append(_fail(run, pending[0], latest, err))
             break  # the run's state may be half-replayed: the rest wait, pending
         receipts.append(receipt)

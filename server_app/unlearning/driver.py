@@ -170,8 +170,9 @@ def _request_cost(k: int, batch: Sequence[int], framework: Framework,
         stats.comm_time_s += retrieval["comm_time_s"]
         stats.compute_s += retrieval["decode_s"]
         stats.wall_s += retrieval["wall_s"]
-        stats.modelled_wall_s += _retrieval_wall_s(retrieval)
-        stats.wall_parts["retrieval_s"] += _retrieval_wall_s(retrieval)
+        seconds = _retrieval_wall_s(retrieval)
+        stats.modelled_wall_s += seconds
+        stats.wall_parts["retrieval_s"] += seconds
     return RequestCost(
         k, sorted(batch), impacted_shards=framework.impacted,
         compute_s=stats.compute_s, wall_s=stats.wall_s,
@@ -222,7 +223,7 @@ def _framework_summary(described: MethodInfo, stage: Stage, metrics: dict,
 
 def _log_unchanged(framework: Framework, label: str, log_fn) -> None:
     """SE: log the shards that stay as they are (the clients never trained there)."""
-    unchanged = (framework.replay or {}).get("unchanged")
+    unchanged = framework.unchanged or (framework.replay or {}).get("unchanged")
     if unchanged:
         log_fn(f"{label}: the request's clients never trained in shard(s) "
                f"{unchanged}: those shard models are unchanged"

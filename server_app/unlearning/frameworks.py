@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from history import TrainingHistory
 from server_app.config import RunConfig
-from server_app.config.methods import MethodInfo, names
+from server_app.config.methods import MethodInfo
 from server_app.config.methods import info as method_info
 from server_app.config.unlearning import UnlearningConfig
 from server_app.rounds.federation import Federation
@@ -70,7 +70,7 @@ class UnlearningSettings:
     seed: int
     request_mode: str
     num_requests: int
-    frameworks: tuple[str, ...] = field(default_factory=names)
+    frameworks: tuple[str, ...] = ()
     methods: dict = field(default_factory=dict)
     recovery: dict = field(default_factory=dict)
     """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
@@ -148,6 +148,9 @@ class Framework:
         SE: per impacted shard, :meth:`CalibratedRetraining.replay_report`;
         ``unchanged``: shards of the request whose clients never trained there
         (left as they are); ``start_models``: where each W^(g0-1) came from.
+    unchanged : list[int], optional
+        A method without a replay report: the request's shards left as they are
+        (its clients never trained there), for the log.
     """
 
     strategy: ShardedStrategy
@@ -157,6 +160,7 @@ class Framework:
     clients_per_round: int | None = None
     sampled: list[int] | None = None
     replay: dict | None = None
+    unchanged: list[int] | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord
 
-from history import TrainingHistory
+from history import StoreError, TrainingHistory
 from server_app.config import ConfigError
 from strategies.sharded import ShardedStrategy
 from task.registry import import_object
@@ -124,15 +124,23 @@ def build_method(spec: str, request: UnlearningRequest) -> ShardedStrategy:
     return strategy
 
 
-class NoHistory:
+class NoHistory(TrainingHistory):
     """A training history with no rounds yet: what a method sees when probed.
 
-    Before learning there is nothing stored; a method that reads the history in
-    its constructor gets empty answers (``rounds``, ``participants``) or a
-    ``KeyError`` for one update or shard model.
+    Before learning only W^0 exists: ``shard_model(s, 0)`` gives it, and an
+    update or a later model raises :class:`history.StoreError` (as a real store
+    does for what it lacks); ``rounds`` and ``participants`` are empty.
+
+    Parameters
+    ----------
+    initial : ArrayRecord
+        W^0, every shard's model before round 1.
     """
 
     root = None
+
+    def __init__(self, initial: ArrayRecord) -> None:
+        self._initial = {k: v.numpy() for k, v in initial.items()}
 
     def rounds(self, shard: int) -> list[int]:
         """No round is stored yet."""
@@ -147,12 +155,38 @@ class NoHistory:
         return {}
 
     def update(self, shard: int, rnd: int, partition_id: int):
-        """Raises KeyError: nothing is stored before learning."""
-        raise KeyError(f"update of client {partition_id} in round {rnd}: none stored yet")
+        """Raises StoreError: nothing is stored before learning."""
+        raise StoreError(f"update of client {partition_id} in round {rnd}: none "
+                         "stored yet")
 
     def shard_model(self, shard: int, rnd: int):
-        """Raises KeyError: nothing is stored before learning."""
-        raise KeyError(f"shard {shard}'s model of round {rnd}: none stored yet")
+        """W^0 for round 0; a later round raises StoreError (none stored yet)."""
+        if rnd == 0:
+            return {k: v.copy() for k, v in self._initial.items()}
+        raise StoreError(f"shard {shard}'s model of round {rnd}: none stored yet")
+
+    def total_bytes(self) -> int:
+        """Nothing stored."""
+        return 0
+
+    def verify(self) -> list[str]:
+        """Nothing to verify."""
+        return []
+
+    def take_retrieval(self) -> dict | None:
+        """No coded retrieval."""
+        return None
+
+    def accounting(self) -> dict | None:
+        """No coded accounting."""
+        return None
+
+    def retrievals(self) -> list[dict]:
+        """No coded retrieval."""
+        return []
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 def probe_method(spec: str, request: UnlearningRequest) -> None:

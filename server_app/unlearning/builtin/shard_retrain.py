@@ -86,4 +86,4 @@ def build(call: BuildCall) -> Framework:
     models = list(call.current or stage.sharded_models)
     initial = [stage.initial if s in impacted else model for s, model in enumerate(models)]
     return Framework(strategy, initial, strategy.num_rounds, impacted,
-                     replay={"shards": {}, "unchanged": sorted(held - set(impacted))})
+                     unchanged=sorted(held - set(impacted)))
