@@ -32,12 +32,13 @@ KEYS = ("accuracy", "loss", "client_epochs", "client_rounds", "modelled_wall_s",
         "wall_breakdown")
 
 
-def run(seed: int, cell: str) -> dict:
-    """One seeded run of ``cell`` with the shipped defaults; each framework's KEYS."""
-    from ablation import RUNS
+def cell_config(seed: int, cell: str, frameworks: str) -> dict:
+    """``cell``'s run config (its summary's) at the shipped defaults, with ``seed``.
 
-    from experiments.grid import summary_in_scratch
-    from experiments.run import machine
+    The schedule keys a side-by-side run may have set are dropped, so SE and SE-R
+    run with today's defaults.
+    """
+    from ablation import RUNS
 
     path = next(r / cell / "summary.json" for r in RUNS
                 if (r / cell / "summary.json").is_file())
@@ -45,11 +46,24 @@ def run(seed: int, cell: str) -> dict:
     shipped = {k: v for k, v in base.items() if k not in (
         "calibration-final", "replay-refill", "recovery-refill", "retrain-ratio",
         "recovery-warmup", "recovery-correction", "recovery-final")}
-    cfg = {**shipped, "frameworks": FRAMEWORKS, "seed": seed,
-           "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
+    return {**shipped, "frameworks": frameworks, "seed": seed,
+            "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
+
+
+def head_commit() -> str:
+    """The commit the code ran at (``git rev-parse HEAD``)."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True).stdout.strip()
+
+
+def run(seed: int, cell: str) -> dict:
+    """One seeded run of ``cell`` with the shipped defaults; each framework's KEYS."""
+    from experiments.grid import summary_in_scratch
+    from experiments.run import machine
+
+    cfg = cell_config(seed, cell, FRAMEWORKS)
     summary = summary_in_scratch(cfg)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
+    commit = head_commit()
     return {"cell": cell, "seed": seed, "commit": commit, "machine": machine(),
             "command": f".venv/bin/python docs/results/wall/breakdown.py {seed} {cell}",
             "config": cfg, "learned_accuracy": summary["learning"]["accuracy"],

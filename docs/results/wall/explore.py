@@ -16,7 +16,6 @@ docs/DESIGN.md ("Choosing SE's schedule") before its confirming runs.
 
 import dataclasses
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def build(call):
 
 def run(seed: int, cell: str, names: list[str]) -> dict:
     """One seeded run of ``cell``: FR, SISA, SE and the variants ``names``."""
-    from ablation import RUNS
+    from breakdown import cell_config, head_commit
 
     from experiments.grid import summary_in_scratch
     from experiments.run import machine
@@ -77,18 +76,9 @@ def run(seed: int, cell: str, names: list[str]) -> dict:
 
     for name in names:
         methods.register(methods.MethodInfo(name=name, builder="explore:build"))
-    path = next(r / cell / "summary.json" for r in RUNS
-                if (r / cell / "summary.json").is_file())
-    base = json.loads(path.read_text())["config"]
-    shipped = {k: v for k, v in base.items() if k not in (
-        "calibration-final", "replay-refill", "recovery-refill", "retrain-ratio",
-        "recovery-warmup", "recovery-correction", "recovery-final")}
-    cfg = {**shipped, "frameworks": ",".join(["FR", "SISA", "SE", *names]),
-           "seed": seed, "data-dir": str(ROOT.parent / "shared" / "data"),
-           "run-name": f"s{seed}"}
+    cfg = cell_config(seed, cell, ",".join(["FR", "SISA", "SE", *names]))
     summary = summary_in_scratch(cfg)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()
+    commit = head_commit()
     return {"cell": cell, "seed": seed, "commit": commit, "machine": machine(),
             "command": f".venv/bin/python docs/results/wall/explore.py {seed} {cell} "
                        + ",".join(names),
