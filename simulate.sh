@@ -9,6 +9,7 @@
 #                                          + N SuperNodes on 127.0.0.1
 #   ./simulate.sh experiments NAME [--suite quick|trained|paper]  single, concurrent,
 #                                          storage or all: runs, figures, report.md
+#   ./simulate.sh experiments pareto       redraw docs/figures/pareto_*.png from files
 #
 # On a fresh clone it creates .venv and installs the project, then hands over to
 # the Python command line (`python -m cli`, cli/): run-config merging and checks,

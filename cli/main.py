@@ -16,6 +16,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
               [--jobs N] ...
+       {prog} experiments pareto
        {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
               [--lost-nodes IDS] [--results-dir DIR]
        {prog} receipts --run NAME [--detail | --json] [--results-dir DIR]
@@ -27,7 +28,8 @@ run          learn and unlearn in Flower's simulation engine, one SuperNode per
 test         the test suite (pytest; --fast: the fast tier, between edits)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1 (--hosts:
              separate network hosts with TLS and node keys; root)
-experiments  the paper's experiments: runs, CSV, figures, report.md
+experiments  the paper's experiments: runs, CSV, figures, report.md (pareto:
+             redraw the speed/accuracy figures from the committed schedule files)
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new
              model version (--record-only: later, with --pending)

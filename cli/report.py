@@ -320,7 +320,8 @@ def frameworks_table(summary: RunSummary) -> str:
                    f"{se.retrain_compute_s / fr.retrain_compute_s:.3f}")
     if se and fr and se.modelled_wall_s and fr.modelled_wall_s:
         out.append(f"{name} / {ref} modelled wall time: "
-                   f"{se.modelled_wall_s / fr.modelled_wall_s:.3f}")
+                   f"{se.modelled_wall_s / fr.modelled_wall_s:.3f} ({name} "
+                   f"{se.modelled_wall_s:.1f} s, {ref} {fr.modelled_wall_s:.1f} s)")
     out += gap_lines(summary)
     if se and se.expected:
         e = se.expected

@@ -1,6 +1,8 @@
 """Run an experiment: ``python -m experiments.run NAME [--suite S] [--out DIR]``.
 
-NAME is ``single``, ``concurrent``, ``storage`` or ``all``; S, the size of every
+NAME is ``single``, ``concurrent``, ``storage`` or ``all``; ``pareto`` runs nothing
+and redraws ``docs/figures/pareto_<dataset>.png`` and ``docs/results/wall/explore.md``
+from the committed schedule files (:mod:`experiments.pareto`). S, the size of every
 run, is ``quick`` (default), ``paper`` or ``tiny`` (the tests): suites, not the
 run presets of ``presets/`` (those are for single runs). Every configuration is one run
 of the real ServerApp and ClientApp (:mod:`experiments.suites`):
@@ -284,7 +286,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=f"{os.environ.get('SE_CLI_PROG', 'python -m cli')} experiments",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all"])
+    ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all", "pareto"])
     ap.add_argument("--suite", default="quick", choices=suites.SUITES,
                     help="the size of every run (default: quick)")
     ap.add_argument("--preset", help=argparse.SUPPRESS)
@@ -327,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1 and args.engine != "inprocess":
         ap.error(f"--jobs {args.jobs} with --engine {args.engine}: side-by-side runs "
                  "need --engine inprocess (each flwr run starts its own SuperLink)")
+    if args.name == "pareto":  # redraws from committed files; runs nothing
+        from experiments import pareto
+
+        for path in pareto.redraw(pareto.FILES, pareto.FIGURES):
+            print(f"wrote {path}", file=sys.stderr)
+        return 0
     if args.report_only:
         if not args.out:
             ap.error("--report-only needs --out")

@@ -49,6 +49,10 @@ from task.tasks import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("single", "concurrent", "storage")
+COMPARED = "SE,FR,FE,RR,SISA"
+"""The frameworks of a single-request run and a concurrent cell: SE, the paper's
+baselines and SISA, the exact shard reference (SE's distance to it is the price of
+its approximation, its distance to FR the price of isolation)."""
 SUITES = ("quick", "trained", "paper", "tiny")
 # Which datasets each experiment runs, their caps, extra keys, goals and costs are
 # the built-in tasks' facts (task.interface.ExperimentFacts, in each task's module);
@@ -315,7 +319,7 @@ def single_runs(suite: str, datasets: tuple[str, ...] | None = None) -> list[Run
                 config = {**base(suite), **st["single"],
                           **dataset_config(suite, dataset), "partition": partition,
                           "seed": seed,
-                          "frameworks": "SE,FR,FE,RR", "num-requests": 1,
+                          "frameworks": COMPARED, "num-requests": 1,
                           "clients-per-request": st["single"].get(
                               "clients-per-request", 1), "mia": True}
                 name = f"single-{dataset}-{partition}-s{seed}"
@@ -371,7 +375,7 @@ def concurrent_runs(suite: str, datasets: tuple[str, ...] | None = None
                 config = {**base(suite), **st["concurrent"],
                           **dataset_config(suite, dataset), "partition": "iid",
                           "seed": 0, "num-requests": k,
-                          "frameworks": "SE,FR,FE,RR" if mode == "concurrent" else "SE",
+                          "frameworks": COMPARED if mode == "concurrent" else "SE",
                           "clients-per-request": 1, "request-distribution": distribution,
                           "request-mode": mode, "mia": False}
                 runs.append(RunSpec(

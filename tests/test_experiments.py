@@ -72,8 +72,9 @@ def test_plans_cover_the_paper_experiments():
     assert {(s.tags["mode"], s.tags["distribution"]) for s in conc} == {
         ("concurrent", "even"), ("concurrent", "adapt"), ("sequential", "even"),
         ("sequential", "adapt")}
-    assert all(s.config["frameworks"] == ("SE,FR,FE,RR" if s.tags["mode"] == "concurrent"
+    assert all(s.config["frameworks"] == (suites.COMPARED if s.tags["mode"] == "concurrent"
                                           else "SE") for s in conc)
+    assert suites.COMPARED == "SE,FR,FE,RR,SISA"
     storage = {s.config["storage"] for s in quick if s.experiment == "storage"}
     assert storage == {"uncoded", "coded"}
     paper = suites.plan("single", "paper")[0].config

@@ -61,7 +61,7 @@ class UnlearningConfig(Section):
         substitutes always train). FRec keeps FedRecover's rule.
     """
 
-    frameworks: str = "SE,FR,FE,RR"
+    frameworks: str = "SE,FR,FE,RR,SISA"
     num_requests: int = 1
     clients_per_request: int = 1
     request_distribution: str = "even"

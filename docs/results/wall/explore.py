@@ -7,8 +7,11 @@ below, each registered for this run as a method of its own
 (:func:`server_app.config.methods.register`: the built-in's builder with some
 settings changed), so every variant forgets from the same learned shards. Writes
 ``explore-<CELL>-s<SEED>.json`` here (commit, machine, each framework's accuracy,
-loss, client-epochs, rounds, modelled wall time and its breakdown) and rewrites
-``explore.md`` from every such file.
+loss, client-epochs, rounds, modelled wall time and its breakdown), then redraws
+``explore.md`` and ``docs/figures/pareto_<dataset>.png`` from every such file
+(:mod:`experiments.pareto`) and writes ``rule.md``: docs/DESIGN.md's rule applied
+to the tuning files and its check on the confirming ones. Without arguments it
+only redraws.
 
 These runs explore; the shipped defaults change only by the rule written in
 docs/DESIGN.md ("Choosing SE's schedule") before its confirming runs.
@@ -91,40 +94,10 @@ def run(seed: int, cell: str, names: list[str]) -> dict:
                            for n, f in summary["frameworks"].items()}}
 
 
-def table() -> str:
-    """``explore.md``: per file, accuracy minus SISA's and modelled wall over FR's.
-
-    A cell read by its test loss (Tiny Shakespeare) shows loss minus SISA's in nats.
-    """
-    out = ["# Fewer client rounds: schedules explored", "",
-           "Made by `explore.py` (its docstring says how). Accuracy in points minus "
-           "SISA's (the exact shard reference); modelled wall time over FR's. The "
-           "original's row says how far the model before forgetting already is: a "
-           "cell where it is within the bound tells little about a schedule.", ""]
-    for path in sorted(HERE.glob("explore-*-s*.json")):
-        data = json.loads(path.read_text())
-        fw = data["frameworks"]
-        key, scale, unit = _metric(data)
-        fr, sisa = fw["FR"]["modelled_wall_s"], fw["SISA"][key]
-        learned = data[f"learned_{key}"]
-        out += [f"## {data['cell']}, seed {data['seed']}", "",
-                f"Commit {data['commit'][:10]}, {data['machine'].get('cpu', '')}; "
-                f"test {key}: original {learned:.4f}, FR {fw['FR'][key]:.4f}, "
-                f"SISA {sisa:.4f}.", "",
-                f"| framework | {key} | - SISA ({unit}) | client-epochs "
-                "| client rounds | wall / FR |", "|---|---|---|---|---|---|",
-                f"| original (before forgetting) | {learned:.4f} | "
-                f"{(learned - sisa) * scale:+.2f} | | | |"]
-        for name, f in fw.items():
-            out.append(f"| {name} | {f[key]:.4f} | "
-                       f"{(f[key] - sisa) * scale:+.2f} | {f['client_epochs']:.0f} | "
-                       f"{f['client_rounds']} | {f['modelled_wall_s'] / fr:.2f} |")
-        out.append("")
-    return "\n".join(out)
-
-
 TUNING = ("single-mnist-noniid-s0", "concurrent-fmnist-even-concurrent-k4-with-SE-R-FRec",
           "concurrent-fmnist-adapt-concurrent-k4-with-SE-R-FRec")
+CONFIRMING = ("concurrent-cifar10-even-concurrent-k4", "concurrent-cifar10-adapt-concurrent-k4",
+              "concurrent-shakespeare-even-concurrent-k4")
 FAMILIES = {"SE": ("SE", "SE-norefill", "SE-dt2", "SE-dt3", "SE-dt3-r4"),
             "SE-R": ("SER-lean", "SER-f1", "SER-lean-refill")}
 
@@ -169,68 +142,50 @@ def rule() -> list[str]:
     return out + [""]
 
 
-def _metric(data: dict) -> tuple[str, float, str]:
-    """(key, scale, unit) a file is read by: accuracy in points, or loss in nats."""
-    if data.get("metric") == "loss":
-        return "loss", 1.0, "nats"
-    return "accuracy", 100.0, "points"
+def confirm() -> list[str]:
+    """docs/DESIGN.md's confirming check: each chosen schedule in each confirming cell.
+
+    The chosen schedule ships when, in every confirming cell, its accuracy minus
+    SISA's (mean over the seeds run) is at least -1.0 point, or its test loss
+    minus SISA's at most +0.03 nats on a cell read by its loss; the shipped SE and
+    SE-R are shown beside it.
+    """
+    from experiments.pareto import load, metric
+
+    runs = [r for r in load(HERE) if r["cell"] in CONFIRMING]
+    out = ["## The confirming runs", "",
+           f"{len(runs)} of {3 * len(CONFIRMING)} confirming runs "
+           f"({', '.join(CONFIRMING)}; seeds 0-2).", "",
+           "| cell | seeds | framework | mean - SISA | bound | within | mean wall / FR |",
+           "|---|---|---|---|---|---|---|"]
+    verdict: dict[str, bool] = {}
+    for cell in CONFIRMING:
+        mine = [r for r in runs if r["cell"] == cell]
+        if not mine:
+            continue
+        key, scale, unit = metric(mine[0])
+        for name in ("SE", "SE-norefill", "SER-f1"):
+            have = [r for r in mine if name in r["frameworks"]]
+            gap = _mean([(r["frameworks"][name][key] - r["frameworks"]["SISA"][key])
+                         * scale for r in have])
+            wall = _mean([r["frameworks"][name]["modelled_wall_s"]
+                          / r["frameworks"]["FR"]["modelled_wall_s"] for r in have])
+            ok = gap <= 0.03 if key == "loss" else gap >= -1.0
+            if name != "SE":
+                verdict[name] = verdict.get(name, True) and ok and len(have) == 3
+            bound = "<= +0.03 nats" if key == "loss" else ">= -1.0 points"
+            out.append(f"| {cell} | {len(have)} | {name} | {gap:+.3f} {unit} | {bound} "
+                       f"| {'yes' if ok else 'no'} | {wall:.2f} |")
+    out.append("")
+    done = len(runs) == 3 * len(CONFIRMING)
+    for name, ok in verdict.items():
+        out.append(f"- {name}: " + ("ships" if done and ok else "does not ship" if done
+                                     else "pending (not every confirming run is done)"))
+    return out + [""]
 
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
-
-
-def figures() -> list[Path]:
-    """One picture per dataset: wall / FR (x) against accuracy (or loss) minus FR's (y).
-
-    Every framework and schedule of the files, mean over the seeds with their
-    range as bars, one marker per cell; written to ``docs/figures/pareto_<dataset>.png``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from server_app.config import methods
-
-    points: dict[str, dict[str, dict[str, list[tuple[float, float]]]]] = {}
-    units: dict[str, tuple[str, str]] = {}
-    for path in sorted(HERE.glob("explore-*-s*.json")):
-        data = json.loads(path.read_text())
-        fw, (key, scale, unit) = data["frameworks"], _metric(data)
-        fr = fw["FR"]
-        units[data["config"]["dataset"]] = (key, unit)
-        cell = points.setdefault(data["config"]["dataset"], {}).setdefault(
-            data["cell"], {})
-        for name, f in fw.items():
-            cell.setdefault(name, []).append((
-                f["modelled_wall_s"] / fr["modelled_wall_s"],
-                (f[key] - fr[key]) * scale))
-    written = []
-    for dataset, cells in points.items():
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for marker, (cell, by_name) in zip("osD^v", cells.items(), strict=False):
-            for k, (name, xy) in enumerate(by_name.items()):
-                xs, ys = [p[0] for p in xy], [p[1] for p in xy]
-                mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-                described = methods.registered(name)
-                ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]],
-                            yerr=[[my - min(ys)], [max(ys) - my]], fmt=marker,
-                            color=described.colour if described else plt.cm.tab20(k),
-                            label=f"{name} ({cell[:28]})", alpha=0.8)
-        ax.axhline(0, color="#999", lw=0.8)
-        ax.axvline(0.35, color="#d62728", lw=0.8, ls=":")
-        ax.set_xlabel("modelled wall time / FR's")
-        key, unit = units[dataset]
-        ax.set_ylabel(f"test {key} minus FR's ({unit})")
-        ax.set_title(f"{dataset}: speed against test {key} (mean, range over seeds)")
-        ax.legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        out = ROOT / "docs" / "figures" / f"pareto_{dataset}.png"
-        fig.savefig(out, dpi=90)
-        plt.close(fig)
-        written.append(out)
-    return written
 
 
 if __name__ == "__main__":
@@ -240,7 +195,9 @@ if __name__ == "__main__":
         result = run(seed, cell, names)
         (HERE / f"explore-{cell}-s{seed}.json").write_text(
             json.dumps(result, indent=1) + "\n")
-    text = table() + "\n" + "\n".join(rule())
-    (HERE / "explore.md").write_text(text + "\n")
-    figures()
+    from experiments.pareto import redraw
+
+    redraw(HERE)
+    text = "\n".join(["# The rule of docs/DESIGN.md, applied", "", *rule(), *confirm()])
+    (HERE / "rule.md").write_text(text + "\n")
     print(text)

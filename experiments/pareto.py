@@ -1,0 +1,164 @@
+"""Speed against accuracy, per dataset, from the committed schedule files (issue 42).
+
+Each ``explore-<cell>-s<seed>.json`` in ``docs/results/wall/`` holds one seeded
+run of a cell: learning once, then FR, SISA (the exact shard reference), SE with
+the shipped defaults and the schedules explored beside it, all forgetting from the
+same learned shards (``docs/results/wall/explore.py`` makes them). This module
+reads those files and nothing else:
+
+- :func:`table`: ``explore.md``, every file's frameworks against SISA and FR;
+- :func:`figures`: ``pareto_<dataset>.png``, modelled wall time over FR's (x)
+  against test accuracy (or loss) minus FR's (y), mean over the seeds with their
+  range as bars, one marker shape per cell.
+
+``python -m cli experiments pareto`` (``./simulate.sh experiments pareto``) redraws
+both from the files; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from server_app.config import methods
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = ROOT / "docs" / "results" / "wall"
+"""Where the schedule files live."""
+FIGURES = ROOT / "docs" / "figures"
+"""Where the per-dataset pictures go."""
+WALL_GOAL = 0.35
+"""Issue 42's goal for SE: modelled wall time at most this fraction of FR's."""
+
+
+def load(folder: Path = FILES) -> list[dict]:
+    """Every ``explore-*-s*.json`` of ``folder``, sorted by file name.
+
+    Raises
+    ------
+    ValueError
+        A file lacks FR, or the key its metric is read by.
+    """
+    runs = []
+    for path in sorted(folder.glob("explore-*-s*.json")):
+        data = json.loads(path.read_text())
+        key, ref = metric(data)[0], methods.reference()
+        if key not in data["frameworks"].get(ref, {}):
+            raise ValueError(f"{path.name}: no {ref} {key} to compare against")
+        runs.append(data)
+    return runs
+
+
+def metric(data: dict) -> tuple[str, float, str]:
+    """(key, scale, unit) a file is read by: accuracy in points, or loss in nats."""
+    if data.get("metric") == "loss":
+        return "loss", 1.0, "nats"
+    return "accuracy", 100.0, "points"
+
+
+def table(runs: Iterable[dict]) -> str:
+    """``explore.md``: per file, each framework minus SISA's and its wall over FR's.
+
+    A cell read by its test loss (Tiny Shakespeare) shows loss minus SISA's in nats.
+    """
+    out = ["# Fewer client rounds: schedules explored", "",
+           "Made by `explore.py` (its docstring says how). Accuracy in points minus "
+           "SISA's (the exact shard reference); modelled wall time over FR's. The "
+           "original's row says how far the model before forgetting already is: a "
+           "cell where it is within the bound tells little about a schedule.", ""]
+    ref, exact = methods.reference(), methods.shard_reference()
+    for data in runs:
+        fw = data["frameworks"]
+        key, scale, unit = metric(data)
+        fr, sisa = fw[ref]["modelled_wall_s"], fw[exact][key]
+        learned = data[f"learned_{key}"]
+        out += [f"## {data['cell']}, seed {data['seed']}", "",
+                f"Commit {data['commit'][:10]}, {data['machine'].get('cpu', '')}; "
+                f"test {key}: original {learned:.4f}, {ref} {fw[ref][key]:.4f}, "
+                f"{exact} {sisa:.4f}.", "",
+                f"| framework | {key} | - {exact} ({unit}) | client-epochs "
+                "| client rounds | wall / FR |", "|---|---|---|---|---|---|",
+                f"| original (before forgetting) | {learned:.4f} | "
+                f"{(learned - sisa) * scale:+.2f} | | | |"]
+        for name, f in fw.items():
+            out.append(f"| {name} | {f[key]:.4f} | "
+                       f"{(f[key] - sisa) * scale:+.2f} | {f['client_epochs']:.0f} | "
+                       f"{f['client_rounds']} | {f['modelled_wall_s'] / fr:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def points(runs: Iterable[dict]) -> dict[str, dict[str, dict[str, list]]]:
+    """Each (wall / FR, metric minus FR's) by dataset, cell, framework; one a seed.
+
+    FR is :func:`server_app.config.methods.reference`.
+    """
+    found: dict[str, dict[str, dict[str, list]]] = {}
+    for data in runs:
+        fw, (key, scale, _) = data["frameworks"], metric(data)
+        fr = fw[methods.reference()]
+        cell = found.setdefault(data["config"]["dataset"], {}).setdefault(data["cell"], {})
+        for name, f in fw.items():
+            cell.setdefault(name, []).append((
+                f["modelled_wall_s"] / fr["modelled_wall_s"],
+                (f[key] - fr[key]) * scale))
+    return found
+
+
+def figures(runs: list[dict], folder: Path = FIGURES) -> list[Path]:
+    """One picture per dataset of ``runs``: ``folder/pareto_<dataset>.png``.
+
+    x: modelled wall time over FR's; y: test accuracy minus FR's in points (test
+    loss minus FR's in nats where the task is read by its loss); the mean over
+    the seeds of a cell with their range as bars, one marker shape per cell, the
+    method's registered colour. A dotted line marks the goal of 0.35.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    units = {d["config"]["dataset"]: metric(d) for d in runs}
+    written = []
+    folder.mkdir(parents=True, exist_ok=True)
+    for dataset, cells in points(runs).items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for marker, (cell, by_name) in zip("osD^v", cells.items(), strict=False):
+            for k, (name, xy) in enumerate(by_name.items()):
+                xs, ys = [p[0] for p in xy], [p[1] for p in xy]
+                mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+                described = methods.registered(name)
+                ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]],
+                            yerr=[[my - min(ys)], [max(ys) - my]], fmt=marker,
+                            color=described.colour if described else plt.cm.tab20(k),
+                            label=f"{name} ({cell[:28]}, {len(xy)} seeds)", alpha=0.8)
+        ax.axhline(0, color="#999", lw=0.8)
+        ax.axvline(WALL_GOAL, color="#d62728", lw=0.8, ls=":")
+        key, _, unit = units[dataset]
+        ax.set_xlabel("modelled wall time / FR's")
+        ax.set_ylabel(f"test {key} minus FR's ({unit})")
+        ax.set_title(f"{dataset}: speed against test {key} (mean, range over seeds)")
+        ax.legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        out = folder / f"pareto_{dataset}.png"
+        fig.savefig(out, dpi=90)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:
+    """Rewrite ``files/explore.md`` and the figures from ``files``; the paths written.
+
+    Raises
+    ------
+    ValueError
+        ``files`` holds no schedule file (nothing to draw).
+    """
+    runs = load(files)
+    if not runs:
+        raise ValueError(f"{files}: no explore-*-s*.json to draw from")
+    md = files / "explore.md"
+    md.write_text(table(runs) + "\n")
+    return [md, *figures(runs, figures_to)]
