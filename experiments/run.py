@@ -246,8 +246,24 @@ def write_outputs(results: dict, out: Path) -> None:
 
 
 def rebuild_report(out: Path) -> Path:
-    """Redraw the outputs of ``out`` from its results.json (no runs)."""
+    """Redraw the outputs of ``out`` from its results.json (no runs).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``out`` lacks results.json or a finished run's summary.json (a folder
+        whose runs/ were left out, e.g. a committed summary); nothing is written.
+    """
+    if not (out / "results.json").is_file():
+        raise FileNotFoundError(f"--out {out}: no results.json to redraw from")
     results = json.loads((out / "results.json").read_text())
+    missing = [e["summary"] for e in results["runs"]
+               if e.get("status") != "failed" and e.get("summary")
+               and not (out / e["summary"]).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"--out {out}: {len(missing)} run(s) lack their summary.json (first: "
+            f"{missing[0]}); the report is redrawn from each run's summary.json")
     write_outputs(results, out)
     return out / "report.md"
 
@@ -338,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         if not args.out:
             ap.error("--report-only needs --out")
-        path = rebuild_report(Path(args.out))
+        try:
+            path = rebuild_report(Path(args.out))
+        except FileNotFoundError as err:
+            ap.error(str(err))
         print(f"report: {path.resolve()}", file=sys.stderr)
         return 0
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

@@ -374,6 +374,29 @@ def test_report_has_the_headline_comparison(tiny_all):
     assert (out / "report.md").read_text() == before
 
 
+def test_report_only_refuses_a_folder_without_its_runs_and_writes_nothing(tmp_path, capsys):
+    """A committed results folder keeps no runs/: a one-line refusal, no traceback."""
+    out = tmp_path / "committed"
+    shutil.copytree(ROOT / "docs/results/side-by-side/concurrent-cifar10-shakespeare", out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as stop:
+        main(["all", "--report-only", "--out", str(out)])
+    assert stop.value.code == 2
+    assert "lack their summary.json" in capsys.readouterr().err.splitlines()[-1]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    with pytest.raises(SystemExit):
+        main(["all", "--report-only", "--out", str(tmp_path / "nothing")])
+    assert "no results.json to redraw from" in capsys.readouterr().err
+
+
+def test_a_storage_sweep_without_blocks_per_shard_still_renders():
+    """results.json files older than the field redraw (they once stopped at a KeyError)."""
+    results = json.loads((ROOT / "docs/results/tiny-suite/results.json").read_text())
+    assert all("blocks_per_shard" not in r for r in results["storage_sweep"])
+    text = "\n".join(report_storage._sweep_section(results))
+    assert "K blocks a shard (not recorded in this file)" in text
+
+
 def test_cli_reuses_finished_runs(tiny_all, shared_data, capsys, tmp_path):
     _, done, _ = tiny_all
     out = tmp_path / "again"

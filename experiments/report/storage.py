@@ -93,8 +93,10 @@ def _sweep_section(results) -> list[str]:
               size(r.get("se_coded_client_max"))]
              for r in sorted(sweep, key=lambda r: (r["clients"], r["rounds"]))]))
         if results.get("storage_sweep_source") in _SWEEP_SOURCES:
+            # a results.json older than the blocks-per-shard field still redraws
             ks = ", ".join(f"{k} at C = {c}" for c, k in sorted(
-                {r["clients"]: r["blocks_per_shard"] for r in sweep}.items()))
+                {r["clients"]: r["blocks_per_shard"] for r in sweep
+                 if "blocks_per_shard" in r}.items())) or "not recorded in this file"
             out += ["", "The sweep uses the real stores and coder with random "
                     "updates of the MNIST CNN's shapes (no training; see "
                     f"experiments/storage.py): S = 4, K blocks a shard ({ks}), "
