@@ -45,7 +45,7 @@ COLUMNS = [
     "num_requests", "requests", "framework", "metric", "accuracy", "loss",
     "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "client_epochs",
     "client_rounds", "comm_time_s", "calibration_interval", "calibration_final",
-    "replay_refill", "recovery_refill", "rounds_to_target",
+    "replay_refill", "recovery_refill", "recovery_estimates", "rounds_to_target",
     "target_compute_s", "target_modelled_wall_s", "rounds_replayed",
     "server_storage_bytes", "mia_f1",
     "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
@@ -64,7 +64,7 @@ _CONFIG_COLUMNS = {
     "request_mode": "request-mode", "request_distribution": "request-distribution",
     "num_requests": "num-requests", "calibration_interval": "calibration-interval",
     "calibration_final": "calibration-final", "replay_refill": "replay-refill",
-    "recovery_refill": "recovery-refill",
+    "recovery_refill": "recovery-refill", "recovery_estimates": "recovery-estimates",
 }
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
             "rounds_to_target", "rounds_replayed", "client_epochs", "client_rounds",

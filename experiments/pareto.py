@@ -28,6 +28,9 @@ FILES = ROOT / "docs" / "results" / "wall"
 """Where the schedule files live."""
 FIGURES = ROOT / "docs" / "figures"
 """Where the per-dataset pictures go."""
+SHIPPED = "shipped"
+"""The sub-folder of runs with every framework on the shipped defaults, beside the
+paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
 WALL_GOAL = 0.35
 """Issue 42's goal for SE: modelled wall time at most this fraction of FR's."""
 
@@ -98,7 +101,8 @@ def points(runs: Iterable[dict]) -> dict[str, dict[str, dict[str, list]]]:
     for data in runs:
         fw, (key, scale, _) = data["frameworks"], metric(data)
         fr = fw[methods.reference()]
-        cell = found.setdefault(data["config"]["dataset"], {}).setdefault(data["cell"], {})
+        cell = found.setdefault(data["config"]["dataset"], {}).setdefault(
+            data.get("label") or data["cell"], {})
         for name, f in fw.items():
             cell.setdefault(name, []).append((
                 f["modelled_wall_s"] / fr["modelled_wall_s"],
@@ -149,7 +153,11 @@ def figures(runs: list[dict], folder: Path = FIGURES) -> list[Path]:
 
 
 def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:
-    """Rewrite ``files/explore.md`` and the figures from ``files``; the paths written.
+    """Rewrite ``explore.md`` and the figures from ``files``; the paths written.
+
+    ``files/explore.md`` tabulates the schedule files, ``files/shipped/explore.md``
+    those of :data:`SHIPPED`; the figures draw both, a shipped run's cell labelled
+    ``<cell>, shipped``.
 
     Raises
     ------
@@ -159,6 +167,12 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:
     runs = load(files)
     if not runs:
         raise ValueError(f"{files}: no explore-*-s*.json to draw from")
-    md = files / "explore.md"
-    md.write_text(table(runs) + "\n")
-    return [md, *figures(runs, figures_to)]
+    shipped = load(files / SHIPPED)
+    written = []
+    for folder, these in ((files, runs), (files / SHIPPED, shipped)):
+        if these:
+            written.append(folder / "explore.md")
+            written[-1].write_text(table(these) + "\n")
+    for data in shipped:
+        data["label"] = f"{data['cell']}, shipped"
+    return written + figures(runs + shipped, figures_to)

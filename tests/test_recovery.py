@@ -7,8 +7,12 @@ from hypothesis import strategies as st
 
 from history import HistoryStore
 from history.files import read_arrays
+from server_app.config import ConfigError
+from server_app.config.unlearning import se_r_schedule
+from server_app.preflight import validate_run_config
 from strategies.lbfgs import lbfgs_product
 from strategies.recovery import RecoveredShard
+from tests.conftest import TINY
 
 
 @settings(max_examples=30, deadline=None)
@@ -217,3 +221,34 @@ def test_se_r_in_a_later_request_starts_before_every_forgotten_clients_first_rou
     start = rebuild_shard_model(store, s, 0)  # W^0: before the early client's round 1
     got = framework.initial[s].to_numpy_ndarrays()
     assert all(np.allclose(g, w) for g, w in zip(got, start.values(), strict=True))
+
+
+def test_se_r_schedule_drops_warm_up_and_correction_with_stored_estimates():
+    frec = {"warmup": 2, "correction": 4, "final": 1, "memory": 2, "threshold": 1.0}
+    assert se_r_schedule(frec, "lbfgs") == frec
+    assert se_r_schedule(frec, "stored") == {**frec, "warmup": 0, "correction": 0}
+    with pytest.raises(ValueError, match="recovery-estimates 'adam': one of stored, lbfgs"):
+        se_r_schedule(frec, "adam")
+
+
+def test_a_bad_recovery_estimates_is_refused_before_any_engine():
+    with pytest.raises(ConfigError, match="recovery-estimates.*'adam'.*stored, lbfgs"):
+        validate_run_config({**TINY, "recovery-estimates": "adam"})
+
+
+@pytest.mark.inprocess
+def test_stored_estimates_change_se_r_and_leave_frec_fedrecover(run_server):
+    """SE-R with ``recovery-estimates = stored`` asks clients only in its final exact
+    round; FRec in the same run keeps FedRecover's warm-up (issue 42's schedule)."""
+    settings = {"forget-clients": "3", "num-rounds": 4, "frameworks": "SE-R,FRec",
+                "mia": False, "recovery-warmup": 1, "recovery-correction": 0,
+                "recovery-final": 1, "recovery-refill": False}
+    lean, _ = run_server({**settings, "recovery-estimates": "stored"}, run_name="lean")
+    full, _ = run_server({**settings, "recovery-estimates": "lbfgs"}, run_name="full")
+    # FRec is the same run either way: the key is SE-R's only
+    assert lean["frameworks"]["FRec"]["accuracy"] == full["frameworks"]["FRec"]["accuracy"]
+    assert lean["frameworks"]["FRec"]["client_rounds"] == \
+        full["frameworks"]["FRec"]["client_rounds"] >= 2  # warm-up and final
+    # SE-R: the warm-up round goes, the final exact one stays
+    assert lean["frameworks"]["SE-R"]["client_rounds"] == 1
+    assert full["frameworks"]["SE-R"]["client_rounds"] >= 2

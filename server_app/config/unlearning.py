@@ -13,6 +13,8 @@ from task.registry import check_spec, is_plugin
 
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
+RECOVERY_ESTIMATES = ("stored", "lbfgs")
+"""SE-R's estimates of the retained participants' updates (``recovery-estimates``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,11 @@ class UnlearningConfig(Section):
     recovery_refill : bool
         SE-R: refill forgotten slots as SE's ``replay-refill`` does (the
         substitutes always train). FRec keeps FedRecover's rule.
+    recovery_estimates : str
+        SE-R: ``lbfgs`` (FedRecover's estimates, with the warm-up, correction,
+        memory and threshold above) or ``stored`` (each retained participant's
+        stored update is its estimate: no warm-up, no correction round; the
+        ``recovery-final`` exact rounds stay). FRec keeps FedRecover's rule.
     """
 
     frameworks: str = "SE,FR,FE,RR,SISA"
@@ -78,6 +85,7 @@ class UnlearningConfig(Section):
     recovery_memory: int = 2
     recovery_threshold: float = 1.0
     recovery_refill: bool = True
+    recovery_estimates: str = "lbfgs"
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""
@@ -91,6 +99,9 @@ class UnlearningConfig(Section):
                 raise bad(key, value, "an integer >= 0")
         if not 0 < self.recovery_threshold < float("inf"):
             raise bad("recovery-threshold", self.recovery_threshold, "a number > 0")
+        if self.recovery_estimates not in RECOVERY_ESTIMATES:
+            raise bad("recovery-estimates", self.recovery_estimates,
+                      f"one of {', '.join(RECOVERY_ESTIMATES)}")
         self.check_bounds()
         if self.request_distribution not in REQUEST_DISTRIBUTIONS:
             raise bad("request-distribution", self.request_distribution,
@@ -192,7 +203,7 @@ class UnlearningConfig(Section):
 
     @property
     def recovery_settings(self) -> dict:
-        """``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
+        """FRec's ``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
         return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
                 "final": self.recovery_final, "memory": self.recovery_memory,
                 "threshold": self.recovery_threshold}
@@ -207,3 +218,22 @@ def _name(token: str) -> str:
     """A ``frameworks`` entry's name: a built-in upper-case, a method its class name."""
     return token.rpartition(":")[2].rpartition(".")[2] if is_plugin(token) \
         else registry.canonical(token) or token.upper()
+
+
+def se_r_schedule(recovery: dict, estimates: str) -> dict:
+    """SE-R's :class:`strategies.recovery.RecoveredShard` keywords.
+
+    ``recovery`` (FRec's, from ``recovery-*``) with ``estimates = "lbfgs"``; with
+    ``"stored"``, the same without warm-up or correction rounds, so each
+    retained participant's stored update stands for its retrained one until the
+    ``final`` exact rounds (docs/DESIGN.md, "Choosing SE's schedule").
+
+    Raises
+    ------
+    ValueError
+        ``estimates`` is not one of :data:`RECOVERY_ESTIMATES`.
+    """
+    if estimates not in RECOVERY_ESTIMATES:
+        raise ValueError(f"recovery-estimates {estimates!r}: one of "
+                         f"{', '.join(RECOVERY_ESTIMATES)}")
+    return recovery if estimates == "lbfgs" else {**recovery, "warmup": 0, "correction": 0}

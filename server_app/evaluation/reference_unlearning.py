@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from server_app.config import RunConfig
+from server_app.config.unlearning import se_r_schedule
 from strategies.calibration import (
     calibrate,
     difference,
@@ -236,9 +237,10 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
 
     :class:`strategies.recovery_replay.RecoveryReplay` with the run's ``recovery-*``
     settings over the reference's history (SE-R's rule with ``recovery-refill``:
-    substitutes in the forgotten slots); a client asked to train (exact round,
-    an abnormal estimate, or a substitute) trains L local epochs from W'^(k-1)
-    with the seed it had in that learning round, as the run's clients do.
+    substitutes in the forgotten slots, and ``recovery-estimates``); a client asked
+    to train (exact round, an abnormal estimate, or a substitute) trains L local
+    epochs from W'^(k-1) with the seed it had in that learning round, as the
+    run's clients do.
 
     Parameters
     ----------
@@ -257,9 +259,11 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
         return None
     history = ReferenceHistory(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
-    refill = from_first_participation and cfg.unlearning.recovery_refill
-    replay = RecoveryReplay(history, 0, forget, state,
-                            **cfg.unlearning.recovery_settings,
+    unlearning = cfg.unlearning
+    refill = from_first_participation and unlearning.recovery_refill
+    schedule = se_r_schedule(unlearning.recovery_settings, unlearning.recovery_estimates) \
+        if from_first_participation else unlearning.recovery_settings
+    replay = RecoveryReplay(history, 0, forget, state, **schedule,
                             from_first_participation=from_first_participation,
                             members=range(len(parts)) if refill else None,
                             refill_seed=seed)

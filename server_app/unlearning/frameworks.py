@@ -84,6 +84,9 @@ class UnlearningSettings:
     """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
     recovery_refill: bool = UnlearningConfig.recovery_refill
     """SE-R: the same (run-config ``recovery-refill``, the same default)."""
+    recovery_estimates: str = UnlearningConfig.recovery_estimates
+    """SE-R: ``lbfgs`` or ``stored`` (run-config ``recovery-estimates``;
+    :func:`server_app.config.unlearning.se_r_schedule`)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -103,7 +106,8 @@ class UnlearningSettings:
                    calibration_final=unlearning.calibration_final,
                    local_epochs=training.local_epochs,
                    replay_refill=unlearning.replay_refill,
-                   recovery_refill=unlearning.recovery_refill)
+                   recovery_refill=unlearning.recovery_refill,
+                   recovery_estimates=unlearning.recovery_estimates)
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """Fewer client rounds: SE and SE-R schedules side by side on one cell (issue 42, item 3).
 
-Usage: ``.venv/bin/python docs/results/wall/explore.py SEED CELL [VARIANT,...]``
+Usage: ``.venv/bin/python docs/results/wall/explore.py SEED CELL [NAME,...] [FOLDER]``
 reruns ``CELL`` (as ``breakdown.py`` finds it) once: learning, then FR, SISA (the
-exact shard reference), SE with the shipped defaults and every schedule variant
-below, each registered for this run as a method of its own
-(:func:`server_app.config.methods.register`: the built-in's builder with some
-settings changed), so every variant forgets from the same learned shards. Writes
-``explore-<CELL>-s<SEED>.json`` here (commit, machine, each framework's accuracy,
-loss, client-epochs, rounds, modelled wall time and its breakdown), then redraws
+exact shard reference), SE with the shipped defaults and every NAME: a schedule
+variant below (default: all of them), each registered for this run as a method
+of its own (:func:`server_app.config.methods.register`: the built-in's builder
+with some settings changed), or a built-in method as it ships; every one forgets
+from the same learned shards. Writes ``[FOLDER/]explore-<CELL>-s<SEED>.json``
+here (commit, machine, each framework's accuracy, loss, client-epochs, rounds,
+modelled wall time and its breakdown), then redraws
 ``explore.md`` and ``docs/figures/pareto_<dataset>.png`` from every such file
 (:mod:`experiments.pareto`) and writes ``rule.md``: docs/DESIGN.md's rule applied
 to the tuning files and its check on the confirming ones. Without arguments it
@@ -30,6 +31,13 @@ SE = "server_app.unlearning.builtin.sharding_eraser:build"
 SER = "server_app.unlearning.builtin.recovery:build"
 # name -> (the built-in builder, UnlearningSettings fields changed, "recovery" changes)
 VARIANTS = {
+    # the paper's SE: no exact final round, no refilled slot
+    "SE-paper": (SE, {"replay_refill": False, "calibration_final": 0}, {}),
+    # SE as shipped until issue 42's rule: two exact final rounds, refilled slots
+    "SE-v1": (SE, {"replay_refill": True, "calibration_final": 2}, {}),
+    # SE-R as shipped until issue 42's rule: L-BFGS estimates, FedRecover's rounds, refill
+    "SER-v1": (SER, {"recovery_refill": True, "recovery_estimates": "lbfgs"},
+               {"warmup": 2, "correction": 4, "final": 1}),
     # SE without refilled slots: calibrated rounds train L / r epochs on the path
     "SE-norefill": (SE, {"replay_refill": False}, {}),
     # FedEraser's interval: every 3rd stored round replayed, the last 2 exact
@@ -69,24 +77,29 @@ def build(call):
         dataclasses.replace(call, stage=stage))
 
 
-def run(seed: int, cell: str, names: list[str]) -> dict:
-    """One seeded run of ``cell``: FR, SISA, SE and the variants ``names``."""
+def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
+    """One seeded run of ``cell``: FR, SISA, SE and ``names``.
+
+    A name of :data:`VARIANTS` is registered as a method for the run; any other
+    is a registered method run as it ships (e.g. FE, RR, SE-R, FRec).
+    """
     from breakdown import cell_config, head_commit
 
     from experiments.grid import summary_in_scratch
     from experiments.run import machine
     from server_app.config import methods
 
-    for name in names:
+    variants = [n for n in names if n in VARIANTS]
+    for name in variants:
         methods.register(methods.MethodInfo(name=name, builder="explore:build"))
     cfg = cell_config(seed, cell, ",".join(["FR", "SISA", "SE", *names]))
     summary = summary_in_scratch(cfg)
     commit = head_commit()
     return {"cell": cell, "seed": seed, "commit": commit, "machine": machine(),
             "command": f".venv/bin/python docs/results/wall/explore.py {seed} {cell} "
-                       + ",".join(names),
+                       + ",".join(names) + (f" {folder}" if folder else ""),
             "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
-                             "recovery": VARIANTS[n][2]} for n in names},
+                             "recovery": VARIANTS[n][2]} for n in variants},
             "config": cfg, "learned_accuracy": summary["learning"].get("accuracy"),
             "learned_loss": summary["learning"].get("loss"),
             "metric": (summary.get("task") or {}).get("metric", "accuracy"),
@@ -96,7 +109,8 @@ def run(seed: int, cell: str, names: list[str]) -> dict:
 
 TUNING = ("single-mnist-noniid-s0", "concurrent-fmnist-even-concurrent-k4-with-SE-R-FRec",
           "concurrent-fmnist-adapt-concurrent-k4-with-SE-R-FRec")
-CONFIRMING = ("concurrent-cifar10-even-concurrent-k4", "concurrent-cifar10-adapt-concurrent-k4",
+CONFIRMING = ("concurrent-cifar10-even-concurrent-k4",
+              "concurrent-cifar10-adapt-concurrent-k4",
               "concurrent-shakespeare-even-concurrent-k4")
 FAMILIES = {"SE": ("SE", "SE-norefill", "SE-dt2", "SE-dt3", "SE-dt3-r4"),
             "SE-R": ("SER-lean", "SER-f1", "SER-lean-refill")}
@@ -192,8 +206,10 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3:
         seed, cell = int(sys.argv[1]), sys.argv[2]
         names = sys.argv[3].split(",") if len(sys.argv) > 3 else list(VARIANTS)
-        result = run(seed, cell, names)
-        (HERE / f"explore-{cell}-s{seed}.json").write_text(
+        into = sys.argv[4] if len(sys.argv) > 4 else ""
+        result = run(seed, cell, names, into)
+        (HERE / into).mkdir(exist_ok=True)
+        (HERE / into / f"explore-{cell}-s{seed}.json").write_text(
             json.dumps(result, indent=1) + "\n")
     from experiments.pareto import redraw
 

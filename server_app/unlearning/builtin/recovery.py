@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord
 
+from server_app.config.unlearning import se_r_schedule
 from server_app.unlearning.frameworks import (
     REBUILDABLE,
     BuildCall,
@@ -20,7 +21,8 @@ def build(call: BuildCall) -> Framework:
 
     SE-R starts each impacted shard at g0, the first round a client of the
     request trained there (from the stored or rebuilt W^(g0-1), as SE); FRec
-    replays the baseline federation from round 1, as FedRecover does. Both
+    replays the baseline federation from round 1, as FedRecover does, with
+    FedRecover's estimates (SE-R's: ``recovery-estimates``). Both
     rebuild the original models from the record, so the shard strategy must be
     a weighted mean of the updates (:data:`REBUILDABLE`).
 
@@ -46,13 +48,15 @@ def build(call: BuildCall) -> Framework:
     impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
     # the replay starts where any client forgotten so far first trained (the
     # recovery's own plan), so an earlier request's client is left out again
+    schedule = se_r_schedule(settings.recovery, settings.recovery_estimates) \
+        if sharded else settings.recovery
     starts = {s: rebuild_shard_model(store, s, (
         first_participation(store, s, forget) if sharded else 1) - 1) for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
                              refill=sharded and settings.recovery_refill,
                              refill_seed=settings.seed, present=stage.present,
-                             **settings.recovery)
+                             **schedule)
     models = (call.current or stage.sharded_models) if sharded else [  # learned, rebuilt
         rebuild_shard_model(store, s, max(store.rounds(s), default=0))
         for s in range(len(federation.shards))]
