@@ -6,7 +6,7 @@ import sys
 
 from cli.tables import table
 from history.storage import STORAGE_ROWS
-from server_app.config.methods import proposed, reference, registered, shard_reference
+from server_app.config.methods import has, proposed, reference, shard_reference
 from server_app.rounds.loop import WALL_PARTS
 from server_app.run.summary import RunSummary, StageSummary
 
@@ -354,7 +354,7 @@ def gap_lines(summary: RunSummary) -> list[str]:
     out = [f"price of isolation ({exact} - {ref}): "
            f"{(score(exact) - score(ref)) * scale:+.2f} {unit} of test {metric}"]
     for name, result in frameworks.items():
-        if name not in (exact, ref) and not _on_baseline(name) \
+        if name not in (exact, ref) and not has(name, "on_baseline") \
                 and getattr(result, metric) is not None:
             out.append(f"price of approximation ({name} - {exact}): "
                        f"{(score(name) - score(exact)) * scale:+.2f} {unit}")
@@ -371,12 +371,6 @@ def wall_table(summary: RunSummary) -> str:
             "path; rounds: all / asking clients)\n"
             + table(["framework", "modelled wall", *(h for _, h in WALL_COLUMNS)], rows,
                     cell=_cell))
-
-
-def _on_baseline(name: str) -> bool:
-    """The built-in ``name`` runs on the baseline federation (False: SE's shards)."""
-    described = registered(name)
-    return bool(described and described.on_baseline)
 
 
 def _verification_lines(summary: RunSummary) -> list[str]:

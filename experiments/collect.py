@@ -32,12 +32,6 @@ def baselines() -> tuple[str, ...]:
     return tuple(m.name for m in methods.builtins() if m.paper_baseline)
 
 
-def _has(name: str, field: str) -> bool:
-    """The built-in ``name``'s description has ``field`` true (False for a plug-in)."""
-    described = methods.registered(name)
-    return bool(described and getattr(described, field))
-
-
 COLUMNS = [
     "experiment", "run", "dataset", "partition", "seed", "num_clients", "num_shards",
     "clients_per_round", "num_rounds", "local_epochs", "retrain_ratio",
@@ -105,9 +99,11 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             row["target_compute_s"] = result.to_target["compute_s"]
             row["target_modelled_wall_s"] = result.to_target["modelled_wall_s"]
         impacted = sorted({s for r in result.requests for s in r.impacted_shards or []})
-        row["impacted_shards"] = len(impacted) if _has(name, "replay_report") else None
-        row.update(_impacted_accuracy(result, summary.baseline_learning
-                                      if _has(name, "on_baseline") else summary.learning))
+        replayed = methods.has(name, "replay_report")
+        baseline = methods.has(name, "on_baseline")
+        row["impacted_shards"] = len(impacted) if replayed else None
+        row.update(_impacted_accuracy(
+            result, summary.baseline_learning if baseline else summary.learning))
         if result.expected:
             row["se_measured_shard_s"] = result.expected.get("measured_total_s")
             row["se_expected_shard_s"] = result.expected.get("expected_total_s")
@@ -148,7 +144,7 @@ def _label(name: str, cfg: dict) -> str:
     So the headline's FE (interval 1) is never replaced by it.
     """
     interval = int(cfg.get("calibration-interval", 1) or 1)
-    labelled = _has(name, "interval_label")
+    labelled = methods.has(name, "interval_label")
     return f"{name}(dt={interval})" if labelled and interval != 1 else name
 
 

@@ -217,10 +217,17 @@ def method_names_outside_their_description(names: set[str], root: Path = ROOT,
 
     Docstrings are prose and not counted; :data:`METHOD_NAME_HOMES` may spell them.
     """
+    return _literals_outside(names, root, paths if paths is not None
+                             else list(_modules().values()), METHOD_NAME_HOMES)
+
+
+def _literals_outside(names: set[str], root: Path, paths: list[Path],
+                      homes: tuple[str, ...]) -> list[str]:
+    """``path:line: 'NAME'`` of each literal in ``names``; docstrings, ``homes`` aside."""
     found = []
-    for path in paths if paths is not None else _modules().values():
+    for path in paths:
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(METHOD_NAME_HOMES):
+        if rel.startswith(homes):
             continue
         tree = ast.parse(path.read_text())
         docs = _docstrings(tree)
@@ -281,17 +288,7 @@ def dataset_names_outside_their_task(names: set[str], root: Path = ROOT,
     if paths is None:
         paths = [*_modules().values(), *(p for folder in SCRIPT_FOLDERS
                                          for p in sorted((root / folder).rglob("*.py")))]
-    found = []
-    for path in paths:
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(DATASET_NAME_HOMES):
-            continue
-        tree = ast.parse(path.read_text())
-        docs = _docstrings(tree)
-        found += [f"{rel}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-                  if isinstance(node, ast.Constant) and node.value in names
-                  and id(node) not in docs]
-    return sorted(found)
+    return _literals_outside(names, root, paths, DATASET_NAME_HOMES)
 
 
 def test_no_module_lists_or_branches_on_a_dataset_name():

@@ -155,6 +155,15 @@ def registered(name: str) -> MethodInfo | None:
     return _REGISTRY.get(name)
 
 
+def has(name: str, field: str) -> bool:
+    """The built-in ``name``'s description has ``field`` true.
+
+    False for a plug-in, ``original`` or any other name not registered.
+    """
+    described = _REGISTRY.get(name)
+    return bool(described and getattr(described, field))
+
+
 def canonical(token: str) -> str | None:
     """A built-in's own spelling of ``token`` in any case (``frec`` -> ``FRec``)."""
     return next((n for n in _REGISTRY if n.upper() == token.upper()), None)
