@@ -299,7 +299,7 @@ def test_csv_has_the_expected_columns(tiny_all):
         assert reader.fieldnames == collect.COLUMNS
         rows = list(reader)
     single = {r["framework"] for r in rows if r["run"] == "single-mnist-iid-s0"}
-    assert single == {"original", "SE", "FR", "FE", "RR"}
+    assert single == {"original", *suites.COMPARED.split(",")}
     se = next(r for r in rows if r["run"] == "single-mnist-iid-s0"
               and r["framework"] == "SE")
     # SE may replay nothing (issue 14: the request's clients never trained)
