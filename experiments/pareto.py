@@ -31,6 +31,8 @@ FIGURES = ROOT / "docs" / "figures"
 SHIPPED = "shipped"
 """The sub-folder of runs with every framework on the shipped defaults, beside the
 paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
+MARKERS = "osD^v<>"
+"""A marker shape per cell of a figure."""
 WALL_GOAL = 0.35
 """Issue 42's goal for SE: modelled wall time at most this fraction of FR's."""
 
@@ -127,29 +129,52 @@ def figures(runs: list[dict], folder: Path = FIGURES) -> list[Path]:
     written = []
     folder.mkdir(parents=True, exist_ok=True)
     for dataset, cells in points(runs).items():
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for marker, (cell, by_name) in zip("osD^v", cells.items(), strict=False):
-            for k, (name, xy) in enumerate(by_name.items()):
+        fig, ax = plt.subplots(figsize=(10, 4.8))
+        colour = _colours([n for by_name in cells.values() for n in by_name])
+        for marker, by_name in zip(MARKERS, cells.values(), strict=False):
+            for name, xy in by_name.items():
                 xs, ys = [p[0] for p in xy], [p[1] for p in xy]
                 mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-                described = methods.registered(name)
                 ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]],
                             yerr=[[my - min(ys)], [max(ys) - my]], fmt=marker,
-                            color=described.colour if described else plt.cm.tab20(k),
-                            label=f"{name} ({cell[:28]}, {len(xy)} seeds)", alpha=0.8)
+                            color=colour[name], alpha=0.8)
         ax.axhline(0, color="#999", lw=0.8)
         ax.axvline(WALL_GOAL, color="#d62728", lw=0.8, ls=":")
         key, _, unit = units[dataset]
         ax.set_xlabel("modelled wall time / FR's")
         ax.set_ylabel(f"test {key} minus FR's ({unit})")
         ax.set_title(f"{dataset}: speed against test {key} (mean, range over seeds)")
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(handles=_legend(colour, cells), fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         out = folder / f"pareto_{dataset}.png"
         fig.savefig(out, dpi=90)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def _legend(colour: dict, cells: dict) -> list:
+    """One entry per framework (its colour), then one per cell (its marker, seeds)."""
+    from matplotlib.lines import Line2D
+
+    return [*(Line2D([], [], color=c, marker="s", ls="", label=n)
+              for n, c in colour.items()),
+            *(Line2D([], [], color="#555", marker=m, ls="",
+                     label=f"{cell} ({len(next(iter(by.values())))} seeds)")
+              for m, (cell, by) in zip(MARKERS, cells.items(), strict=False))]
+
+
+def _colours(names: list[str]) -> dict[str, str]:
+    """A colour per framework: a built-in's own, others the palette's unused ones."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    own = {n: m.colour for n in names if (m := methods.registered(n)) and m.colour}
+    spare = [c for c in (plt.cm.tab20(k) for k in range(20))
+             if to_hex(c) not in own.values()]
+    others = [n for n in dict.fromkeys(names) if n not in own]
+    return {**own, **{n: spare[k % len(spare)] for k, n in enumerate(others)}}
 
 
 def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:

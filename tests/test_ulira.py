@@ -207,7 +207,8 @@ def test_recovery_with_every_round_exact_retrains_with_the_learning_seeds():
     Each retained client trains L epochs from W' with the seed it had in that
     learning round, so the recovered model is FedAvg of exactly those updates.
     """
-    cfg, task, parts = _tiny(num_rounds=2, **{"recovery-warmup": 5, "recovery-final": 0})
+    cfg, task, parts = _tiny(num_rounds=2, **{"recovery-warmup": 5, "recovery-final": 0,
+                                              "recovery-estimates": "lbfgs"})
     _, rounds = learn_with_history(cfg, task, parts, seed=6)
     got = recover(cfg, task, parts, rounds, {0}, seed=6)
     state = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],

@@ -45,7 +45,8 @@ def cell_config(seed: int, cell: str, frameworks: str) -> dict:
     base = json.loads(path.read_text())["config"]
     shipped = {k: v for k, v in base.items() if k not in (
         "calibration-final", "replay-refill", "recovery-refill", "retrain-ratio",
-        "recovery-warmup", "recovery-correction", "recovery-final")}
+        "recovery-warmup", "recovery-correction", "recovery-final",
+        "recovery-estimates")}
     return {**shipped, "frameworks": frameworks, "seed": seed,
             "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
 

@@ -33,11 +33,6 @@ SER = "server_app.unlearning.builtin.recovery:build"
 VARIANTS = {
     # the paper's SE: no exact final round, no refilled slot
     "SE-paper": (SE, {"replay_refill": False, "calibration_final": 0}, {}),
-    # SE as shipped until issue 42's rule: two exact final rounds, refilled slots
-    "SE-v1": (SE, {"replay_refill": True, "calibration_final": 2}, {}),
-    # SE-R as shipped until issue 42's rule: L-BFGS estimates, FedRecover's rounds, refill
-    "SER-v1": (SER, {"recovery_refill": True, "recovery_estimates": "lbfgs"},
-               {"warmup": 2, "correction": 4, "final": 1}),
     # SE without refilled slots: calibrated rounds train L / r epochs on the path
     "SE-norefill": (SE, {"replay_refill": False}, {}),
     # FedEraser's interval: every 3rd stored round replayed, the last 2 exact

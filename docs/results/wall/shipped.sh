@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every framework with the shipped defaults, one cell per dataset, seeds 0-2 (issue 42,
-# item 4): FR, SISA, SE, SE-R, FE, RR, FRec, the paper's SE (SE-paper) and the defaults
-# shipped before the rule (SE-v1, SER-v1), each forgetting from the same learned shards.
+# item 4): FR, SISA, SE, SE-R, FE, RR, FRec and the paper's SE (SE-paper: no exact final
+# round, no refilled slot), each forgetting from the same learned shards.
 # Writes docs/results/wall/shipped/explore-<cell>-s<seed>.json; the figures
 # (docs/figures/pareto_<dataset>.png) draw them beside the schedule files.
 # Usage: shipped.sh [QUEUE COUNT]: run every COUNT-th missing run from the QUEUE-th
@@ -18,6 +18,6 @@ for seed in 0 1 2; do
         [ $(((k - 1) % count)) -eq "$queue" ] || continue
         [ -f "docs/results/wall/shipped/explore-$cell-s$seed.json" ] && continue
         .venv/bin/python docs/results/wall/explore.py "$seed" "$cell" \
-            SE-R,FE,RR,FRec,SE-paper,SE-v1,SER-v1 shipped
+            SE-R,FE,RR,FRec,SE-paper shipped
     done
 done
