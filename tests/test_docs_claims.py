@@ -1,0 +1,94 @@
+"""Numbers the docs print, recomputed from the committed files that back them.
+
+Each claim is a line the doc must contain, formatted from values computed from
+its file: a number changed by hand in the doc (or a file remade without the doc)
+fails here, naming the file, the line expected and the file it comes from.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import mean
+
+import pytest
+
+from experiments import pareto
+from server_app.config import methods
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUN = ROOT / "docs/results/default-run/summary.json"
+CONFIRMING = {  # cell -> its row label in DESIGN.md and RESULTS.md
+    "concurrent-cifar10-even-concurrent-k4": "CIFAR-10 even K = 4 (points)",
+    "concurrent-cifar10-adapt-concurrent-k4": "CIFAR-10 adapt K = 4 (points)",
+    "concurrent-shakespeare-even-concurrent-k4": "Tiny Shakespeare even K = 4 (nats)",
+}
+
+
+def _default_run() -> dict:
+    """The default run's numbers as RESULTS.md and the README print them."""
+    summary = json.loads(DEFAULT_RUN.read_text())
+    fw = summary["frameworks"]
+    se, fr = fw[methods.proposed()], fw[methods.reference()]
+    return {"ratio": se["modelled_wall_s"] / fr["modelled_wall_s"],
+            "se_wall": se["modelled_wall_s"], "fr_wall": fr["modelled_wall_s"],
+            "original": summary["original"]["accuracy"] * 100, "rows": fw}
+
+
+def _confirming() -> dict[str, dict[str, tuple[float, float]]]:
+    """Cell -> framework -> (mean minus SISA, mean wall / FR) over the seeds."""
+    sisa, ref = methods.shard_reference(), methods.reference()
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for cell in CONFIRMING:
+        runs = [r for r in pareto.load() if r["cell"] == cell]
+        assert len(runs) == 3, f"{cell}: {len(runs)} seeds committed, 3 expected"
+        key, scale, _ = pareto.metric(runs[0])
+        out[cell] = {name: (
+            mean((r["frameworks"][name][key] - r["frameworks"][sisa][key]) * scale
+                 for r in runs),
+            mean(r["frameworks"][name]["modelled_wall_s"]
+                 / r["frameworks"][ref]["modelled_wall_s"] for r in runs))
+            for name in runs[0]["frameworks"]}
+    return out
+
+
+def _claims() -> list[tuple[str, str, str]]:
+    """(doc, line it must contain, the file it comes from)."""
+    run = _default_run()
+    source = DEFAULT_RUN.relative_to(ROOT).as_posix()
+    claims = [
+        ("README.md", f"next to FR's ({run['ratio']:.3f} of it)", source),
+        ("docs/RESULTS.md", f"`{methods.proposed()} / {methods.reference()} modelled wall "
+         f"time: {run['ratio']:.3f} ({methods.proposed()} {run['se_wall']:.1f} s, "
+         f"{methods.reference()} {run['fr_wall']:.1f} s)`", source),
+        ("docs/RESULTS.md", f"| original (shard ensemble) | {run['original']:.2f}% |",
+         source),
+    ]
+    for name, f in run["rows"].items():
+        claims.append(("docs/RESULTS.md",
+                       f"| {name} | {f['accuracy'] * 100:.2f}% "
+                       f"| {f['retrain_compute_s']:.1f} "
+                       f"| {f['client_epochs']:.0f} | {f['client_rounds']} "
+                       f"| {f['modelled_wall_s']:.1f} |", source))
+    for cell, by_name in _confirming().items():
+        unit = 3 if "nats" in CONFIRMING[cell] else 2
+        se, norefill, f1, fr = (by_name[n] for n in ("SE", "SE-norefill", "SER-f1", "FR"))
+        iso = -fr[0]  # SISA - FR is minus FR - SISA
+        source = f"docs/results/wall/explore-{cell}-s*.json"
+        claims.append(("docs/DESIGN.md",
+                       f"| {CONFIRMING[cell]} | {se[0]:+.{unit}f} (wall / FR {se[1]:.2f}) "
+                       f"| {norefill[0]:+.{unit}f} ({norefill[1]:.2f}) "
+                       f"| {f1[0]:+.{unit}f} ({f1[1]:.2f}) |", source))
+        claims.append(("docs/RESULTS.md",
+                       f"| {CONFIRMING[cell]} | {iso:+.{unit}f} | {se[0]:+.{unit}f} at "
+                       f"{se[1]:.2f} | {norefill[0]:+.{unit}f} at {norefill[1]:.2f} "
+                       f"| {f1[0]:+.{unit}f} at {f1[1]:.2f} |", source))
+    return claims
+
+
+@pytest.mark.parametrize("doc, line, source", _claims(),
+                         ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
+def test_the_docs_print_what_the_files_hold(doc, line, source):
+    text = " ".join((ROOT / doc).read_text().split())  # a line may wrap
+    assert " ".join(line.split()) in text, \
+        f"{doc} lacks {line!r}, computed from {source}"
