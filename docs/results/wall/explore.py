@@ -53,7 +53,9 @@ VARIANTS = {
                         {"warmup": 0, "correction": 0, "final": 2}),
 }
 KEYS = ("accuracy", "loss", "client_epochs", "client_rounds", "modelled_wall_s",
-        "wall_breakdown")
+        "wall_breakdown", "retrain_compute_s", "server_storage_bytes", "comm_time_s",
+        "rounds_replayed", "shard_accuracy", "replay", "requests")
+"""What each framework's summary entry keeps in a file (the tables read the first six)."""
 
 
 def build(call):
@@ -97,6 +99,7 @@ def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
                              "recovery": VARIANTS[n][2]} for n in variants},
             "config": cfg, "learned_accuracy": summary["learning"].get("accuracy"),
             "learned_loss": summary["learning"].get("loss"),
+            "storage": summary.get("storage"),
             "metric": (summary.get("task") or {}).get("metric", "accuracy"),
             "frameworks": {n: {k: f.get(k) for k in KEYS}
                            for n, f in summary["frameworks"].items()}}
