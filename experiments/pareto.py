@@ -28,6 +28,8 @@ FILES = ROOT / "docs" / "results" / "wall"
 """Where the schedule files live."""
 FIGURES = ROOT / "docs" / "figures"
 """Where the per-dataset pictures go."""
+RESULTS = ROOT / "docs" / "RESULTS.md"
+"""The page whose summary block :func:`redraw` rewrites (:func:`summary_tables`)."""
 SHIPPED = "shipped"
 """The sub-folder of runs with every framework on the shipped defaults, beside the
 paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
@@ -177,18 +179,25 @@ def _colours(names: list[str]) -> dict[str, str]:
     return {**own, **{n: spare[k % len(spare)] for k, n in enumerate(others)}}
 
 
-def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:
-    """Rewrite ``explore.md`` and the figures from ``files``; the paths written.
+def redraw(files: Path = FILES, figures_to: Path = FIGURES,
+           results: Path = RESULTS) -> list[Path]:
+    """Rewrite ``explore.md``, the figures and the summary block; the paths written.
 
     ``files/explore.md`` tabulates the schedule files, ``files/shipped/explore.md``
     those of :data:`SHIPPED`; the figures draw both, a shipped run's cell labelled
-    ``<cell>, shipped``.
+    ``<cell>, shipped``; the shipped runs' :func:`summary_tables` replace what
+    stands between :data:`SUMMARY_BEGIN` and :data:`SUMMARY_END` in ``results``.
 
     Raises
     ------
     ValueError
-        ``files`` holds no schedule file (nothing to draw).
+        ``files`` holds no schedule file (nothing to draw), or ``results`` lacks
+        the summary block's markers (checked before anything is written).
     """
+    text = results.read_text()
+    if SUMMARY_BEGIN not in text or SUMMARY_END not in text:
+        raise ValueError(f"{results}: no summary block ({SUMMARY_BEGIN!r} ... "
+                         f"{SUMMARY_END!r}) to rewrite")
     runs = load(files)
     if not runs:
         raise ValueError(f"{files}: no explore-*-s*.json to draw from")
@@ -198,6 +207,89 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES) -> list[Path]:
         if these:
             written.append(folder / "explore.md")
             written[-1].write_text(table(these) + "\n")
+    head, rest = text.split(SUMMARY_BEGIN, 1)
+    tables = summary_tables(shipped) if shipped else "No shipped runs committed yet.\n"
+    results.write_text(f"{head}{SUMMARY_BEGIN}\n\n{tables}\n{SUMMARY_END}"
+                       f"{rest.split(SUMMARY_END, 1)[1]}")
+    written.append(results)
     for data in shipped:
         data["label"] = f"{data['cell']}, shipped"
     return written + figures(runs + shipped, figures_to)
+
+
+SUMMARY_BEGIN = ("<!-- summary: made by `./simulate.sh experiments pareto` from "
+                 "docs/results/wall/shipped/; do not edit by hand -->")
+SUMMARY_END = "<!-- end of summary -->"
+
+
+def summary_tables(runs: list[dict]) -> str:
+    """One markdown table per dataset of ``runs``: every framework against FR.
+
+    Rows: the registered methods in the registry's order, then the variants a
+    file describes (with their settings). Columns: test accuracy in % (test loss
+    in nats where the task is read by its loss) as mean ± standard deviation
+    over the seeds; modelled wall time and retraining compute over FR's (means
+    of the per-seed ratios); client rounds (mean); server storage of its history
+    in MB. The caption gives the cell, its scale, the seeds and the commits.
+    """
+    from statistics import mean, pstdev
+
+    out = []
+    ref = methods.reference()
+    for dataset in dict.fromkeys(r["config"]["dataset"] for r in runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, scale, unit = metric(mine[0])
+        cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
+        names = [n for n in methods.names() if n in mine[0]["frameworks"]]
+        names += [n for n in mine[0]["frameworks"] if n not in names]
+        out += [f"### {dataset}", "",
+                f"Cell `{mine[0]['cell']}`: {cfg['partition']}, {cfg['num-clients']} "
+                f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
+                f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "
+                f"{_requests(cfg)}; seeds {', '.join(map(str, seeds))}; commit "
+                f"{', '.join(sorted({r['commit'][:7] for r in mine}))}.", "",
+                f"| framework | test {key} ({'%' if key == 'accuracy' else unit}) "
+                "| wall / FR | compute / FR | client rounds | server storage (MB) |",
+                "|---|---|---|---|---|---|"]
+        for name in names:
+            have = [r for r in mine if name in r["frameworks"]]
+            fw = [r["frameworks"][name] for r in have]
+            frs = [r["frameworks"][ref] for r in have]
+            values = [f[key] * (100 if key == "accuracy" else 1) for f in fw]
+            digits = 2 if key == "accuracy" else 4
+            storage = fw[0].get("server_storage_bytes")
+            out.append(
+                f"| {_label(name, have[0])} | {mean(values):.{digits}f} ± "
+                f"{pstdev(values):.{digits}f} "
+                f"| {_ratio(fw, frs, 'modelled_wall_s')} "
+                f"| {_ratio(fw, frs, 'retrain_compute_s')} "
+                f"| {mean(f['client_rounds'] for f in fw):.1f} "
+                f"| {'' if storage is None else f'{storage / 1e6:.1f}'} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _requests(cfg: dict) -> str:
+    """The cell's requests in words."""
+    k, per = cfg.get("num-requests", 1), cfg.get("clients-per-request", 1)
+    return (f"{k} {cfg.get('request-mode', '')} request{'s' if k != 1 else ''} of {per} "
+            f"client{'s' if per != 1 else ''}, {cfg.get('request-distribution', '')}")
+
+
+def _ratio(fw: list[dict], frs: list[dict], key: str) -> str:
+    """Mean over the seeds of ``key`` over FR's, or blank where a file lacks it."""
+    from statistics import mean
+
+    pairs = [(f.get(key), r.get(key)) for f, r in zip(fw, frs, strict=True)]
+    if any(a is None or not b for a, b in pairs):
+        return ""
+    return f"{mean(a / b for a, b in pairs):.2f}"
+
+
+def _label(name: str, run: dict) -> str:
+    """A framework's row name: a variant's with the settings it changes."""
+    variant = run.get("variants", {}).get(name)
+    if not variant:
+        return name
+    changed = {**variant.get("settings", {}), **variant.get("recovery", {})}
+    return f"{name} ({', '.join(f'{k} = {v}' for k, v in changed.items())})"

@@ -1,8 +1,9 @@
 """Run an experiment: ``python -m experiments.run NAME [--suite S] [--out DIR]``.
 
 NAME is ``single``, ``concurrent``, ``storage`` or ``all``; ``pareto`` runs nothing
-and redraws ``docs/figures/pareto_<dataset>.png`` and ``docs/results/wall/explore.md``
-from the committed schedule files (:mod:`experiments.pareto`). S, the size of every
+and redraws ``docs/figures/pareto_<dataset>.png``, ``docs/results/wall/explore.md`` and
+the summary tables that open docs/RESULTS.md from the committed schedule files
+(:mod:`experiments.pareto`). S, the size of every
 run, is ``quick`` (default), ``paper`` or ``tiny`` (the tests): suites, not the
 run presets of ``presets/`` (those are for single runs). Every configuration is one run
 of the real ServerApp and ClientApp (:mod:`experiments.suites`):
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.name == "pareto":  # redraws from committed files; runs nothing
         from experiments import pareto
 
-        for path in pareto.redraw(pareto.FILES, pareto.FIGURES):
+        for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.report_only:

@@ -33,14 +33,43 @@ def test_each_cell_seed_is_one_file_and_one_point_per_framework():
             assert by_name["FR"] == [(1.0, 0.0)] * seeds
 
 
+def test_results_opens_with_the_summary_the_shipped_files_make():
+    """Issue 44, item 1: the per-dataset tables are generated, never typed."""
+    text = pareto.RESULTS.read_text()
+    block = text.split(pareto.SUMMARY_BEGIN, 1)[1].split(pareto.SUMMARY_END, 1)[0]
+    shipped = pareto.load(pareto.FILES / pareto.SHIPPED)
+    made = pareto.summary_tables(shipped) if shipped else "No shipped runs committed yet.\n"
+    assert block == f"\n\n{made}\n", "RESULTS.md's summary differs from its files: " \
+        "./simulate.sh experiments pareto"
+    assert text.index(pareto.SUMMARY_BEGIN) < text.index("## The experiment suite")
+
+
+def test_summary_rows_are_every_framework_with_spread_and_ratios():
+    runs = [r for r in pareto.load() if r["cell"] == pareto.load()[0]["cell"]]
+    table = pareto.summary_tables(runs)
+    rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == len(runs[0]["frameworks"])
+    fr = next(row for row in rows if row.startswith("| FR |"))
+    assert "| 1.00 |" in fr  # FR over itself
+    assert all(" ± " in row for row in rows)
+    seeds = sorted(r["seed"] for r in runs)
+    assert f"seeds {', '.join(map(str, seeds))}" in table
+
+
 def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
     files, figures = tmp_path / "wall", tmp_path / "figures"
     files.mkdir()
     for path in pareto.FILES.glob("explore-*-s*.json"):
         shutil.copy(path, files)
+    results = tmp_path / "RESULTS.md"
+    results.write_text(
+        f"# R\n\n{pareto.SUMMARY_BEGIN}\nold\n{pareto.SUMMARY_END}\n\n## Rest\n")
     monkeypatch.setattr(pareto, "FILES", files)
     monkeypatch.setattr(pareto, "FIGURES", figures)
+    monkeypatch.setattr(pareto, "RESULTS", results)
     assert main(["pareto"]) == 0
+    assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\nNo shipped runs "
+                                   f"committed yet.\n\n{pareto.SUMMARY_END}\n\n## Rest\n")
     datasets = {r["config"]["dataset"] for r in pareto.load(files)}
     drawn = sorted(figures.glob("pareto_*.png"))
     assert [p.name for p in drawn] == sorted(f"pareto_{d}.png" for d in datasets)
@@ -56,7 +85,13 @@ def test_a_file_without_fr_is_refused_by_name(tmp_path):
         pareto.load(tmp_path)
 
 
-def test_an_empty_folder_draws_nothing_and_says_so(tmp_path):
+def test_an_empty_folder_or_a_page_without_the_block_writes_nothing(tmp_path):
+    results = tmp_path / "RESULTS.md"
+    results.write_text(f"{pareto.SUMMARY_BEGIN}\n{pareto.SUMMARY_END}\n")
     with pytest.raises(ValueError, match="no explore"):
-        pareto.redraw(tmp_path, tmp_path)
-    assert not list(tmp_path.iterdir())
+        pareto.redraw(tmp_path, tmp_path, results)
+    results.write_text("# no block\n")
+    with pytest.raises(ValueError, match="no summary block"):
+        pareto.redraw(pareto.FILES, tmp_path, results)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md"]
+    assert results.read_text() == "# no block\n"
