@@ -349,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.name == "pareto":  # redraws from committed files; runs nothing
         from experiments import pareto
 
+        given = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                 if k != "name" and v != ap.get_default(k)]
+        if given:
+            ap.error(f"pareto redraws from the committed files and takes no options: "
+                     f"{', '.join(given)} given")
+
         for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS):
             print(f"wrote {path}", file=sys.stderr)
         return 0

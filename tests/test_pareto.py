@@ -95,3 +95,10 @@ def test_an_empty_folder_or_a_page_without_the_block_writes_nothing(tmp_path):
         pareto.redraw(pareto.FILES, tmp_path, results)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md"]
     assert results.read_text() == "# no block\n"
+
+
+def test_pareto_refuses_the_options_of_a_run(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["pareto", "--suite", "paper"])
+    assert stop.value.code == 2
+    assert "takes no options: --suite given" in capsys.readouterr().err
