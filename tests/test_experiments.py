@@ -366,6 +366,7 @@ def test_report_has_the_headline_comparison(tiny_all):
     for name in ("SE", "FR", "FE", "RR"):
         assert re.search(rf"\| even \| 1 \| {name} \| [0-9.]+ \|", side), name
     assert "client rounds" in side
+    assert "## The distance to FR in two" in text  # SISA runs in the suites
     assert "2 CPU cores" in text or "CPU cores" in text
     for fig in results["figures"]:
         assert f"]({fig})" in text
@@ -745,3 +746,23 @@ def test_paper_claims_keep_to_the_papers_datasets():
     images, text, _ = compare.headline(rows, None)
     assert images["cells"] == [] and text["cells"] == []  # no paper figure for them
     assert len(compare.single_reductions(rows)) == 2  # their own reductions stay
+
+
+def test_the_report_splits_each_sharded_frameworks_distance_to_fr():
+    """Issue 42, item 1: isolation (SISA - FR) plus approximation (X - SISA)."""
+    from experiments.report.gaps import gap_section
+
+    def row(run, name, value, metric="accuracy"):
+        return {"run": run, "framework": name, "metric": metric,
+                "accuracy": value if metric == "accuracy" else None,
+                "loss": value if metric == "loss" else None}
+
+    rows = [row("a", "original", 0.91), row("a", "FR", 0.90), row("a", "SISA", 0.88),
+            row("a", "SE", 0.87), row("a", "FE", 0.86),
+            row("t", "FR", 1.50, "loss"), row("t", "SISA", 1.56, "loss"),
+            row("t", "SE", 1.60, "loss"), row("n", "SE", 0.5), row("n", "FR", 0.6)]
+    text = "\n".join(gap_section(rows))
+    assert "| a | SE | -2.00 points | -1.00 points | -3.00 points |" in text
+    assert "| t | SE | +0.06 nats | +0.04 nats | +0.10 nats |" in text
+    assert "| a | FE |" not in text and "| n |" not in text  # baseline; no SISA
+    assert gap_section([r for r in rows if r["framework"] != "SISA"]) == []

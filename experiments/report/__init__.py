@@ -12,6 +12,7 @@ from pathlib import Path
 
 from experiments import collect, compare
 from experiments.report.cells import clock, md_table, num, pct
+from experiments.report.gaps import gap_section
 from experiments.report.requests import concurrent_section, lira_section, single_sections
 from experiments.report.storage import storage_section
 
@@ -84,6 +85,7 @@ def render(results: dict, rows: Sequence[dict], out: Path) -> str:
     parts += _quality_section(rows)
     parts += single_sections(rows) + lira_section(rows)
     parts += concurrent_section(rows, summaries)
+    parts += gap_section(rows)
     parts += storage_section(store, results)
     parts += _figures(results)
     parts += _notes(rows, failed)
