@@ -30,6 +30,14 @@ FIGURES = ROOT / "docs" / "figures"
 """Where the per-dataset pictures go."""
 RESULTS = ROOT / "docs" / "RESULTS.md"
 """The page whose summary block :func:`redraw` rewrites (:func:`summary_tables`)."""
+SUMMARY_BEGIN = ("<!-- summary: made by `./simulate.sh experiments pareto` from "
+                 "docs/results/wall/shipped/; do not edit by hand -->")
+SUMMARY_END = "<!-- end of summary -->"
+README = ROOT / "README.md"
+"""The page whose headline block :func:`redraw` rewrites (:func:`headline_table`)."""
+HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` from "
+                  "docs/results/wall/shipped/; do not edit by hand -->")
+HEADLINE_END = "<!-- end of headline -->"
 SHIPPED = "shipped"
 """The sub-folder of runs with every framework on the shipped defaults, beside the
 paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
@@ -179,25 +187,28 @@ def _colours(names: list[str]) -> dict[str, str]:
     return {**own, **{n: spare[k % len(spare)] for k, n in enumerate(others)}}
 
 
-def redraw(files: Path = FILES, figures_to: Path = FIGURES,
-           results: Path = RESULTS) -> list[Path]:
-    """Rewrite ``explore.md``, the figures and the summary block; the paths written.
+def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESULTS,
+           readme: Path = README) -> list[Path]:
+    """Rewrite ``explore.md``, the figures and the generated blocks; the paths written.
 
     ``files/explore.md`` tabulates the schedule files, ``files/shipped/explore.md``
     those of :data:`SHIPPED`; the figures draw both, a shipped run's cell labelled
     ``<cell>, shipped``; the shipped runs' :func:`summary_tables` replace what
-    stands between :data:`SUMMARY_BEGIN` and :data:`SUMMARY_END` in ``results``.
+    stands between :data:`SUMMARY_BEGIN` and :data:`SUMMARY_END` in ``results``,
+    their :func:`headline_table` the block between :data:`HEADLINE_BEGIN` and
+    :data:`HEADLINE_END` in ``readme``.
 
     Raises
     ------
     ValueError
-        ``files`` holds no schedule file (nothing to draw), or ``results`` lacks
-        the summary block's markers (checked before anything is written).
+        ``files`` holds no schedule file (nothing to draw), or a page lacks its
+        block's markers (checked before anything is written).
     """
-    text = results.read_text()
-    if SUMMARY_BEGIN not in text or SUMMARY_END not in text:
-        raise ValueError(f"{results}: no summary block ({SUMMARY_BEGIN!r} ... "
-                         f"{SUMMARY_END!r}) to rewrite")
+    pages = {results: (SUMMARY_BEGIN, SUMMARY_END), readme: (HEADLINE_BEGIN, HEADLINE_END)}
+    for page, (begin, end) in pages.items():
+        if begin not in page.read_text() or end not in page.read_text():
+            raise ValueError(f"{page}: no generated block ({begin!r} ... {end!r}) to "
+                             "rewrite")
     runs = load(files)
     if not runs:
         raise ValueError(f"{files}: no explore-*-s*.json to draw from")
@@ -207,19 +218,23 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES,
         if these:
             written.append(folder / "explore.md")
             written[-1].write_text(table(these) + "\n")
-    head, rest = text.split(SUMMARY_BEGIN, 1)
-    tables = summary_tables(shipped) if shipped else "No shipped runs committed yet.\n"
-    results.write_text(f"{head}{SUMMARY_BEGIN}\n\n{tables}\n{SUMMARY_END}"
-                       f"{rest.split(SUMMARY_END, 1)[1]}")
-    written.append(results)
+    none = "No shipped runs committed yet.\n"
+    _replace_block(results, *pages[results], summary_tables(shipped) if shipped else none)
+    _replace_block(readme, *pages[readme], headline_table(shipped) if shipped else none)
     for data in shipped:
         data["label"] = f"{data['cell']}, shipped"
-    return written + figures(runs + shipped, figures_to)
+    return [*written, results, readme, *figures(runs + shipped, figures_to)]
 
 
-SUMMARY_BEGIN = ("<!-- summary: made by `./simulate.sh experiments pareto` from "
-                 "docs/results/wall/shipped/; do not edit by hand -->")
-SUMMARY_END = "<!-- end of summary -->"
+def block(page: Path, begin: str, end: str) -> str:
+    """What stands between ``begin`` and ``end`` in ``page`` (the generated block)."""
+    return page.read_text().split(begin, 1)[1].split(end, 1)[0]
+
+
+def _replace_block(page: Path, begin: str, end: str, content: str) -> None:
+    """Put ``content`` between ``begin`` and ``end`` in ``page``, a blank line around."""
+    head, rest = page.read_text().split(begin, 1)
+    page.write_text(f"{head}{begin}\n\n{content}\n{end}{rest.split(end, 1)[1]}")
 
 
 def summary_tables(runs: list[dict]) -> str:
@@ -293,3 +308,39 @@ def _label(name: str, run: dict) -> str:
         return name
     changed = {**variant.get("settings", {}), **variant.get("recovery", {})}
     return f"{name} ({', '.join(f'{k} = {v}' for k, v in changed.items())})"
+
+
+def headline_table(runs: list[dict]) -> str:
+    """The README's table: FR, SISA and the shipped sharded methods per dataset.
+
+    The sharded methods are the registered ones every run holds that run on SE's
+    shards and are not exact (SE, SE-R). Means over the seeds: test accuracy in %
+    (test loss in nats where the task is read by its loss), and each method's
+    modelled wall time over FR's.
+    """
+    from statistics import mean
+
+    ref, exact = methods.reference(), methods.shard_reference()
+    names = [n for n in methods.names()
+             if all(n in r["frameworks"] for r in runs)
+             and not methods.has(n, "on_baseline") and not methods.has(n, "exact")]
+    head = ["dataset (runs)", ref, exact, *(f"{n} (wall / {ref})" for n in names)]
+    rows = []
+    for dataset in dict.fromkeys(r["config"]["dataset"] for r in runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, _, unit = metric(mine[0])
+        factor, digits = (100, 1) if key == "accuracy" else (1, 3)
+
+        def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
+            return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
+
+        cells = [f"{dataset}, {'accuracy %' if key == 'accuracy' else f'loss ({unit})'} "
+                 f"({len(mine)})", value(ref), value(exact)]
+        for name in names:
+            wall = mean(r["frameworks"][name]["modelled_wall_s"]
+                        / r["frameworks"][ref]["modelled_wall_s"] for r in mine)
+            cells.append(f"{value(name)} ({wall:.2f})")
+        rows.append(cells)
+    return "\n".join(["| " + " | ".join(head) + " |",
+                      "|" + "---|" * len(head),
+                      *("| " + " | ".join(r) + " |" for r in rows)]) + "\n"

@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"pareto redraws from the committed files and takes no options: "
                      f"{', '.join(given)} given")
 
-        for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS):
+        for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS,
+                                  pareto.README):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.report_only:

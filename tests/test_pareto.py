@@ -33,15 +33,24 @@ def test_each_cell_seed_is_one_file_and_one_point_per_framework():
             assert by_name["FR"] == [(1.0, 0.0)] * seeds
 
 
-def test_results_opens_with_the_summary_the_shipped_files_make():
+@pytest.mark.parametrize("page, begin, end, make", [
+    (pareto.RESULTS, pareto.SUMMARY_BEGIN, pareto.SUMMARY_END, pareto.summary_tables),
+    (pareto.README, pareto.HEADLINE_BEGIN, pareto.HEADLINE_END, pareto.headline_table)],
+    ids=["RESULTS", "README"])
+def test_the_generated_blocks_are_what_the_shipped_files_make(page, begin, end, make):
     """Issue 44, item 1: the per-dataset tables are generated, never typed."""
-    text = pareto.RESULTS.read_text()
-    block = text.split(pareto.SUMMARY_BEGIN, 1)[1].split(pareto.SUMMARY_END, 1)[0]
     shipped = pareto.load(pareto.FILES / pareto.SHIPPED)
-    made = pareto.summary_tables(shipped) if shipped else "No shipped runs committed yet.\n"
-    assert block == f"\n\n{made}\n", "RESULTS.md's summary differs from its files: " \
+    made = make(shipped) if shipped else "No shipped runs committed yet.\n"
+    assert pareto.block(page, begin, end) == f"\n\n{made}\n", \
+        f"{page.name}'s generated block differs from its files: " \
         "./simulate.sh experiments pareto"
+
+
+def test_results_opens_with_the_summary():
+    text = pareto.RESULTS.read_text()
     assert text.index(pareto.SUMMARY_BEGIN) < text.index("## The experiment suite")
+    readme = pareto.README.read_text().splitlines()
+    assert any(pareto.HEADLINE_BEGIN in line for line in readme[:40])
 
 
 def test_summary_rows_are_every_framework_with_spread_and_ratios():
@@ -61,15 +70,18 @@ def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
     files.mkdir()
     for path in pareto.FILES.glob("explore-*-s*.json"):
         shutil.copy(path, files)
-    results = tmp_path / "RESULTS.md"
+    results, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
     results.write_text(
         f"# R\n\n{pareto.SUMMARY_BEGIN}\nold\n{pareto.SUMMARY_END}\n\n## Rest\n")
+    readme.write_text(f"{pareto.HEADLINE_BEGIN}\nold\n{pareto.HEADLINE_END}\n")
     monkeypatch.setattr(pareto, "FILES", files)
     monkeypatch.setattr(pareto, "FIGURES", figures)
     monkeypatch.setattr(pareto, "RESULTS", results)
+    monkeypatch.setattr(pareto, "README", readme)
     assert main(["pareto"]) == 0
     assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\nNo shipped runs "
                                    f"committed yet.\n\n{pareto.SUMMARY_END}\n\n## Rest\n")
+    assert "old" not in readme.read_text()
     datasets = {r["config"]["dataset"] for r in pareto.load(files)}
     drawn = sorted(figures.glob("pareto_*.png"))
     assert [p.name for p in drawn] == sorted(f"pareto_{d}.png" for d in datasets)
@@ -86,15 +98,16 @@ def test_a_file_without_fr_is_refused_by_name(tmp_path):
 
 
 def test_an_empty_folder_or_a_page_without_the_block_writes_nothing(tmp_path):
-    results = tmp_path / "RESULTS.md"
+    results, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
     results.write_text(f"{pareto.SUMMARY_BEGIN}\n{pareto.SUMMARY_END}\n")
+    readme.write_text(f"{pareto.HEADLINE_BEGIN}\n{pareto.HEADLINE_END}\n")
     with pytest.raises(ValueError, match="no explore"):
-        pareto.redraw(tmp_path, tmp_path, results)
-    results.write_text("# no block\n")
-    with pytest.raises(ValueError, match="no summary block"):
-        pareto.redraw(pareto.FILES, tmp_path, results)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md"]
-    assert results.read_text() == "# no block\n"
+        pareto.redraw(tmp_path, tmp_path, results, readme)
+    readme.write_text("# no block\n")
+    with pytest.raises(ValueError, match="README.md: no generated block"):
+        pareto.redraw(pareto.FILES, tmp_path, results, readme)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "RESULTS.md"]
+    assert readme.read_text() == "# no block\n"
 
 
 def test_pareto_refuses_the_options_of_a_run(capsys):
