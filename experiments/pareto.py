@@ -324,7 +324,8 @@ def headline_table(runs: list[dict]) -> str:
     names = [n for n in methods.names()
              if all(n in r["frameworks"] for r in runs)
              and not methods.has(n, "on_baseline") and not methods.has(n, "exact")]
-    head = ["dataset (runs)", ref, exact, *(f"{n} (wall / {ref})" for n in names)]
+    head = ["dataset, scale: metric (runs)", ref, exact,
+            *(f"{n} (wall / {ref})" for n in names)]
     rows = []
     for dataset in dict.fromkeys(r["config"]["dataset"] for r in runs):
         mine = [r for r in runs if r["config"]["dataset"] == dataset]
@@ -334,7 +335,11 @@ def headline_table(runs: list[dict]) -> str:
         def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
             return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
 
-        cells = [f"{dataset}, {'accuracy %' if key == 'accuracy' else f'loss ({unit})'} "
+        cfg = mine[0]["config"]
+        cells = [f"{dataset} {cfg['partition']}, C = {cfg['num-clients']}, "
+                 f"{cfg['clients-per-round']} a round, G = {cfg['num-rounds']}, "
+                 f"L = {cfg['local-epochs']}: "
+                 f"{'accuracy %' if key == 'accuracy' else f'loss ({unit})'} "
                  f"({len(mine)})", value(ref), value(exact)]
         for name in names:
             wall = mean(r["frameworks"][name]["modelled_wall_s"]
