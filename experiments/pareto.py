@@ -251,7 +251,7 @@ def summary_tables(runs: list[dict]) -> str:
 
     out = []
     ref = methods.reference()
-    for dataset in dict.fromkeys(r["config"]["dataset"] for r in runs):
+    for dataset in _datasets(runs):
         mine = [r for r in runs if r["config"]["dataset"] == dataset]
         key, scale, unit = metric(mine[0])
         cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
@@ -282,6 +282,14 @@ def summary_tables(runs: list[dict]) -> str:
                 f"| {'' if storage is None else f'{storage / 1e6:.1f}'} |")
         out.append("")
     return "\n".join(out)
+
+
+def _datasets(runs: list[dict]) -> list[str]:
+    """The datasets of ``runs``: the built-in tasks' order, then the others by name."""
+    from task.tasks import BUILTIN_TASKS
+
+    present = {r["config"]["dataset"] for r in runs}
+    return [d for d in BUILTIN_TASKS if d in present] + sorted(present - set(BUILTIN_TASKS))
 
 
 def _requests(cfg: dict) -> str:
@@ -327,7 +335,7 @@ def headline_table(runs: list[dict]) -> str:
     head = ["dataset, scale: metric (runs)", ref, exact,
             *(f"{n} (wall / {ref})" for n in names)]
     rows = []
-    for dataset in dict.fromkeys(r["config"]["dataset"] for r in runs):
+    for dataset in _datasets(runs):
         mine = [r for r in runs if r["config"]["dataset"] == dataset]
         key, _, unit = metric(mine[0])
         factor, digits = (100, 1) if key == "accuracy" else (1, 3)
