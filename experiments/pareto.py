@@ -38,6 +38,8 @@ README = ROOT / "README.md"
 HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` from "
                   "docs/results/wall/shipped/; do not edit by hand -->")
 HEADLINE_END = "<!-- end of headline -->"
+NO_RUNS = "No shipped runs committed yet.\n"
+"""A generated block's text while :data:`SHIPPED` holds no file."""
 SHIPPED = "shipped"
 """The sub-folder of runs with every framework on the shipped defaults, beside the
 paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
@@ -218,9 +220,8 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESU
         if these:
             written.append(folder / "explore.md")
             written[-1].write_text(table(these) + "\n")
-    none = "No shipped runs committed yet.\n"
-    _replace_block(results, *pages[results], summary_tables(shipped) if shipped else none)
-    _replace_block(readme, *pages[readme], headline_table(shipped) if shipped else none)
+    for page, make in ((results, summary_tables), (readme, headline_table)):
+        _replace_block(page, *pages[page], make(shipped) if shipped else NO_RUNS)
     for data in shipped:
         data["label"] = f"{data['cell']}, shipped"
     return [*written, results, readme, *figures(runs + shipped, figures_to)]

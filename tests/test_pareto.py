@@ -40,7 +40,7 @@ def test_each_cell_seed_is_one_file_and_one_point_per_framework():
 def test_the_generated_blocks_are_what_the_shipped_files_make(page, begin, end, make):
     """Issue 44, item 1: the per-dataset tables are generated, never typed."""
     shipped = pareto.load(pareto.FILES / pareto.SHIPPED)
-    made = make(shipped) if shipped else "No shipped runs committed yet.\n"
+    made = make(shipped) if shipped else pareto.NO_RUNS
     assert pareto.block(page, begin, end) == f"\n\n{made}\n", \
         f"{page.name}'s generated block differs from its files: " \
         "./simulate.sh experiments pareto"
@@ -79,8 +79,8 @@ def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "RESULTS", results)
     monkeypatch.setattr(pareto, "README", readme)
     assert main(["pareto"]) == 0
-    assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\nNo shipped runs "
-                                   f"committed yet.\n\n{pareto.SUMMARY_END}\n\n## Rest\n")
+    assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\n{pareto.NO_RUNS}"
+                                   f"\n{pareto.SUMMARY_END}\n\n## Rest\n")
     assert "old" not in readme.read_text()
     datasets = {r["config"]["dataset"] for r in pareto.load(files)}
     drawn = sorted(figures.glob("pareto_*.png"))
