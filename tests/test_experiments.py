@@ -311,7 +311,7 @@ def test_csv_has_the_expected_columns(tiny_all):
     conc = [r for r in rows if r["experiment"] == "concurrent"
             and r["framework"] != "original"]
     assert {r["framework"] for r in conc if r["request_mode"] == "concurrent"} == \
-        {"SE", "FR", "FE", "RR"}  # issue 14: every framework on the same batch
+        set(suites.COMPARED.split(","))  # issue 14: every framework on the same batch
     assert all(r["framework"] == "SE" for r in conc if r["request_mode"] == "sequential")
     assert all(r["se_expected_shard_s"] != "" for r in conc if r["framework"] == "SE")
     assert (out / "storage_sweep.csv").stat().st_size > 0

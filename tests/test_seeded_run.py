@@ -22,7 +22,9 @@ PINNED = json.loads((Path(__file__).parent / "data" / "seeded_run.json").read_te
 # exact final round and the refilled slots became SE's default; "default" pins SE as
 # shipped since (its replayed round 2 exact, forgotten slots refilled)
 PAPER = {"calibration-final": 0, "replay-refill": False}
-RUNS = {"uncoded": {"mia": False, "forget-clients": "3", **PAPER},
+# "uncoded" keeps the frameworks it was pinned with (SISA joined the defaults later)
+RUNS = {"uncoded": {"mia": False, "forget-clients": "3", "frameworks": "SE,FR,FE,RR",
+                    **PAPER},
         "coded": {"mia": False, "forget-clients": "3", "storage": "coded",
                   "blocks-per-shard": 2, "frameworks": "SE", **PAPER},
         "default": {"mia": False, "forget-clients": "3", "frameworks": "SE"}}

@@ -51,7 +51,7 @@ def test_tiny_run_learns_and_unlearns(run_server):
     assert losses[-1] < losses[0]
     assert learning["perplexity"] == pytest.approx(math.exp(learning["loss"]))
     frameworks = summary["frameworks"]
-    assert set(frameworks) == {"SE", "FR", "FE", "RR"}
+    assert set(frameworks) == {"SE", "FR", "FE", "RR", "SISA"}  # the defaults
     for name, result in frameworks.items():
         assert np.isfinite(result["loss"]) and result["loss"] < LN_VOCAB, name
         assert result["perplexity"] == pytest.approx(math.exp(result["loss"])), name

@@ -20,7 +20,7 @@ def test_se_isolation_and_all_frameworks(run_server, tmp_path):
     impacted = next(s for s, pids in enumerate(shards) if 3 in pids)
     assert summary["unlearning"]["requests"] == [[3]]
     frameworks = summary["frameworks"]
-    assert set(frameworks) == {"SE", "FR", "FE", "RR"}
+    assert set(frameworks) == {"SE", "FR", "FE", "RR", "SISA"}  # the defaults
     for name, result in frameworks.items():
         for key in ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s",
                     "client_epochs", "comm_time_s", "server_storage_bytes"):
