@@ -154,7 +154,8 @@ def figures(runs: list[dict], folder: Path = FIGURES) -> list[Path]:
         ax.axvline(WALL_GOAL, color="#d62728", lw=0.8, ls=":")
         key, _, unit = units[dataset]
         ax.set_xlabel("modelled wall time / FR's")
-        ax.set_ylabel(f"test {key} minus FR's ({unit})")
+        better = "lower" if key == "loss" else "higher"
+        ax.set_ylabel(f"test {key} minus FR's ({unit}; {better} is better)")
         ax.set_title(f"{dataset}: speed against test {key} (mean, range over seeds)")
         ax.legend(handles=_legend(colour, cells), fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0))
