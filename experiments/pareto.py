@@ -242,9 +242,10 @@ def _replace_block(page: Path, begin: str, end: str, content: str) -> None:
 def summary_tables(runs: list[dict]) -> str:
     """One markdown table per dataset of ``runs``: every framework against FR.
 
-    Rows: the registered methods in the registry's order, then the variants a
-    file describes (with their settings). Columns: test accuracy in % (test loss
-    in nats where the task is read by its loss) as mean ± standard deviation
+    Rows: the model before forgetting, the registered methods in the registry's
+    order, then the variants a file describes (with their settings). Columns:
+    test accuracy in % (test loss in nats where the task is read by its loss)
+    as mean ± standard deviation
     over the seeds; modelled wall time and retraining compute over FR's (means
     of the per-seed ratios); client rounds (mean); server storage of its history
     in MB. The caption gives the cell, its scale, the seeds and the commits.
@@ -268,12 +269,15 @@ def summary_tables(runs: list[dict]) -> str:
                 f"| framework | test {key} ({'%' if key == 'accuracy' else unit}) "
                 "| wall / FR | compute / FR | client rounds | server storage (MB) |",
                 "|---|---|---|---|---|---|"]
+        learned = [r[f"learned_{key}"] * (100 if key == "accuracy" else 1) for r in mine]
+        digits = 2 if key == "accuracy" else 4
+        out.append(f"| original (before forgetting) | {mean(learned):.{digits}f} ± "
+                   f"{pstdev(learned):.{digits}f} | | | | |")
         for name in names:
             have = [r for r in mine if name in r["frameworks"]]
             fw = [r["frameworks"][name] for r in have]
             frs = [r["frameworks"][ref] for r in have]
             values = [f[key] * (100 if key == "accuracy" else 1) for f in fw]
-            digits = 2 if key == "accuracy" else 4
             storage = fw[0].get("server_storage_bytes")
             out.append(
                 f"| {_label(name, have[0])} | {mean(values):.{digits}f} ± "

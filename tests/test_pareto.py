@@ -57,10 +57,12 @@ def test_summary_rows_are_every_framework_with_spread_and_ratios():
     runs = [r for r in pareto.load() if r["cell"] == pareto.load()[0]["cell"]]
     table = pareto.summary_tables(runs)
     rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
-    assert len(rows) == len(runs[0]["frameworks"])
+    assert len(rows) == 1 + len(runs[0]["frameworks"])  # the original first
+    assert rows[0].startswith("| original (before forgetting) |")
     fr = next(row for row in rows if row.startswith("| FR |"))
     assert "| 1.00 |" in fr  # FR over itself
     assert all(" ± " in row for row in rows)
+    assert all(row.count("|") == 7 for row in rows)
     seeds = sorted(r["seed"] for r in runs)
     assert f"seeds {', '.join(map(str, seeds))}" in table
 
