@@ -350,11 +350,11 @@ def headline_table(runs: list[dict]) -> str:
             return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
 
         cfg = mine[0]["config"]
+        shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
         cells = [f"{dataset} {cfg['partition']}, C = {cfg['num-clients']}, "
                  f"{cfg['clients-per-round']} a round, G = {cfg['num-rounds']}, "
-                 f"L = {cfg['local-epochs']}: "
-                 f"{'accuracy %' if key == 'accuracy' else f'loss ({unit})'} "
-                 f"({len(mine)})", value(ref), value(exact)]
+                 f"L = {cfg['local-epochs']}: {shown} ({len(mine)})",
+                 value(ref), value(exact)]
         for name in names:
             wall = mean(r["frameworks"][name]["modelled_wall_s"]
                         / r["frameworks"][ref]["modelled_wall_s"] for r in mine)
