@@ -269,7 +269,7 @@ def summary_tables(runs: list[dict]) -> str:
                 f"| framework | test {key} ({'%' if key == 'accuracy' else unit}) "
                 "| wall / FR | compute / FR | client rounds | server storage (MB) |",
                 "|---|---|---|---|---|---|"]
-        learned = [r[f"learned_{key}"] * (100 if key == "accuracy" else 1) for r in mine]
+        learned = [r[f"learned_{key}"] * scale for r in mine]
         digits = 2 if key == "accuracy" else 4
         out.append(f"| original (before forgetting) | {mean(learned):.{digits}f} ± "
                    f"{pstdev(learned):.{digits}f} | | | | |")
@@ -277,7 +277,7 @@ def summary_tables(runs: list[dict]) -> str:
             have = [r for r in mine if name in r["frameworks"]]
             fw = [r["frameworks"][name] for r in have]
             frs = [r["frameworks"][ref] for r in have]
-            values = [f[key] * (100 if key == "accuracy" else 1) for f in fw]
+            values = [f[key] * scale for f in fw]
             storage = fw[0].get("server_storage_bytes")
             out.append(
                 f"| {_label(name, have[0])} | {mean(values):.{digits}f} ± "
@@ -343,8 +343,8 @@ def headline_table(runs: list[dict]) -> str:
     rows = []
     for dataset in _datasets(runs):
         mine = [r for r in runs if r["config"]["dataset"] == dataset]
-        key, _, unit = metric(mine[0])
-        factor, digits = (100, 1) if key == "accuracy" else (1, 3)
+        key, factor, unit = metric(mine[0])
+        digits = 1 if key == "accuracy" else 3
 
         def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
             return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"

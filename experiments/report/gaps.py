@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from experiments.pareto import metric
 from experiments.report.cells import md_table
 from server_app.config import methods
 
@@ -28,8 +29,7 @@ def gap_section(rows: Sequence[dict]) -> list[str]:
     for run, fw in by_run.items():
         if ref not in fw or exact not in fw:
             continue
-        key = "loss" if fw[ref].get("metric") == "loss" else "accuracy"
-        scale, unit = (1.0, "nats") if key == "loss" else (100.0, "points")
+        key, scale, unit = metric(fw[ref])
         if fw[ref].get(key) is None or fw[exact].get(key) is None:
             continue
         iso = (fw[exact][key] - fw[ref][key]) * scale
