@@ -80,7 +80,22 @@ def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
     A name of :data:`VARIANTS` is registered as a method for the run; any other
     is a registered method run as it ships (e.g. FE, RR, SE-R, FRec).
     """
-    from breakdown import cell_config, head_commit
+    from breakdown import cell_config
+
+    cfg = cell_config(seed, cell, ",".join(["FR", "SISA", "SE", *names]))
+    command = (f".venv/bin/python docs/results/wall/explore.py {seed} {cell} "
+               + ",".join(names) + (f" {folder}" if folder else ""))
+    return record(cell, cfg, names, command)
+
+
+def record(cell: str, cfg: dict, names: list[str], command: str) -> dict:
+    """Run ``cfg`` in process, the :data:`VARIANTS` among ``names`` registered first.
+
+    Returns the file's content: ``cell``, the seed, commit, machine, ``command``,
+    the variants' settings, the config, the learned model's accuracy and loss, the
+    storage, the metric and each framework's :data:`KEYS`.
+    """
+    from breakdown import head_commit
 
     from experiments.grid import summary_in_scratch
     from experiments.run import machine
@@ -89,12 +104,9 @@ def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
     variants = [n for n in names if n in VARIANTS]
     for name in variants:
         methods.register(methods.MethodInfo(name=name, builder="explore:build"))
-    cfg = cell_config(seed, cell, ",".join(["FR", "SISA", "SE", *names]))
     summary = summary_in_scratch(cfg)
-    commit = head_commit()
-    return {"cell": cell, "seed": seed, "commit": commit, "machine": machine(),
-            "command": f".venv/bin/python docs/results/wall/explore.py {seed} {cell} "
-                       + ",".join(names) + (f" {folder}" if folder else ""),
+    return {"cell": cell, "seed": cfg["seed"], "commit": head_commit(),
+            "machine": machine(), "command": command,
             "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
                              "recovery": VARIANTS[n][2]} for n in variants},
             "config": cfg, "learned_accuracy": summary["learning"].get("accuracy"),

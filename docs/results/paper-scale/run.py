@@ -1,0 +1,60 @@
+"""The paper's scale on every dataset: one single-request non-IID cell (issue 44, item 2).
+
+Usage: ``.venv/bin/python docs/results/paper-scale/run.py DATASET [SEED]``
+runs the ``paper`` suite's single-request cell of ``DATASET``
+(:func:`experiments.suites.single_runs`: presets/paper.toml's C = 100, S = 4, 20
+clients a round, L = 10, G = 30; the task's preset training keys; one request of
+one client) with the partition ``noniid`` and the shipped defaults: the preset's
+paper-SE schedule keys are dropped, so SE and SE-R run as they ship, and the
+paper's SE runs beside them as ``SE-paper`` (``docs/results/wall/explore.py``'s
+variant: no exact final round, no refilled slot). Frameworks: FR, SISA, SE,
+SE-paper, SE-R, all forgetting from the same learned shards, in one process
+(:func:`experiments.grid.run_in_process`). FE, RR and FRec are left out: each needs
+an unsharded federation learned beside the shards, which doubles a cell's time
+(the MNIST cells of ``docs/results/paper-preset/`` have them).
+
+Writes ``explore-paper-<DATASET>-noniid-s<SEED>.json`` here, in the format of the
+schedule files (:mod:`experiments.pareto` reads both). One file is one resumable
+piece: ``run.sh`` skips the files that exist.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+WALL = ROOT / "docs/results/wall"
+sys.path[:0] = [str(ROOT), str(WALL), str(ROOT / "docs/results/recovery")]
+
+FRAMEWORKS = ("FR", "SISA", "SE", "SE-paper", "SE-R")
+PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
+"""presets/paper.toml's keys that make SE the paper's; dropped so SE ships as is."""
+
+
+def cell_config(dataset: str, seed: int) -> dict:
+    """The paper suite's single-request non-IID config of ``dataset`` at the defaults."""
+    from experiments.suites import single_runs
+
+    spec = next(s for s in single_runs("paper", (dataset,))
+                if s.tags.get("partition") == "noniid" and s.tags.get("seed") == 0
+                and s.name.startswith("single-"))
+    cfg = {k: v for k, v in spec.config.items() if k not in PAPER_SE_KEYS}
+    return {**cfg, "seed": seed, "frameworks": ",".join(FRAMEWORKS),
+            "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
+
+
+def main(dataset: str, seed: int = 0) -> Path:
+    """Run the cell and write its file; returns the file's path."""
+    from explore import record
+
+    cell = f"paper-{dataset}-noniid"
+    command = f".venv/bin/python docs/results/paper-scale/run.py {dataset} {seed}"
+    result = record(cell, cell_config(dataset, seed), ["SE-paper", "SE-R"], command)
+    path = HERE / f"explore-{cell}-s{seed}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))

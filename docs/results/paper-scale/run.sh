@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The paper-scale single-request non-IID cells (issue 44, item 2), seed 0, one file
+# each (run.py). Usage: run.sh [DATASET...] (default: fmnist shakespeare cifar10).
+# Resumable: a file that exists is not run again; a killed cell starts over.
+# Two cores: run two at once, one thread each (`OMP_NUM_THREADS=1 run.sh fmnist &
+# OMP_NUM_THREADS=1 run.sh shakespeare`).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+for dataset in "${@:-fmnist shakespeare cifar10}"; do
+    for d in $dataset; do
+        [ -f "docs/results/paper-scale/explore-paper-$d-noniid-s0.json" ] && continue
+        .venv/bin/python docs/results/paper-scale/run.py "$d" 0
+    done
+done
