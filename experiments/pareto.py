@@ -31,18 +31,24 @@ FIGURES = ROOT / "docs" / "figures"
 RESULTS = ROOT / "docs" / "RESULTS.md"
 """The page whose summary block :func:`redraw` rewrites (:func:`summary_tables`)."""
 SUMMARY_BEGIN = ("<!-- summary: made by `./simulate.sh experiments pareto` from "
-                 "docs/results/wall/shipped/; do not edit by hand -->")
+                 "docs/results/paper-scale/ and docs/results/wall/shipped/; do not edit "
+                 "by hand -->")
 SUMMARY_END = "<!-- end of summary -->"
 README = ROOT / "README.md"
 """The page whose headline block :func:`redraw` rewrites (:func:`headline_table`)."""
 HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` from "
-                  "docs/results/wall/shipped/; do not edit by hand -->")
+                   "docs/results/paper-scale/ (else docs/results/wall/shipped/); do not "
+                   "edit by hand -->")
 HEADLINE_END = "<!-- end of headline -->"
 NO_RUNS = "No shipped runs committed yet.\n"
 """A generated block's text while :data:`SHIPPED` holds no file."""
 SHIPPED = "shipped"
 """The sub-folder of runs with every framework on the shipped defaults, beside the
 paper's SE and the defaults shipped before (``docs/results/wall/shipped.sh``)."""
+PAPER_SCALE = ROOT / "docs" / "results" / "paper-scale"
+"""The single-request non-IID cells at the paper's scale, the shipped defaults beside
+the paper's SE (``docs/results/paper-scale/run.py``): the README's headline and the
+first tables of the summary."""
 MARKERS = "osD^v<>"
 """A marker shape per cell of a figure."""
 WALL_GOAL = 0.35
@@ -191,15 +197,15 @@ def _colours(names: list[str]) -> dict[str, str]:
 
 
 def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESULTS,
-           readme: Path = README) -> list[Path]:
+           readme: Path = README, paper_scale: Path = PAPER_SCALE) -> list[Path]:
     """Rewrite ``explore.md``, the figures and the generated blocks; the paths written.
 
     ``files/explore.md`` tabulates the schedule files, ``files/shipped/explore.md``
     those of :data:`SHIPPED`; the figures draw both, a shipped run's cell labelled
-    ``<cell>, shipped``; the shipped runs' :func:`summary_tables` replace what
-    stands between :data:`SUMMARY_BEGIN` and :data:`SUMMARY_END` in ``results``,
-    their :func:`headline_table` the block between :data:`HEADLINE_BEGIN` and
-    :data:`HEADLINE_END` in ``readme``.
+    ``<cell>, shipped``, and those of ``paper_scale`` (:data:`PAPER_SCALE`);
+    :func:`summary_block` replaces what stands between :data:`SUMMARY_BEGIN` and
+    :data:`SUMMARY_END` in ``results``, :func:`headline_block` the block between
+    :data:`HEADLINE_BEGIN` and :data:`HEADLINE_END` in ``readme``.
 
     Raises
     ------
@@ -215,17 +221,42 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESU
     runs = load(files)
     if not runs:
         raise ValueError(f"{files}: no explore-*-s*.json to draw from")
-    shipped = load(files / SHIPPED)
+    shipped, paper = load(files / SHIPPED), load(paper_scale)
     written = []
-    for folder, these in ((files, runs), (files / SHIPPED, shipped)):
+    for folder, these in ((files, runs), (files / SHIPPED, shipped), (paper_scale, paper)):
         if these:
             written.append(folder / "explore.md")
             written[-1].write_text(table(these) + "\n")
-    for page, make in ((results, summary_tables), (readme, headline_table)):
-        _replace_block(page, *pages[page], make(shipped) if shipped else NO_RUNS)
+    for page, make in ((results, summary_block), (readme, headline_block)):
+        _replace_block(page, *pages[page], make(shipped, paper))
     for data in shipped:
         data["label"] = f"{data['cell']}, shipped"
-    return [*written, results, readme, *figures(runs + shipped, figures_to)]
+    return [*written, results, readme, *figures(runs + shipped + paper, figures_to)]
+
+
+def summary_block(shipped: list[dict], paper: list[dict]) -> str:
+    """RESULTS' summary block: the paper-scale tables, then the shipped runs'.
+
+    :func:`paper_scale_tables`, then :func:`summary_tables`; :data:`NO_RUNS` where
+    both lists are empty.
+    """
+    parts = []
+    if paper:
+        parts.append(paper_scale_tables(paper))
+    if shipped:
+        parts.append("### At a smaller scale, three seeds\n\n" + summary_tables(shipped))
+    return "\n".join(parts) if parts else NO_RUNS
+
+
+def headline_block(shipped: list[dict], paper: list[dict]) -> str:
+    """README's headline block: the paper-scale table, else the shipped runs'.
+
+    :func:`paper_headline` where a paper-scale file exists, else
+    :func:`headline_table`; :data:`NO_RUNS` where both lists are empty.
+    """
+    if paper:
+        return paper_headline(paper)
+    return headline_table(shipped) if shipped else NO_RUNS
 
 
 def block(page: Path, begin: str, end: str) -> str:
@@ -239,7 +270,102 @@ def _replace_block(page: Path, begin: str, end: str, content: str) -> None:
     page.write_text(f"{head}{begin}\n\n{content}\n{end}{rest.split(end, 1)[1]}")
 
 
-def summary_tables(runs: list[dict]) -> str:
+def paper_scale_tables(runs: list[dict]) -> str:
+    """The summary's first part: one table per dataset at the paper's scale.
+
+    As :func:`summary_tables`, each followed by the time SE, as shipped and as the
+    paper ran it, saves against FR beside the reduction the paper reports for that
+    dataset (:attr:`task.interface.ExperimentFacts.paper_claim`).
+    """
+    missing = ", ".join(_not_run(runs)) or "none"
+    head = ["### At the paper's scale", "",
+            "The paper's single-request non-IID cell of each dataset (C = 100 clients, "
+            "S = 4 shards, 20 a round, G = 30 rounds, L = 10 local epochs; one request "
+            "of one client), the shipped defaults beside the paper's SE, one seed. "
+            "FE, RR and FRec are not run at this scale (each learns an unsharded "
+            "federation beside the shards: MNIST's, through Ray, in the paper preset "
+            f"section). Not run yet at this scale: {missing}. Command: "
+            "`docs/results/paper-scale/run.sh` (files `docs/results/paper-scale/`).", ""]
+    return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
+
+
+def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
+    """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
+    claim = _paper_claim(dataset)
+    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in ("SE", "SE-paper")
+                      if all(name in r["frameworks"] for r in mine))
+    paper = (f"; the paper reports {claim * 100:.1f}% less retraining time than FR"
+             if claim else "")
+    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}{paper}.", ""]
+
+
+def _saved(runs: list[dict], name: str) -> str:
+    """``1 - wall / FR`` of ``name``, mean over ``runs``, in %."""
+    from statistics import mean
+
+    ref = methods.reference()
+    wall = mean(r["frameworks"][name]["modelled_wall_s"]
+                / r["frameworks"][ref]["modelled_wall_s"] for r in runs)
+    return f"{100 * (1 - wall):.1f}%"
+
+
+def _paper_claim(dataset: str) -> float | None:
+    """The retraining-time reduction the paper reports for ``dataset`` (None: none)."""
+    from task.registry import builtin_experiments
+
+    facts = builtin_experiments(dataset)
+    return facts.paper_claim[1] if facts and facts.paper_claim else None
+
+
+def _not_run(runs: list[dict]) -> list[str]:
+    """The built-in datasets without a file in ``runs``."""
+    from task.tasks import BUILTIN_TASKS
+
+    have = {r["config"]["dataset"] for r in runs}
+    return [d for d in BUILTIN_TASKS if d not in have]
+
+
+def paper_headline(runs: list[dict]) -> str:
+    """The README's table at the paper's scale: FR, SE as shipped, the paper's SE.
+
+    Per dataset: test accuracy in % (test loss in nats where the task is read by
+    its loss) of FR, SE and the paper's SE; the modelled wall time each SE saves
+    against FR; SE's history on the server in MB; the paper's own reduction.
+    """
+    from statistics import mean
+
+    ref = methods.reference()
+    head = ["dataset (non-IID), metric", ref, "SE", "SE: time saved",
+            "SE: history on the server", "paper's SE", "paper's SE: time saved",
+            "the paper reports"]
+    rows = []
+    for dataset in _datasets(runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, factor, unit = metric(mine[0])
+        digits = 1 if key == "accuracy" else 3
+
+        def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
+            if not all(name in r["frameworks"] for r in mine):
+                return "not run"
+            return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
+
+        claim = _paper_claim(dataset)
+        storage = mean(r["frameworks"]["SE"]["server_storage_bytes"] for r in mine)
+        shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
+        rows.append([f"{dataset}, {shown}", value(ref), value("SE"), _saved(mine, "SE"),
+                     f"{storage / 1e6:.0f} MB", value("SE-paper"),
+                     _saved(mine, "SE-paper") if value("SE-paper") != "not run"
+                     else "", f"{claim * 100:.1f}%" if claim else ""])
+    commits = ", ".join(sorted({r["commit"][:7] for r in runs}))
+    missing = ", ".join(_not_run(runs))
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(r) + " |" for r in rows), "",
+                      f"One seed per dataset, commit {commits}"
+                      + (f"; not run yet at this scale: {missing}." if missing else ".")]
+                     ) + "\n"
+
+
+def summary_tables(runs: list[dict], notes=None) -> str:
     """One markdown table per dataset of ``runs``: every framework against FR.
 
     Rows: the model before forgetting, the registered methods in the registry's
@@ -248,7 +374,8 @@ def summary_tables(runs: list[dict]) -> str:
     as mean ± standard deviation
     over the seeds; modelled wall time and retraining compute over FR's (means
     of the per-seed ratios); client rounds (mean); server storage of its history
-    in MB. The caption gives the cell, its scale, the seeds and the commits.
+    in MB. The caption gives the cell, its scale, the seeds and the commits;
+    ``notes(dataset, runs)``, where given, the lines that follow each table.
     """
     from statistics import mean, pstdev
 
@@ -260,7 +387,7 @@ def summary_tables(runs: list[dict]) -> str:
         cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
         names = [n for n in methods.names() if n in mine[0]["frameworks"]]
         names += [n for n in mine[0]["frameworks"] if n not in names]
-        out += [f"### {dataset}", "",
+        out += [f"#### {dataset}", "",
                 f"Cell `{mine[0]['cell']}`: {cfg['partition']}, {cfg['num-clients']} "
                 f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
                 f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "
@@ -287,6 +414,7 @@ def summary_tables(runs: list[dict]) -> str:
                 f"| {mean(f['client_rounds'] for f in fw):.1f} "
                 f"| {'' if storage is None else f'{storage / 1e6:.1f}'} |")
         out.append("")
+        out += notes(dataset, mine) if notes else []
     return "\n".join(out)
 
 

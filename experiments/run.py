@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(given)} given")
 
         for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS,
-                                  pareto.README):
+                                  pareto.README, pareto.PAPER_SCALE):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.report_only:

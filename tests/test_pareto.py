@@ -34,16 +34,35 @@ def test_each_cell_seed_is_one_file_and_one_point_per_framework():
 
 
 @pytest.mark.parametrize("page, begin, end, make", [
-    (pareto.RESULTS, pareto.SUMMARY_BEGIN, pareto.SUMMARY_END, pareto.summary_tables),
-    (pareto.README, pareto.HEADLINE_BEGIN, pareto.HEADLINE_END, pareto.headline_table)],
+    (pareto.RESULTS, pareto.SUMMARY_BEGIN, pareto.SUMMARY_END, pareto.summary_block),
+    (pareto.README, pareto.HEADLINE_BEGIN, pareto.HEADLINE_END, pareto.headline_block)],
     ids=["RESULTS", "README"])
-def test_the_generated_blocks_are_what_the_shipped_files_make(page, begin, end, make):
+def test_the_generated_blocks_are_what_the_committed_files_make(page, begin, end, make):
     """Issue 44, item 1: the per-dataset tables are generated, never typed."""
-    shipped = pareto.load(pareto.FILES / pareto.SHIPPED)
-    made = make(shipped) if shipped else pareto.NO_RUNS
+    made = make(pareto.load(pareto.FILES / pareto.SHIPPED), pareto.load(pareto.PAPER_SCALE))
     assert pareto.block(page, begin, end) == f"\n\n{made}\n", \
         f"{page.name}'s generated block differs from its files: " \
         "./simulate.sh experiments pareto"
+
+
+def test_paper_scale_files_hold_the_papers_topology():
+    """A file under docs/results/paper-scale/ is the paper's cell, or it is refused.
+
+    The paper's Sec. 5.1: C = 100, S = 4, 20 clients a round, L = 10, G = 30;
+    the single-request non-IID cell; SE as shipped beside the paper's SE.
+    """
+    import tomllib
+
+    paper = tomllib.loads((pareto.ROOT / "presets" / "paper.toml").read_text())
+    for data in pareto.load(pareto.PAPER_SCALE):
+        cfg = data["config"]
+        for key in ("num-clients", "num-shards", "clients-per-round", "local-epochs",
+                    "num-rounds"):
+            assert cfg[key] == paper[key], (data["cell"], key)
+        assert (cfg["partition"], cfg["num-requests"]) == ("noniid", 1), data["cell"]
+        assert {"FR", "SISA", "SE", "SE-paper"} <= set(data["frameworks"]), data["cell"]
+        # SE runs as it ships: the preset's paper-SE schedule keys were dropped
+        assert not {"calibration-final", "replay-refill"} & set(cfg), data["cell"]
 
 
 def test_results_opens_with_the_summary():
@@ -80,6 +99,7 @@ def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr(pareto, "FIGURES", figures)
     monkeypatch.setattr(pareto, "RESULTS", results)
     monkeypatch.setattr(pareto, "README", readme)
+    monkeypatch.setattr(pareto, "PAPER_SCALE", tmp_path / "paper-scale")
     assert main(["pareto"]) == 0
     assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\n{pareto.NO_RUNS}"
                                    f"\n{pareto.SUMMARY_END}\n\n## Rest\n")
