@@ -301,12 +301,16 @@ def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
 
 def _saved(runs: list[dict], name: str) -> str:
     """``1 - wall / FR`` of ``name``, mean over ``runs``, in %."""
+    return f"{100 * _saved_fraction(runs, name):.1f}%"
+
+
+def _saved_fraction(runs: list[dict], name: str) -> float:
+    """``1 - wall / FR`` of ``name`` (modelled wall times), mean over ``runs``."""
     from statistics import mean
 
     ref = methods.reference()
-    wall = mean(r["frameworks"][name]["modelled_wall_s"]
-                / r["frameworks"][ref]["modelled_wall_s"] for r in runs)
-    return f"{100 * (1 - wall):.1f}%"
+    return 1 - mean(r["frameworks"][name]["modelled_wall_s"]
+                    / r["frameworks"][ref]["modelled_wall_s"] for r in runs)
 
 
 def _paper_claim(dataset: str) -> float | None:
@@ -361,8 +365,22 @@ def paper_headline(runs: list[dict]) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
                       *("| " + " | ".join(r) + " |" for r in rows), "",
                       f"One seed per dataset, commit {commits}"
-                      + (f"; not run yet at this scale: {missing}." if missing else ".")]
-                     ) + "\n"
+                      + (f"; not run yet at this scale: {missing}." if missing else "."),
+                      *_verdict(runs)]) + "\n"
+
+
+def _verdict(runs: list[dict]) -> list[str]:
+    """Per SE: the datasets where it saves at least the paper's reported reduction."""
+    out = []
+    for name, label in (("SE", "SE as shipped"), ("SE-paper", "The paper's SE")):
+        have = [r for r in runs if name in r["frameworks"]]
+        by = {d: [r for r in have if r["config"]["dataset"] == d]
+              for d in _datasets(have) if _paper_claim(d)}
+        met = [d for d, mine in by.items()
+               if _saved_fraction(mine, name) >= _paper_claim(d)]
+        out.append(f"{label} saves at least the paper's reduction on {len(met)} of "
+                   f"{len(by)} datasets{' (' + ', '.join(met) + ')' if met else ''}.")
+    return [" ".join(out)]
 
 
 def summary_tables(runs: list[dict], notes=None) -> str:

@@ -1,0 +1,52 @@
+"""Result files that claim today's defaults are remade when the defaults change.
+
+A committed run's ``summary.json`` records the run config it ran with. For the
+folders the README and docs/TASKS.md cite as what today's code does (the default
+run, the plug-in examples), that config must equal what the same command resolves
+to today (pyproject.toml < its preset): a default changed or a key added since
+the run makes the file stale, and this test names the keys, so a reader never has
+to find it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli import config as cli_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CURRENT = {  # folder -> the preset its command names (None: none)
+    "docs/results/default-run": None,
+    "docs/results/examples/resnet": "resnet",
+    "docs/results/examples/digits": "digits",
+}
+WHERE = ("run-name", "results-dir", "data-dir")
+"""Keys that say where a run wrote and read, not what it ran."""
+
+
+def stale_keys(recorded: dict, preset: str | None) -> dict[str, tuple]:
+    """Key -> (recorded, today's) for every setting the two configs disagree on."""
+    today = dict(cli_config.resolve(preset, []).config)
+    missing = "<absent>"
+    return {k: (recorded.get(k, missing), today.get(k, missing))
+            for k in sorted((set(recorded) | set(today)) - set(WHERE))
+            if recorded.get(k, missing) != today.get(k, missing)}
+
+
+@pytest.mark.parametrize("folder", sorted(CURRENT))
+def test_a_current_result_ran_with_todays_settings(folder):
+    recorded = json.loads((ROOT / folder / "summary.json").read_text())["config"]
+    stale = stale_keys(recorded, CURRENT[folder])
+    assert not stale, (f"{folder}/summary.json is stale: its settings differ from "
+                       f"today's (recorded, today) {stale}; remake it with its command")
+
+
+def test_a_changed_default_is_found():
+    recorded = json.loads((ROOT / "docs/results/default-run/summary.json").read_text())
+    config = {**recorded["config"], "calibration-final": 0}
+    config.pop("replay-refill")
+    assert stale_keys(config, None) == {"calibration-final": (0, 2),
+                                        "replay-refill": ("<absent>", True)}
