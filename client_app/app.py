@@ -4,6 +4,9 @@ Message types it answers:
 
 - ``query.discover``: reply with this node's ``partition-id`` / ``num-partitions``.
 - ``train``: learning; train ``local-epochs`` from the received model.
+  A training message may name records this client no longer has
+  (``erased-records``, its ids) and labels no client has (``erased-labels``):
+  they are dropped before training (:mod:`task.records`).
 - ``train.unlearn``: calibrated retraining (SE, FedEraser); the same local
   optimizer for the epochs the server asks (L / r), seeded apart from learning.
 - ``evaluate``: loss and accuracy of the received model on this client's data.
@@ -48,6 +51,7 @@ from task.backdoor import Backdoor, poison
 from task.config import TaskConfig
 from task.device import resolve_device
 from task.node_cache import cached_client_data
+from task.records import LABELS_KEY, RECORDS_KEY, keep_mask
 from task.registry import task_of
 from task.text_backdoor import TextBackdoor, implant
 from task.train import fisher_preconditioner
@@ -97,10 +101,21 @@ def _received(message: Message, context: Context, server_dir: str):
     return x, y, model, task, resolve_device(cfg.device)
 
 
+def _erase(x: torch.Tensor, y: torch.Tensor, config: ConfigRecord):
+    """``x, y`` without the records and labels the message says are erased."""
+    ids = list(config.get(RECORDS_KEY) or [])
+    labels = list(config.get(LABELS_KEY) or [])
+    if not ids and not labels:
+        return x, y
+    keep = torch.from_numpy(keep_mask(len(x), y.numpy(), ids, labels))
+    return x[keep], y[keep]
+
+
 def _train(message: Message, context: Context, phase: str) -> Message:
     torch.set_num_threads(_THREADS)
     settings = TrainingSettings.from_record(message.content["config"])
     x, y, model, task, device = _received(message, context, settings.data_dir)
+    x, y = _erase(x, y, message.content["config"])
     seed = settings.local_seed(phase, partition_id(context))
     transform, t0 = None, time.perf_counter()
     if settings.precondition == "fisher":  # RapidRetrain

@@ -49,6 +49,10 @@ PAPER_SCALE = ROOT / "docs" / "results" / "paper-scale"
 """The single-request non-IID cells at the paper's scale, the shipped defaults beside
 the paper's SE (``docs/results/paper-scale/run.py``): the README's headline and the
 first tables of the summary."""
+SE = methods.proposed()
+"""The proposed method (SE), as shipped."""
+PAPER_SE = "SE-paper"
+"""The paper's SE in the files: docs/results/wall/explore.py's variant of that name."""
 MARKERS = "osD^v<>"
 """A marker shape per cell of a figure."""
 WALL_GOAL = 0.35
@@ -292,7 +296,7 @@ def paper_scale_tables(runs: list[dict]) -> str:
 def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
     """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
     claim = _paper_claim(dataset)
-    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in ("SE", "SE-paper")
+    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
                       if all(name in r["frameworks"] for r in mine))
     paper = (f"; the paper reports {claim * 100:.1f}% less retraining time than FR"
              if claim else "")
@@ -339,8 +343,8 @@ def paper_headline(runs: list[dict]) -> str:
     from statistics import mean
 
     ref = methods.reference()
-    head = ["dataset (non-IID), metric", ref, "SE", "SE: time saved",
-            "SE: history on the server", "paper's SE", "paper's SE: time saved",
+    head = ["dataset (non-IID), metric", ref, SE, f"{SE}: time saved",
+            f"{SE}: history on the server", "paper's SE", "paper's SE: time saved",
             "the paper reports"]
     rows = []
     for dataset in _datasets(runs):
@@ -354,11 +358,11 @@ def paper_headline(runs: list[dict]) -> str:
             return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
 
         claim = _paper_claim(dataset)
-        storage = mean(r["frameworks"]["SE"]["server_storage_bytes"] for r in mine)
+        storage = mean(r["frameworks"][SE]["server_storage_bytes"] for r in mine)
         shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
-        rows.append([f"{dataset}, {shown}", value(ref), value("SE"), _saved(mine, "SE"),
-                     f"{storage / 1e6:.0f} MB", value("SE-paper"),
-                     _saved(mine, "SE-paper") if value("SE-paper") != "not run"
+        rows.append([f"{dataset}, {shown}", value(ref), value(SE), _saved(mine, SE),
+                     f"{storage / 1e6:.0f} MB", value(PAPER_SE),
+                     _saved(mine, PAPER_SE) if value(PAPER_SE) != "not run"
                      else "", f"{claim * 100:.1f}%" if claim else ""])
     commits = ", ".join(sorted({r["commit"][:7] for r in runs}))
     missing = ", ".join(_not_run(runs))
@@ -372,7 +376,7 @@ def paper_headline(runs: list[dict]) -> str:
 def _verdict(runs: list[dict]) -> list[str]:
     """Per SE: the datasets where it saves at least the paper's reported reduction."""
     out = []
-    for name, label in (("SE", "SE as shipped"), ("SE-paper", "The paper's SE")):
+    for name, label in ((SE, f"{SE} as shipped"), (PAPER_SE, "The paper's SE")):
         have = [r for r in runs if name in r["frameworks"]]
         by = {d: [r for r in have if r["config"]["dataset"] == d]
               for d in _datasets(have) if _paper_claim(d)}

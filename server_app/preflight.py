@@ -291,6 +291,7 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
         raise ConfigError(f"run-config 'num-clients' = {cfg.data.num_clients} with "
                           f"partition = {cfg.data.partition!r} is not allowed for "
                           f"{cfg.data.task_spec}: {err}") from err
+    check_erasure(cfg, task, parts)
     if not task.has_classes and cfg.data.partition in ("dirichlet", "pathological"):
         return [f"partition={cfg.data.partition!r} on {task.kind or 'targets'} without "
                 "classes: its own non-IID buckets (no classes to split)"]
@@ -300,3 +301,41 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
         return [f"partition='noniid' with {cfg.data.num_clients} clients: {size} samples "
                 f"per client (N // C = {even} needs more of one class than exists)"]
     return []
+
+
+def check_erasure(cfg: RunConfig, task: TaskData, parts: list) -> None:
+    """``forget-records`` / ``forget-labels`` against the clients' records.
+
+    A record id must be one the client holds (its first ``client-samples``
+    records of its partition, :mod:`task.records`); a label must be one of the
+    task's classes, and every client must keep a record.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key, the client and what it holds.
+    """
+    import numpy as np
+
+    from task.records import check_against_sizes
+
+    unlearning, cap = cfg.unlearning, cfg.data.client_samples
+    held = [part[:cap] if cap > 0 else part for part in parts]
+    why = check_against_sizes(unlearning.erased_records, dict(enumerate(map(len, held))))
+    if why:
+        raise _bad("forget-records", unlearning.forget_records, why)
+    labels = unlearning.erased_labels
+    if not labels:
+        return
+    if not task.has_classes:
+        raise _bad("forget-labels", unlearning.forget_labels,
+                   f"'' for {cfg.data.task_spec}: its targets are not class labels")
+    if max(labels) >= task.num_classes:
+        raise _bad("forget-labels", unlearning.forget_labels,
+                   f"labels in 0..{task.num_classes - 1}")
+    y = np.asarray(task.train_y)
+    emptied = [c for c, idx in enumerate(held) if np.isin(y[np.asarray(idx)], labels).all()]
+    if emptied:
+        raise _bad("forget-labels", unlearning.forget_labels,
+                   f"labels that leave every client a record: client {emptied[0]} holds "
+                   "only those (forget the client instead: forget-clients)")

@@ -112,6 +112,10 @@ class CalibratedRetraining(Strategy):
         participants' slots from them (None: no refill, the paper's SE).
     refill_seed : int
         Seeds the substitutes' draw (with the shard and the stored round).
+    changed : Iterable[int]
+        Partition ids that stay but lost records (a records or class-level
+        request): they are retained participants, and the replay starts at the
+        first round a forgotten or changed client took part.
 
     Raises
     ------
@@ -126,7 +130,7 @@ class CalibratedRetraining(Strategy):
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None,
                  members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
-                 refill_seed: int = 0) -> None:
+                 refill_seed: int = 0, changed: Iterable[int] = ()) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
         exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
@@ -141,7 +145,7 @@ class CalibratedRetraining(Strategy):
         self.retrain_epochs = float(retrain_epochs)
         rounds = history.rounds(shard)
         self.full_plan = calibration_plan(rounds, calibration_interval)
-        first = first_participation(history, shard, self.forget)
+        first = first_participation(history, shard, self.forget | frozenset(changed))
         self.start_round: int | None = 1
         self.plan = list(self.full_plan)  # FedEraser's own rule: from round 1
         if from_first_participation:  # the last plan round at or before g0 on

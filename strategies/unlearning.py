@@ -91,12 +91,16 @@ class ShardingEraser(ImpactedShards):
     present : Callable[[int], Collection[int]], optional
         Staged runs: stored round -> the clients present in its stage (only
         they are drawn; :func:`strategies.calibration.refill_pool`).
+    changed : Iterable[int]
+        Clients that stay but lost records (a records or class-level request):
+        their shards are impacted too, and each replay starts from the first
+        round a forgotten or changed client trained (:class:`CalibratedRetraining`).
 
     Raises
     ------
     ValueError
-        A forgotten id in no shard, a shard that would lose every client, or an
-        impacted shard that holds no forgotten client.
+        A forgotten or changed id in no shard, a shard that would lose every
+        client, or an impacted shard that holds no forgotten or changed client.
     """
 
     def __init__(self, history: HistoryReader, forget: Iterable[int],
@@ -106,16 +110,17 @@ class ShardingEraser(ImpactedShards):
                  from_first_participation: bool = True, final: int = 0,
                  exact_epochs: float | None = None, refill: bool = False,
                  refill_seed: int = 0,
-                 present: Callable[[int], Collection[int]] | None = None) -> None:
-        forget = frozenset(forget)
+                 present: Callable[[int], Collection[int]] | None = None,
+                 changed: Iterable[int] = ()) -> None:
+        forget, changed = frozenset(forget), frozenset(changed)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
-        unknown = sorted(forget - set(shard_of))
+        unknown = sorted((forget | changed) - set(shard_of))
         if unknown:
             raise ValueError(f"cannot forget partition ids {unknown}: in no shard")
         for s, pids in enumerate(shards):
             if set(pids) <= forget:
                 raise ValueError(f"forgetting {sorted(forget)} would empty shard {s}")
-        holding = {shard_of[p] for p in forget}
+        holding = {shard_of[p] for p in forget | changed}
         self.impacted = sorted(holding if impacted is None else set(impacted))
         if not set(self.impacted) <= holding:
             raise ValueError(f"shards {sorted(set(self.impacted) - holding)} hold no "
@@ -127,7 +132,7 @@ class ShardingEraser(ImpactedShards):
                                  final=final, exact_epochs=exact_epochs,
                                  members=refill_pool(shards[s], present)
                                  if refill else None,
-                                 refill_seed=refill_seed)
+                                 refill_seed=refill_seed, changed=changed)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))
         ]

@@ -75,6 +75,14 @@ class MethodInfo:
         ``serves``: the method a staged run forgets with (its models carry on);
         ``retrains``: retrained beside it at each boundary for comparison;
         ``""``: not in staged runs or later requests.
+    erases_records : bool
+        Takes records and class-level requests (``forget-records``,
+        ``forget-labels``): it retrains the changed clients' shards from a point
+        before their first participation with those clients training on what
+        they keep, so no erased record reaches its model (SE, SISA, FR, RR). A
+        method that assumes the retained clients' data never changed (FedEraser's
+        stored-norm calibration of the unsharded history, FedRecover's estimates)
+        does not.
     colour : str
         Its colour in the figures (matplotlib).
     summary : str
@@ -94,6 +102,7 @@ class MethodInfo:
     ulira: str = ""
     refill_key: str = ""
     staged: str = ""
+    erases_records: bool = False
     colour: str = "#8c564b"
     summary: str = ""
     plugin: str = ""
@@ -235,12 +244,12 @@ _UNLEARNING = "server_app.unlearning.builtin"
 register(MethodInfo(
     name="SE", builder=f"{_UNLEARNING}.sharding_eraser:build", calibrated=True,
     replay_report=True, ulira="se_unlearn", refill_key="replay-refill", staged="serves",
-    colour="#d62728",
+    erases_records=True, colour="#d62728",
     summary="Sharding Eraser: calibrated replay of the impacted shards (the paper)"))
 register(MethodInfo(
     name="FR", builder=f"{_UNLEARNING}.retrain:fed_retrain", federation="baseline",
     reads_history=False, exact=True, from_scratch=True, staged="retrains",
-    paper_baseline=True,
+    paper_baseline=True, erases_records=True,
     colour="#1f77b4", summary="FedRetrain: retrain the federation from W^0"))
 register(MethodInfo(
     name="FE", builder=f"{_UNLEARNING}.fed_eraser:build", federation="baseline",
@@ -250,7 +259,7 @@ register(MethodInfo(
 register(MethodInfo(
     name="RR", builder=f"{_UNLEARNING}.retrain:rapid_retrain", federation="baseline",
     reads_history=False, exact=True, from_scratch=True, paper_baseline=True,
-    colour="#9467bd",
+    erases_records=True, colour="#9467bd",
     summary="RapidRetrain (Liu et al. 2022): FedRetrain, Fisher-preconditioned local SGD"))
 register(MethodInfo(
     name="SE-R", builder=f"{_UNLEARNING}.recovery:build", ulira="recover",
@@ -262,5 +271,5 @@ register(MethodInfo(
     summary="FedRecover (Cao et al. 2023): server-side recovery of the federation"))
 register(MethodInfo(
     name="SISA", builder=f"{_UNLEARNING}.shard_retrain:build", reads_history=False,
-    exact=True, colour="#bcbd22",
+    exact=True, erases_records=True, colour="#bcbd22",
     summary="exact shard retraining (SISA, one slice): each impacted shard from W^0"))

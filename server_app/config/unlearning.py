@@ -9,6 +9,7 @@ from server_app.config.data import DataConfig
 from server_app.config.section import Section
 from server_app.config.training import TrainingConfig
 from server_app.config.values import EPOCHS_PER_RATIO, bad
+from task import records
 from task.registry import check_spec, is_plugin
 
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
@@ -35,6 +36,13 @@ class UnlearningConfig(Section):
         ``sequential`` (each request alone) or ``concurrent`` (one batch).
     forget_clients : str
         Comma-separated partition ids: the one request instead of generated ones.
+    forget_records : str
+        A records request instead: ``"17:3,18,40-52; 21:0-9"``, record ids
+        (positions in each client's partition, :mod:`task.records`) erased
+        while their clients stay.
+    forget_labels : str
+        A class-level request instead: labels whose every record is erased on
+        every client (classification tasks).
     retrain_ratio : float
         r: retained clients train L / r epochs in a calibration round.
     calibration_interval : int
@@ -74,6 +82,8 @@ class UnlearningConfig(Section):
     request_distribution: str = "even"
     request_mode: str = "sequential"
     forget_clients: str = ""
+    forget_records: str = ""
+    forget_labels: str = ""
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
     calibration_final: int = 2
@@ -123,6 +133,40 @@ class UnlearningConfig(Section):
                       f"a divisor of clients-per-round = {per_round} "
                       "whose shards are large enough to sample from")
         self._validate_forget_clients(clients)
+        self._validate_erasure(clients)
+
+    def _validate_erasure(self, num_clients: int) -> None:
+        """``forget-records`` / ``forget-labels``: the run's one request, if set."""
+        for key, parse in (("forget-records", records.parse_records),
+                           ("forget-labels", records.parse_labels)):
+            value = getattr(self, key.replace("-", "_"))
+            try:
+                parsed = parse(value)
+            except ValueError as err:
+                raise bad(key, value, str(err)) from None
+            if not parsed:
+                continue
+            if key == "forget-records" and max(parsed) >= num_clients:
+                raise bad(key, value, f"clients in 0..{num_clients - 1} "
+                          f"(num-clients = {num_clients})")
+            if self.forget_clients.strip():
+                raise bad(key, value, "'' when forget-clients is set (a run plans one "
+                          "kind of request: clients, records or labels)")
+            if key == "forget-labels" and self.forget_records.strip():
+                raise bad(key, value, "'' when forget-records is set (one request)")
+            refused = [m.name for m in self.method_infos if not m.erases_records]
+            if not self.framework_list or refused:
+                able = ", ".join(m for m in registry.names()
+                                 if registry.has(m, "erases_records"))
+                raise bad("frameworks", self.frameworks,
+                          f"methods that erase records while their clients stay ({able}) "
+                          f"with {key}: {', '.join(refused) or 'none'} forget whole "
+                          "clients only")
+            if (self.num_requests, self.clients_per_request,
+                    self.request_distribution) != (1, 1, "even"):
+                raise bad("num-requests", self.num_requests, f"1 (with clients-per-request "
+                          f"1 and request-distribution 'even') when {key} is set: it "
+                          "is the run's one request")
 
     def _validate_frameworks(self) -> None:
         names, builtins = self.framework_list, registry.names()
@@ -207,6 +251,16 @@ class UnlearningConfig(Section):
         return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
                 "final": self.recovery_final, "memory": self.recovery_memory,
                 "threshold": self.recovery_threshold}
+
+    @property
+    def erased_records(self) -> dict[int, list[int]]:
+        """``forget-records`` parsed: partition id -> record ids ({} if unset)."""
+        return records.parse_records(self.forget_records)
+
+    @property
+    def erased_labels(self) -> list[int]:
+        """``forget-labels`` parsed ([] if unset)."""
+        return records.parse_labels(self.forget_labels)
 
     @property
     def forget_client_list(self) -> list[int]:

@@ -45,6 +45,7 @@ from server_app.stages.planned import baseline_federation, handle_planned
 from server_app.stages.planned_receipt import file_planned_receipt
 from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState
+from server_app.unlearning.erasure import planned_erasure
 from strategies.factory import server_settings
 
 __all__ = ["run_pipeline"]
@@ -118,12 +119,14 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
     if not ctx.cfg.unlearning.framework_list:
         return
     se = handle_planned(run, summary.learning, summary).get(proposed())
+    erasure = planned_erasure(ctx.cfg)
     if se is not None and se.models:
         forgotten = sorted({p for r in ctx.requests for p in r})
         keep_version(run, 2, se.models, {"accuracy": se.summary.accuracy,
                                          "loss": se.summary.loss,
                                          "shard_accuracy": se.summary.shard_accuracy},
-                     ["planned"], f"after the planned requests {ctx.requests}",
+                     ["planned"], f"after the planned request: {erasure.describe()}"
+                     if erasure else f"after the planned requests {ctx.requests}",
                      name=proposed(), forgotten=forgotten)
     file_planned_receipt(run, summary, se)
 

@@ -25,6 +25,7 @@ from server_app.stages.audit import audit
 from server_app.stages.learn import learn_federation
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult, run_unlearning
+from server_app.unlearning.erasure import planned_erasure
 from server_app.unlearning.frameworks import Stage, UnlearningSettings
 
 
@@ -52,8 +53,10 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
                   run.store, run.baseline_store, run.models, ctx.initial_model(),
                   ctx.train_config(), learning.loss, present=run.present_at)
     results = unlearn_once(ctx, stage)
+    erasure = planned_erasure(ctx.cfg)
     summary.unlearning = UnlearningPlan(ctx.requests, ctx.noops,
-                                        ctx.cfg.unlearning.request_mode)
+                                        ctx.cfg.unlearning.request_mode,
+                                        erasure.to_json() if erasure else None)
     summary.frameworks = {n: r.summary for n, r in results.items()}
     summary.original = ModelScores(learning.accuracy, learning.loss)
     audit(run, summary, baseline_models, results)
@@ -86,7 +89,8 @@ def unlearn_once(ctx: RunContext, stage: Stage) -> dict[str, FrameworkResult]:
             continue
         catalog.begin(f"unlearn:{name}")
         result = run_unlearning(ctx.loop, stage, ctx.requests, ctx.evaluator.evaluate,
-                                log_fn=ctx.log, frameworks=[name])[name]
+                                log_fn=ctx.log, frameworks=[name],
+                                erasure=planned_erasure(ctx.cfg))[name]
         if result.models:
             saved = ctx.folder.save_models(name, result.models)
             catalog.record_models(name, saved["sha256"], saved["shards"])

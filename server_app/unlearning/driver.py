@@ -33,7 +33,7 @@ their G rounds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -43,6 +43,7 @@ from server_app.config.methods import info as method_info
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
+from server_app.unlearning.erasure import ErasingGrid, Erasure
 from server_app.unlearning.frameworks import Framework, Stage, build_framework
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
@@ -73,7 +74,8 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
                    evaluate: Callable[[list[ArrayRecord]], dict],
                    already_forgotten: Sequence[int] = (),
                    log_fn: Callable[[str], None] = print,
-                   frameworks: Sequence[str] | None = None
+                   frameworks: Sequence[str] | None = None,
+                   erasure: Erasure | None = None
                    ) -> dict[str, FrameworkResult]:
     """Run each of ``frameworks`` on ``requests``; return their results by name.
 
@@ -81,29 +83,37 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
     request alone, from the stored history); concurrent mode handles the union
     once. ``evaluate`` scores shard models (``accuracy``, ``loss``,
     ``shard_accuracy``); ``frameworks`` defaults to the run's
-    (:attr:`UnlearningSettings.frameworks`).
+    (:attr:`UnlearningSettings.frameworks`). An ``erasure`` (records or labels,
+    :mod:`server_app.unlearning.erasure`) is the one request: it forgets no
+    client, the clients it changes train on what they keep.
     """
-    if stage.settings.request_mode == "concurrent":
+    if erasure:
+        batches = [[]]
+    elif stage.settings.request_mode == "concurrent":
         batches = [sorted({p for r in requests for p in r})]
     else:
         batches = [list(r) for r in requests]
     return {name: _run_framework(name, loop, stage, batches, evaluate,
-                                 set(already_forgotten), log_fn)
+                                 set(already_forgotten), log_fn, erasure or None)
             for name in (stage.settings.frameworks if frameworks is None else frameworks)}
 
 
 def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[int]],
-                   evaluate, forget: set[int], log_fn) -> FrameworkResult:
+                   evaluate, forget: set[int], log_fn,
+                   erasure: Erasure | None = None) -> FrameworkResult:
     described = method_info(name, stage.settings.methods)
+    if erasure:  # every training message names what its client no longer has
+        loop = replace(loop, grid=ErasingGrid(loop.grid, erasure, loop.partition_of))
     per_request: list[RequestCost] = []
     total = CostMeter(loop.link_rate_mbps)
     models: list[ArrayRecord] = []
     for k, batch in enumerate(batches):
-        if not batch:  # every client already forgotten: a recorded no-op
+        if not batch and not erasure:  # every client already forgotten: a no-op
             per_request.append(RequestCost(k, [], noop=True))
             continue
         forget |= set(batch)
-        framework = build_framework(name, stage, forget, batch, models or None)
+        framework = build_framework(name, stage, forget, batch, models or None,
+                                    erasure.changed if erasure else frozenset())
         label = f"{name} request {k}"
         _log_unchanged(framework, label, log_fn)
         meter = CostMeter(loop.link_rate_mbps)
@@ -119,7 +129,8 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
         per_request.append(cost)
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
         accumulate(total, stats)
-        log_fn(f"{label} (clients {sorted(batch)}): {stats.compute_s:.1f} s compute, "
+        what = erasure.describe() if erasure else f"clients {sorted(batch)}"
+        log_fn(f"{label} ({what}): {stats.compute_s:.1f} s compute, "
                f"{stats.wall_s:.1f} s wall, {stats.client_epochs:.1f} client-epochs")
     if not models and described.replay_report:  # only no-ops: the learned models stand
         models = list(stage.sharded_models)

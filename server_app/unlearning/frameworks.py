@@ -185,6 +185,10 @@ class BuildCall:
         This request's partition ids (default: ``forget``).
     current : sequence of ArrayRecord, optional
         The shard models after the previous request (default: the learned ones).
+    changed : frozenset of int
+        Clients that stay but lost records (a records or class-level request,
+        :mod:`server_app.unlearning.erasure`): a method with ``erases_records``
+        retrains their shards with them taking part.
     """
 
     name: str
@@ -193,16 +197,27 @@ class BuildCall:
     forget: set[int]
     batch: Sequence[int] | None = None
     current: Sequence[ArrayRecord] | None = None
+    changed: frozenset[int] = frozenset()
+
+    @property
+    def clients(self) -> set[int]:
+        """The clients whose shards the request sends back.
+
+        This request's forgotten ones (default: every one so far) and the changed.
+        """
+        return set(self.batch or self.forget) | self.changed
 
 
 def build_framework(name: str, stage: Stage, forget: set[int],
                     batch: Sequence[int] | None = None,
-                    current: Sequence[ArrayRecord] | None = None) -> Framework:
+                    current: Sequence[ArrayRecord] | None = None,
+                    changed: frozenset[int] = frozenset()) -> Framework:
     """The framework ``name`` for forgetting ``forget``.
 
     ``forget`` holds every client forgotten so far; ``batch`` (this request's
     clients) picks the shards a selective method retrains and ``current`` holds
-    the shard models after the previous request (default: the learned ones).
+    the shard models after the previous request (default: the learned ones);
+    ``changed`` the clients that stay but lost records (:class:`BuildCall`).
     The builder is the one the method's description names
     (:mod:`server_app.config.methods`), imported like a user's method.
 
@@ -217,7 +232,10 @@ def build_framework(name: str, stage: Stage, forget: set[int],
     except KeyError as err:
         raise ValueError(err.args[0]) from None
     builder = import_object(described.builder, "frameworks", builtin=True)
-    return builder(BuildCall(name, described, stage, forget, batch, current))
+    if changed and not described.erases_records:  # the config check refuses it first
+        raise ValueError(f"{name} cannot erase records while their clients stay")
+    return builder(BuildCall(name, described, stage, forget, batch, current,
+                             frozenset(changed)))
 
 
 def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:

@@ -25,7 +25,8 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
 
     ``forget-clients`` as one request, or ``num-requests`` generated ones
     (:func:`server_app.unlearning.requests.generate_requests`); ``([], [])`` without
-    frameworks.
+    frameworks or with ``forget-records`` / ``forget-labels``
+    (:mod:`server_app.unlearning.erasure`: the clients stay).
 
     Returns
     -------
@@ -38,8 +39,10 @@ def plan_requests(cfg: RunConfig) -> tuple[list[list[int]], list[dict]]:
         Requests that would forget every client of a shard (of SE's shards or,
         when a baseline runs, of the ``baseline-shards`` federation).
     """
-    if not cfg.unlearning.framework_list:
-        return [], []
+    unlearning = cfg.unlearning
+    erasing = unlearning.erased_records or unlearning.erased_labels
+    if not unlearning.framework_list or erasing:
+        return [], []  # none; or a records / class-level request: it forgets no client
     shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, cfg.seed)
     if cfg.unlearning.forget_client_list:
         requests = [cfg.unlearning.forget_client_list]

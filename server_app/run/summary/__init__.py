@@ -107,6 +107,9 @@ class UnlearningPlan:
     requests: list[list[int]]
     noops: list[dict]
     mode: str
+    erasure: dict | None = None
+    """A records or class-level request: ``records`` (client -> ids) and
+    ``labels`` (:meth:`server_app.unlearning.erasure.Erasure.to_json`)."""
 
     def to_json(self) -> dict:
         """The JSON dict."""

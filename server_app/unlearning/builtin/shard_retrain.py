@@ -74,7 +74,7 @@ def build(call: BuildCall) -> Framework:
     """Retrain each shard where a client of the request trained, from W^0."""
     stage, settings = call.stage, call.stage.settings
     federation, store = stage.sharded, stage.sharded_store
-    clients = set(call.batch or call.forget)
+    clients = call.clients
     held = {federation.shard_of[p] for p in clients}
     impacted = sorted(s for s in held
                       if first_participation(store, s, clients) is not None)

@@ -24,7 +24,7 @@ def build(call: BuildCall) -> Framework:
     """
     stage, forget = call.stage, call.forget
     settings, shard_of, store = stage.settings, stage.sharded.shard_of, stage.sharded_store
-    clients = set(call.batch or forget)
+    clients = call.clients  # a changed client (records erased) stays and retrains
     held = {shard_of[p] for p in clients}
     trained = {s for s in held if first_participation(store, s, clients) is not None}
 
@@ -35,7 +35,7 @@ def build(call: BuildCall) -> Framework:
                               final=settings.calibration_final,
                               exact_epochs=settings.local_epochs,
                               refill=settings.replay_refill, refill_seed=settings.seed,
-                              present=stage.present)
+                              present=stage.present, changed=call.changed)
 
     strategy = make(True)
     starts, sources = {}, {}

@@ -1,0 +1,126 @@
+"""Records and class-level erasure requests (issue 45): ids, checks, the clients' side.
+
+A records request (``forget-records``) erases some records of a client that stays;
+no local training after the request may see them: the test of record reads every
+training message the run sends and the number of examples each reply trained on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from server_app.config import ConfigError, RunConfig
+from server_app.unlearning.erasure import Erasure
+from task.config import fused_run_config
+from task.records import check_against_sizes, keep_mask, parse_ids, parse_records
+
+
+def test_record_ids_parse_into_sorted_distinct_ids():
+    assert parse_ids("3,18,40-43, 3") == [3, 18, 40, 41, 42, 43]
+    assert parse_records("17:3,18,40-42; 2:0") == {17: [3, 18, 40, 41, 42], 2: [0]}
+    assert parse_records("") == {}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("17", "is not CLIENT:IDS"), ("a:1", "is not CLIENT:IDS"),
+    ("1:5-2", "runs backwards"), ("1:x", "is not an id"),
+    ("1:1; 1:2", "named twice"), ("1:", "is not an id")])
+def test_a_bad_records_spec_is_one_line_naming_the_part(spec, message):
+    with pytest.raises(ValueError, match=message) as err:
+        parse_records(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_keep_mask_drops_the_ids_and_the_labels():
+    labels = np.array([0, 1, 2, 1, 0, 2])
+    keep = keep_mask(6, labels, erased_ids=[0, 5], erased_labels=[1])
+    assert keep.tolist() == [False, False, True, False, True, False]
+    with pytest.raises(ValueError, match=r"in 0\.\.5: got \[6\]"):
+        keep_mask(6, labels, [6])
+
+
+def test_sizes_bound_the_ids_and_a_client_keeps_a_record():
+    assert check_against_sizes({3: [0, 9]}, {3: 10}) is None
+    assert "holds 10 records (ids 0..9); 10 is not one" in check_against_sizes(
+        {3: [10]}, {3: 10})
+    assert "would keep no record" in check_against_sizes({3: list(range(10))}, {3: 10})
+
+
+def _config(**overrides) -> RunConfig:
+    return RunConfig.from_run_config(fused_run_config(
+        {"num-clients": 8, "num-shards": 2, "clients-per-round": 4, **overrides}))
+
+
+@pytest.mark.parametrize("overrides, key, allowed", [
+    ({"forget-records": "3:0-4", "frameworks": "SE,FE"}, "frameworks",
+     "FE forget whole clients only"),
+    ({"forget-records": "3:0-4", "frameworks": "none"}, "frameworks", "none forget"),
+    ({"forget-records": "3:0-4", "forget-clients": "2"}, "forget-records",
+     "'' when forget-clients is set"),
+    ({"forget-records": "9:0", "frameworks": "SE"}, "forget-records", "clients in 0..7"),
+    ({"forget-records": "3:0", "forget-labels": "1", "frameworks": "SE"}, "forget-labels",
+     "'' when forget-records is set"),
+    ({"forget-labels": "1", "frameworks": "SE", "num-requests": 2}, "num-requests",
+     "it is the run's one request"),
+    ({"forget-records": "3:0", "frameworks": "SE", "later-requests": True},
+     "forget-records", "later requests"),
+    ({"forget-records": "3:0", "frameworks": "SE,FR", "num-stages": 2},
+     "forget-records", "num-stages > 1")])
+def test_an_erasure_the_run_cannot_carry_out_is_refused_in_one_line(overrides, key,
+                                                                    allowed):
+    with pytest.raises(ConfigError) as err:
+        _config(**overrides).validate()
+    text = str(err.value)
+    assert f"'{key}'" in text and allowed in text and "\n" not in text
+
+
+def test_an_erasure_names_what_each_client_drops():
+    erasure = Erasure({3: (0, 4)}, (), tuple(range(8)))
+    assert erasure.changed == {3}
+    assert erasure.message_config(3) == {"erased-records": [0, 4]}
+    assert erasure.message_config(2) == {}
+    labels = Erasure({}, (7,), tuple(range(8)))
+    assert labels.changed == set(range(8))
+    assert labels.message_config(2) == {"erased-labels": [7]}
+
+
+@pytest.mark.inprocess
+def test_no_training_after_a_records_request_sees_the_erased_records(run_server,
+                                                                    monkeypatch):
+    """Issue 45's first check: SE, SISA, FR and RR retrain client 3 without them.
+
+    Every training message to client 3 after learning names its 10 erased ids and
+    each reply trained on 64 - 10 = 54 examples; in learning it trained on 64.
+    Clients other than 3 are never told to drop anything.
+    """
+    from experiments.grid import InProcessGrid
+
+    seen: list[tuple[int, str, list, int]] = []
+    deliver = InProcessGrid._deliver
+
+    def spy(grid, message, dst):
+        reply = deliver(grid, message, dst)
+        kind = message.metadata.message_type
+        if kind.startswith("train") and reply is not None and reply.has_content():
+            pid = grid.contexts[dst].node_config["partition-id"]
+            erased = list(message.content["config"].get("erased-records") or [])
+            seen.append((pid, kind, erased, int(reply.content["metrics"]["num-examples"])))
+        return reply
+
+    monkeypatch.setattr(InProcessGrid, "_deliver", spy)
+    summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE,SISA,FR,RR",
+                             "mia": False, "num-rounds": 3})
+    learning = 3 * 4  # rounds x clients a round: the messages of learning come first
+    before, after = seen[:learning], seen[learning:]
+    assert all(not erased for _, _, erased, _ in before)
+    assert [n for p, _, _, n in before if p == 3] in ([], [64] * len(
+        [p for p, *_ in before if p == 3]))
+    mine = [(erased, n) for p, _, erased, n in after if p == 3]
+    assert mine, "client 3 never retrained"
+    assert all(erased == list(range(10)) and n == 54 for erased, n in mine), mine
+    assert all(not erased for p, _, erased, _ in after if p != 3), after
+    assert summary["unlearning"]["erasure"] == {"records": {"3": list(range(10))},
+                                                "labels": []}
+    assert set(summary["frameworks"]) == {"SE", "SISA", "FR", "RR"}
+    assert summary["unlearning"]["requests"] == []
