@@ -124,3 +124,32 @@ def test_no_training_after_a_records_request_sees_the_erased_records(run_server,
                                                 "labels": []}
     assert set(summary["frameworks"]) == {"SE", "SISA", "FR", "RR"}
     assert summary["unlearning"]["requests"] == []
+
+
+@pytest.mark.inprocess
+def test_a_class_level_request_drops_the_label_on_every_client(run_server, monkeypatch):
+    """``forget-labels``: no client trains on label 7 after the request; every
+    shard is replayed (SE) or retrained (SISA), and each model is scored on the
+    label's test samples apart."""
+    from experiments.grid import InProcessGrid
+
+    kept_sevens: list[int] = []
+    deliver = InProcessGrid._deliver
+
+    def spy(grid, message, dst):
+        if message.metadata.message_type.startswith("train") and \
+                message.content["config"].get("erased-labels"):
+            kept_sevens.append(list(message.content["config"]["erased-labels"]))
+        return deliver(grid, message, dst)
+
+    monkeypatch.setattr(InProcessGrid, "_deliver", spy)
+    summary, _ = run_server({"forget-labels": "7", "frameworks": "SE,SISA",
+                             "mia": False})
+    assert kept_sevens and all(labels == [7] for labels in kept_sevens)
+    for name in ("SE", "SISA"):
+        fw = summary["frameworks"][name]
+        assert 0.0 <= fw["erased_label_accuracy"] <= 1.0
+        assert 0.0 <= fw["kept_label_accuracy"] <= 1.0
+        # every shard holds a 7: both shards were retrained
+        assert sorted({s for r in fw["requests"] for s in r["impacted_shards"]}) == [0, 1]
+    assert summary["original"]["erased_label_accuracy"] is not None

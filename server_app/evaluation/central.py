@@ -54,6 +54,23 @@ class CentralEvaluator:
         self._model.load_state_dict(arrays.to_torch_state_dict())
         return self.task.predict(self._model, self.x, device=self.device)
 
+    def label_accuracy(self, models: Sequence[ArrayRecord], labels: Sequence[int]
+                       ) -> dict[str, float]:
+        """The ensemble's test accuracy on ``labels``' samples and on the others.
+
+        For a class-level request (``forget-labels``): ``erased_label_accuracy``
+        is the share of test samples of an erased label the ensemble (mean
+        softmax) still predicts right, ``kept_label_accuracy`` that of the
+        other samples (fractions; NaN where the test set has none).
+        """
+        mean = sum(self.proba(arrays) for arrays in models) / len(models)
+        right = mean.argmax(axis=-1) == self.y
+        erased = np.isin(self.y, list(labels))
+        return {"erased_label_accuracy": float(right[erased].mean()) if erased.any()
+                else float("nan"),
+                "kept_label_accuracy": float(right[~erased].mean()) if (~erased).any()
+                else float("nan")}
+
     def evaluate(self, models: Sequence[ArrayRecord]) -> dict[str, object]:
         """Loss (nats) and accuracy (fraction) of the ensemble and of each model.
 

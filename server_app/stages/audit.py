@@ -27,6 +27,13 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
     """
     ctx = run.ctx
     cfg, checks = ctx.cfg, ctx.cfg.audit
+    labels = cfg.unlearning.erased_labels
+    if labels:  # a class-level request: is the class gone from every model
+        scored = [(summary.original, run.models)] + [
+            (summary.frameworks[n], r.models) for n, r in results.items() if r.models]
+        for target, models in scored:
+            for key, value in ctx.evaluator.label_accuracy(models, labels).items():
+                setattr(target, key, value)
     forget = sorted({p for r in ctx.requests for p in r})
     if not forget:
         return

@@ -60,7 +60,8 @@ class ModelScores:
     """Test scores of one model, with its audit (``original``).
 
     ``backdoor_asr`` (the impacted shard's model) and ``backdoor_asr_ensemble``
-    (the shard ensemble) are set with ``backdoor-trigger``.
+    (the shard ensemble) are set with ``backdoor-trigger``;
+    ``erased_label_accuracy`` and ``kept_label_accuracy`` with ``forget-labels``.
     """
 
     accuracy: float | None = None
@@ -69,6 +70,8 @@ class ModelScores:
     perplexity: float | None = None
     backdoor_asr: float | None = None
     backdoor_asr_ensemble: float | None = None
+    erased_label_accuracy: float | None = None
+    kept_label_accuracy: float | None = None
 
     def set_backdoor(self, scores: dict[str, float]) -> None:
         """Set ``backdoor_asr`` (and ``backdoor_asr_ensemble`` if given)."""
@@ -145,6 +148,9 @@ class FrameworkSummary:
         model; FR, FE, RR: the single model).
     backdoor_asr_ensemble : float, optional
         SE: the ASR of the mean-softmax ensemble of its shard models.
+    erased_label_accuracy, kept_label_accuracy : float, optional
+        With ``forget-labels``: test accuracy on the erased labels' samples and
+        on the others (``CentralEvaluator.label_accuracy``).
     wall_breakdown : dict, optional
         Where ``modelled_wall_s`` went, in seconds along each round's critical
         path: ``client_training_s``, ``transfer_s``, ``server_configure_s``
@@ -178,6 +184,9 @@ class FrameworkSummary:
     backdoor_asr: float | None = None
     backdoor_asr_ensemble: float | None = None
     wall_breakdown: dict | None = None
+
+    erased_label_accuracy: float | None = None
+    kept_label_accuracy: float | None = None
 
     set_backdoor = ModelScores.set_backdoor
 
