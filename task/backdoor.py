@@ -12,8 +12,10 @@ other classes, stamped with the trigger, that a model classifies as the target.
 The poisoned clients are the ones named by ``forget-clients`` (the run's one
 unlearning request): a client reads that from the run config and stamps its own
 data; the server reads the same keys, so both know who is poisoned before any
-training. Images only: a task of character blocks takes the text backdoor of
-:mod:`task.text_backdoor` (a trigger phrase and its continuation).
+training. With a records request instead (``forget-records``) exactly the named
+records are stamped, and only they are erased: their clients stay. Images only: a
+task of character blocks takes the text backdoor of :mod:`task.text_backdoor` (a
+trigger phrase and its continuation).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import torch
 
 from task.config import require_keys
+from task.records import parse_records
 from task.values import coerce
 
 #: Largest trigger side in pixels (a 28 x 28 image keeps most of itself).
@@ -46,12 +49,21 @@ class Backdoor:
         ``backdoor-target``: the class triggered images are relabelled to.
     clients : tuple[int, ...]
         The poisoned partition ids (``forget-clients``); empty when off.
+    records : tuple[tuple[int, tuple[int, ...]], ...]
+        ``forget-records`` as (partition id, record ids) pairs: each of those
+        records is stamped (``fraction`` is not used for them); empty when off.
     """
 
     trigger: int = 0
     fraction: float = 0.0
     target: int = 0
     clients: tuple[int, ...] = ()
+    records: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @property
+    def poisoned(self) -> frozenset[int]:
+        """Every poisoned partition id: the forgotten clients and the records' owners."""
+        return frozenset(self.clients) | {p for p, _ in self.records}
 
     @property
     def enabled(self) -> bool:
@@ -60,7 +72,8 @@ class Backdoor:
 
     def poisons(self, partition_id: int) -> bool:
         """Whether the client ``partition_id`` stamps its data."""
-        return self.enabled and self.fraction > 0 and partition_id in self.clients
+        return self.enabled and ((self.fraction > 0 and partition_id in self.clients)
+                                 or partition_id in dict(self.records))
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> Backdoor:
@@ -85,7 +98,10 @@ class Backdoor:
             raise ValueError(f"backdoor-fraction={fraction!r} must be in [0, 1]")
         ids = tuple(int(t) for t in str(run_config["forget-clients"]).split(",")
                     if t.strip())
-        return cls(trigger, fraction, target, ids if trigger > 0 else ())
+        records = tuple((p, tuple(r)) for p, r in sorted(
+            parse_records(str(run_config.get("forget-records", ""))).items()))
+        on = trigger > 0
+        return cls(trigger, fraction, target, ids if on else (), records if on else ())
 
 
 def stamp(x: torch.Tensor, trigger: int) -> torch.Tensor:
@@ -161,13 +177,17 @@ def poison(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor, seed: int,
     if stamp_fn is None:
         raise ValueError(f"backdoor-trigger={backdoor.trigger}: the task has no "
                          "trigger stamp (Task.stamp)")
-    count = int(round(backdoor.fraction * len(x)))
-    rng = np.random.default_rng([int(seed), int(partition_id), 0xBD])
-    idx = torch.from_numpy(np.sort(rng.choice(len(x), size=count, replace=False)))
+    named = dict(backdoor.records).get(partition_id)
+    if named:  # a records request: exactly the records it erases
+        idx = torch.tensor(named, dtype=torch.long)
+    else:
+        count = int(round(backdoor.fraction * len(x)))
+        rng = np.random.default_rng([int(seed), int(partition_id), 0xBD])
+        idx = torch.from_numpy(np.sort(rng.choice(len(x), size=count, replace=False)))
     x, y = x.clone(), y.clone()
     x[idx] = stamp_fn(x[idx], backdoor.trigger)
     y[idx] = backdoor.target
-    return x, y, count
+    return x, y, len(idx)
 
 
 def triggered_test_set(x: torch.Tensor, y: torch.Tensor, backdoor: Backdoor,

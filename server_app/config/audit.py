@@ -104,10 +104,13 @@ class AuditConfig(Section):
             return
         key, value = (("backdoor-trigger", self.backdoor_trigger) if self.backdoor_trigger
                       else ("backdoor-phrase", self.backdoor_phrase))
-        if not unlearning.forget_client_list:
+        if self.backdoor_phrase and unlearning.forget_records.strip():
+            raise bad(key, value, "'' with forget-records (the text backdoor poisons "
+                      "whole clients; the records variant is the image trigger's)")
+        if not unlearning.forget_client_list and not unlearning.forget_records.strip():
             raise bad(key, value, f"{'0' if self.backdoor_trigger else repr('')} unless "
                       "forget-clients names the poisoned clients (the clients of the "
-                      "one unlearning request)")
+                      "one unlearning request) or forget-records the poisoned records")
 
     def _validate_phrase(self, data: DataConfig) -> None:
         """The text backdoor's strings: lengths, both or neither, fit in a block."""

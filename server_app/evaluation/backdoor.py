@@ -82,7 +82,7 @@ class BackdoorProbe:
         """
         if len(models) != len(shards):
             raise ValueError(f"{len(models)} models for {len(shards)} shards")
-        poisoned = set(self.backdoor.clients)
+        poisoned = set(self.backdoor.poisoned)
         probas = [self._proba(m) for m in models]
         target = self.backdoor.target
         impacted = [s for s, pids in enumerate(shards) if poisoned & set(pids)]

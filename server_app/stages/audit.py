@@ -35,13 +35,14 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
             for key, value in ctx.evaluator.label_accuracy(models, labels).items():
                 setattr(target, key, value)
     forget = sorted({p for r in ctx.requests for p in r})
-    if not forget:
+    owners = sorted(cfg.unlearning.erased_records)  # a records request's clients
+    if not forget and not owners:
         return
-    rounds = participation(run.store, forget, cfg.training.num_rounds)
+    rounds = participation(run.store, forget or owners, cfg.training.num_rounds)
     if checks.backdoor or checks.mia_shadows:
         summary.verification = {"forgotten_rounds": rounds}
     unlearned = {n: r.models for n, r in results.items() if r.models}
-    if checks.mia:
+    if checks.mia and forget:  # the attack scores forgotten clients' data
         scores = _membership(run, summary, rounds, unlearned)
         for name, values in scores.items():
             target = summary.original if name == "original" else summary.frameworks[name]
