@@ -1,0 +1,128 @@
+"""docs/RESULTS.md's records and class tables (issue 45), from the files here.
+
+Files: ``verify-records-seed<S>.json`` (``--preset verify-records``: the poisoned
+records of clients 2 and 6 erased, they stay), ``verify-full-seed<S>.json``
+(``--preset verify`` with ``frameworks = 'SE,SISA,FR'``: the same two clients
+removed whole), both the run's summary.json as
+``docs/results/verification/run_inprocess.py PRESET OUT seed=S [frameworks=...]``
+wrote it; ``class-level-s<S>.json`` (``class_level.py``). ``python
+docs/results/records/table.py`` prints the block; ``--write`` puts it between the
+markers in docs/RESULTS.md (``tests/test_docs_claims.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from statistics import mean, pstdev
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE.parents[1] / "RESULTS.md"
+BEGIN = ("<!-- records: made by `python docs/results/records/table.py --write` from "
+         "docs/results/records/; do not edit by hand -->")
+END = "<!-- end of records -->"
+ASR_MARGIN = 0.02
+"""Issue 45: a records request's ASR within this of FR's."""
+
+
+def _load(pattern: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(HERE.glob(pattern))]
+
+
+def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    return f"{mean(values) * scale:.{digits}f} ± {pstdev(values) * scale:.{digits}f}"
+
+
+def verify_table(records: list[dict], full: list[dict]) -> list[str]:
+    """ASR, accuracy and cost per model, a records request beside a full removal."""
+    names = list(records[0]["frameworks"])
+    seeds = sorted(r["config"]["seed"] for r in records)
+    out = [f"`--preset verify-records`, seeds {', '.join(map(str, seeds))} (commit "
+           f"{', '.join(sorted({_commit(r) for r in records}))}): clients 2 and 6 stamped "
+           "150 of their 300 images, and the request erases exactly those; beside it "
+           "`--preset verify` with the same frameworks, where the request removes the "
+           "two clients whole. ASR: the impacted shard's model (FR: its one model), "
+           "mean ± sd over the seeds; wall / FR: mean of the per-seed ratios.", "",
+           "| model | ASR, records erased | test accuracy % | client-epochs | wall / FR "
+           "| ASR, clients removed | client-epochs, clients removed |",
+           "|---|---|---|---|---|---|---|"]
+    orig = [r["original"] for r in records]
+    out.append(f"| original | {_spread([o['backdoor_asr'] for o in orig])} | "
+               f"{_spread([o['accuracy'] for o in orig], 100, 2)} | | | "
+               f"{_spread([f['original']['backdoor_asr'] for f in full])} | |")
+    for name in names:
+        mine = [r["frameworks"][name] for r in records]
+        fr = [r["frameworks"]["FR"] for r in records]
+        whole = [f["frameworks"][name] for f in full if name in f["frameworks"]]
+        removed = (f"{_spread([f['backdoor_asr'] for f in whole])} | "
+                   f"{mean(f['client_epochs'] for f in whole):.1f}") if whole else " | "
+        out.append(f"| {name} | {_spread([f['backdoor_asr'] for f in mine])} | "
+                   f"{_spread([f['accuracy'] for f in mine], 100, 2)} | "
+                   f"{mean(f['client_epochs'] for f in mine):.1f} | "
+                   f"{_ratio(mine, fr)} | {removed} |")
+    gap = mean(r["frameworks"]["SE"]["backdoor_asr"] for r in records) - mean(
+        r["frameworks"]["FR"]["backdoor_asr"] for r in records)
+    verdict = "reached" if abs(gap) <= ASR_MARGIN else "**not reached**"
+    return out + ["", f"SE's ASR minus FR's, records erased: {gap:+.3f} (goal: within "
+                      f"{ASR_MARGIN}: {verdict}).", ""]
+
+
+def class_table(runs: list[dict]) -> list[str]:
+    """Accuracy on the erased label and on the others, per model, and the cost."""
+    cfg = runs[0]["config"]
+    seeds = sorted(r["config"]["seed"] for r in runs)
+    out = [f"`class_level.py`: MNIST {cfg['partition']}, {cfg['num-clients']} clients, "
+           f"{cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
+           f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "
+           f"`forget-labels = {cfg['forget-labels']}`; seeds {', '.join(map(str, seeds))}, "
+           f"commit {', '.join(sorted({r['commit'][:7] for r in runs}))}. Test accuracy "
+           "in %, on the erased digit's test images, on the others, and overall.", "",
+           "| model | on the erased label | on the other labels | overall | "
+           "client-epochs | wall / FR |", "|---|---|---|---|---|---|"]
+    rows = [("original", [r["original"] for r in runs], None)]
+    rows += [(n, [r["frameworks"][n] for r in runs], [r["frameworks"]["FR"] for r in runs])
+             for n in runs[0]["frameworks"]]
+    for name, mine, fr in rows:
+        cost = "| |" if fr is None else (
+            f"| {mean(f['client_epochs'] for f in mine):.1f} | "
+            f"{_ratio(mine, fr)} |")
+        erased, kept, overall = (mean(f[k] for f in mine) * 100 for k in (
+            "erased_label_accuracy", "kept_label_accuracy", "accuracy"))
+        out.append(f"| {name} | {erased:.2f} | {kept:.2f} | {overall:.2f} {cost}")
+    return out + [""]
+
+
+def _ratio(mine: list[dict], fr: list[dict]) -> str:
+    """Mean over the seeds of the modelled wall time over FR's."""
+    pairs = zip(mine, fr, strict=True)
+    return f"{mean(a['modelled_wall_s'] / b['modelled_wall_s'] for a, b in pairs):.2f}"
+
+
+def _commit(summary: dict) -> str:
+    return str(summary.get("commit", "")).strip()[:7] or "see the file's run"
+
+
+def block() -> str:
+    """The generated block: what the files here hold (or that they are missing)."""
+    records, full = _load("verify-records-seed*.json"), _load("verify-full-seed*.json")
+    classes = _load("class-level-s*.json")
+    out = []
+    out += verify_table(records, full) if records and full else [
+        "The records verification runs are not committed yet.", ""]
+    out += class_table(classes) if classes else ["The class-level run is not committed "
+                                                 "yet.", ""]
+    return "\n".join(out)
+
+
+def write(page: Path = RESULTS) -> None:
+    """Put :func:`block` between :data:`BEGIN` and :data:`END` in ``page``."""
+    head, rest = page.read_text().split(BEGIN, 1)
+    page.write_text(f"{head}{BEGIN}\n\n{block()}\n{END}{rest.split(END, 1)[1]}")
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv[1:]:
+        write()
+    else:
+        print(block())
