@@ -120,8 +120,9 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
         layers.append(given)
         explicit |= set(given)
     merged = config.resolve(None, [*layers, {"num-clients": nodes}])
-    if "forget-clients" not in explicit:
-        _check_preset_clients(preset, preset_values.get("forget-clients"), nodes)
+    for key in ("forget-clients", "forget-records"):
+        if key not in explicit:
+            _check_preset_clients(preset, key, preset_values.get(key), nodes)
     fit = _shrink(merged.config, nodes, explicit)
     if not merged.config["run-name"]:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -140,22 +141,39 @@ def _most_shards(nodes: int) -> int:
     return max(1, nodes - 1)
 
 
-def _check_preset_clients(preset: str | None, forget: object, nodes: int) -> None:
-    """A preset's ``forget-clients`` must name partition ids below N.
+def _check_preset_clients(preset: str | None, key: str, forget: object,
+                          nodes: int) -> None:
+    """A preset's ``forget-clients`` (or ``forget-records``) must name ids below N.
 
     Raises
     ------
     ConfigError
-        Naming the preset, N and the two ways out (more SuperNodes, or
+        Naming the preset, the key, N and the two ways out (more SuperNodes, or
         ``--run-config`` with other ids).
     """
-    ids = [int(p) for p in str(forget or "").split(",") if p.strip().isdigit()]
+    ids = preset_clients(key, forget)
     if ids and max(ids) >= nodes:
         raise ConfigError(
-            f"preset {preset!r} sets forget-clients = {forget!r}, partition ids up to "
+            f"preset {preset!r} sets {key} = {forget!r}, partition ids up to "
             f"{max(ids)}, and deploy {nodes} has partition ids 0..{nodes - 1}: pass "
-            f"N >= {max(ids) + 1}, or --run-config \"forget-clients='...'\" with ids "
+            f"N >= {max(ids) + 1}, or --run-config \"{key}='...'\" with ids "
             f"below {nodes}")
+
+
+def preset_clients(key: str, value: object) -> list[int]:
+    """The partition ids a ``forget-clients`` or ``forget-records`` value names.
+
+    A value that does not parse names none here (the run-config checks refuse it).
+    """
+    from task.records import parse_records
+
+    text = str(value or "")
+    if key == "forget-records":
+        try:
+            return sorted(parse_records(text))
+        except ValueError:
+            return []
+    return [int(p) for p in text.split(",") if p.strip().isdigit()]
 
 
 def _shrink(cfg: dict, nodes: int, explicit: set[str]) -> dict:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli import config
-from cli.deploy import deploy_config
+from cli.deploy import deploy_config, preset_clients
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from server_app.rounds.federation import assign_shards
@@ -38,11 +38,17 @@ def _task(dataset: str, data_dir):
     return _TASKS[dataset]
 
 
+def _preset_key(preset: str | None) -> str:
+    """The preset's request key: ``forget-records`` if it sets one, else clients."""
+    values = config.parse_item(str(config.preset_path(preset))) if preset else {}
+    return "forget-records" if values.get("forget-records") else "forget-clients"
+
+
 def _preset_forgets(preset: str | None) -> list[int]:
     if preset is None:
         return []
-    text = config.parse_item(str(config.preset_path(preset))).get("forget-clients", "")
-    return [int(p) for p in str(text).split(",") if p]
+    key = _preset_key(preset)
+    return preset_clients(key, config.parse_item(str(config.preset_path(preset))).get(key))
 
 
 def _plan(merged: config.Merged, data_dir) -> list[list[int]]:
@@ -62,11 +68,14 @@ def test_every_deploy_n_and_preset_plans(nodes, preset, partition, shared_data):
         with pytest.raises(ConfigError) as err:
             deploy_config(nodes, preset, items)
         message = str(err.value)
-        assert f"N >= {max(forgets) + 1}" in message and "forget-clients" in message
+        assert f"N >= {max(forgets) + 1}" in message and _preset_key(preset) in message
         assert "\n" not in message
         return
     merged = deploy_config(nodes, preset, items)
     requests = _plan(merged, shared_data)
+    if _preset_key(preset) == "forget-records":  # the clients stay: no client request
+        assert merged.config["num-clients"] == nodes and requests == []
+        return
     assert merged.config["num-clients"] == nodes and len(requests) == 1
     assert requests == [forgets] if forgets else len(requests[0]) == 1
     shards = assign_shards(nodes, merged.config["num-shards"], merged.config["seed"])
@@ -77,6 +86,9 @@ def test_every_deploy_n_and_preset_plans(nodes, preset, partition, shared_data):
 def test_run_with_each_preset_plans(preset, shared_data):
     requests = _plan(config.resolve(preset), shared_data)
     forgets = _preset_forgets(preset)
+    if _preset_key(preset) == "forget-records":  # the clients stay: no client request
+        assert requests == [] and forgets
+        return
     assert requests == [forgets] if forgets else len(requests) == 1
 
 

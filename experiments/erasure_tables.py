@@ -1,13 +1,14 @@
-"""docs/RESULTS.md's records and class tables (issue 45), from the files here.
+"""docs/RESULTS.md's records and class tables (issue 45), from docs/results/records/.
 
 Files: ``verify-records-seed<S>.json`` (``--preset verify-records``: the poisoned
 records of clients 2 and 6 erased, they stay), ``verify-full-seed<S>.json``
 (``--preset verify`` with ``frameworks = 'SE,SISA,FR'``: the same two clients
 removed whole), both the run's summary.json as
 ``docs/results/verification/run_inprocess.py PRESET OUT seed=S [frameworks=...]``
-wrote it; ``class-level-s<S>.json`` (``class_level.py``). ``python
-docs/results/records/table.py`` prints the block; ``--write`` puts it between the
-markers in docs/RESULTS.md (``tests/test_docs_claims.py`` compares them).
+wrote it, with the commit it ran at; ``class-level-s<S>.json``
+(``docs/results/records/class_level.py``). ``python -m experiments.erasure_tables``
+prints the block; ``--write`` puts it between the markers in docs/RESULTS.md
+(``tests/test_docs_claims.py`` compares them).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import sys
 from pathlib import Path
 from statistics import mean, pstdev
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE.parents[1] / "RESULTS.md"
-BEGIN = ("<!-- records: made by `python docs/results/records/table.py --write` from "
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "docs" / "results" / "records"
+RESULTS = ROOT / "docs" / "RESULTS.md"
+BEGIN = ("<!-- records: made by `python -m experiments.erasure_tables --write` from "
          "docs/results/records/; do not edit by hand -->")
 END = "<!-- end of records -->"
 ASR_MARGIN = 0.02
