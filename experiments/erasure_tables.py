@@ -18,12 +18,15 @@ import sys
 from pathlib import Path
 from statistics import mean, pstdev
 
+from server_app.config import methods
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "docs" / "results" / "records"
 RESULTS = ROOT / "docs" / "RESULTS.md"
 BEGIN = ("<!-- records: made by `python -m experiments.erasure_tables --write` from "
          "docs/results/records/; do not edit by hand -->")
 END = "<!-- end of records -->"
+SE, FR = methods.proposed(), methods.reference()
 ASR_MARGIN = 0.02
 """Issue 45: a records request's ASR within this of FR's."""
 LABEL_MARGIN = 1.0
@@ -59,7 +62,7 @@ def verify_table(records: list[dict], full: list[dict]) -> list[str]:
                f"{_spread([f['original']['backdoor_asr'] for f in full])} | |")
     for name in names:
         mine = [r["frameworks"][name] for r in records]
-        fr = [r["frameworks"]["FR"] for r in records]
+        fr = [r["frameworks"][FR] for r in records]
         whole = [f["frameworks"][name] for f in full if name in f["frameworks"]]
         removed = (f"{_spread([f['backdoor_asr'] for f in whole])} | "
                    f"{mean(f['client_epochs'] for f in whole):.1f}") if whole else " | "
@@ -67,10 +70,10 @@ def verify_table(records: list[dict], full: list[dict]) -> list[str]:
                    f"{_spread([f['accuracy'] for f in mine], 100, 2)} | "
                    f"{mean(f['client_epochs'] for f in mine):.1f} | "
                    f"{_ratio(mine, fr)} | {removed} |")
-    gap = mean(r["frameworks"]["SE"]["backdoor_asr"] for r in records) - mean(
-        r["frameworks"]["FR"]["backdoor_asr"] for r in records)
+    gap = mean(r["frameworks"][SE]["backdoor_asr"] for r in records) - mean(
+        r["frameworks"][FR]["backdoor_asr"] for r in records)
     verdict = "reached" if abs(gap) <= ASR_MARGIN else "**not reached**"
-    return out + ["", f"SE's ASR minus FR's, records erased: {gap:+.3f} (goal: within "
+    return out + ["", f"{SE}'s ASR minus {FR}'s, records erased: {gap:+.3f} (goal: within "
                       f"{ASR_MARGIN}: {verdict}).", ""]
 
 
@@ -87,7 +90,7 @@ def class_table(runs: list[dict]) -> list[str]:
            "| model | on the erased label | on the other labels | overall | "
            "client-epochs | wall / FR |", "|---|---|---|---|---|---|"]
     rows = [("original", [r["original"] for r in runs], None)]
-    rows += [(n, [r["frameworks"][n] for r in runs], [r["frameworks"]["FR"] for r in runs])
+    rows += [(n, [r["frameworks"][n] for r in runs], [r["frameworks"][FR] for r in runs])
              for n in runs[0]["frameworks"]]
     for name, mine, fr in rows:
         cost = "| | |" if fr is None else (
@@ -96,11 +99,11 @@ def class_table(runs: list[dict]) -> list[str]:
         erased, kept, overall = (mean(f[k] for f in mine) * 100 for k in (
             "erased_label_accuracy", "kept_label_accuracy", "accuracy"))
         out.append(f"| {name} | {erased:.2f} | {kept:.2f} | {overall:.2f} {cost}")
-    gap = 100 * (mean(r["frameworks"]["SE"]["erased_label_accuracy"] for r in runs)
-                 - mean(r["frameworks"]["FR"]["erased_label_accuracy"] for r in runs))
+    gap = 100 * (mean(r["frameworks"][SE]["erased_label_accuracy"] for r in runs)
+                 - mean(r["frameworks"][FR]["erased_label_accuracy"] for r in runs))
     verdict = "reached" if abs(gap) <= LABEL_MARGIN else "**not reached**"
-    return out + ["", f"SE's accuracy on the erased label minus FR's: {gap:+.2f} points "
-                      f"(goal: within {LABEL_MARGIN:g}: {verdict}).", ""]
+    return out + ["", f"{SE}'s accuracy on the erased label minus {FR}'s: {gap:+.2f} "
+                      f"points (goal: within {LABEL_MARGIN:g}: {verdict}).", ""]
 
 
 def _ratio(mine: list[dict], fr: list[dict]) -> str:

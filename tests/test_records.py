@@ -127,6 +127,21 @@ def test_no_training_after_a_records_request_sees_the_erased_records(run_server,
 
 
 @pytest.mark.inprocess
+def test_a_records_request_files_a_receipt_naming_the_records(run_server, tmp_path):
+    import json
+
+    from server_app.run.receipts import receipt_line
+
+    run_server({"forget-records": "3:0-9", "frameworks": "SE", "mia": False})
+    (path,) = (tmp_path / "t" / "receipts").glob("*.json")
+    receipt = json.loads(path.read_text())
+    assert receipt["clients"] == [] and receipt["erasure"]["records"] == {
+        "3": list(range(10))}
+    assert (receipt["version"]["before"], receipt["version"]["after"]) == (1, 2)
+    assert "records: 10 records of client 3" in receipt_line(receipt)
+
+
+@pytest.mark.inprocess
 def test_a_class_level_request_drops_the_label_on_every_client(run_server, monkeypatch):
     """``forget-labels``: no client trains on label 7 after the request; every
     shard is replayed (SE) or retrained (SISA), and each model is scored on the

@@ -245,8 +245,9 @@ def receipt_line(receipt: dict) -> str:
     version = receipt.get("version") or {}
     when = (f"after the run v{version.get('before')}->v{version.get('after')}"
             if receipt.get("after_run") else f"stage {receipt.get('stage')}")
-    return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  clients "
-            f"{receipt['clients']}  shards "
+    who = (f"records: {receipt['erasure_note']}" if receipt.get("erasure_note")
+           else f"clients {receipt['clients']}")
+    return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  {who}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "
             f"{receipt.get('rounds_replayed', '-')}  {name} "
             f"{se.get('client_epochs', 0):.1f} client-epochs  done "

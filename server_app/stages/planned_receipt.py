@@ -28,6 +28,7 @@ from server_app.run.receipts import (
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
+from server_app.unlearning.erasure import planned_erasure
 
 KEPT_PLANNED = ("a one-stage run erases nothing after its planned requests: the "
                 "storage report, FedEraser's own history and later requests read its "
@@ -58,7 +59,8 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
     """
     ctx = run.ctx
     clients = sorted({p for r in ctx.requests for p in r})
-    if se is None or not se.models or not clients:
+    erasure = planned_erasure(ctx.cfg)  # a records or class request: clients stay
+    if se is None or not se.models or not (clients or erasure):
         return None
     mine = [r for r in run.inbox.all() if r.source == "planned" and r.stage == 1]
     if mine and mine[0].state == "done":
@@ -67,6 +69,8 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
                                                         unique=False)[0]
     receipt = {"request_id": request.id, "clients": clients,
                "requests": [list(r) for r in ctx.requests], "source": "planned",
+               **({"erasure": erasure.to_json(), "erasure_note": erasure.describe()}
+                  if erasure else {}),
                "received_at": utc(request.received), "stage": 1,
                **_what_se_did(run, summary, se),
                "erased": kept_history(run.store, clients, KEPT_PLANNED),
