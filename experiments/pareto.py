@@ -451,8 +451,9 @@ def _datasets(runs: list[dict]) -> list[str]:
 def _requests(cfg: dict) -> str:
     """The cell's requests in words."""
     k, per = cfg.get("num-requests", 1), cfg.get("clients-per-request", 1)
-    return (f"{k} {cfg.get('request-mode', '')} request{'s' if k != 1 else ''} of {per} "
-            f"client{'s' if per != 1 else ''}, {cfg.get('request-distribution', '')}")
+    mode, spread = cfg.get("request-mode"), cfg.get("request-distribution")
+    return (f"{k} {mode + ' ' if mode else ''}request{'s' if k != 1 else ''} of {per} "
+            f"client{'s' if per != 1 else ''}" + (f", {spread}" if spread else ""))
 
 
 def _ratio(fw: list[dict], frs: list[dict], key: str) -> str:
