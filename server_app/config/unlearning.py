@@ -162,11 +162,13 @@ class UnlearningConfig(Section):
                           f"methods that erase records while their clients stay ({able}) "
                           f"with {key}: {', '.join(refused) or 'none'} forget whole "
                           "clients only")
-            if (self.num_requests, self.clients_per_request,
-                    self.request_distribution) != (1, 1, "even"):
-                raise bad("num-requests", self.num_requests, f"1 (with clients-per-request "
-                          f"1 and request-distribution 'even') when {key} is set: it "
-                          "is the run's one request")
+            generator = {"num-requests": (self.num_requests, 1),
+                         "clients-per-request": (self.clients_per_request, 1),
+                         "request-distribution": (self.request_distribution, "even")}
+            for other, (given, default) in generator.items():
+                if given != default:
+                    raise bad(other, given, f"{default!r} when {key} is set (it is the "
+                              "run's one request; this key is for generated requests)")
 
     def _validate_frameworks(self) -> None:
         names, builtins = self.framework_list, registry.names()
