@@ -170,3 +170,30 @@ def test_a_class_level_request_drops_the_label_on_every_client(run_server, monke
         # every shard holds a 7: both shards were retrained
         assert sorted({s for r in fw["requests"] for s in r["impacted_shards"]}) == [0, 1]
     assert summary["original"]["erased_label_accuracy"] is not None
+
+
+class _Late:
+    """A shard's stored rounds 1-4; client 9 first trains in round 3."""
+
+    def rounds(self, shard):
+        return [1, 2, 3, 4]
+
+    def participants(self, shard, rnd):
+        return [(0, 10), (1, 10)] + ([(9, 10)] if rnd >= 3 else [])
+
+    def update(self, shard, rnd, pid):
+        return {"w": np.full(3, float(pid), np.float32)}
+
+
+def test_a_changed_client_starts_the_replay_at_its_first_round_and_stays_in_it():
+    """SE for a records request: g0 is the owner's first round; it is retained."""
+    from strategies.replay import CalibratedRetraining
+
+    nodes = {p: 100 + p for p in (0, 1, 9)}
+    replay = CalibratedRetraining(_Late(), 0, (), nodes, 1.0, changed={9},
+                                  members=(0, 1, 9), refill_seed=0)
+    assert replay.start_round == 3 and replay.plan == [3, 4]
+    assert [p for p, _ in replay.retained(3)] == [0, 1, 9]
+    assert not any(replay.substitutes.values())  # nobody left: no slot to refill
+    untouched = CalibratedRetraining(_Late(), 0, (), nodes, 1.0)
+    assert untouched.start_round is None and untouched.plan == []
