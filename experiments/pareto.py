@@ -298,7 +298,7 @@ def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
     claim = _paper_claim(dataset)
     saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
                       if all(name in r["frameworks"] for r in mine))
-    paper = (f"; the paper reports {claim * 100:.1f}% less retraining time than FR"
+    paper = (f"; the paper reports {claim * 100:.4g}% less retraining time than FR"
              if claim else "")
     return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}{paper}.", ""]
 
@@ -363,7 +363,7 @@ def paper_headline(runs: list[dict]) -> str:
         rows.append([f"{dataset}, {shown}", value(ref), value(SE), _saved(mine, SE),
                      f"{storage / 1e6:.0f} MB", value(PAPER_SE),
                      _saved(mine, PAPER_SE) if value(PAPER_SE) != "not run"
-                     else "", f"{claim * 100:.1f}%" if claim else ""])
+                     else "", f"{claim * 100:.4g}%" if claim else ""])
     commits = ", ".join(sorted({r["commit"][:7] for r in runs}))
     missing = ", ".join(_not_run(runs))
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
