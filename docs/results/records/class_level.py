@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT)]
 
-KEYS = ("accuracy", "erased_label_accuracy", "kept_label_accuracy", "client_epochs",
+KEYS = ("accuracy", "loss", "erased_label_accuracy", "kept_label_accuracy", "client_epochs",
         "client_rounds", "modelled_wall_s", "retrain_compute_s")
 
 
