@@ -3,7 +3,10 @@
 # each (run.py). Usage: run.sh [DATASET...] (default: fmnist shakespeare cifar10).
 # Resumable: a file that exists is not run again; a killed cell starts over.
 # Two cores: run two at once, one thread each (`OMP_NUM_THREADS=1 run.sh fmnist &
-# OMP_NUM_THREADS=1 run.sh shakespeare`).
+# OMP_NUM_THREADS=1 run.sh shakespeare`). Measured on the 2-core AMD EPYC beside other
+# jobs: MNIST and Fashion-MNIST about 65-70 min a cell; Tiny Shakespeare's learning
+# rounds 70-97 s each (about 2 h a cell); CIFAR-10 about 7x MNIST's cost per
+# client-epoch (several hours): start those first in a session, one per core.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 for dataset in "${@:-fmnist shakespeare cifar10}"; do
