@@ -134,7 +134,8 @@ def test_a_records_request_files_a_receipt_naming_the_records(run_server, tmp_pa
 
     from server_app.run.receipts import receipt_line
 
-    run_server({"forget-records": "3:0-9", "frameworks": "SE", "mia": False})
+    summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE", "mia": True})
+    assert any("membership audit not run" in n for n in summary["notes"])
     (path,) = (tmp_path / "t" / "receipts").glob("*.json")
     receipt = json.loads(path.read_text())
     assert receipt["clients"] == [] and receipt["erasure"]["records"] == {
@@ -170,6 +171,8 @@ def test_a_class_level_request_drops_the_label_on_every_client(run_server, monke
         # every shard holds a 7: both shards were retrained
         assert sorted({s for r in fw["requests"] for s in r["impacted_shards"]}) == [0, 1]
     assert summary["original"]["erased_label_accuracy"] is not None
+    # mia = false here: no note; with mia = true the run says the audit did not run
+    assert not any("membership audit not run" in n for n in summary["notes"])
 
 
 class _Late:

@@ -35,6 +35,11 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
             for key, value in ctx.evaluator.label_accuracy(models, labels).items():
                 setattr(target, key, value)
     forget = sorted({p for r in ctx.requests for p in r})
+    if checks.mia and not forget and (labels or cfg.unlearning.erased_records):
+        note = ("membership audit not run: it scores forgotten clients' data and a "
+                "records or class request forgets no client (mia = true was set)")
+        summary.notes.append(note)
+        ctx.log(note)
     owners = sorted(cfg.unlearning.erased_records)  # a records request's clients
     if not forget and not owners:
         return
