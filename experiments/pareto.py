@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from server_app.config import methods
@@ -333,6 +334,30 @@ def _not_run(runs: list[dict]) -> list[str]:
     return [d for d in BUILTIN_TASKS if d not in have]
 
 
+def _per_dataset(runs: list[dict]):
+    """Per dataset of ``runs``: (dataset, its runs, metric key, unit, value).
+
+    ``value(name)`` is ``name``'s mean metric over the dataset's runs as the
+    README prints it (accuracy in % to 0.1, loss in nats to 0.001), or
+    ``not run`` where a run lacks it.
+    """
+    for dataset in _datasets(runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, factor, unit = metric(mine[0])
+        yield dataset, mine, key, unit, partial(
+            _mean_value, mine, key, factor, 1 if key == "accuracy" else 3)
+
+
+def _mean_value(runs: list[dict], key: str, factor: float, digits: int,
+                name: str) -> str:
+    """``name``'s mean ``key`` over ``runs`` times ``factor``, or ``not run``."""
+    from statistics import mean
+
+    if not all(name in r["frameworks"] for r in runs):
+        return "not run"
+    return f"{mean(r['frameworks'][name][key] for r in runs) * factor:.{digits}f}"
+
+
 def paper_headline(runs: list[dict]) -> str:
     """The README's table at the paper's scale: FR, SE as shipped, the paper's SE.
 
@@ -347,16 +372,7 @@ def paper_headline(runs: list[dict]) -> str:
             f"{SE}: history on the server", "paper's SE", "paper's SE: time saved",
             "the paper reports"]
     rows = []
-    for dataset in _datasets(runs):
-        mine = [r for r in runs if r["config"]["dataset"] == dataset]
-        key, factor, unit = metric(mine[0])
-        digits = 1 if key == "accuracy" else 3
-
-        def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
-            if not all(name in r["frameworks"] for r in mine):
-                return "not run"
-            return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
-
+    for dataset, mine, key, unit, value in _per_dataset(runs):
         claim = _paper_claim(dataset)
         storage = mean(r["frameworks"][SE]["server_storage_bytes"] for r in mine)
         shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
@@ -492,13 +508,7 @@ def headline_table(runs: list[dict]) -> str:
     head = ["dataset, scale: metric (runs)", ref, exact,
             *(f"{n} (wall / {ref})" for n in names)]
     rows = []
-    for dataset in _datasets(runs):
-        mine = [r for r in runs if r["config"]["dataset"] == dataset]
-        key, factor, unit = metric(mine[0])
-        digits = 1 if key == "accuracy" else 3
-
-        def value(name: str, mine=mine, key=key, factor=factor, digits=digits) -> str:
-            return f"{mean(r['frameworks'][name][key] for r in mine) * factor:.{digits}f}"
+    for dataset, mine, key, unit, value in _per_dataset(runs):
 
         cfg = mine[0]["config"]
         shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"

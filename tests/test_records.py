@@ -62,7 +62,7 @@ def _config(**overrides) -> RunConfig:
     ({"forget-records": "3:0", "forget-labels": "1", "frameworks": "SE"}, "forget-labels",
      "'' when forget-records is set"),
     ({"forget-labels": "1", "frameworks": "SE", "num-requests": 2}, "num-requests",
-     "it is the run's one request"),
+     "forget-labels is the one request"),
     ({"forget-records": "3:0", "frameworks": "SE", "clients-per-request": 2},
      "clients-per-request", "1 when forget-records is set"),
     ({"forget-records": "3:0", "frameworks": "SE", "later-requests": True},

@@ -162,13 +162,7 @@ class UnlearningConfig(Section):
                           f"methods that erase records while their clients stay ({able}) "
                           f"with {key}: {', '.join(refused) or 'none'} forget whole "
                           "clients only")
-            generator = {"num-requests": (self.num_requests, 1),
-                         "clients-per-request": (self.clients_per_request, 1),
-                         "request-distribution": (self.request_distribution, "even")}
-            for other, (given, default) in generator.items():
-                if given != default:
-                    raise bad(other, given, f"{default!r} when {key} is set (it is the "
-                              "run's one request; this key is for generated requests)")
+            self._check_one_request(key)
 
     def _validate_frameworks(self) -> None:
         names, builtins = self.framework_list, registry.names()
@@ -209,14 +203,17 @@ class UnlearningConfig(Section):
         if not self.framework_list:
             raise bad("forget-clients", self.forget_clients,
                       "'' with frameworks = 'none' (nothing would forget them)")
+        self._check_one_request("forget-clients")
+
+    def _check_one_request(self, key: str) -> None:
+        """The request generator's keys at their defaults: ``key`` is the one request."""
         generator = {"num-requests": (self.num_requests, 1),
                      "clients-per-request": (self.clients_per_request, 1),
                      "request-distribution": (self.request_distribution, "even")}
-        for key, (value, default) in generator.items():
+        for other, (value, default) in generator.items():
             if value != default:
-                raise bad(key, value, f"{default!r} when forget-clients is set "
-                          "(forget-clients is the one request; this key is for "
-                          "generated requests)")
+                raise bad(other, value, f"{default!r} when {key} is set ({key} is the "
+                          "one request; this key is for generated requests)")
 
     def _tokens(self) -> list[str]:
         if self.frameworks.strip().lower() == "none":
