@@ -200,3 +200,27 @@ def test_a_changed_client_starts_the_replay_at_its_first_round_and_stays_in_it()
     assert not any(replay.substitutes.values())  # nobody left: no slot to refill
     untouched = CalibratedRetraining(_Late(), 0, (), nodes, 1.0)
     assert untouched.start_round is None and untouched.plan == []
+
+
+@pytest.mark.inprocess
+def test_a_records_request_replays_from_coded_slices(run_server, monkeypatch):
+    """With ``storage = 'coded'`` SE decodes the shard's history from the clients'
+    slices and replays it with the owner training on what it keeps."""
+    from experiments.grid import InProcessGrid
+
+    trained: list[int] = []
+    deliver = InProcessGrid._deliver
+
+    def spy(grid, message, dst):
+        reply = deliver(grid, message, dst)
+        if message.metadata.message_type == "train.unlearn" and \
+                grid.contexts[dst].node_config["partition-id"] == 3:
+            trained.append(int(reply.content["metrics"]["num-examples"]))
+        return reply
+
+    monkeypatch.setattr(InProcessGrid, "_deliver", spy)
+    summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE",
+                             "storage": "coded", "mia": False, "num-rounds": 3})
+    assert summary["storage"]["mode"] == "coded"
+    assert trained and set(trained) == {54}  # 64 held, 10 erased
+    assert summary["frameworks"]["SE"]["client_epochs"] > 0
