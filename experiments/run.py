@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--jobs {args.jobs} with --engine {args.engine}: side-by-side runs "
                  "need --engine inprocess (each flwr run starts its own SuperLink)")
     if args.name == "pareto":  # redraws from committed files; runs nothing
-        from experiments import pareto
+        from experiments import doc_tables, pareto
 
         given = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
                  if k != "name" and v != ap.get_default(k)]
@@ -355,8 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"pareto redraws from the committed files and takes no options: "
                      f"{', '.join(given)} given")
 
-        for path in pareto.redraw(pareto.FILES, pareto.FIGURES, pareto.RESULTS,
-                                  pareto.README, pareto.PAPER_SCALE):
+        for path in doc_tables.redraw(pareto.FILES, pareto.FIGURES, doc_tables.RESULTS,
+                                      doc_tables.README, pareto.PAPER_SCALE):
             print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.report_only:

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from experiments import pareto
+from experiments import doc_tables, pareto
 from experiments.run import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -34,13 +34,15 @@ def test_each_cell_seed_is_one_file_and_one_point_per_framework():
 
 
 @pytest.mark.parametrize("page, begin, end, make", [
-    (pareto.RESULTS, pareto.SUMMARY_BEGIN, pareto.SUMMARY_END, pareto.summary_block),
-    (pareto.README, pareto.HEADLINE_BEGIN, pareto.HEADLINE_END, pareto.headline_block)],
+    (doc_tables.RESULTS, doc_tables.SUMMARY_BEGIN, doc_tables.SUMMARY_END,
+     doc_tables.summary_block),
+    (doc_tables.README, doc_tables.HEADLINE_BEGIN, doc_tables.HEADLINE_END,
+     doc_tables.headline_block)],
     ids=["RESULTS", "README"])
 def test_the_generated_blocks_are_what_the_committed_files_make(page, begin, end, make):
     """Issue 44, item 1: the per-dataset tables are generated, never typed."""
     made = make(pareto.load(pareto.FILES / pareto.SHIPPED), pareto.load(pareto.PAPER_SCALE))
-    assert pareto.block(page, begin, end) == f"\n\n{made}\n", \
+    assert doc_tables.block(page, begin, end) == f"\n\n{made}\n", \
         f"{page.name}'s generated block differs from its files: " \
         "./simulate.sh experiments pareto"
 
@@ -66,15 +68,15 @@ def test_paper_scale_files_hold_the_papers_topology():
 
 
 def test_results_opens_with_the_summary():
-    text = pareto.RESULTS.read_text()
-    assert text.index(pareto.SUMMARY_BEGIN) < text.index("## The experiment suite")
-    readme = pareto.README.read_text().splitlines()
-    assert any(pareto.HEADLINE_BEGIN in line for line in readme[:40])
+    text = doc_tables.RESULTS.read_text()
+    assert text.index(doc_tables.SUMMARY_BEGIN) < text.index("## The experiment suite")
+    readme = doc_tables.README.read_text().splitlines()
+    assert any(doc_tables.HEADLINE_BEGIN in line for line in readme[:40])
 
 
 def test_summary_rows_are_every_framework_with_spread_and_ratios():
     runs = [r for r in pareto.load() if r["cell"] == pareto.load()[0]["cell"]]
-    table = pareto.summary_tables(runs)
+    table = doc_tables.summary_tables(runs)
     rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
     assert len(rows) == 1 + len(runs[0]["frameworks"])  # the original first
     assert rows[0].startswith("| original (before forgetting) |")
@@ -93,16 +95,17 @@ def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
         shutil.copy(path, files)
     results, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
     results.write_text(
-        f"# R\n\n{pareto.SUMMARY_BEGIN}\nold\n{pareto.SUMMARY_END}\n\n## Rest\n")
-    readme.write_text(f"{pareto.HEADLINE_BEGIN}\nold\n{pareto.HEADLINE_END}\n")
+        f"# R\n\n{doc_tables.SUMMARY_BEGIN}\nold\n{doc_tables.SUMMARY_END}\n\n## Rest\n")
+    readme.write_text(f"{doc_tables.HEADLINE_BEGIN}\nold\n{doc_tables.HEADLINE_END}\n")
     monkeypatch.setattr(pareto, "FILES", files)
     monkeypatch.setattr(pareto, "FIGURES", figures)
-    monkeypatch.setattr(pareto, "RESULTS", results)
-    monkeypatch.setattr(pareto, "README", readme)
+    monkeypatch.setattr(doc_tables, "RESULTS", results)
+    monkeypatch.setattr(doc_tables, "README", readme)
     monkeypatch.setattr(pareto, "PAPER_SCALE", tmp_path / "paper-scale")
     assert main(["pareto"]) == 0
-    assert results.read_text() == (f"# R\n\n{pareto.SUMMARY_BEGIN}\n\n{pareto.NO_RUNS}"
-                                   f"\n{pareto.SUMMARY_END}\n\n## Rest\n")
+    assert results.read_text() == (
+        f"# R\n\n{doc_tables.SUMMARY_BEGIN}\n\n{doc_tables.NO_RUNS}"
+        f"\n{doc_tables.SUMMARY_END}\n\n## Rest\n")
     assert "old" not in readme.read_text()
     datasets = {r["config"]["dataset"] for r in pareto.load(files)}
     drawn = sorted(figures.glob("pareto_*.png"))
@@ -121,13 +124,13 @@ def test_a_file_without_fr_is_refused_by_name(tmp_path):
 
 def test_an_empty_folder_or_a_page_without_the_block_writes_nothing(tmp_path):
     results, readme = tmp_path / "RESULTS.md", tmp_path / "README.md"
-    results.write_text(f"{pareto.SUMMARY_BEGIN}\n{pareto.SUMMARY_END}\n")
-    readme.write_text(f"{pareto.HEADLINE_BEGIN}\n{pareto.HEADLINE_END}\n")
+    results.write_text(f"{doc_tables.SUMMARY_BEGIN}\n{doc_tables.SUMMARY_END}\n")
+    readme.write_text(f"{doc_tables.HEADLINE_BEGIN}\n{doc_tables.HEADLINE_END}\n")
     with pytest.raises(ValueError, match="no explore"):
-        pareto.redraw(tmp_path, tmp_path, results, readme)
+        doc_tables.redraw(tmp_path, tmp_path, results, readme)
     readme.write_text("# no block\n")
     with pytest.raises(ValueError, match="README.md: no generated block"):
-        pareto.redraw(pareto.FILES, tmp_path, results, readme)
+        doc_tables.redraw(pareto.FILES, tmp_path, results, readme)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "RESULTS.md"]
     assert readme.read_text() == "# no block\n"
 

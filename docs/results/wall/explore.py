@@ -221,7 +221,7 @@ if __name__ == "__main__":
         (HERE / into).mkdir(exist_ok=True)
         (HERE / into / f"explore-{cell}-s{seed}.json").write_text(
             json.dumps(result, indent=1) + "\n")
-    from experiments.pareto import redraw
+    from experiments.doc_tables import redraw
 
     redraw(HERE)
     text = "\n".join(["# The rule of docs/DESIGN.md, applied", "", *rule(), *confirm()])

@@ -1,0 +1,371 @@
+"""The tables the experiments command writes into docs/RESULTS.md and the README.
+
+From the committed run files that :mod:`experiments.pareto` reads (the shipped runs,
+``docs/results/wall/shipped/``, and the paper-scale cells,
+``docs/results/paper-scale/``): RESULTS' summary block (:func:`summary_block`: a
+table per dataset, every framework against FR) and the README's headline block
+(:func:`headline_block`). :func:`redraw` rewrites both, the ``explore.md`` tables
+and the figures; ``tests/test_pareto.py`` compares the blocks byte for byte.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from experiments.pareto import (
+    FIGURES,
+    FILES,
+    PAPER_SCALE,
+    ROOT,
+    SHIPPED,
+    figures,
+    load,
+    metric,
+    table,
+)
+from server_app.config import methods
+
+RESULTS = ROOT / "docs" / "RESULTS.md"
+"""The page whose summary block :func:`redraw` rewrites (:func:`summary_block`)."""
+SUMMARY_BEGIN = ("<!-- summary: made by `./simulate.sh experiments pareto` from "
+                 "docs/results/paper-scale/ and docs/results/wall/shipped/; do not edit "
+                 "by hand -->")
+SUMMARY_END = "<!-- end of summary -->"
+README = ROOT / "README.md"
+"""The page whose headline block :func:`redraw` rewrites (:func:`headline_block`)."""
+HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` from "
+                   "docs/results/paper-scale/ (else docs/results/wall/shipped/); do not "
+                   "edit by hand -->")
+HEADLINE_END = "<!-- end of headline -->"
+NO_RUNS = "No shipped runs committed yet.\n"
+"""A generated block's text while no run file is committed."""
+SE = methods.proposed()
+"""The proposed method (SE), as shipped."""
+PAPER_SE = "SE-paper"
+"""The paper's SE in the files: docs/results/wall/explore.py's variant of that name."""
+
+
+def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESULTS,
+           readme: Path = README, paper_scale: Path = PAPER_SCALE) -> list[Path]:
+    """Rewrite ``explore.md``, the figures and the generated blocks; the paths written.
+
+    ``files/explore.md`` tabulates the schedule files, ``files/shipped/explore.md``
+    those of :data:`SHIPPED`; the figures draw both, a shipped run's cell labelled
+    ``<cell>, shipped``, and those of ``paper_scale`` (:data:`PAPER_SCALE`);
+    :func:`summary_block` replaces what stands between :data:`SUMMARY_BEGIN` and
+    :data:`SUMMARY_END` in ``results``, :func:`headline_block` the block between
+    :data:`HEADLINE_BEGIN` and :data:`HEADLINE_END` in ``readme``.
+
+    Raises
+    ------
+    ValueError
+        ``files`` holds no schedule file (nothing to draw), or a page lacks its
+        block's markers (checked before anything is written).
+    """
+    pages = {results: (SUMMARY_BEGIN, SUMMARY_END), readme: (HEADLINE_BEGIN, HEADLINE_END)}
+    for page, (begin, end) in pages.items():
+        if begin not in page.read_text() or end not in page.read_text():
+            raise ValueError(f"{page}: no generated block ({begin!r} ... {end!r}) to "
+                             "rewrite")
+    runs = load(files)
+    if not runs:
+        raise ValueError(f"{files}: no explore-*-s*.json to draw from")
+    shipped, paper = load(files / SHIPPED), load(paper_scale)
+    written = []
+    for folder, these in ((files, runs), (files / SHIPPED, shipped), (paper_scale, paper)):
+        if these:
+            written.append(folder / "explore.md")
+            written[-1].write_text(table(these) + "\n")
+    for page, make in ((results, summary_block), (readme, headline_block)):
+        _replace_block(page, *pages[page], make(shipped, paper))
+    for data in shipped:
+        data["label"] = f"{data['cell']}, shipped"
+    return [*written, results, readme, *figures(runs + shipped + paper, figures_to)]
+
+
+def summary_block(shipped: list[dict], paper: list[dict]) -> str:
+    """RESULTS' summary block: the paper-scale tables, then the shipped runs'.
+
+    :func:`paper_scale_tables`, then :func:`summary_tables`; :data:`NO_RUNS` where
+    both lists are empty.
+    """
+    parts = []
+    if paper:
+        parts.append(paper_scale_tables(paper))
+    if shipped:
+        parts.append("### At a smaller scale, three seeds\n\n" + summary_tables(shipped))
+    return "\n".join(parts) if parts else NO_RUNS
+
+
+def headline_block(shipped: list[dict], paper: list[dict]) -> str:
+    """README's headline block: the paper-scale table, else the shipped runs'.
+
+    :func:`paper_headline` where a paper-scale file exists, else
+    :func:`headline_table`; :data:`NO_RUNS` where both lists are empty.
+    """
+    if paper:
+        return paper_headline(paper)
+    return headline_table(shipped) if shipped else NO_RUNS
+
+
+def block(page: Path, begin: str, end: str) -> str:
+    """What stands between ``begin`` and ``end`` in ``page`` (the generated block)."""
+    return page.read_text().split(begin, 1)[1].split(end, 1)[0]
+
+
+def _replace_block(page: Path, begin: str, end: str, content: str) -> None:
+    """Put ``content`` between ``begin`` and ``end`` in ``page``, a blank line around."""
+    head, rest = page.read_text().split(begin, 1)
+    page.write_text(f"{head}{begin}\n\n{content}\n{end}{rest.split(end, 1)[1]}")
+
+
+def paper_scale_tables(runs: list[dict]) -> str:
+    """The summary's first part: one table per dataset at the paper's scale.
+
+    As :func:`summary_tables`, each followed by the time SE, as shipped and as the
+    paper ran it, saves against FR beside the reduction the paper reports for that
+    dataset (:attr:`task.interface.ExperimentFacts.paper_claim`).
+    """
+    missing = ", ".join(_not_run(runs)) or "none"
+    head = ["### At the paper's scale", "",
+            "The paper's single-request non-IID cell of each dataset (C = 100 clients, "
+            "S = 4 shards, 20 a round, G = 30 rounds, L = 10 local epochs; one request "
+            "of one client), the shipped defaults beside the paper's SE, one seed. "
+            "FE, RR and FRec are not run at this scale (each learns an unsharded "
+            "federation beside the shards: MNIST's, through Ray, in the paper preset "
+            f"section). Not run yet at this scale: {missing}. Command: "
+            "`docs/results/paper-scale/run.sh` (files `docs/results/paper-scale/`).", ""]
+    return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
+
+
+def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
+    """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
+    claim = _paper_claim(dataset)
+    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
+                      if all(name in r["frameworks"] for r in mine))
+    paper = (f"; the paper reports {claim * 100:.4g}% less retraining time than FR"
+             if claim else "")
+    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}{paper}.", ""]
+
+
+def _saved(runs: list[dict], name: str) -> str:
+    """``1 - wall / FR`` of ``name``, mean over ``runs``, in %."""
+    return f"{100 * _saved_fraction(runs, name):.1f}%"
+
+
+def _saved_fraction(runs: list[dict], name: str) -> float:
+    """``1 - wall / FR`` of ``name`` (modelled wall times), mean over ``runs``."""
+    from statistics import mean
+
+    ref = methods.reference()
+    return 1 - mean(r["frameworks"][name]["modelled_wall_s"]
+                    / r["frameworks"][ref]["modelled_wall_s"] for r in runs)
+
+
+def _paper_claim(dataset: str) -> float | None:
+    """The retraining-time reduction the paper reports for ``dataset`` (None: none)."""
+    from task.registry import builtin_experiments
+
+    facts = builtin_experiments(dataset)
+    return facts.paper_claim[1] if facts and facts.paper_claim else None
+
+
+def _not_run(runs: list[dict]) -> list[str]:
+    """The built-in datasets without a file in ``runs``."""
+    from task.tasks import BUILTIN_TASKS
+
+    have = {r["config"]["dataset"] for r in runs}
+    return [d for d in BUILTIN_TASKS if d not in have]
+
+
+def _per_dataset(runs: list[dict]):
+    """Per dataset of ``runs``: (dataset, its runs, metric key, unit, value).
+
+    ``value(name)`` is ``name``'s mean metric over the dataset's runs as the
+    README prints it (accuracy in % to 0.1, loss in nats to 0.001), or
+    ``not run`` where a run lacks it.
+    """
+    for dataset in _datasets(runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, factor, unit = metric(mine[0])
+        yield dataset, mine, key, unit, partial(
+            _mean_value, mine, key, factor, 1 if key == "accuracy" else 3)
+
+
+def _mean_value(runs: list[dict], key: str, factor: float, digits: int,
+                name: str) -> str:
+    """``name``'s mean ``key`` over ``runs`` times ``factor``, or ``not run``."""
+    from statistics import mean
+
+    if not all(name in r["frameworks"] for r in runs):
+        return "not run"
+    return f"{mean(r['frameworks'][name][key] for r in runs) * factor:.{digits}f}"
+
+
+def paper_headline(runs: list[dict]) -> str:
+    """The README's table at the paper's scale: FR, SE as shipped, the paper's SE.
+
+    Per dataset: test accuracy in % (test loss in nats where the task is read by
+    its loss) of FR, SE and the paper's SE; the modelled wall time each SE saves
+    against FR; SE's history on the server in MB; the paper's own reduction.
+    """
+    from statistics import mean
+
+    ref = methods.reference()
+    head = ["dataset (non-IID), metric", ref, SE, f"{SE}: time saved",
+            f"{SE}: history on the server", "paper's SE", "paper's SE: time saved",
+            "the paper reports"]
+    rows = []
+    for dataset, mine, key, unit, value in _per_dataset(runs):
+        claim = _paper_claim(dataset)
+        storage = mean(r["frameworks"][SE]["server_storage_bytes"] for r in mine)
+        shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
+        rows.append([f"{dataset}, {shown}", value(ref), value(SE), _saved(mine, SE),
+                     f"{storage / 1e6:.0f} MB", value(PAPER_SE),
+                     _saved(mine, PAPER_SE) if value(PAPER_SE) != "not run"
+                     else "", f"{claim * 100:.4g}%" if claim else ""])
+    commits = ", ".join(sorted({r["commit"][:7] for r in runs}))
+    missing = ", ".join(_not_run(runs))
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(r) + " |" for r in rows), "",
+                      f"One seed per dataset, commit {commits}"
+                      + (f"; not run yet at this scale: {missing}." if missing else "."),
+                      *_verdict(runs)]) + "\n"
+
+
+def _verdict(runs: list[dict]) -> list[str]:
+    """Per SE: the datasets where it saves at least the paper's reported reduction."""
+    out = []
+    for name, label in ((SE, f"{SE} as shipped"), (PAPER_SE, "The paper's SE")):
+        have = [r for r in runs if name in r["frameworks"]]
+        by = {d: [r for r in have if r["config"]["dataset"] == d]
+              for d in _datasets(have) if _paper_claim(d)}
+        met = [d for d, mine in by.items()
+               if _saved_fraction(mine, name) >= _paper_claim(d)]
+        out.append(f"{label} saves at least the paper's reduction on {len(met)} of "
+                   f"{len(by)} datasets{' (' + ', '.join(met) + ')' if met else ''}.")
+    return [" ".join(out)]
+
+
+def summary_tables(runs: list[dict], notes=None) -> str:
+    """One markdown table per dataset of ``runs``: every framework against FR.
+
+    Rows: the model before forgetting, the registered methods in the registry's
+    order, then the variants a file describes (with their settings). Columns:
+    test accuracy in % (test loss in nats where the task is read by its loss)
+    as mean ± standard deviation
+    over the seeds; modelled wall time and retraining compute over FR's (means
+    of the per-seed ratios); client rounds (mean); server storage of its history
+    in MB. The caption gives the cell, its scale, the seeds and the commits;
+    ``notes(dataset, runs)``, where given, the lines that follow each table.
+    """
+    from statistics import mean, pstdev
+
+    out = []
+    ref = methods.reference()
+    for dataset in _datasets(runs):
+        mine = [r for r in runs if r["config"]["dataset"] == dataset]
+        key, scale, unit = metric(mine[0])
+        cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
+        names = [n for n in methods.names() if n in mine[0]["frameworks"]]
+        names += [n for n in mine[0]["frameworks"] if n not in names]
+        out += [f"#### {dataset}", "",
+                f"Cell `{mine[0]['cell']}`: {cfg['partition']}, {cfg['num-clients']} "
+                f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
+                f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "
+                f"{_requests(cfg)}; seeds {', '.join(map(str, seeds))}; commit "
+                f"{', '.join(sorted({r['commit'][:7] for r in mine}))}.", "",
+                f"| framework | test {key} ({'%' if key == 'accuracy' else unit}) "
+                "| wall / FR | compute / FR | client rounds | server storage (MB) |",
+                "|---|---|---|---|---|---|"]
+        learned = [r[f"learned_{key}"] * scale for r in mine]
+        digits = 2 if key == "accuracy" else 4
+        out.append(f"| original (before forgetting) | {mean(learned):.{digits}f} ± "
+                   f"{pstdev(learned):.{digits}f} | | | | |")
+        for name in names:
+            have = [r for r in mine if name in r["frameworks"]]
+            fw = [r["frameworks"][name] for r in have]
+            frs = [r["frameworks"][ref] for r in have]
+            values = [f[key] * scale for f in fw]
+            storage = fw[0].get("server_storage_bytes")
+            out.append(
+                f"| {_label(name, have[0])} | {mean(values):.{digits}f} ± "
+                f"{pstdev(values):.{digits}f} "
+                f"| {_ratio(fw, frs, 'modelled_wall_s')} "
+                f"| {_ratio(fw, frs, 'retrain_compute_s')} "
+                f"| {mean(f['client_rounds'] for f in fw):.1f} "
+                f"| {'' if storage is None else f'{storage / 1e6:.1f}'} |")
+        out.append("")
+        out += notes(dataset, mine) if notes else []
+    return "\n".join(out)
+
+
+def _datasets(runs: list[dict]) -> list[str]:
+    """The datasets of ``runs``: the built-in tasks' order, then the others by name."""
+    from task.tasks import BUILTIN_TASKS
+
+    present = {r["config"]["dataset"] for r in runs}
+    return [d for d in BUILTIN_TASKS if d in present] + sorted(present - set(BUILTIN_TASKS))
+
+
+def _requests(cfg: dict) -> str:
+    """The cell's requests in words."""
+    k, per = cfg.get("num-requests", 1), cfg.get("clients-per-request", 1)
+    mode, spread = cfg.get("request-mode"), cfg.get("request-distribution")
+    return (f"{k} {mode + ' ' if mode else ''}request{'s' if k != 1 else ''} of {per} "
+            f"client{'s' if per != 1 else ''}" + (f", {spread}" if spread else ""))
+
+
+def _ratio(fw: list[dict], frs: list[dict], key: str) -> str:
+    """Mean over the seeds of ``key`` over FR's, or blank where a file lacks it."""
+    from statistics import mean
+
+    pairs = [(f.get(key), r.get(key)) for f, r in zip(fw, frs, strict=True)]
+    if any(a is None or not b for a, b in pairs):
+        return ""
+    return f"{mean(a / b for a, b in pairs):.2f}"
+
+
+def _label(name: str, run: dict) -> str:
+    """A framework's row name: a variant's with the settings it changes."""
+    variant = run.get("variants", {}).get(name)
+    if not variant:
+        return name
+    changed = {**variant.get("settings", {}), **variant.get("recovery", {})}
+    return f"{name} ({', '.join(f'{k} = {v}' for k, v in changed.items())})"
+
+
+def headline_table(runs: list[dict]) -> str:
+    """The README's table: FR, SISA and the shipped sharded methods per dataset.
+
+    The sharded methods are the registered ones every run holds that run on SE's
+    shards and are not exact (SE, SE-R). Means over the seeds: test accuracy in %
+    (test loss in nats where the task is read by its loss), and each method's
+    modelled wall time over FR's.
+    """
+    from statistics import mean
+
+    ref, exact = methods.reference(), methods.shard_reference()
+    names = [n for n in methods.names()
+             if all(n in r["frameworks"] for r in runs)
+             and not methods.has(n, "on_baseline") and not methods.has(n, "exact")]
+    head = ["dataset, scale: metric (runs)", ref, exact,
+            *(f"{n} (wall / {ref})" for n in names)]
+    rows = []
+    for dataset, mine, key, unit, value in _per_dataset(runs):
+
+        cfg = mine[0]["config"]
+        shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
+        cells = [f"{dataset} {cfg['partition']}, C = {cfg['num-clients']}, "
+                 f"{cfg['clients-per-round']} a round, G = {cfg['num-rounds']}, "
+                 f"L = {cfg['local-epochs']}: {shown} ({len(mine)})",
+                 value(ref), value(exact)]
+        for name in names:
+            wall = mean(r["frameworks"][name]["modelled_wall_s"]
+                        / r["frameworks"][ref]["modelled_wall_s"] for r in mine)
+            cells.append(f"{value(name)} ({wall:.2f})")
+        rows.append(cells)
+    return "\n".join(["| " + " | ".join(head) + " |",
+                      "|" + "---|" * len(head),
+                      *("| " + " | ".join(r) + " |" for r in rows)]) + "\n"
