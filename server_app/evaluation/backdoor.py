@@ -100,7 +100,9 @@ class BackdoorProbe:
         b = self.backdoor
         return {"trigger": f"{b.trigger}x{b.trigger} white square, bottom-right",
                 "trigger_pixels": b.trigger, "fraction": b.fraction, "target": b.target,
-                "poisoned_clients": list(b.clients), "triggered_test_images": len(self.x)}
+                "poisoned_clients": list(b.clients) + [p for p, _ in b.records],
+                "poisoned_records": {str(p): len(ids) for p, ids in b.records},
+                "triggered_test_images": len(self.x)}
 
 
 class TextBackdoorProbe:
