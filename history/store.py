@@ -180,6 +180,25 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
                 freed += self._drop_model(shard, rnd)
         return freed
 
+    def truncate_after(self, rnd: int) -> int:
+        """Drop every update and shard model of the rounds after ``rnd``; return bytes.
+
+        A learning resumed at round ``rnd`` + 1 (:mod:`server_app.stages.learn`)
+        first removes what the killed run stored of rounds it did not finish.
+        """
+        freed = 0
+        rows = self._conn.execute("SELECT shard, round, partition_id, blob FROM updates "
+                                  "WHERE round>?", (rnd,)).fetchall()
+        for shard, later, pid, blob in rows:
+            freed += self._drop_blob(blob) if blob else 0
+            with self._conn:
+                self._conn.execute("DELETE FROM updates WHERE shard=? AND round=? AND "
+                                   "partition_id=?", (shard, later, pid))
+        for shard, later in self._conn.execute(
+                "SELECT shard, round FROM shard_models WHERE round>?", (rnd,)).fetchall():
+            freed += self._drop_model(shard, later)
+        return freed
+
     def erase(self, forgotten: list[int], clients: list[int]) -> dict:
         """Erase ``clients``' updates and every shard model a forgotten client shaped.
 

@@ -99,6 +99,34 @@ def test_killed_unlearning_resumes_to_the_same_models(tmp_path, shared_data):
         assert all(a[k].tobytes() == b[k].tobytes() for k in a), name
 
 
+def test_killed_learning_goes_on_after_its_last_round(tmp_path, shared_data):
+    from conftest import TINY
+
+    config = {**TINY, "num-rounds": 3, "data-dir": str(shared_data),
+              "results-dir": str(tmp_path), "frameworks": "SE,FR",
+              "forget-clients": "2", "mia": False}
+    whole = start_child({**config, "run-name": "whole"})
+    code, out = run_child({**config, "run-name": "crash"}, kill_on="sharded round 2/3")
+    assert code == -signal.SIGKILL, out[-2000:]
+    code, out = run_child({**config, "run-name": "crash"})
+    assert code == 0, out[-3000:]
+    # the checkpoint of round 1 or 2 (the kill races the second one): not from W^0
+    assert ("resumed: sharded learning goes on after round 2" in out
+            or "resumed: sharded learning goes on after round 1" in out), out[-3000:]
+    assert "sharded round 1/3" not in out.split("resumed: sharded learning")[1]
+    code, whole_out = finished(whole)
+    assert code == 0, whole_out[-3000:]
+    mine, theirs = (json.loads((tmp_path / n / "summary.json").read_text())["learning"]
+                    for n in ("crash", "whole"))
+    assert [r["round"] for r in mine["rounds"]] == [1, 2, 3]
+    assert mine["client_epochs"] == theirs["client_epochs"]
+    assert mine["accuracy"] == theirs["accuracy"]
+    for name in ("SE", "FR"):  # the same models as a run never killed
+        a, b = models(tmp_path / "crash" / "models" / f"{name}.npz"), models(
+            tmp_path / "whole" / "models" / f"{name}.npz")
+        assert all(a[k].tobytes() == b[k].tobytes() for k in a), name
+
+
 def _settings(config, run_name):
     """What the ServerApp records (:func:`server_app.run.stored.run_settings`)."""
     from server_app.config import RunConfig

@@ -99,6 +99,43 @@ class HistoryRecorder:
         self.store.end_round(outcome.rnd, self.grid)
 
 
+class LearningCheckpoint:
+    """Round observer (the last): hand what learning has done so far to ``keep``.
+
+    After each round, once the store holds it, ``keep`` receives
+    :func:`checkpoint_record`: a killed run goes on from that round
+    (:func:`run_learning`'s ``resumed``) instead of learning again from W^0.
+    """
+
+    def __init__(self, keep: Callable[[dict], None], progress: LearningProgress,
+                 faults: FaultLog, label: str, wall_before: float) -> None:
+        self.keep, self.progress, self.faults = keep, progress, faults
+        self.label, self.wall_before = label, wall_before
+        self.started = time.perf_counter()
+
+    def on_round(self, outcome: RoundOutcome) -> None:
+        """Save the record of the rounds up to ``outcome.rnd``."""
+        wall = self.wall_before + time.perf_counter() - self.started
+        self.keep(checkpoint_record(outcome.rnd, self.progress, self.faults,
+                                    self.label, wall))
+
+
+def checkpoint_record(rnd: int, progress: LearningProgress, faults: FaultLog,
+                      label: str, wall_s: float) -> dict:
+    """JSON of a learning stage after round ``rnd``: what :func:`run_learning` resumes.
+
+    Keys: ``round``; the result so far (``rounds``, ``compute_s``,
+    ``client_epochs``, ``warnings``, ``wall_time_s`` in seconds); ``moved`` (per
+    shard: did its model change yet); ``faults`` (the stage's fault-log entries).
+    The shard models are not in it: the history store holds W_s^rnd.
+    """
+    result = progress.result
+    return {"round": rnd, "rounds": result.rounds, "compute_s": result.compute_s,
+            "client_epochs": result.client_epochs, "warnings": result.warnings,
+            "wall_time_s": wall_s, "moved": progress.moved,
+            "faults": [f for f in faults.entries if f["stage"] == label]}
+
+
 class LearningProgress:
     """Round observer: evaluate, log and tabulate each learning round."""
 
@@ -136,7 +173,9 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
                  initial: list[ArrayRecord], num_rounds: int, train_config: ConfigRecord,
                  store: RoundRecorder, *,
                  evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
-                 label: str = "learn", first_round: int = 1) -> LearningResult:
+                 label: str = "learn", first_round: int = 1,
+                 resumed: dict | None = None,
+                 checkpoint: Callable[[dict], None] | None = None) -> LearningResult:
     """Run ``num_rounds`` rounds of ``strategy`` through ``loop``; record the history.
 
     Parameters
@@ -165,6 +204,13 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
     first_round : int
         Number of the first round; W^0 is stored only when it is 1 (a later
         stage of a staged run goes on from the stored rounds before it).
+    resumed : dict, optional
+        A killed run's :func:`checkpoint_record` of this stage: learning goes on
+        after its ``round`` (``initial`` are the stored models of that round,
+        ``num_rounds`` still counts every round of the stage) and the result,
+        fault log and moved shards start from it.
+    checkpoint : callable, optional
+        Receives :func:`checkpoint_record` after every round (the run catalog).
 
     Raises
     ------
@@ -173,16 +219,22 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
         the store is left incomplete.
     """
     t_start = time.perf_counter()
-    if first_round == 1:
+    last = first_round + num_rounds - 1
+    if first_round == 1 and resumed is None:
         for s, arrays in enumerate(initial):
             store.put_shard_model(s, 0, to_numpy(arrays))
         store.end_round(0, loop.grid)
     result = LearningResult(models=list(initial))
-    progress = LearningProgress(result, first_round + num_rounds - 1, evaluate, label)
+    progress = LearningProgress(result, last, evaluate, label)
+    wall_before = _take_back(resumed, progress, loop.faults) if resumed else 0.0
+    start = resumed["round"] + 1 if resumed else first_round
     observers = [HistoryRecorder(store, federation, loop.grid), progress]
-    result.models, result.costs = loop.run(strategy, initial, num_rounds, train_config,
-                                           label=label, observers=observers,
-                                           first_round=first_round,
+    if checkpoint is not None:
+        observers.append(LearningCheckpoint(checkpoint, progress, loop.faults, label,
+                                            wall_before))
+    result.models, result.costs = loop.run(strategy, initial, last - start + 1,
+                                           train_config, label=label,
+                                           observers=observers, first_round=start,
                                            max_update=store.max_update)
     if not any(progress.moved):
         raise LearningStalledError(stalled_message(label, num_rounds, loop.faults))
@@ -190,8 +242,19 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
         result.warnings.append(f"{label}: shard {shard}'s model never changed in "
                                f"{num_rounds} round(s); it is the initial model")
         log(WARNING, "%s", result.warnings[-1])
-    result.wall_time_s = time.perf_counter() - t_start
+    result.wall_time_s = wall_before + time.perf_counter() - t_start
     return result
+
+
+def _take_back(record: dict, progress: LearningProgress, faults: FaultLog) -> float:
+    """Start ``progress`` and ``faults`` from a checkpoint; return its wall seconds."""
+    result = progress.result
+    result.rounds = list(record["rounds"])
+    result.compute_s, result.client_epochs = record["compute_s"], record["client_epochs"]
+    result.warnings = list(record["warnings"])
+    progress.moved = [bool(m) for m in record["moved"]]
+    faults.entries.extend(record["faults"])
+    return float(record["wall_time_s"])
 
 
 def moved(before: ArrayRecord, after: ArrayRecord) -> bool:

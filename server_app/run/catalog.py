@@ -156,6 +156,21 @@ class RunLog(SQLiteCatalog):
             self._conn.execute("INSERT OR REPLACE INTO stages VALUES (?, ?, NULL)",
                                (name, "in_progress"))
 
+    def progress(self, name: str, result: object) -> None:
+        """Keep a stage in progress with what it has done so far (JSON-serialisable).
+
+        A killed run reads it back with :meth:`in_progress` (a learning stage's
+        last finished round: :mod:`server_app.stages.learn`).
+        """
+        with self._conn:
+            self._conn.execute("INSERT OR REPLACE INTO stages VALUES (?, ?, ?)",
+                               (name, "in_progress", json.dumps(result)))
+
+    def in_progress(self, name: str) -> object | None:
+        """What :meth:`progress` last kept of a stage still in progress, or None."""
+        entry = self.stage(name)
+        return entry[1] if entry and entry[0] == "in_progress" else None
+
     def finish(self, name: str, result: object) -> None:
         """Mark a stage done with its JSON-serialisable result."""
         with self._conn:

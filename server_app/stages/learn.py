@@ -25,6 +25,7 @@ from server_app.run.context import RunContext
 from server_app.run.summary import LearningSummary
 from server_app.stages.churn import present_shards
 from strategies import ShardedStrategy, make_stock_strategy
+from strategies.factory import SERVER_DEFAULTS
 from strategies.sharded import to_record
 from strategies.unlearning import FrozenShard
 
@@ -64,15 +65,19 @@ def first_round(cfg: RunConfig, stage: int) -> int:
 
 
 def learn_rounds(ctx: RunContext, federation: Federation, store, models: list[ArrayRecord],
-                 present: Sequence[int], label: str, first: int = 1) -> LearningResult:
+                 present: Sequence[int], label: str, first: int = 1, *,
+                 resumed: dict | None = None, checkpoint=None) -> LearningResult:
     """G rounds of ``federation``'s ``present`` clients from ``models`` into ``store``.
 
     Rounds are numbered from ``first``; each is scored by the central evaluator.
+    ``resumed`` and ``checkpoint``: a checkpoint to go on from, and where to keep one
+    after each round (:func:`server_app.rounds.learning.run_learning`).
     """
     strategy = stage_strategy(ctx.cfg, federation.shards, present, federation.node_of)
     return run_learning(ctx.loop, strategy, federation, models,
                         ctx.cfg.training.num_rounds, ctx.train_config(), store,
-                        evaluate=ctx.evaluator.evaluate, label=label, first_round=first)
+                        evaluate=ctx.evaluator.evaluate, label=label, first_round=first,
+                        resumed=resumed, checkpoint=checkpoint)
 
 
 def open_store(root, federation: Federation) -> HistoryStore:
@@ -90,8 +95,10 @@ def learn_federation(ctx: RunContext, federation: Federation, name: str,
 
     A resumed run whose learning of ``name`` finished gets its summary, final
     shard models and store back (uncoded; coded slices lived in the lost run, so
-    coded learning is redone). An interrupted learning is redone from scratch
-    (seeded, it ends the same): its partial store is removed first.
+    coded learning is redone). An interrupted uncoded learning goes on after the
+    last round it finished (the catalog's checkpoint, :func:`_resumable`), with
+    the same models a run never killed has (seeded); otherwise it is redone from
+    scratch, its partial store removed first.
 
     Returns
     -------
@@ -107,17 +114,52 @@ def learn_federation(ctx: RunContext, federation: Federation, name: str,
                   for s in range(len(federation.shards))]
         ctx.log(f"resumed: {name} learning already done")
         return done, models, store
-    if root.exists():  # interrupted (or coded: slices lived in the lost run)
+    resumed = None if coded else _resumable(ctx, name, root)
+    if root.exists() and resumed is None:  # coded: slices lived in the lost run
         shutil.rmtree(root)
-    catalog.begin(f"learn:{name}")
-    result, store = _learn_into_store(ctx, federation, name, coded)
+    if resumed is None:
+        catalog.begin(f"learn:{name}")
+    result, store = _learn_into_store(ctx, federation, name, coded, resumed)
     summary = LearningSummary.of(result)
     catalog.finish(f"learn:{name}", summary.to_json())
     return summary, result.models, store
 
 
-def _learn_into_store(ctx: RunContext, federation: Federation, name: str, coded: bool):
+def _resumable(ctx: RunContext, name: str, root) -> dict | None:
+    """The checkpoint an interrupted learning of ``name`` goes on from, or None.
+
+    None (learn again from W^0) when no round finished, when the store is
+    missing, or when the shard strategy keeps state between rounds that the
+    checkpoint does not hold (:data:`strategies.factory.SERVER_DEFAULTS`: a
+    server learning rate or momentum). Rounds the killed run stored after the
+    checkpoint's are removed from the store first.
+    """
+    record = ctx.catalog.in_progress(f"learn:{name}")
+    if (not isinstance(record, dict) or not (root / CATALOG_FILE).exists()
+            or ctx.cfg.training.shard_strategy in SERVER_DEFAULTS):
+        return None
+    store = HistoryStore.open(root, require_complete=False)
+    freed = store.truncate_after(record["round"])
+    store.close()
+    ctx.log(f"resumed: {name} learning goes on after round {record['round']} "
+            f"({freed} bytes of later rounds dropped)")
+    return record
+
+
+def _learn_into_store(ctx: RunContext, federation: Federation, name: str, coded: bool,
+                      resumed: dict | None = None):
     cfg = ctx.cfg
+
+    def keep(record: dict) -> None:  # what a killed run goes on from
+        ctx.catalog.progress(f"learn:{name}", record)
+
+    if resumed is not None:
+        store = HistoryStore.open(ctx.folder.history_dir(name), require_complete=False)
+        w0 = [to_record(store.shard_model(s, resumed["round"]))
+              for s in range(len(federation.shards))]
+        result = learn_rounds(ctx, federation, store, w0, list(federation.node_of),
+                              name, resumed=resumed, checkpoint=keep)
+        return _complete(ctx, federation, store, name, result, coded)
     if coded:
         store = CodedRecorder.create(
             ctx.folder.history_dir(name), federation, cfg.coded_blocks_per_shard,
@@ -127,7 +169,15 @@ def _learn_into_store(ctx: RunContext, federation: Federation, name: str, coded:
         store = HistoryStore.create(ctx.folder.history_dir(name), federation.shard_of,
                                     num_shards=len(federation.shards))
     w0 = [ctx.initial_model()] * len(federation.shards)
-    result = learn_rounds(ctx, federation, store, w0, list(federation.node_of), name)
+    result = learn_rounds(ctx, federation, store, w0, list(federation.node_of), name,
+                          checkpoint=None if coded else keep)
+    return _complete(ctx, federation, store, name, result, coded)
+
+
+def _complete(ctx: RunContext, federation: Federation, store, name: str,
+              result: LearningResult, coded: bool):
+    """Prune (uncoded) and close a finished learning's store; reopen a coded one."""
+    cfg = ctx.cfg
     if not coded:  # SE replays from first participations; FedEraser from round 1
         freed = store.prune_models(cfg.unlearning.calibration_interval
                                    if name == "sharded" else None)

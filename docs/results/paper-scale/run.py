@@ -14,11 +14,16 @@ an unsharded federation learned beside the shards, which doubles a cell's time
 (the MNIST cells of ``docs/results/paper-preset/`` have them).
 
 Writes ``explore-paper-<DATASET>-noniid-s<SEED>.json`` here, in the format of the
-schedule files (:mod:`experiments.pareto` reads both). One file is one resumable
-piece: ``run.sh`` skips the files that exist.
+schedule files (:mod:`experiments.pareto` reads both); ``run.sh`` skips the files
+that exist. The run itself lives in ``RUNS/<DATASET>/s<SEED>`` (``RUNS``: the
+environment's ``PAPER_SCALE_RUNS``, default ``paper-scale-runs`` beside the
+checkout): the same command after a kill resumes it, learning after its last
+finished round and then the frameworks not done yet, so a cell longer than a
+session (CIFAR-10 on CPU) finishes over several.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +55,9 @@ def main(dataset: str, seed: int = 0) -> Path:
 
     cell = f"paper-{dataset}-noniid"
     command = f".venv/bin/python docs/results/paper-scale/run.py {dataset} {seed}"
-    result = record(cell, cell_config(dataset, seed), ["SE-paper", "SE-R"], command)
+    runs = Path(os.environ.get("PAPER_SCALE_RUNS", ROOT.parent / "paper-scale-runs"))
+    result = record(cell, cell_config(dataset, seed), ["SE-paper", "SE-R"], command,
+                    results_dir=runs / dataset)
     path = HERE / f"explore-{cell}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The paper-scale single-request non-IID cells (issue 44, item 2), seed 0, one file
 # each (run.py). Usage: run.sh [DATASET...] (default: fmnist shakespeare cifar10).
-# Resumable: a file that exists is not run again; a killed cell starts over.
+# Resumable: a file that exists is not run again; a killed cell resumes from its run
+# folder (run.py: learning after its last finished round, then the frameworks not
+# done yet).
 # Two cores: run two at once, one thread each (`OMP_NUM_THREADS=1 run.sh fmnist &
 # OMP_NUM_THREADS=1 run.sh shakespeare`). Measured on the 2-core AMD EPYC beside other
 # jobs: MNIST and Fashion-MNIST about 65-70 min a cell; Tiny Shakespeare's learning

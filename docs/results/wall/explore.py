@@ -88,23 +88,31 @@ def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
     return record(cell, cfg, names, command)
 
 
-def record(cell: str, cfg: dict, names: list[str], command: str) -> dict:
+def record(cell: str, cfg: dict, names: list[str], command: str,
+           results_dir: Path | None = None) -> dict:
     """Run ``cfg`` in process, the :data:`VARIANTS` among ``names`` registered first.
 
-    Returns the file's content: ``cell``, the seed, commit, machine, ``command``,
-    the variants' settings, the config, the learned model's accuracy and loss, the
-    storage, the metric and each framework's :data:`KEYS`.
+    In a scratch folder, removed afterwards; or in ``results_dir``, kept, so
+    the same call after a kill resumes the run (learning after its last finished
+    round, then the frameworks not done yet). Returns the file's content:
+    ``cell``, the seed, commit, machine, ``command``, the variants' settings, the
+    config, the learned model's accuracy and loss, the storage, the metric and
+    each framework's :data:`KEYS`.
     """
     from breakdown import head_commit
 
-    from experiments.grid import summary_in_scratch
+    from experiments.grid import run_in_process, summary_in_scratch
     from experiments.run import machine
     from server_app.config import methods
 
     variants = [n for n in names if n in VARIANTS]
     for name in variants:
         methods.register(methods.MethodInfo(name=name, builder="explore:build"))
-    summary = summary_in_scratch(cfg)
+    if results_dir is None:
+        summary = summary_in_scratch(cfg)
+    else:
+        path = run_in_process({**cfg, "results-dir": str(results_dir)})
+        summary = json.loads(path.read_text())
     return {"cell": cell, "seed": cfg["seed"], "commit": head_commit(),
             "machine": machine(), "command": command,
             "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
