@@ -87,6 +87,46 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
             raise ConfigError(f"--clients {clients!r}: {err}") from None
 
 
+def submit_records(name: str, client: str, ids: str,
+                   results_dir: str | None = None) -> str:
+    """Record a request to erase records ``ids`` of ``client`` in run ``name``.
+
+    ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`). The run must be a
+    finished one-stage run and the client one it has not forgotten; whether it
+    holds the ids is the ServerApp's check (it knows the partitions), which
+    refuses the request in its receipt otherwise. Returns the request's id.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the option and what is allowed; nothing is recorded.
+    """
+    from task.records import parse_ids
+
+    folder = run_folder(name, results_dir)
+    with open_inbox(folder) as inbox:
+        settings, versions = inbox.settings(), inbox.versions()
+        if not (folder / SUMMARY).exists() or not versions:
+            raise ConfigError(f"--records: --run {name!r} has not finished (or has no "
+                              "model versions): records go to a finished run")
+        if int(settings.get("num-stages", 1)) > 1:
+            raise ConfigError(f"--records: --run {name!r} is a staged run; records "
+                              "requests to a staged run are not built yet")
+        owner = parse_clients(client, int(settings["num-clients"]))
+        if len(owner) != 1:
+            raise ConfigError(f"--clients {client!r}: --records names the records of "
+                              "one client")
+        if owner[0] in versions[-1].forgotten:
+            raise ConfigError(f"--clients {client!r}: client {owner[0]} is forgotten "
+                              f"already (model version v{versions[-1].version})")
+        try:
+            records = parse_ids(ids)
+        except ValueError as err:
+            raise ConfigError(f"--records {ids[:80]!r}: {err}; allowed: ids N or "
+                              "ranges N-M, comma-separated, e.g. 3,18,40-52") from None
+        return inbox.submit_records({owner[0]: records}).id
+
+
 def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
                    ids: list[int], inbox: RequestInbox) -> str | None:
     """Why the finished run would refuse ``ids`` after its pending requests, or None.
@@ -148,6 +188,12 @@ def main_forget(argv: list[str], prog: str) -> int:
         "next stage boundary, a finished run at once (a new model version).")
     parser.add_argument("--run", required=True, help="the run's run-name")
     parser.add_argument("--clients", default=None, help="partition ids, e.g. 3,17")
+    parser.add_argument("--records", default=None, metavar="IDS",
+                        help="finished run: erase only these records of the one "
+                        "client --clients names (it stays), e.g. 3,18,40-52")
+    parser.add_argument("--records-file", default=None, metavar="PATH",
+                        help="as --records, the ids read from a file (commas, spaces "
+                        "or newlines between them)")
     parser.add_argument("--results-dir", default=None)
     parser.add_argument("--record-only", action="store_true",
                         help="finished run: record the request for a later batch")
@@ -160,6 +206,11 @@ def main_forget(argv: list[str], prog: str) -> int:
     args = parser.parse_args(argv)
     if (args.clients is None) == (not args.pending):
         parser.error("give --clients, or --pending (and no --clients)")
+    if args.records is not None and args.records_file is not None:
+        parser.error("give --records or --records-file, not both")
+    if (args.records or args.records_file) is not None and args.clients is None:
+        parser.error("--records goes with --clients naming its one client")
+    records = args.records if args.records_file is None else _ids_file(args.records_file)
     if args.lost_nodes is not None and args.record_only:
         parser.error("--lost-nodes goes with a request carried out now (no "
                      "--record-only)")
@@ -170,7 +221,13 @@ def main_forget(argv: list[str], prog: str) -> int:
                           "finished; node folders are checked for later requests only")
     # before the request is recorded (also one only recorded); once, for carry_out too
     made = check_later(folder, args.lost_nodes) if finished else []
-    if args.clients is not None:
+    if records is not None:
+        rid = submit_records(args.run, args.clients, records, args.results_dir)
+        print(f"request {rid} recorded: records {records[:60]} of client {args.clients} "
+              f"of run {args.run}")
+        if args.record_only:
+            return 0
+    elif args.clients is not None:
         rid = submit(args.run, args.clients, args.results_dir)
         live = not (folder / SUMMARY).exists()
         print(f"request {rid} recorded: clients {args.clients} of run {args.run}"
@@ -184,6 +241,21 @@ def main_forget(argv: list[str], prog: str) -> int:
         raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
                           "finished runs")
     return carry_out(folder, prog, made)
+
+
+def _ids_file(path: str) -> str:
+    """``--records-file``: its ids as ``--records`` takes them (``3,18,40-52``).
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read (one line naming it).
+    """
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--records-file {path!r} cannot be read: {err}") from None
+    return ",".join(text.replace(",", " ").split())
 
 
 def _verify_receipt(folder: Path, receipt: dict, versions: dict,
@@ -263,8 +335,10 @@ def main_receipts(argv: list[str], prog: str) -> int:
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:
-        print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  clients "
-              f"{request.clients}  ({late})")
+        who = (f"records {request.erasure['records']}" if request.erasure
+               else f"clients {request.clients}")
+        print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  {who}  "
+              f"({late})")
     if not receipts and not waiting:
         print(f"run {args.run}: no request yet")
     print(f"receipts: {folder / 'receipts'}")

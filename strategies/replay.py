@@ -114,8 +114,12 @@ class CalibratedRetraining(Strategy):
         Seeds the substitutes' draw (with the shard and the stored round).
     changed : Iterable[int]
         Partition ids that stay but lost records (a records or class-level
-        request): they are retained participants, and the replay starts at the
-        first round a forgotten or changed client took part.
+        request): the replay starts at the first round a forgotten or changed
+        client took part, and in every planned round they took part in they
+        train afresh on what they keep (L epochs, their reply used as it is,
+        weighted by the examples it reports, like a substitute): their stored
+        updates were computed on the erased records, so none is aggregated or
+        calibrated with.
 
     Raises
     ------
@@ -141,6 +145,7 @@ class CalibratedRetraining(Strategy):
         self.history = history
         self.shard = shard
         self.forget = frozenset(forget)
+        self.changed = frozenset(changed) - self.forget
         self.node_of = dict(node_of)
         self.retrain_epochs = float(retrain_epochs)
         rounds = history.rounds(shard)
@@ -206,7 +211,8 @@ class CalibratedRetraining(Strategy):
                         config: ConfigRecord, grid: Grid) -> list[Message]:
         """Ask the planned round's retained participants (not in round 1) to retrain.
 
-        With refill, the round's substitutes too (in round 1, only they).
+        With refill, the round's substitutes too (in round 1, only they), and
+        the changed participants in every round (L epochs, uncalibrated).
         """
         self._base = to_numpy(arrays)
         self._expected = {}
@@ -220,7 +226,9 @@ class CalibratedRetraining(Strategy):
             return []
         epochs = (self.exact_epochs if self.is_exact(server_round)
                   else self.retrain_epochs)
-        asked = [] if server_round == 1 else [(p, n, epochs) for p, n in retained]
+        asked = [] if server_round == 1 else [(p, n, epochs) for p, n in retained
+                                              if p not in self.changed]
+        asked += [(p, None, self.exact_epochs) for p, _ in retained if p in self.changed]
         asked += [(p, None, self.exact_epochs) for p in substitutes]
         messages = []
         for pid, n, local_epochs in asked:
@@ -248,6 +256,8 @@ class CalibratedRetraining(Strategy):
         updates, weights = [], []
         if server_round == 1:  # eq. 2: the retained participants' stored updates
             for pid, n in self.retained(rnd):
+                if pid in self.changed:  # computed on erased records: it trained
+                    continue
                 updates.append(self.history.update(self.shard, rnd, pid))
                 weights.append(n)
         for reply in replies:

@@ -329,3 +329,81 @@ def test_a_finished_staged_run_forgets_as_its_last_boundary_would_have(
                                            if 1 in pids]
     assert v3.forgotten == [1]
     _names_versions(receipt, v2, v3)
+
+
+def test_a_later_records_request_replays_as_a_planned_one_and_stays_in_force(
+        tmp_path, make_grid, shared_data, monkeypatch):
+    """Issue 45, item 4: records of client 3 erased after the run, as in one run.
+
+    v2 keeps client 3 (nothing forgotten); its shard's SE models are bit for bit
+    those of one run with ``forget-records = "3:0-9"``, the others v1's. A later
+    client request in that shard still sends client 3 its erased ids.
+    """
+    from cli.forget import submit_records
+    from experiments.grid import InProcessGrid
+
+    learned = _config(tmp_path, shared_data, "a", frameworks="none")
+    _run(make_grid, learned)
+    folder = tmp_path / "a"
+    (v1,) = _versions(folder)
+    rid = submit_records("a", "3", "0-9", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    v2 = _versions(folder)[-1]
+    assert v2.forgotten == [] and v2.requests == [rid]
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    assert receipt["status"] == "done" and receipt["clients"] == []
+    assert receipt["erasure"] == {"records": {"3": list(range(10))}, "labels": []}
+    shard3 = next(s for s, pids in enumerate(assign_shards(8, 2, BASE["seed"]))
+                  if 3 in pids)
+    erased = receipt["erased"]  # every stored update of client 3: it saw the records
+    assert erased["updates"] and all(c == 3 for _, _, c in erased["updates"])
+    assert erased["shard_models"] and all(s == shard3 for s, _ in erased["shard_models"])
+    assert receipt["shards_retrained"] == [shard3]
+    _run(make_grid, _config(tmp_path, shared_data, "b", frameworks="SE",
+                            **{"forget-records": "3:0-9"}))
+    se = read_arrays(tmp_path / "b" / "models" / "SE.npz")
+    new, old = read_arrays(folder / v2.file), read_arrays(folder / v1.file)
+    for key in new:
+        shard = int(key.split("/", 1)[0].removeprefix("shard"))
+        assert np.array_equal(new[key], se[key] if shard == shard3 else old[key]), key
+    # a client request in client 3's shard: client 3 still drops its 10 records
+    seen = []
+    deliver = InProcessGrid._deliver
+
+    def spy(grid, message, dst):
+        reply = deliver(grid, message, dst)
+        if message.metadata.message_type.startswith("train"):
+            pid = grid.contexts[dst].node_config["partition-id"]
+            seen.append((pid, list(message.content["config"].get("erased-records")
+                                   or [])))
+        return reply
+
+    monkeypatch.setattr(InProcessGrid, "_deliver", spy)
+    other = next(p for p in assign_shards(8, 2, BASE["seed"])[shard3] if p != 3)
+    submit("a", str(other), str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    assert _versions(folder)[-1].forgotten == [other]
+    to3 = [ids for pid, ids in seen if pid == 3]
+    assert to3 and all(ids == list(range(10)) for ids in to3)
+    assert not any(ids for pid, ids in seen if pid != 3)
+
+
+def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
+        tmp_path, make_grid, shared_data):
+    from cli.forget import submit_records
+
+    learned = _config(tmp_path, shared_data, "a", frameworks="SE,FR",
+                      **{"client-samples": 16})
+    _run(make_grid, learned)
+    folder = tmp_path / "a"
+    versions = len(_versions(folder))
+    rid = submit_records("a", "2", "3,40", str(tmp_path))  # client 2 holds 16
+    rid_all = submit_records("a", "5", "0-15", str(tmp_path))  # would keep none
+    rid_ok = submit_records("a", "5", "0-3", str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    assert len(_versions(folder)) == versions + 1  # the one carried out
+    for request, words in ((rid, "40 is not one"), (rid_all, "would keep no record")):
+        receipt = json.loads((folder / "receipts" / f"{request}.json").read_text())
+        assert receipt["status"] == "refused" and words in receipt["reason"]
+    done = json.loads((folder / "receipts" / f"{rid_ok}.json").read_text())
+    assert done["status"] == "done" and set(done["cost"]) == {"SE", "FR"}

@@ -65,8 +65,6 @@ def _config(**overrides) -> RunConfig:
      "forget-labels is the one request"),
     ({"forget-records": "3:0", "frameworks": "SE", "clients-per-request": 2},
      "clients-per-request", "1 when forget-records is set"),
-    ({"forget-records": "3:0", "frameworks": "SE", "later-requests": True},
-     "forget-records", "later requests"),
     ({"forget-records": "3:0", "frameworks": "SE,FR", "num-stages": 2},
      "forget-records", "num-stages > 1")])
 def test_an_erasure_the_run_cannot_carry_out_is_refused_in_one_line(overrides, key,

@@ -78,14 +78,6 @@ class StagesConfig(Section):
             if value and not self.staged:
                 raise bad(key, value, "0 with num-stages = 1 (churn and requests per "
                           "stage need num-stages > 1)")
-        erasing = {k: v for k, v in (("forget-records", unlearning.forget_records),
-                                     ("forget-labels", unlearning.forget_labels))
-                   if v.strip()}
-        if erasing and self.later_requests:
-            key, value = next(iter(erasing.items()))
-            raise bad(key, value, "'' for a finished run's later requests (a later replay "
-                      "would train on the erased records again; records requests are "
-                      "planned requests of one-stage runs for now)")
         if not self.staged:
             return
         self._validate_supported(unlearning, storage, audit)

@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS inbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
     clients TEXT NOT NULL, source TEXT NOT NULL, received REAL NOT NULL,
-    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT, receipt TEXT);
+    state TEXT NOT NULL, stage INTEGER, finished REAL, note TEXT, receipt TEXT,
+    erasure TEXT);
 """
 STATES = ("pending", "claimed", "done", "refused", "failed")
 CLOSED = ("refused", "failed")
@@ -58,6 +59,9 @@ class Request:
         One of :data:`STATES`.
     stage : int or None
         The stage whose boundary handles it (None while pending).
+    erasure : dict or None
+        A records request (its ``clients`` empty: they stay): ``records``,
+        client (str) -> the record ids erased (:mod:`task.records`).
     """
 
     id: str
@@ -66,6 +70,7 @@ class Request:
     received: float
     state: str
     stage: int | None
+    erasure: dict | None = None
 
 
 class RequestInbox(SQLiteCatalog):
@@ -96,9 +101,10 @@ class RequestInbox(SQLiteCatalog):
         try:
             self.create_schema(self._conn)
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
-            if "receipt" not in columns:  # a catalog from before receipts were kept
-                with self._conn:
-                    self._conn.execute("ALTER TABLE inbox ADD COLUMN receipt TEXT")
+            for column in ("receipt", "erasure"):  # a catalog from before them
+                if column not in columns:
+                    with self._conn:
+                        self._conn.execute(f"ALTER TABLE inbox ADD COLUMN {column} TEXT")
         except sqlite3.Error as err:
             self._conn.close()
             raise InboxError(f"{path}: the inbox cannot be opened: {err}") from None
@@ -123,6 +129,23 @@ class RequestInbox(SQLiteCatalog):
             nothing was recorded.
         """
         return self.submit_all([clients], source, stage)[0]
+
+    def submit_records(self, records: dict[int, list[int]]) -> Request:
+        """Record a records request (``pending``; its clients stay); return it.
+
+        ``records``: client -> record ids. No client is taken: the owners may be
+        named by later requests of either kind.
+        """
+        erasure = json.dumps({"records": {str(p): sorted(map(int, ids))
+                                          for p, ids in sorted(records.items())}})
+        with self._conn:
+            cur = self._conn.execute(
+                "INSERT INTO inbox (id, clients, source, received, state, erasure) "
+                "VALUES (?, '[]', 'command', ?, 'pending', ?)",
+                (f"tmp-{time.time()}", time.time(), erasure))
+            rid = f"r{cur.lastrowid:04d}"
+            self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
+        return self.get(rid)
 
     def submit_all(self, requests: Sequence[Sequence[int]], source: str,
                    stage: int | None = None, unique: bool = True) -> list[Request]:
@@ -274,14 +297,17 @@ class RequestInbox(SQLiteCatalog):
 
     def _select(self, where: str, args: tuple) -> list[Request]:
         try:
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
             rows = self._conn.execute(
-                "SELECT id, clients, source, received, state, stage FROM inbox "
+                "SELECT id, clients, source, received, state, stage, "
+                + ("erasure" if "erasure" in columns else "NULL") + " FROM inbox "
                 + where, args).fetchall()
         except sqlite3.Error as err:
             raise InboxError(f"{self.catalog_path}: the inbox cannot be read: {err}") \
                 from None
         try:
-            return [Request(i, json.loads(c), s, r, st, g) for i, c, s, r, st, g in rows]
+            return [Request(i, json.loads(c), s, r, st, g, json.loads(e) if e else None)
+                    for i, c, s, r, st, g, e in rows]
         except (TypeError, ValueError) as err:  # a row that is no request
             raise InboxError(f"{self.catalog_path}: a request cannot be read: {err}") \
                 from None

@@ -33,6 +33,7 @@ from server_app.stages.churn import Membership, present_shards
 from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
+from server_app.unlearning.erasure import Erasure
 from server_app.unlearning.frameworks import Stage, UnlearningSettings
 
 KEPT_AT_BOUNDARY = ("a staged run erases nothing at a stage boundary (not built yet); "
@@ -134,8 +135,13 @@ def _unlearn(run: RunState, request: Request) -> dict:
     return out
 
 
-def forget_with_se(run: RunState, clients: list[int]) -> dict:
+def forget_with_se(run: RunState, clients: list[int], erasure: Erasure | None = None
+                   ) -> dict:
     """SE forgets ``clients`` from ``run.models``; the run goes on from its models.
+
+    ``erasure``: records erased so far (their clients train on what they keep)
+    and those this request erases (``clients`` then empty), as
+    :func:`server_app.unlearning.driver.run_unlearning` takes it.
 
     Updates ``run.models``, ``run.scores`` and ``run.forgotten``. Returns the
     receipt's SE part: ``shards_retrained``, ``rounds_replayed``, ``replay``,
@@ -145,9 +151,10 @@ def forget_with_se(run: RunState, clients: list[int]) -> dict:
     ctx = run.ctx
     before = shard_digests(run.models)
     accuracy_before = run.scores.get("accuracy")
-    se = run_unlearning(ctx.loop, se_stage(run), [clients], ctx.evaluator.evaluate,
-                        already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
-                        frameworks=[proposed()])[proposed()]
+    se = run_unlearning(ctx.loop, se_stage(run), [clients] if clients else [],
+                        ctx.evaluator.evaluate, already_forgotten=sorted(run.forgotten),
+                        log_fn=ctx.log, frameworks=[proposed()],
+                        erasure=erasure)[proposed()]
     run.forgotten |= set(clients)
     run.models = se.models
     run.scores = {"accuracy": se.summary.accuracy, "loss": se.summary.loss,

@@ -26,6 +26,8 @@ A request killed half-way stays pending; the next ``forget`` (or ``forget
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 
 from history import (
     CodedHistory,
@@ -41,7 +43,13 @@ from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
 from server_app.run.folder import ModelsFileError
 from server_app.run.inbox import Request, RequestInbox
-from server_app.run.receipts import erasure_counts, receipt_cost, utc, write_receipt
+from server_app.run.receipts import (
+    erasure_counts,
+    kept_history,
+    receipt_cost,
+    utc,
+    write_receipt,
+)
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
 from server_app.stages.boundary import forget_with_se, se_stage
@@ -50,8 +58,15 @@ from server_app.stages.planned import baseline_federation
 from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
+from server_app.unlearning.erasure import Erasure, planned_erasure
+from task.records import check_against_sizes
 
 __all__ = ["FINAL", "serve_later"]
+
+KEPT_CODED = ("a records request to a coded run erases no slice yet (not built): "
+              "its owners' coded updates are kept, and no replay reads them (the "
+              "owners train afresh without the erased records in every replay)")
+"""Why a coded run's records receipt ``erased`` lists nothing (and what it keeps)."""
 
 FINAL = (CodedHistoryError, StoreError, ModelsFileError)
 """Failures of a later request that a retry cannot fix: slices damaged beyond what
@@ -151,6 +166,47 @@ def refusal(run: RunState, request: Request) -> str | None:
                          feds)
 
 
+def records_refusal(run: RunState, request: Request) -> str | None:
+    """Why a finished run cannot erase ``request``'s records (None: it can).
+
+    A staged run's history spans stages whose members changed (not built yet);
+    an owner must be a client not forgotten, and every id one it holds, with a
+    record left after every records request so far (:mod:`task.records`).
+    """
+    cfg = run.ctx.cfg
+    if cfg.stages.staged:
+        return "records requests to a staged run are not built yet"
+    records = _records(request)
+    gone = sorted(p for p in records if p in run.forgotten)
+    if gone:
+        return f"client(s) {gone} are forgotten already: they hold no records"
+    return check_against_sizes(erasure_so_far(run).merged(records).records,
+                               run.ctx.samples)
+
+
+def erasure_so_far(run: RunState, leaving: Sequence[int] = ()) -> Erasure:
+    """Every records (or class) erasure done in the run: the planned one, then later.
+
+    Its ``fresh`` is empty: it erases nothing new, it keeps the done ones in force
+    (the changed clients train without those records in every replay). Records
+    of clients forgotten since, or ``leaving`` now, are left out: they are gone.
+    """
+    done: dict[int, list[int]] = {}
+    for request in run.inbox.all():
+        if request.state == "done" and request.erasure:
+            for p, ids in _records(request).items():
+                done.setdefault(p, []).extend(ids)
+    merged = planned_erasure(run.ctx.cfg).merged(done)
+    gone = run.forgotten | set(leaving)
+    return replace(merged, fresh=frozenset(), records={
+        p: ids for p, ids in merged.records.items() if p not in gone},
+        clients=tuple(p for p in merged.clients if p not in gone))
+
+
+def _records(request: Request) -> dict[int, list[int]]:
+    return {int(p): list(ids) for p, ids in request.erasure["records"].items()}
+
+
 def _handle(run: RunState, request: Request, latest: ModelVersion
             ) -> tuple[dict, ModelVersion]:
     """Refuse or carry out one request; return its receipt and the latest version."""
@@ -158,7 +214,10 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
     receipt = {"request_id": request.id, "clients": request.clients,
                "source": request.source, "received_at": utc(request.received),
                "stage": None, "after_run": True}
-    reason = refusal(run, request)
+    if request.erasure:
+        asked = Erasure({p: tuple(ids) for p, ids in _records(request).items()})
+        receipt.update(erasure=asked.to_json(), erasure_note=asked.describe())
+    reason = (records_refusal if request.erasure else refusal)(run, request)
     if reason is not None:
         receipt.update(status="refused", reason=reason, done_at=utc(time.time()),
                        version={"before": latest.version, "after": latest.version})
@@ -174,8 +233,10 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
     receipt.update(status="done", done_at=utc(time.time()))
     run.inbox.finish(request.id, "done", receipt=receipt, version=version)
     _file(ctx, receipt)
-    ctx.log(f"request {request.id} done: clients {request.clients} forgotten, model "
-            f"version v{version.version} ({version.file})")
+    what = (receipt["erasure_note"] + " erased" if request.erasure
+            else f"clients {request.clients} forgotten")
+    ctx.log(f"request {request.id} done: {what}, model version v{version.version} "
+            f"({version.file})")
     return receipt, version
 
 
@@ -196,30 +257,54 @@ def _fail(run: RunState, request: Request, latest: ModelVersion,
 
 
 def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
-    """SE (and FR) for ``request`` from ``latest``; erase what it leaves unused."""
-    out = forget_with_se(run, request.clients)
+    """SE (and FR) for ``request`` from ``latest``; erase what it leaves unused.
+
+    Every records erasure done before stays in force (:func:`erasure_so_far`); a
+    records request adds its own: its owners' shards are replayed with them
+    training on what they keep, then their stored updates (all computed on the
+    erased records) and the shard models those shaped are erased (uncoded;
+    coded: :data:`KEPT_CODED`). No replay reads an owner's update again.
+    """
+    so_far = erasure_so_far(run, request.clients)
+    erasure = so_far.merged(_records(request)) if request.erasure else (so_far or None)
+    out = forget_with_se(run, request.clients, erasure)
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests
-    out.update(erased=_erase(run, request.clients), verification=None)
+    if not request.erasure:
+        erased = _erase(run, request.clients, run.forgotten)
+    elif isinstance(run.store, HistoryStore):  # the owners' updates saw the records
+        erased = _erase(run, sorted(erasure.erasing), run.forgotten | erasure.changed)
+    else:
+        erased = kept_history(run.store, sorted(erasure.erasing), KEPT_CODED)
+    out.update(erased=erased, verification=None)
     if reference() in run.ctx.cfg.unlearning.framework_list:
-        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run)
+        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out
 
 
-def _retrain(run: RunState) -> tuple[dict, float]:
-    """FR, the reference: from scratch without every client forgotten so far."""
+def _retrain(run: RunState, erasure: Erasure | None = None) -> tuple[dict, float]:
+    """FR, the reference: from scratch without every client forgotten so far.
+
+    The changed clients of ``erasure`` train on the records they keep.
+    """
     ctx = run.ctx
     if ctx.cfg.stages.staged:
         models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
         return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]
     name = reference()
-    fr = run_unlearning(ctx.loop, se_stage(run), [sorted(run.forgotten)],
-                        ctx.evaluator.evaluate, log_fn=ctx.log, frameworks=[name])[name]
+    requests = [] if erasure and erasure.erasing else [sorted(run.forgotten)]
+    fr = run_unlearning(ctx.loop, se_stage(run), requests, ctx.evaluator.evaluate,
+                        already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
+                        frameworks=[name], erasure=erasure)[name]
     return receipt_cost(fr.summary), fr.summary.accuracy
 
 
-def _erase(run: RunState, clients: list[int]) -> dict:
-    """Erase the forgotten clients' stored updates and what they shaped.
+def _erase(run: RunState, clients: list[int], shaped: set[int]) -> dict:
+    """Erase ``clients``' stored updates and what they shaped.
+
+    ``shaped``: every client whose updates are gone so far (forgotten, or whose
+    records were erased); each shard's stored models from the first round one
+    of them trained are dropped (uncoded).
 
     Uncoded: their update blobs and the shard models they shaped
     (:meth:`history.HistoryStore.erase`); coded: every round they took part in is
@@ -228,7 +313,7 @@ def _erase(run: RunState, clients: list[int]) -> dict:
     receipt, with its ``counts`` (:func:`server_app.run.receipts.erasure_counts`).
     """
     if isinstance(run.store, HistoryStore):
-        erased = run.store.erase(sorted(run.forgotten), sorted(clients))
+        erased = run.store.erase(sorted(shaped), sorted(clients))
     else:
         erased = erase_coded(run.store, sorted(clients))
     return {**erased, "counts": erasure_counts(erased)}

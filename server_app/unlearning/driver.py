@@ -85,9 +85,11 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
     ``shard_accuracy``); ``frameworks`` defaults to the run's
     (:attr:`UnlearningSettings.frameworks`). An ``erasure`` (records or labels,
     :mod:`server_app.unlearning.erasure`) is the one request: it forgets no
-    client, the clients it changes train on what they keep.
+    client, the clients it changes train on what they keep. One that erases
+    nothing new (``fresh`` empty: a later client request after records
+    requests) only keeps the earlier erasures in force while ``requests`` run.
     """
-    if erasure:
+    if erasure and erasure.erasing:
         batches = [[]]
     elif stage.settings.request_mode == "concurrent":
         batches = [sorted({p for r in requests for p in r})]
@@ -108,12 +110,13 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
     total = CostMeter(loop.link_rate_mbps)
     models: list[ArrayRecord] = []
     for k, batch in enumerate(batches):
-        if not batch and not erasure:  # every client already forgotten: a no-op
+        if not batch and not (erasure and erasure.erasing):  # all forgotten: a no-op
             per_request.append(RequestCost(k, [], noop=True))
             continue
         forget |= set(batch)
         framework = build_framework(name, stage, forget, batch, models or None,
-                                    erasure.changed if erasure else frozenset())
+                                    erasure.changed if erasure else frozenset(),
+                                    erasing=erasure.erasing if erasure else None)
         label = f"{name} request {k}"
         _log_unchanged(framework, label, log_fn)
         meter = CostMeter(loop.link_rate_mbps)
@@ -129,7 +132,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
         per_request.append(cost)
         _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
         accumulate(total, stats)
-        what = erasure.describe() if erasure else f"clients {sorted(batch)}"
+        what = erasure.describe() if erasure and not batch else f"clients {sorted(batch)}"
         log_fn(f"{label} ({what}): {stats.compute_s:.1f} s compute, "
                f"{stats.wall_s:.1f} s wall, {stats.client_epochs:.1f} client-epochs")
     if not models and described.replay_report:  # only no-ops: the learned models stand

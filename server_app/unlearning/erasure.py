@@ -40,6 +40,12 @@ class Erasure:
     records: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     labels: tuple[int, ...] = ()
     clients: tuple[int, ...] = ()
+    fresh: frozenset[int] | None = None
+    """Clients whose records the request at hand erases (None: every changed one).
+
+    A finished run's later requests carry every erasure done before them (the
+    changed clients keep training without those records), while only the
+    request's own owners send their shards back (:attr:`erasing`)."""
 
     def __bool__(self) -> bool:
         return bool(self.records or self.labels)
@@ -48,6 +54,19 @@ class Erasure:
     def changed(self) -> frozenset[int]:
         """Clients whose data the request changes: every client for a label."""
         return frozenset(self.clients) if self.labels else frozenset(self.records)
+
+    @property
+    def erasing(self) -> frozenset[int]:
+        """The changed clients whose shards this request sends back."""
+        return self.changed if self.fresh is None else frozenset(self.fresh)
+
+    def merged(self, records: Mapping[int, Iterable[int]]) -> Erasure:
+        """The erasure with ``records`` erased too: the request at hand (``fresh``)."""
+        union = {p: set(ids) for p, ids in self.records.items()}
+        for p, ids in records.items():
+            union.setdefault(p, set()).update(ids)
+        return Erasure({p: tuple(sorted(ids)) for p, ids in sorted(union.items())},
+                       self.labels, self.clients, frozenset(records))
 
     def message_config(self, partition: int) -> dict[str, list[int]]:
         """The config entries a training message to ``partition`` carries."""

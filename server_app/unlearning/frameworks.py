@@ -189,6 +189,9 @@ class BuildCall:
         Clients that stay but lost records (a records or class-level request,
         :mod:`server_app.unlearning.erasure`): a method with ``erases_records``
         retrains their shards with them taking part.
+    erasing : frozenset of int
+        Those of ``changed`` whose records this request erases (the others lost
+        theirs in an earlier request: they only train on what they keep).
     """
 
     name: str
@@ -198,28 +201,34 @@ class BuildCall:
     batch: Sequence[int] | None = None
     current: Sequence[ArrayRecord] | None = None
     changed: frozenset[int] = frozenset()
+    erasing: frozenset[int] = frozenset()
 
     @property
     def clients(self) -> set[int]:
         """The clients whose shards the request sends back.
 
-        This request's forgotten ones (default: every one so far) and the changed.
+        This request's forgotten ones and those whose records it erases; with
+        neither, every client forgotten so far.
         """
-        return set(self.batch or self.forget) | self.changed
+        if self.batch or self.erasing:
+            return set(self.batch or ()) | self.erasing
+        return set(self.forget)
 
 
 def build_framework(name: str, stage: Stage, forget: set[int],
                     batch: Sequence[int] | None = None,
                     current: Sequence[ArrayRecord] | None = None,
-                    changed: frozenset[int] = frozenset()) -> Framework:
+                    changed: frozenset[int] = frozenset(), *,
+                    erasing: frozenset[int] | None = None) -> Framework:
     """The framework ``name`` for forgetting ``forget``.
 
     ``forget`` holds every client forgotten so far; ``batch`` (this request's
     clients) picks the shards a selective method retrains and ``current`` holds
     the shard models after the previous request (default: the learned ones);
-    ``changed`` the clients that stay but lost records (:class:`BuildCall`).
-    The builder is the one the method's description names
-    (:mod:`server_app.config.methods`), imported like a user's method.
+    ``changed`` the clients that stay but lost records, ``erasing`` those of them
+    this request concerns (default: all, :class:`BuildCall`). The builder is the
+    one the method's description names (:mod:`server_app.config.methods`),
+    imported like a user's method.
 
     Raises
     ------
@@ -235,7 +244,8 @@ def build_framework(name: str, stage: Stage, forget: set[int],
     if changed and not described.erases_records:  # the config check refuses it first
         raise ValueError(f"{name} cannot erase records while their clients stay")
     return builder(BuildCall(name, described, stage, forget, batch, current,
-                             frozenset(changed)))
+                             frozenset(changed),
+                             frozenset(changed if erasing is None else erasing)))
 
 
 def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
