@@ -397,6 +397,12 @@ def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
     _run(make_grid, learned)
     folder = tmp_path / "a"
     versions = len(_versions(folder))
+    from server_app.config import ConfigError
+    for client, ids, words in (("2", "4-1", "--records '4-1': range '4-1' runs backwards"),
+                               ("2,3", "0", "one client"), ("99", "0", "--clients")):
+        with pytest.raises(ConfigError) as err:  # nothing recorded
+            submit_records("a", client, ids, str(tmp_path))
+        assert words in str(err.value) and "\n" not in str(err.value)
     rid = submit_records("a", "2", "3,40", str(tmp_path))  # client 2 holds 16
     rid_all = submit_records("a", "5", "0-15", str(tmp_path))  # would keep none
     rid_ok = submit_records("a", "5", "0-3", str(tmp_path))
