@@ -403,11 +403,14 @@ def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
         with pytest.raises(ConfigError) as err:  # nothing recorded
             submit_records("a", client, ids, str(tmp_path))
         assert words in str(err.value) and "\n" not in str(err.value)
+    from cli.forget import main_forget  # the README's command, recorded only
+    assert main_forget(["--run", "a", "--clients", "2", "--records", "0-1",
+                        "--results-dir", str(tmp_path), "--record-only"], "forget") == 0
     rid = submit_records("a", "2", "3,40", str(tmp_path))  # client 2 holds 16
     rid_all = submit_records("a", "5", "0-15", str(tmp_path))  # would keep none
     rid_ok = submit_records("a", "5", "0-3", str(tmp_path))
     _run(make_grid, {**learned, "later-requests": True})
-    assert len(_versions(folder)) == versions + 1  # the one carried out
+    assert len(_versions(folder)) == versions + 2  # the two carried out
     for request, words in ((rid, "40 is not one"), (rid_all, "would keep no record")):
         receipt = json.loads((folder / "receipts" / f"{request}.json").read_text())
         assert receipt["status"] == "refused" and words in receipt["reason"]
