@@ -222,3 +222,38 @@ def test_a_records_request_replays_from_coded_slices(run_server, monkeypatch):
     assert summary["storage"]["mode"] == "coded"
     assert trained and set(trained) == {54}  # 64 held, 10 erased
     assert summary["frameworks"]["SE"]["client_epochs"] > 0
+
+
+def test_the_audit_targets_of_a_records_request_are_the_erased_records(shared_data):
+    """choose_sets with records: exactly the erased rows of each owner, in order."""
+    from server_app.config import RunConfig
+    from server_app.config.tasks import load_run_data
+    from server_app.evaluation.mia_sets import choose_sets, client_rows
+    from task.config import fused_run_config
+    from tests.conftest import TINY
+
+    cfg = RunConfig.from_run_config(fused_run_config({
+        **TINY, "data-dir": str(shared_data), "frameworks": "SE",
+        "forget-records": "3:0-9; 5:2,7"}))
+    task = load_run_data(cfg, str(shared_data))
+    rows = client_rows(cfg, task)
+    sets = choose_sets(cfg, task, [3, 5], 64, {3: list(range(10)), 5: [2, 7]})
+    assert sets.target.tolist() == rows[3][:10].tolist() + rows[5][[2, 7]].tolist()
+    assert sets.owner.tolist() == [3] * 10 + [5] * 2
+    kept = np.concatenate([rows[3][10:], rows[5][[0, 1, 3, 4, 5, 6]]])
+    assert not set(sets.partner.tolist()) & set(kept.tolist())  # non-members: no client's
+
+
+@pytest.mark.inprocess
+def test_a_records_request_with_shadows_scores_the_erased_records(run_server):
+    summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE,FR",
+                             "mia": True, "mia-shadows": 1, "mia-references": 2,
+                             "mia-nonmembers": 40})
+    assert not any("membership audit not run" in n for n in summary["notes"])
+    mia = summary["verification"]["mia"]
+    assert mia["n_targets"] == 10 and mia["targets"] == [3]
+    assert mia["targets_are"] == "the erased records of the clients named"
+    for block in (summary["original"], summary["frameworks"]["SE"],
+                  summary["frameworks"]["FR"]):
+        assert block["mia_n_target"] == 10 and block["mia_lira_n_member"] == 10
+        assert 0.0 <= block["mia_lira_auc"] <= 1.0

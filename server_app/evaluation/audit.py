@@ -285,9 +285,15 @@ def _scored_sets(cfg: RunConfig, task, shard_models, shards, sets: MiaSets):
 
 
 def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int],
-                 models: Mapping[str, tuple[Sequence[ArrayRecord], Sequence[Sequence[int]]]]
+                 models: Mapping[str, tuple[Sequence[ArrayRecord],
+                                            Sequence[Sequence[int]]]],
+                 records: Mapping[int, Sequence[int]] | None = None
                  ) -> tuple[dict[str, dict[str, float]], dict]:
     """Shokri's attack on each model separately: the forgotten clients' samples.
+
+    With ``records`` (a records request: owner -> erased ids), the targets are
+    the erased records alone, their owners the clients of ``forget_rounds``;
+    U-LiRA, whose references unlearn whole clients, is not run then.
 
     Parameters
     ----------
@@ -302,6 +308,8 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         Name -> its shard models and the partition ids of each shard. A target
         is scored by the model of its client's shard (sharded: the impacted
         shard's model; unsharded: the single model).
+    records : Mapping[int, Sequence[int]], optional
+        A records request's erased ids per client (positions in its rows).
 
     Returns
     -------
@@ -315,7 +323,7 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
                             cfg.data.client_samples)
     shard_size = sum(sizes) // len(first)
     targets = sorted(int(p) for p, n in forget_rounds.items() if n > 0)
-    sets = choose_sets(cfg, task, targets, shard_size)
+    sets = choose_sets(cfg, task, targets, shard_size, records)
     x_pool, y_pool = split_rows(task, sets.shadow_split, sets.shadow)
     attack, shadows, settings = fit_shadow_attack(cfg, task, first, x_pool, y_pool,
                                                   min(shard_size, len(y_pool) // 2))
@@ -336,8 +344,12 @@ def shadow_audit(cfg: RunConfig, data_dir: str, forget_rounds: Mapping[str, int]
         scored="each model on its own")
     if lira is not None:
         settings["lira"] = lira.settings()
+    if records is not None:
+        settings["targets_are"] = "the erased records of the clients named"
     if cfg.audit.mia_unlearn_references:
-        settings["ulira"] = _ulira(cfg, task, sets, models, results)
+        settings["ulira"] = _ulira(cfg, task, sets, models, results) if records is None \
+            else _ulira_skipped("a records request: U-LiRA's references unlearn whole "
+                                "clients, not records")
     return with_signal(results), settings
 
 

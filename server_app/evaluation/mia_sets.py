@@ -19,6 +19,7 @@ Three sets, each a list of row indices into one split of the dataset:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -177,7 +178,8 @@ def _lira_partners(cfg: RunConfig, labels: tuple[np.ndarray, np.ndarray],
     return np.where(match >= 0, spare[np.maximum(match, 0)], -1)
 
 
-def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> MiaSets:
+def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int,
+                records: Mapping[int, Sequence[int]] | None = None) -> MiaSets:
     """Targets of the clients ``targets``, their non-members and the shadow pool.
 
     Parameters
@@ -190,6 +192,9 @@ def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> Mia
         Forgotten partition ids whose rows are targets.
     shadow_in : int
         m, the size of a shadow's "in" set (the pool must hold 2 m).
+    records : Mapping[int, Sequence[int]], optional
+        A records request: client -> the record ids it erased (positions in its
+        rows, :mod:`task.records`); only those rows of ``targets`` are targets.
 
     Raises
     ------
@@ -197,8 +202,10 @@ def choose_sets(cfg: RunConfig, task, targets: list[int], shadow_in: int) -> Mia
         If two of the sets share a row (a fault of this module, never expected).
     """
     rows = client_rows(cfg, task)
-    target = np.concatenate([rows[p] for p in targets] or [np.zeros(0, np.int64)])
-    owner = np.concatenate([np.full(len(rows[p]), p) for p in targets]
+    mine = [rows[p] if records is None else rows[p][np.asarray(records[p], np.int64)]
+            for p in targets]
+    target = np.concatenate(mine or [np.zeros(0, np.int64)])
+    owner = np.concatenate([np.full(len(m), p) for p, m in zip(targets, mine, strict=True)]
                            or [np.zeros(0, np.int64)])
     if len(target) > cfg.audit.mia_samples:
         keep = np.sort(np.random.default_rng(cfg.seed + 1).permutation(

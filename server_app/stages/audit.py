@@ -35,19 +35,21 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
             for key, value in ctx.evaluator.label_accuracy(models, labels).items():
                 setattr(target, key, value)
     forget = sorted({p for r in ctx.requests for p in r})
-    if checks.mia and not forget and (labels or cfg.unlearning.erased_records):
-        note = ("membership audit not run: it scores forgotten clients' data and a "
-                "records or class request forgets no client (mia = true was set)")
+    owners = sorted(cfg.unlearning.erased_records)  # a records request's clients
+    scored = bool(forget) or bool(owners and checks.mia_shadows)
+    if checks.mia and not scored and (labels or owners):
+        note = ("membership audit not run: a class request forgets no client's data, "
+                "and a records request's erased records are scored by the shadow "
+                "audit only (mia-shadows >= 1; mia = true was set)")
         summary.notes.append(note)
         ctx.log(note)
-    owners = sorted(cfg.unlearning.erased_records)  # a records request's clients
     if not forget and not owners:
         return
     rounds = participation(run.store, forget or owners, cfg.training.num_rounds)
     if checks.backdoor or checks.mia_shadows:
         summary.verification = {"forgotten_rounds": rounds}
     unlearned = {n: r.models for n, r in results.items() if r.models}
-    if checks.mia and forget:  # the attack scores forgotten clients' data
+    if checks.mia and scored:  # forgotten clients' data, or the erased records
         scores = _membership(run, summary, rounds, unlearned)
         for name, values in scores.items():
             target = summary.original if name == "original" else summary.frameworks[name]
@@ -65,8 +67,9 @@ def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dic
         models = {"original": (run.models, shards),
                   **{n: (m, run.baseline.shards if n in on_baseline else shards)
                      for n, m in unlearned.items()}}
+        records = cfg.unlearning.erased_records or None  # a records request
         scores, summary.verification["mia"] = shadow_audit(cfg, ctx.data_dir, rounds,
-                                                           models)
+                                                           models, records)
         return scores
     forget = sorted({p for r in ctx.requests for p in r})
     return membership_audit(cfg, ctx.data_dir, shards, forget, run.models, unlearned,
