@@ -37,6 +37,17 @@ def test_memorize_has_free_training_images_for_non_members_and_shadows():
     assert len(forgotten) * cfg.data.client_samples >= 200  # targets for a usable AUC
 
 
+def test_memorize_records_scores_erased_records_of_clients_that_stay():
+    """Issue 45: 100 erased records, the owners keep half; shadows and LiRA on."""
+    cfg = _cfg("memorize-records")
+    cfg.validate()
+    records = cfg.unlearning.erased_records
+    assert sum(map(len, records.values())) >= 100 and not cfg.unlearning.forget_clients
+    assert all(0 < len(ids) < cfg.data.client_samples for ids in records.values())
+    assert cfg.audit.mia and cfg.audit.mia_shadows >= 1 and cfg.audit.mia_references >= 2
+    assert cfg.audit.mia_unlearn_references == 0
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_verify_records_erases_poisoned_records_of_one_shard(seed):
     """Issue 45: the poisoned images are the erased records; their clients stay."""
