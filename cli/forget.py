@@ -91,10 +91,11 @@ def submit_records(name: str, client: str, ids: str,
                    results_dir: str | None = None) -> str:
     """Record a request to erase records ``ids`` of ``client`` in run ``name``.
 
-    ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`). The run must be a
-    finished one-stage run and the client one it has not forgotten; whether it
-    holds the ids is the ServerApp's check (it knows the partitions), which
-    refuses the request in its receipt otherwise. Returns the request's id.
+    ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`). The run must be
+    finished, or a staged run still going (the next stage boundary takes it), and
+    the client one it has not forgotten; whether it holds the ids is the
+    ServerApp's check (it knows the partitions), which refuses the request in its
+    receipt otherwise. Returns the request's id.
 
     Raises
     ------
@@ -106,17 +107,17 @@ def submit_records(name: str, client: str, ids: str,
     folder = run_folder(name, results_dir)
     with open_inbox(folder) as inbox:
         settings, versions = inbox.settings(), inbox.versions()
-        if not (folder / SUMMARY).exists() or not versions:
-            raise ConfigError(f"--records: --run {name!r} has not finished (or has no "
-                              "model versions): records go to a finished run")
-        if int(settings.get("num-stages", 1)) > 1:
-            raise ConfigError(f"--records: --run {name!r} is a staged run; records "
-                              "requests to a staged run are not built yet")
+        finished = (folder / SUMMARY).exists()
+        if not settings or (finished and not versions) or (
+                not finished and int(settings.get("num-stages", 1)) < 2):
+            raise ConfigError(f"--records: --run {name!r} takes no request now: records "
+                              "go to a finished run (with model versions) or a staged "
+                              "run still going")
         owner = parse_clients(client, int(settings["num-clients"]))
         if len(owner) != 1:
             raise ConfigError(f"--clients {client!r}: --records names the records of "
                               "one client")
-        if owner[0] in versions[-1].forgotten:
+        if versions and owner[0] in versions[-1].forgotten:
             raise ConfigError(f"--clients {client!r}: client {owner[0]} is forgotten "
                               f"already (model version v{versions[-1].version})")
         try:
@@ -170,19 +171,8 @@ def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
     return later_refusal(ids, joined, gone, present, feds)
 
 
-def main_forget(argv: list[str], prog: str) -> int:
-    """The ``forget`` command; exit status 0 to 5 (docs/FAULTS.md, "Exit statuses").
-
-    A live staged run takes the request at its next stage boundary; a finished
-    run takes it at once (:func:`cli.later.carry_out`) unless ``--record-only``.
-    Everything the engine will read back is checked before the request is
-    recorded (:func:`cli.later.check_later`).
-
-    Raises
-    ------
-    ConfigError
-        A check failed before anything was recorded (exit status 2).
-    """
+def _forget_parser(prog: str) -> argparse.ArgumentParser:
+    """The ``forget`` command's options."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Ask a run to forget clients: a staged run at its "
         "next stage boundary, a finished run at once (a new model version).")
@@ -203,6 +193,23 @@ def main_forget(argv: list[str], prog: str) -> int:
     parser.add_argument("--lost-nodes", default=None, metavar="IDS",
                         help="finished coded run: accept these clients' missing node "
                         "folders as lost (their slices count as erasures)")
+    return parser
+
+
+def main_forget(argv: list[str], prog: str) -> int:
+    """The ``forget`` command; exit status 0 to 5 (docs/FAULTS.md, "Exit statuses").
+
+    A live staged run takes the request at its next stage boundary; a finished
+    run takes it at once (:func:`cli.later.carry_out`) unless ``--record-only``.
+    Everything the engine will read back is checked before the request is
+    recorded (:func:`cli.later.check_later`).
+
+    Raises
+    ------
+    ConfigError
+        A check failed before anything was recorded (exit status 2).
+    """
+    parser = _forget_parser(prog)
     args = parser.parse_args(argv)
     if (args.clients is None) == (not args.pending):
         parser.error("give --clients, or --pending (and no --clients)")
@@ -223,10 +230,14 @@ def main_forget(argv: list[str], prog: str) -> int:
     made = check_later(folder, args.lost_nodes) if finished else []
     if records is not None:
         rid = submit_records(args.run, args.clients, records, args.results_dir)
+        live = not (folder / SUMMARY).exists()
         print(f"request {rid} recorded: records {records[:60]} of client {args.clients} "
-              f"of run {args.run}")
-        if args.record_only:
+              f"of run {args.run}" + ("; it is handled at the next stage boundary (see "
+                                      "`receipts`)" if live else ""))
+        if live or args.record_only:
             return 0
+        if not finished:  # it finished while the request was recorded
+            made = check_later(folder, None)
     elif args.clients is not None:
         rid = submit(args.run, args.clients, args.results_dir)
         live = not (folder / SUMMARY).exists()

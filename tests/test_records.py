@@ -257,3 +257,73 @@ def test_a_records_request_with_shadows_scores_the_erased_records(run_server):
                   summary["frameworks"]["FR"]):
         assert block["mia_n_target"] == 10 and block["mia_lira_n_member"] == 10
         assert 0.0 <= block["mia_lira_auc"] <= 1.0
+
+
+@pytest.mark.inprocess
+def test_a_staged_run_takes_a_records_request_at_its_boundary_and_keeps_it(
+        tmp_path, shared_data, monkeypatch):
+    """Issue 45, item 4: erased at the end of stage 1, never trained on after it.
+
+    The request arrives while stage 1 learns; at its boundary SE replays client 3's
+    shard and FR retrains, client 3 training on 54 of its 64 records; in stage 2's
+    learning every message to client 3 still names the 10 ids, and no other client
+    is told to drop anything.
+    """
+    import json
+
+    from flwr.app import Context, RecordDict
+
+    from cli.forget import submit_records
+    from client_app.app import app as client_app
+    from experiments.grid import InProcessGrid, set_task_identity
+    from server_app.app import main
+    from server_app.stages import pipeline
+    from task.config import fused_run_config
+    from tests.conftest import TINY
+
+    config = fused_run_config({**TINY, "num-stages": 2, "frameworks": "SE,FR",
+                               "mia": False, "seed": 1, "results-dir": str(tmp_path),
+                               "run-name": "r", "data-dir": str(shared_data)})
+    phase, seen = {"now": "stage 1"}, []
+    deliver, real_stage, real_boundary = (InProcessGrid._deliver, pipeline.run_stage,
+                                          pipeline.handle_boundary)
+
+    def spy(grid, message, dst):
+        reply = deliver(grid, message, dst)
+        if message.metadata.message_type.startswith("train") and reply.has_content():
+            pid = grid.contexts[dst].node_config["partition-id"]
+            seen.append((phase["now"], pid,
+                         list(message.content["config"].get("erased-records") or []),
+                         int(reply.content["metrics"]["num-examples"])))
+        return reply
+
+    def run_stage(run, member):
+        if not run.members:  # the request arrives while stage 1 learns
+            submit_records("r", "3", "0-9", str(tmp_path))
+        phase["now"] = f"stage {len(run.members) + 1}"
+        return real_stage(run, member)
+
+    def handle_boundary(run, member, entry):
+        phase["now"] = f"boundary {member.stage}"
+        real_boundary(run, member, entry)
+        phase["now"] = "after"
+
+    monkeypatch.setattr(InProcessGrid, "_deliver", spy)
+    monkeypatch.setattr(pipeline, "run_stage", run_stage)
+    monkeypatch.setattr(pipeline, "handle_boundary", handle_boundary)
+    set_task_identity()
+    main(InProcessGrid(client_app, 8, config), Context(
+        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    (path,) = [p for p in (tmp_path / "r" / "receipts").glob("*.json")
+               if json.loads(p.read_text()).get("erasure")]
+    receipt = json.loads(path.read_text())
+    assert receipt["status"] == "done" and receipt["stage"] == 1
+    assert receipt["erasure"]["records"] == {"3": list(range(10))}
+    assert set(receipt["cost"]) == {"SE", "FR"}
+    by_phase = {p: [(pid, ids, n) for ph, pid, ids, n in seen if ph == p]
+                for p in ("stage 1", "boundary 1", "stage 2")}
+    assert all(not ids for _, ids, _ in by_phase["stage 1"])
+    for p in ("boundary 1", "stage 2"):
+        to3 = [(ids, n) for pid, ids, n in by_phase[p] if pid == 3]
+        assert to3 and all(ids == list(range(10)) and n == 54 for ids, n in to3), p
+        assert not any(ids for pid, ids, _ in by_phase[p] if pid != 3)

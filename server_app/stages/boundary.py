@@ -29,6 +29,7 @@ from server_app.run.receipts import (
     write_receipt,
 )
 from server_app.run.summary import StageSummary
+from server_app.stages import erasures
 from server_app.stages.churn import Membership, present_shards
 from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
@@ -93,7 +94,14 @@ def _handle(run: RunState, member: Membership, request: Request,
     receipt = {"request_id": request.id, "clients": request.clients,
                "source": request.source, "received_at": utc(request.received),
                "stage": member.stage}
-    reason = refusal(run, member, request)
+    if request.erasure:  # a records request: its clients stay
+        own = erasures.asked(request)
+        receipt.update(erasure=own.to_json(), erasure_note=own.describe())
+        joined = run.ctx.cfg.initial_clients + \
+            (member.stage - 1) * run.ctx.cfg.stages.joins_per_stage
+        reason = erasures.records_refusal(run, request, joined)
+    else:
+        reason = refusal(run, member, request)
     if reason is not None:
         receipt.update(status="refused", reason=reason, done_at=utc(time.time()))
         run.inbox.finish(request.id, "refused", reason, receipt)
@@ -127,11 +135,19 @@ def file_receipt(run: RunState, receipt: dict, warnings: list[str]) -> None:
 
 
 def _unlearn(run: RunState, request: Request) -> dict:
-    """SE (and FR) for one request; the run goes on from SE's models."""
-    out = {**forget_with_se(run, request.clients), "verification": None,
-           "erased": kept_history(run.store, request.clients, KEPT_AT_BOUNDARY)}
+    """SE (and FR) for one request; the run goes on from SE's models.
+
+    Every erasure done before stays in force (:mod:`server_app.stages.erasures`);
+    a records request adds its own, its owners training on what they keep.
+    """
+    so_far = erasures.in_force(run, request.clients)
+    records = erasures.records_of(request)
+    erasure = so_far.merged(records) if records else (so_far or None)
+    out = {**forget_with_se(run, request.clients, erasure), "verification": None,
+           "erased": kept_history(run.store, request.clients or sorted(records),
+                                  KEPT_AT_BOUNDARY)}
     if reference() in run.ctx.cfg.unlearning.framework_list:
-        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run)
+        out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out
 
 
@@ -175,8 +191,9 @@ def se_stage(run: RunState) -> Stage:
                  present=run.present_at)
 
 
-def _retrain(run: RunState) -> tuple[dict, float]:
+def _retrain(run: RunState, erasure: Erasure | None = None) -> tuple[dict, float]:
     ctx = run.ctx
-    models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
+    models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten,
+                                   erasure=erasure)
     run.fr_models = models
     return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]

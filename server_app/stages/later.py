@@ -26,8 +26,6 @@ A request killed half-way stays pending; the next ``forget`` (or ``forget
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import replace
 
 from history import (
     CodedHistory,
@@ -52,14 +50,14 @@ from server_app.run.receipts import (
 )
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, make_version
+from server_app.stages import erasures
 from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership, later_refusal
 from server_app.stages.planned import baseline_federation
 from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
-from server_app.unlearning.erasure import Erasure, planned_erasure
-from task.records import check_against_sizes
+from server_app.unlearning.erasure import Erasure
 
 __all__ = ["FINAL", "serve_later"]
 
@@ -169,42 +167,9 @@ def refusal(run: RunState, request: Request) -> str | None:
 def records_refusal(run: RunState, request: Request) -> str | None:
     """Why a finished run cannot erase ``request``'s records (None: it can).
 
-    A staged run's history spans stages whose members changed (not built yet);
-    an owner must be a client not forgotten, and every id one it holds, with a
-    record left after every records request so far (:mod:`task.records`).
+    :func:`server_app.stages.erasures.records_refusal`, every client joined.
     """
-    cfg = run.ctx.cfg
-    if cfg.stages.staged:
-        return "records requests to a staged run are not built yet"
-    records = _records(request)
-    gone = sorted(p for p in records if p in run.forgotten)
-    if gone:
-        return f"client(s) {gone} are forgotten already: they hold no records"
-    return check_against_sizes(erasure_so_far(run).merged(records).records,
-                               run.ctx.samples)
-
-
-def erasure_so_far(run: RunState, leaving: Sequence[int] = ()) -> Erasure:
-    """Every records (or class) erasure done in the run: the planned one, then later.
-
-    Its ``fresh`` is empty: it erases nothing new, it keeps the done ones in force
-    (the changed clients train without those records in every replay). Records
-    of clients forgotten since, or ``leaving`` now, are left out: they are gone.
-    """
-    done: dict[int, list[int]] = {}
-    for request in run.inbox.all():
-        if request.state == "done" and request.erasure:
-            for p, ids in _records(request).items():
-                done.setdefault(p, []).extend(ids)
-    merged = planned_erasure(run.ctx.cfg).merged(done)
-    gone = run.forgotten | set(leaving)
-    return replace(merged, fresh=frozenset(), records={
-        p: ids for p, ids in merged.records.items() if p not in gone},
-        clients=tuple(p for p in merged.clients if p not in gone))
-
-
-def _records(request: Request) -> dict[int, list[int]]:
-    return {int(p): list(ids) for p, ids in request.erasure["records"].items()}
+    return erasures.records_refusal(run, request, run.ctx.cfg.data.num_clients)
 
 
 def _handle(run: RunState, request: Request, latest: ModelVersion
@@ -215,8 +180,8 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
                "source": request.source, "received_at": utc(request.received),
                "stage": None, "after_run": True}
     if request.erasure:
-        asked = Erasure({p: tuple(ids) for p, ids in _records(request).items()})
-        receipt.update(erasure=asked.to_json(), erasure_note=asked.describe())
+        own = erasures.asked(request)
+        receipt.update(erasure=own.to_json(), erasure_note=own.describe())
     reason = (records_refusal if request.erasure else refusal)(run, request)
     if reason is not None:
         receipt.update(status="refused", reason=reason, done_at=utc(time.time()),
@@ -259,14 +224,15 @@ def _fail(run: RunState, request: Request, latest: ModelVersion,
 def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     """SE (and FR) for ``request`` from ``latest``; erase what it leaves unused.
 
-    Every records erasure done before stays in force (:func:`erasure_so_far`); a
+    Every erasure done before stays in force (:mod:`server_app.stages.erasures`); a
     records request adds its own: its owners' shards are replayed with them
     training on what they keep, then their stored updates (all computed on the
     erased records) and the shard models those shaped are erased (uncoded;
     coded: :data:`KEPT_CODED`). No replay reads an owner's update again.
     """
-    so_far = erasure_so_far(run, request.clients)
-    erasure = so_far.merged(_records(request)) if request.erasure else (so_far or None)
+    so_far = erasures.in_force(run, request.clients)
+    erasure = so_far.merged(erasures.records_of(request)) if request.erasure \
+        else (so_far or None)
     out = forget_with_se(run, request.clients, erasure)
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests
@@ -289,7 +255,8 @@ def _retrain(run: RunState, erasure: Erasure | None = None) -> tuple[dict, float
     """
     ctx = run.ctx
     if ctx.cfg.stages.staged:
-        models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten)
+        models, meter = retrain_stages(ctx, run.baseline, run.members, run.forgotten,
+                                       erasure=erasure)
         return receipt_cost(meter), ctx.evaluator.evaluate(models)["accuracy"]
     name = reference()
     requests = [] if erasure and erasure.erasing else [sorted(run.forgotten)]

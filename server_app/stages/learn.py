@@ -24,6 +24,7 @@ from server_app.rounds.learning import LearningResult, run_learning
 from server_app.run.context import RunContext
 from server_app.run.summary import LearningSummary
 from server_app.stages.churn import present_shards
+from server_app.unlearning.erasure import Erasure, erasing_loop
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import SERVER_DEFAULTS
 from strategies.sharded import to_record
@@ -66,15 +67,18 @@ def first_round(cfg: RunConfig, stage: int) -> int:
 
 def learn_rounds(ctx: RunContext, federation: Federation, store, models: list[ArrayRecord],
                  present: Sequence[int], label: str, first: int = 1, *,
-                 resumed: dict | None = None, checkpoint=None) -> LearningResult:
+                 resumed: dict | None = None, checkpoint=None,
+                 erasure: Erasure | None = None) -> LearningResult:
     """G rounds of ``federation``'s ``present`` clients from ``models`` into ``store``.
 
     Rounds are numbered from ``first``; each is scored by the central evaluator.
     ``resumed`` and ``checkpoint``: a checkpoint to go on from, and where to keep one
-    after each round (:func:`server_app.rounds.learning.run_learning`).
+    after each round (:func:`server_app.rounds.learning.run_learning`). The changed
+    clients of ``erasure`` (a staged run's records erased so far) train on what
+    they keep.
     """
     strategy = stage_strategy(ctx.cfg, federation.shards, present, federation.node_of)
-    return run_learning(ctx.loop, strategy, federation, models,
+    return run_learning(erasing_loop(ctx.loop, erasure), strategy, federation, models,
                         ctx.cfg.training.num_rounds, ctx.train_config(), store,
                         evaluate=ctx.evaluator.evaluate, label=label, first_round=first,
                         resumed=resumed, checkpoint=checkpoint)

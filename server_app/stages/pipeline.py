@@ -38,6 +38,7 @@ from server_app.run.summary import (
     UnlearningPlan,
 )
 from server_app.run.versions import make_version
+from server_app.stages import erasures
 from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership
 from server_app.stages.learn import first_round, learn_federation, learn_rounds, open_store
@@ -166,7 +167,8 @@ def run_stage(run: RunState, member: Membership) -> StageSummary:
     ctx = run.ctx
     run.members.append(member)
     result = learn_rounds(ctx, run.federation, run.store, run.models, member.present,
-                          f"stage {member.stage} learn", first_round(ctx.cfg, member.stage))
+                          f"stage {member.stage} learn", first_round(ctx.cfg, member.stage),
+                          erasure=erasures.in_force(run) or None)
     run.store.prune_models(ctx.cfg.unlearning.calibration_interval)
     run.models = result.models
     learning = LearningSummary.of(result)
@@ -213,8 +215,10 @@ def _refile(run: RunState) -> None:
         file_receipt(run, receipt, last)
     for request in run.inbox.all():
         if request.state == "pending":  # arrived after the last boundary
-            last.append(f"request {request.id} (clients {request.clients}) arrived "
-                        "after the last stage boundary: not handled")
+            who = (f"records {request.erasure['records']}" if request.erasure
+                   else f"clients {request.clients}")
+            last.append(f"request {request.id} ({who}) arrived after the last stage "
+                        "boundary: not handled")
             log(WARNING, "%s", last[-1])
 
 

@@ -20,12 +20,14 @@ from server_app.run.context import RunContext
 from server_app.stages.churn import Membership, lineage_shards
 from server_app.stages.learn import first_round, stage_strategy
 from server_app.unlearning.driver import accumulate
+from server_app.unlearning.erasure import Erasure, erasing_loop
 
 __all__ = ["retrain_stages", "staged_federations"]
 
 
 def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Membership],
-                   forgotten: set[int], label: str | None = None
+                   forgotten: set[int], label: str | None = None, *,
+                   erasure: Erasure | None = None
                    ) -> tuple[list[ArrayRecord], CostMeter]:
     """FedRetrain over stages: every stage's rounds again, from W^0, without ``forgotten``.
 
@@ -34,15 +36,18 @@ def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Memb
     the models are those of a run in which the forgotten clients never existed;
     a shard none of whose clients of stage t remains keeps its model in t.
     Returns the shard models (``baseline-shards`` of them) and the summed costs.
+    The changed clients of ``erasure`` (records erased so far) train on what
+    they keep in every round (:class:`server_app.unlearning.erasure.ErasingGrid`).
     """
     cfg = ctx.cfg
     models = [ctx.initial_model()] * len(baseline.shards)
-    total = CostMeter(ctx.loop.link_rate_mbps)
+    loop = erasing_loop(ctx.loop, erasure)
+    total = CostMeter(loop.link_rate_mbps)
     for member in members:
         present = [p for p in member.present if p not in forgotten]
         strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of,
                                   keep_empty=True)
-        models, meter = ctx.loop.run(
+        models, meter = loop.run(
             strategy, models, cfg.training.num_rounds, ctx.train_config(),
             label=f"{label or reference()} stage {member.stage}",
             first_round=first_round(cfg, member.stage))

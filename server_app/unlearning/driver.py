@@ -33,7 +33,7 @@ their G rounds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -43,7 +43,7 @@ from server_app.config.methods import info as method_info
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.summary import FrameworkSummary, RequestCost
-from server_app.unlearning.erasure import ErasingGrid, Erasure
+from server_app.unlearning.erasure import Erasure, erasing_loop
 from server_app.unlearning.frameworks import Framework, Stage, build_framework
 from server_app.unlearning.requests import expected_cost
 from server_app.unlearning.target import TargetWatch
@@ -104,8 +104,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
                    evaluate, forget: set[int], log_fn,
                    erasure: Erasure | None = None) -> FrameworkResult:
     described = method_info(name, stage.settings.methods)
-    if erasure:  # every training message names what its client no longer has
-        loop = replace(loop, grid=ErasingGrid(loop.grid, erasure, loop.partition_of))
+    loop = erasing_loop(loop, erasure)  # each message names what its client lost
     per_request: list[RequestCost] = []
     total = CostMeter(loop.link_rate_mbps)
     models: list[ArrayRecord] = []

@@ -14,7 +14,7 @@ defined).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
@@ -136,3 +136,14 @@ class ErasingGrid:
     def push_messages(self, messages: Iterable[Message]):
         """:meth:`flwr.serverapp.Grid.push_messages` of the stamped messages."""
         return self._grid.push_messages(self._stamp(messages))
+
+
+def erasing_loop(loop, erasure: Erasure | None):
+    """``loop`` sending through an :class:`ErasingGrid` of ``erasure``.
+
+    ``loop``: a :class:`server_app.rounds.loop.RoundLoop`; returned as it is when
+    nothing is erased.
+    """
+    if not erasure:
+        return loop
+    return replace(loop, grid=ErasingGrid(loop.grid, erasure, loop.partition_of))
