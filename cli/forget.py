@@ -37,6 +37,7 @@ from server_app.run.receipts import list_receipts, receipt_detail, receipt_line
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, verify_version
 from server_app.stages.churn import later_refusal, run_shards
+from server_app.stages.erasures import asked
 
 
 def submit(name: str, clients: str, results_dir: str | None = None) -> str:
@@ -87,32 +88,34 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
             raise ConfigError(f"--clients {clients!r}: {err}") from None
 
 
-def submit_records(name: str, client: str, ids: str,
-                   results_dir: str | None = None) -> str:
-    """Record a request to erase records ``ids`` of ``client`` in run ``name``.
+def submit_records(name: str, client: str | None, ids: str | None,
+                   results_dir: str | None = None, labels: str | None = None) -> str:
+    """Record a request to erase records ``ids`` of ``client`` (or ``labels``) in ``name``.
 
-    ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`). The run must be
+    ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`); ``labels``: classes
+    to erase on every client (``"7"``; then no client and no ids). The run must be
     finished, or a staged run still going (the next stage boundary takes it), and
-    the client one it has not forgotten; whether it holds the ids is the
-    ServerApp's check (it knows the partitions), which refuses the request in its
-    receipt otherwise. Returns the request's id.
+    the client one it has not forgotten; whether it holds the ids (or every client
+    keeps a record) is the ServerApp's check (it knows the partitions), which
+    refuses the request in its receipt otherwise. Returns the request's id.
 
     Raises
     ------
     ConfigError
         One line naming the option and what is allowed; nothing is recorded.
     """
-    from task.records import parse_ids
-
     folder = run_folder(name, results_dir)
+    option = "--labels" if labels is not None else "--records"
     with open_inbox(folder) as inbox:
         settings, versions = inbox.settings(), inbox.versions()
         finished = (folder / SUMMARY).exists()
         if not settings or (finished and not versions) or (
                 not finished and int(settings.get("num-stages", 1)) < 2):
-            raise ConfigError(f"--records: --run {name!r} takes no request now: records "
+            raise ConfigError(f"{option}: --run {name!r} takes no request now: records "
                               "go to a finished run (with model versions) or a staged "
                               "run still going")
+        if labels is not None:
+            return inbox.submit_records({}, _parse(option, labels)).id
         owner = parse_clients(client, int(settings["num-clients"]))
         if len(owner) != 1:
             raise ConfigError(f"--clients {client!r}: --records names the records of "
@@ -120,12 +123,18 @@ def submit_records(name: str, client: str, ids: str,
         if versions and owner[0] in versions[-1].forgotten:
             raise ConfigError(f"--clients {client!r}: client {owner[0]} is forgotten "
                               f"already (model version v{versions[-1].version})")
-        try:
-            records = parse_ids(ids)
-        except ValueError as err:
-            raise ConfigError(f"--records {ids[:80]!r}: {err}; allowed: ids N or "
-                              "ranges N-M, comma-separated, e.g. 3,18,40-52") from None
-        return inbox.submit_records({owner[0]: records}).id
+        return inbox.submit_records({owner[0]: _parse(option, ids)}).id
+
+
+def _parse(option: str, ids: str) -> list[int]:
+    """``--records`` / ``--labels`` ids (:func:`task.records.parse_ids`), or one line."""
+    from task.records import parse_ids
+
+    try:
+        return parse_ids(ids)
+    except ValueError as err:
+        raise ConfigError(f"{option} {ids[:80]!r}: {err}; allowed: ids N or ranges "
+                          "N-M, comma-separated, e.g. 3,18,40-52") from None
 
 
 def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
@@ -181,6 +190,9 @@ def _forget_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--records", default=None, metavar="IDS",
                         help="finished run: erase only these records of the one "
                         "client --clients names (it stays), e.g. 3,18,40-52")
+    parser.add_argument("--labels", default=None, metavar="LABELS",
+                        help="erase every record of these classes on every client "
+                        "(they stay), e.g. 7")
     parser.add_argument("--records-file", default=None, metavar="PATH",
                         help="as --records, the ids read from a file (commas, spaces "
                         "or newlines between them)")
@@ -211,8 +223,10 @@ def main_forget(argv: list[str], prog: str) -> int:
     """
     parser = _forget_parser(prog)
     args = parser.parse_args(argv)
-    if (args.clients is None) == (not args.pending):
-        parser.error("give --clients, or --pending (and no --clients)")
+    if (args.clients is None and args.labels is None) == (not args.pending):
+        parser.error("give --clients (or --labels), or --pending (and neither)")
+    if args.labels is not None and args.clients is not None:
+        parser.error("--labels erases a class on every client: no --clients")
     if args.records is not None and args.records_file is not None:
         parser.error("give --records or --records-file, not both")
     if (args.records or args.records_file) is not None and args.clients is None:
@@ -228,12 +242,15 @@ def main_forget(argv: list[str], prog: str) -> int:
                           "finished; node folders are checked for later requests only")
     # before the request is recorded (also one only recorded); once, for carry_out too
     made = check_later(folder, args.lost_nodes) if finished else []
-    if records is not None:
-        rid = submit_records(args.run, args.clients, records, args.results_dir)
+    if records is not None or args.labels is not None:
+        rid = submit_records(args.run, args.clients, records, args.results_dir,
+                             args.labels)
         live = not (folder / SUMMARY).exists()
-        print(f"request {rid} recorded: records {records[:60]} of client {args.clients} "
-              f"of run {args.run}" + ("; it is handled at the next stage boundary (see "
-                                      "`receipts`)" if live else ""))
+        what = (f"labels {args.labels}" if args.labels is not None
+                else f"records {records[:60]} of client {args.clients}")
+        print(f"request {rid} recorded: {what} of run {args.run}" + (
+            "; it is handled at the next stage boundary (see `receipts`)" if live
+            else ""))
         if live or args.record_only:
             return 0
         if not finished:  # it finished while the request was recorded
@@ -346,7 +363,7 @@ def main_receipts(argv: list[str], prog: str) -> int:
     late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
         folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
     for request in waiting:
-        who = (f"records {request.erasure['records']}" if request.erasure
+        who = (asked(request).describe() if request.erasure
                else f"clients {request.clients}")
         print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  {who}  "
               f"({late})")

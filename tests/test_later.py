@@ -416,3 +416,26 @@ def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
         assert receipt["status"] == "refused" and words in receipt["reason"]
     done = json.loads((folder / "receipts" / f"{rid_ok}.json").read_text())
     assert done["status"] == "done" and set(done["cost"]) == {"SE", "FR"}
+
+
+def test_a_later_class_request_replays_as_a_planned_one(tmp_path, make_grid,
+                                                         shared_data):
+    """``forget --labels 7`` on a finished run: SE's models are one run's, bit for bit."""
+    from cli.forget import submit_records
+
+    learned = _config(tmp_path, shared_data, "a", frameworks="none")
+    _run(make_grid, learned)
+    folder = tmp_path / "a"
+    wrong = submit_records("a", None, None, str(tmp_path), labels="12")
+    rid = submit_records("a", None, None, str(tmp_path), labels="7")
+    _run(make_grid, {**learned, "later-requests": True})
+    refused = json.loads((folder / "receipts" / f"{wrong}.json").read_text())
+    assert refused["status"] == "refused" and "not classes 0..9" in refused["reason"]
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    assert receipt["status"] == "done" and receipt["erasure"]["labels"] == [7]
+    assert receipt["shards_retrained"] == [0, 1]
+    _run(make_grid, _config(tmp_path, shared_data, "b", frameworks="SE",
+                            **{"forget-labels": "7"}))
+    se = read_arrays(tmp_path / "b" / "models" / "SE.npz")
+    new = read_arrays(folder / _versions(folder)[-1].file)
+    assert all(np.array_equal(new[k], se[k]) for k in new)

@@ -60,8 +60,9 @@ class Request:
     stage : int or None
         The stage whose boundary handles it (None while pending).
     erasure : dict or None
-        A records request (its ``clients`` empty: they stay): ``records``,
-        client (str) -> the record ids erased (:mod:`task.records`).
+        A records or class request (its ``clients`` empty: they stay):
+        ``records``, client (str) -> the record ids erased (:mod:`task.records`),
+        and ``labels``, the classes erased on every client.
     """
 
     id: str
@@ -130,14 +131,17 @@ class RequestInbox(SQLiteCatalog):
         """
         return self.submit_all([clients], source, stage)[0]
 
-    def submit_records(self, records: dict[int, list[int]]) -> Request:
-        """Record a records request (``pending``; its clients stay); return it.
+    def submit_records(self, records: dict[int, list[int]],
+                       labels: Sequence[int] = ()) -> Request:
+        """Record a records or class request (``pending``; clients stay); return it.
 
-        ``records``: client -> record ids. No client is taken: the owners may be
-        named by later requests of either kind.
+        ``records``: client -> record ids; ``labels``: classes erased on every
+        client. No client is taken: the owners may be named by later requests of
+        either kind.
         """
         erasure = json.dumps({"records": {str(p): sorted(map(int, ids))
-                                          for p, ids in sorted(records.items())}})
+                                          for p, ids in sorted(records.items())},
+                              "labels": sorted({int(c) for c in labels})})
         with self._conn:
             cur = self._conn.execute(
                 "INSERT INTO inbox (id, clients, source, received, state, erasure) "

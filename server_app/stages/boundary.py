@@ -140,12 +140,10 @@ def _unlearn(run: RunState, request: Request) -> dict:
     Every erasure done before stays in force (:mod:`server_app.stages.erasures`);
     a records request adds its own, its owners training on what they keep.
     """
-    so_far = erasures.in_force(run, request.clients)
-    records = erasures.records_of(request)
-    erasure = so_far.merged(records) if records else (so_far or None)
+    erasure = erasures.for_request(run, request)
+    named = sorted(erasure.erasing) if request.erasure else request.clients
     out = {**forget_with_se(run, request.clients, erasure), "verification": None,
-           "erased": kept_history(run.store, request.clients or sorted(records),
-                                  KEPT_AT_BOUNDARY)}
+           "erased": kept_history(run.store, named, KEPT_AT_BOUNDARY)}
     if reference() in run.ctx.cfg.unlearning.framework_list:
         out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out

@@ -230,9 +230,7 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     erased records) and the shard models those shaped are erased (uncoded;
     coded: :data:`KEPT_CODED`). No replay reads an owner's update again.
     """
-    so_far = erasures.in_force(run, request.clients)
-    erasure = so_far.merged(erasures.records_of(request)) if request.erasure \
-        else (so_far or None)
+    erasure = erasures.for_request(run, request)
     out = forget_with_se(run, request.clients, erasure)
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests

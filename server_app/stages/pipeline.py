@@ -215,7 +215,7 @@ def _refile(run: RunState) -> None:
         file_receipt(run, receipt, last)
     for request in run.inbox.all():
         if request.state == "pending":  # arrived after the last boundary
-            who = (f"records {request.erasure['records']}" if request.erasure
+            who = (erasures.asked(request).describe() if request.erasure
                    else f"clients {request.clients}")
             last.append(f"request {request.id} ({who}) arrived after the last stage "
                         "boundary: not handled")

@@ -60,13 +60,20 @@ class Erasure:
         """The changed clients whose shards this request sends back."""
         return self.changed if self.fresh is None else frozenset(self.fresh)
 
-    def merged(self, records: Mapping[int, Iterable[int]]) -> Erasure:
-        """The erasure with ``records`` erased too: the request at hand (``fresh``)."""
+    def merged(self, records: Mapping[int, Iterable[int]],
+               labels: Iterable[int] = ()) -> Erasure:
+        """The erasure with ``records`` and ``labels`` erased too: the request at hand.
+
+        Its ``fresh`` clients are the owners of ``records`` and, with ``labels``,
+        every client of :attr:`clients`.
+        """
         union = {p: set(ids) for p, ids in self.records.items()}
         for p, ids in records.items():
             union.setdefault(p, set()).update(ids)
+        labels = tuple(labels)
+        fresh = frozenset(records) | (frozenset(self.clients) if labels else frozenset())
         return Erasure({p: tuple(sorted(ids)) for p, ids in sorted(union.items())},
-                       self.labels, self.clients, frozenset(records))
+                       tuple(sorted(set(self.labels) | set(labels))), self.clients, fresh)
 
     def message_config(self, partition: int) -> dict[str, list[int]]:
         """The config entries a training message to ``partition`` carries."""
