@@ -245,7 +245,9 @@ def test_the_audit_targets_of_a_records_request_are_the_erased_records(shared_da
 
 
 @pytest.mark.inprocess
-def test_a_records_request_with_shadows_scores_the_erased_records(run_server):
+def test_a_records_request_with_shadows_scores_the_erased_records(run_server, tmp_path):
+    import json
+
     summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE,FR",
                              "mia": True, "mia-shadows": 1, "mia-references": 2,
                              "mia-nonmembers": 40})
@@ -257,6 +259,11 @@ def test_a_records_request_with_shadows_scores_the_erased_records(run_server):
                   summary["frameworks"]["FR"]):
         assert block["mia_n_target"] == 10 and block["mia_lira_n_member"] == 10
         assert 0.0 <= block["mia_lira_auc"] <= 1.0
+    # the receipt names the records erased and carries the scores
+    (path,) = (tmp_path / "t" / "receipts").glob("*.json")
+    receipt = json.loads(path.read_text())
+    assert receipt["erasure"]["records"] == {"3": list(range(10))}
+    assert set(receipt["verification"]["mia_lira_auc"]) == {"original", "SE", "FR"}
 
 
 @pytest.mark.inprocess

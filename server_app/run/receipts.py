@@ -157,7 +157,8 @@ def kept_history(store, clients: Sequence[int], why: str) -> dict:
 
 
 MODEL_KEYS = ("backdoor_asr", "backdoor_asr_ensemble", "mia_auc", "mia_f1",
-              "mia_tpr_at_1fpr")
+              "mia_tpr_at_1fpr", "mia_lira_auc", "mia_lira_tpr_at_01fpr",
+              "mia_lira_client_auc")
 """The per-model verification figures a receipt copies from summary.json."""
 
 
@@ -178,7 +179,8 @@ def verification_figures(models: dict[str, dict], verification: dict | None
     -------
     dict or None
         ``{figure: {model: value}}`` for each of :data:`MODEL_KEYS` some model
-        has (ASR in [0, 1]; MIA AUC, F1, TPR at 1% FPR), plus ``backdoor``
+        has (ASR in [0, 1]; MIA AUC, F1, TPR at 1% FPR; offline LiRA's AUC and
+        TPR at 0.1% FPR per example, AUC per client), plus ``backdoor``
         (settings) and ``forgotten_rounds`` where known; None without figures.
     """
     out: dict = {}
