@@ -3,7 +3,8 @@
 Files: ``verify-records-seed<S>.json`` (``--preset verify-records``: the poisoned
 records of clients 2 and 6 erased, they stay), ``verify-full-seed<S>.json``
 (``--preset verify`` with ``frameworks = 'SE,SISA,FR'``: the same two clients
-removed whole), both the run's summary.json as
+removed whole), ``memorize-records-seed<S>.json`` (``--preset memorize-records``:
+the shadow attack and LiRA on the erased records), each the run's summary.json as
 ``docs/results/verification/run_inprocess.py PRESET OUT seed=S [frameworks=...]``
 wrote it, with the commit it ran at; ``class-level-s<S>.json``
 (``docs/results/records/class_level.py``). ``python -m experiments.erasure_tables``
@@ -53,22 +54,27 @@ def verify_table(records: list[dict], full: list[dict]) -> list[str]:
            "`--preset verify` with the same frameworks, where the request removes the "
            "two clients whole. ASR: the impacted shard's model (FR: its one model), "
            "mean ± sd over the seeds; wall / FR: mean of the per-seed ratios.", "",
-           "| model | ASR, records erased | test accuracy % | client-epochs | wall / FR "
-           "| ASR, clients removed | client-epochs, clients removed |",
-           "|---|---|---|---|---|---|---|"]
+           "| model | ASR, records erased | test accuracy % | client-epochs | client "
+           "rounds | wall / FR | ASR, clients removed | client-epochs, clients removed "
+           "| wall / clients removed |",
+           "|---|---|---|---|---|---|---|---|---|"]
     orig = [r["original"] for r in records]
     out.append(f"| original | {_spread([o['backdoor_asr'] for o in orig])} | "
-               f"{_spread([o['accuracy'] for o in orig], 100, 2)} | | | "
-               f"{_spread([f['original']['backdoor_asr'] for f in full])} | |")
+               f"{_spread([o['accuracy'] for o in orig], 100, 2)} | | | | "
+               f"{_spread([f['original']['backdoor_asr'] for f in full])} | | |")
+    by_seed = {f["config"]["seed"]: f for f in full}
     for name in names:
         mine = [r["frameworks"][name] for r in records]
         fr = [r["frameworks"][FR] for r in records]
-        whole = [f["frameworks"][name] for f in full if name in f["frameworks"]]
+        whole = [by_seed[r["config"]["seed"]]["frameworks"][name] for r in records
+                 if name in by_seed.get(r["config"]["seed"], {}).get("frameworks", {})]
         removed = (f"{_spread([f['backdoor_asr'] for f in whole])} | "
-                   f"{mean(f['client_epochs'] for f in whole):.1f}") if whole else " | "
+                   f"{mean(f['client_epochs'] for f in whole):.1f} | "
+                   f"{_ratio(mine, whole)}") if len(whole) == len(mine) else " | | "
         out.append(f"| {name} | {_spread([f['backdoor_asr'] for f in mine])} | "
                    f"{_spread([f['accuracy'] for f in mine], 100, 2)} | "
                    f"{mean(f['client_epochs'] for f in mine):.1f} | "
+                   f"{mean(f['client_rounds'] for f in mine):.1f} | "
                    f"{_ratio(mine, fr)} | {removed} |")
     gap = mean(r["frameworks"][SE]["backdoor_asr"] for r in records) - mean(
         r["frameworks"][FR]["backdoor_asr"] for r in records)
@@ -106,6 +112,39 @@ def class_table(runs: list[dict]) -> list[str]:
                       f"points (goal: within {LABEL_MARGIN:g}: {verdict}).", ""]
 
 
+def lira_table(runs: list[dict]) -> list[str]:
+    """Membership scores of the erased records alone, per model (``memorize-records``)."""
+    cfg = runs[0]["config"]
+    seeds = sorted(r["config"]["seed"] for r in runs)
+    lira = runs[0]["verification"]["mia"].get("lira") or {}
+    out = [f"`--preset memorize-records`, seeds {', '.join(map(str, seeds))} (commit "
+           f"{', '.join(sorted({_commit(r) for r in runs}))}): Fashion-MNIST, "
+           f"{cfg['num-clients']} clients x {cfg['client-samples']} images, "
+           f"`forget-records = {cfg['forget-records']}` "
+           f"({runs[0]['verification']['mia']['n_targets']} erased records; the four "
+           "clients stay with the rest). The targets are the erased records alone, "
+           "each scored under its owner's shard model (FR: its one model), against "
+           f"{lira.get('n_nonmembers', 'the')} non-members of their classes; Shokri's "
+           f"attack with {cfg['mia-shadows']} shadows, offline LiRA with "
+           f"{cfg['mia-references']} references. Mean ± sd over the seeds; 0.5 is "
+           "chance, FR the exact answer.", "",
+           "| model | Shokri AUC | LiRA AUC | LiRA TPR at 0.1% FPR | LiRA AUC per "
+           "owner | test accuracy % | client-epochs | wall / FR |",
+           "|---|---|---|---|---|---|---|---|"]
+    rows = [("original", [r["original"] for r in runs], None)]
+    rows += [(n, [r["frameworks"][n] for r in runs], [r["frameworks"][FR] for r in runs])
+             for n in runs[0]["frameworks"]]
+    for name, mine, fr in rows:
+        cost = "| |" if fr is None else (
+            f"| {mean(f['client_epochs'] for f in mine):.1f} | {_ratio(mine, fr)} |")
+        out.append(f"| {name} | {_spread([f['mia_auc'] for f in mine])} | "
+                   f"{_spread([f['mia_lira_auc'] for f in mine])} | "
+                   f"{_spread([f['mia_lira_tpr_at_01fpr'] for f in mine])} | "
+                   f"{_spread([f['mia_lira_client_auc'] for f in mine])} | "
+                   f"{_spread([f['accuracy'] for f in mine], 100, 2)} {cost}")
+    return out + [""]
+
+
 def _ratio(mine: list[dict], fr: list[dict]) -> str:
     """Mean over the seeds of the modelled wall time over FR's."""
     pairs = zip(mine, fr, strict=True)
@@ -125,6 +164,10 @@ def block() -> str:
         "The records verification runs are not committed yet.", ""]
     out += class_table(classes) if classes else ["The class-level run is not committed "
                                                  "yet.", ""]
+    scored = _load("memorize-records-seed*.json")
+    out += lira_table(scored) if scored else ["The membership runs on erased records "
+                                              "(`--preset memorize-records`) are not "
+                                              "committed yet.", ""]
     return "\n".join(out)
 
 
