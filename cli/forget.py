@@ -227,6 +227,8 @@ def main_forget(argv: list[str], prog: str) -> int:
         parser.error("give --clients (or --labels), or --pending (and neither)")
     if args.labels is not None and args.clients is not None:
         parser.error("--labels erases a class on every client: no --clients")
+    if args.pending and args.record_only:
+        parser.error("--pending carries out what is recorded: no --record-only")
     if args.records is not None and args.records_file is not None:
         parser.error("give --records or --records-file, not both")
     if (args.records or args.records_file) is not None and args.clients is None:
@@ -246,8 +248,8 @@ def main_forget(argv: list[str], prog: str) -> int:
         rid = submit_records(args.run, args.clients, records, args.results_dir,
                              args.labels)
         live = not (folder / SUMMARY).exists()
-        what = (f"labels {args.labels}" if args.labels is not None
-                else f"records {records[:60]} of client {args.clients}")
+        what = (f"labels {args.labels.strip()}" if args.labels is not None
+                else f"records of client {args.clients.strip()}")
         print(f"request {rid} recorded: {what} of run {args.run}" + (
             "; it is handled at the next stage boundary (see `receipts`)" if live
             else ""))
@@ -283,7 +285,19 @@ def _ids_file(path: str) -> str:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"--records-file {path!r} cannot be read: {err}") from None
-    return ",".join(text.replace(",", " ").split())
+    lines = [line for line in text.lstrip("\ufeff").splitlines()
+             if not line.strip().startswith("#")]  # a byte-order mark, comments
+    ids = ",".join(" ".join(lines).replace(",", " ").split())
+    if not ids:
+        raise ConfigError(f"--records-file {path!r} names no id (ids N or ranges N-M, "
+                          "separated by commas, spaces or newlines; # starts a comment)")
+    from task.records import parse_ids
+
+    try:
+        parse_ids(ids)
+    except ValueError as err:
+        raise ConfigError(f"--records-file {path!r}: {err}") from None
+    return ids
 
 
 def _verify_receipt(folder: Path, receipt: dict, versions: dict,

@@ -199,47 +199,70 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
             freed += self._drop_model(shard, later)
         return freed
 
-    def erase(self, forgotten: list[int], clients: list[int]) -> dict:
-        """Erase ``clients``' updates and every shard model a forgotten client shaped.
+    def erasure_plan(self, forgotten: list[int], clients: list[int]) -> dict:
+        """What :meth:`erase` of ``clients`` removes, without removing anything.
 
-        ``forgotten`` is every client forgotten so far (``clients`` among them).
-        Each update blob of ``clients`` is deleted (file and checksum row); its
-        participation row stays, marked erased, so the rounds in which a
-        forgotten client took part are still known (SE replays a shard from the
-        first of them) while :meth:`update` refuses it. In each shard holding a
-        forgotten client, every stored W^g with g >= that shard's first round of
-        a forgotten client is deleted: those models carry its updates, and no
-        replay can start from them.
+        Each stored update of ``clients`` (``[shard, round, client]``), and in each
+        shard holding one of ``clients`` every stored W^g with g >= the first
+        round a client of ``forgotten`` (every client whose updates are gone so
+        far, ``clients`` among them) trained there: those models carry its
+        updates, and no replay can start from them. Shards of other clients are
+        left to their own requests.
 
         Returns
         -------
         dict
-            ``updates`` (``[shard, round, client]`` each), ``shard_models``
-            (``[shard, round]`` each), ``files`` (the blob files deleted, under
-            ``blobs/``, updates first) and ``bytes`` freed.
+            ``store`` ("uncoded"), ``updates``, ``shard_models`` (``[shard,
+            round]`` each), ``files`` (the blob files, under ``blobs/``, updates
+            first) and ``bytes`` (their size).
         """
-        gone, erased, models, freed, files = set(forgotten), [], [], 0, []
+        gone, mine = set(forgotten) | set(clients), set(clients)
         rows = self._conn.execute(
             "SELECT shard, round, partition_id, blob FROM updates ORDER BY shard, round, "
             "partition_id").fetchall()
-        for shard, rnd, pid, blob in rows:
-            if pid in clients and blob:
-                freed += self._drop_blob(blob)
+        updates = [[s, r, p] for s, r, p, blob in rows if p in mine and blob]
+        files = [blob for _, _, p, blob in rows if p in mine and blob]
+        models = []
+        for shard in sorted({s for s, _, p, _ in rows if p in mine}):
+            first = min(r for s, r, p, _ in rows if s == shard and p in gone)
+            models += [[shard, rnd] for (rnd,) in self._conn.execute(
+                "SELECT round FROM shard_models WHERE shard=? AND round>=? ORDER BY "
+                "round", (shard, first)).fetchall()]
+        files += [f"model_s{s}_r{r}.npz" for s, r in models]
+        size = sum(self._blob_bytes(name) for name in files)
+        return {"store": "uncoded", "updates": updates, "shard_models": models,
+                "files": files, "bytes": size}
+
+    def erase(self, forgotten: list[int], clients: list[int],
+              plan: dict | None = None) -> dict:
+        """Erase ``clients``' updates and the shard models they shaped; return the plan.
+
+        ``plan`` (default :meth:`erasure_plan`) is carried out: each update blob
+        is deleted (file and checksum row) and its participation row stays,
+        marked erased, so the rounds in which a forgotten client took part are
+        still known (SE replays a shard from the first of them) while
+        :meth:`update` refuses it; each shard model is deleted. Carrying out a
+        plan again deletes nothing more (a request killed half-way and redone
+        reports the plan it saved, not what is left to delete).
+        """
+        plan = plan if plan is not None else self.erasure_plan(forgotten, clients)
+        for shard, rnd, pid in plan["updates"]:
+            row = self._conn.execute("SELECT blob FROM updates WHERE shard=? AND "
+                                     "round=? AND partition_id=?", (shard, rnd, pid)
+                                     ).fetchone()
+            if row and row[0]:
+                self._drop_blob(row[0])
                 with self._conn:
                     self._conn.execute("UPDATE updates SET blob='' WHERE shard=? AND "
                                        "round=? AND partition_id=?", (shard, rnd, pid))
-                erased.append([shard, rnd, pid])
-                files.append(blob)
-        for shard in sorted({s for s, _, p, _ in rows if p in gone}):
-            first = min(r for s, r, p, _ in rows if s == shard and p in gone)
-            for (rnd,) in self._conn.execute(
-                    "SELECT round FROM shard_models WHERE shard=? AND round>=? ORDER BY "
-                    "round", (shard, first)).fetchall():
-                freed += self._drop_model(shard, rnd)
-                models.append([shard, rnd])
-                files.append(f"model_s{shard}_r{rnd}.npz")
-        return {"store": "uncoded", "updates": erased, "shard_models": models,
-                "files": files, "bytes": freed}
+        for shard, rnd in plan["shard_models"]:
+            self._drop_model(shard, rnd)
+        return plan
+
+    def _blob_bytes(self, name: str) -> int:
+        row = self._conn.execute("SELECT nbytes FROM blobs WHERE name=?",
+                                 (name,)).fetchone()
+        return int(row[0]) if row else 0
 
     def _drop_blob(self, name: str) -> int:
         """Delete one blob (checksum row and file); return its bytes."""

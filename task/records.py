@@ -26,6 +26,10 @@ LABELS_KEY = "erased-labels"
 """Message config key: the erased labels (list of int), on every client."""
 EXAMPLE = "'17:3,18,40-52; 21:0-9'"
 """A ``forget-records`` value, for error messages."""
+MAX_ID = 999_999
+"""The largest record id or label a request may name: more than any built-in
+dataset holds (a range is checked against it before it is expanded, so a huge
+range is a one-line error, not a process that runs out of memory)."""
 
 
 def parse_ids(text: str) -> list[int]:
@@ -34,7 +38,8 @@ def parse_ids(text: str) -> list[int]:
     Raises
     ------
     ValueError
-        A token that is not ``N`` or ``N-M`` with ``N <= M`` (both >= 0), or no id.
+        A token that is not ``N`` or ``N-M`` with ``N <= M`` (both in 0..
+        :data:`MAX_ID`), or no id.
     """
     ids: set[int] = set()
     for token in (t.strip() for t in text.split(",")):
@@ -45,6 +50,8 @@ def parse_ids(text: str) -> list[int]:
         first, last = int(low), int(high or low)
         if last < first:
             raise ValueError(f"range {token!r} runs backwards")
+        if last > MAX_ID:
+            raise ValueError(f"{token[:40]!r} goes past {MAX_ID:,}, the largest id allowed")
         ids.update(range(first, last + 1))
     if not ids:
         raise ValueError("no id")
@@ -62,6 +69,8 @@ def parse_records(spec: str) -> dict[int, list[int]]:
         One line naming the part that is wrong and the form allowed.
     """
     out: dict[int, list[int]] = {}
+    if spec.strip() and not spec.replace(";", "").strip():
+        raise ValueError(f"{spec!r} names no CLIENT:IDS (e.g. {EXAMPLE})")
     for part in (p.strip() for p in spec.split(";") if p.strip()):
         client, colon, ids = part.partition(":")
         client = client.strip()

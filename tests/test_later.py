@@ -409,9 +409,11 @@ def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
     rid = submit_records("a", "2", "3,40", str(tmp_path))  # client 2 holds 16
     rid_all = submit_records("a", "5", "0-15", str(tmp_path))  # would keep none
     rid_ok = submit_records("a", "5", "0-3", str(tmp_path))
+    rid_again = submit_records("a", "5", "1-2", str(tmp_path))  # erased by rid_ok
     _run(make_grid, {**learned, "later-requests": True})
     assert len(_versions(folder)) == versions + 2  # the two carried out
-    for request, words in ((rid, "40 is not one"), (rid_all, "would keep no record")):
+    for request, words in ((rid, "40 is not one"), (rid_all, "would keep no record"),
+                           (rid_again, "erased already")):
         receipt = json.loads((folder / "receipts" / f"{request}.json").read_text())
         assert receipt["status"] == "refused" and words in receipt["reason"]
     done = json.loads((folder / "receipts" / f"{rid_ok}.json").read_text())
@@ -439,3 +441,31 @@ def test_a_later_class_request_replays_as_a_planned_one(tmp_path, make_grid,
     se = read_arrays(tmp_path / "b" / "models" / "SE.npz")
     new = read_arrays(folder / _versions(folder)[-1].file)
     assert all(np.array_equal(new[k], se[k]) for k in new)
+
+
+def test_a_later_request_killed_after_its_erasure_reports_it_when_redone(
+        tmp_path, make_grid, shared_data, monkeypatch):
+    """The receipt of a request redone after a kill names what it erased."""
+    from server_app.stages import later
+
+    learned = {n: _config(tmp_path, shared_data, n, frameworks="none") for n in "ab"}
+    for name, config in learned.items():
+        _run(make_grid, config)
+        submit(name, "3", str(tmp_path))
+    _run(make_grid, {**learned["a"], "later-requests": True})  # never killed
+    real = later.make_version
+
+    def killed(*args, **kwargs):  # dies once the history is erased
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(later, "make_version", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _run(make_grid, {**learned["b"], "later-requests": True})
+    monkeypatch.setattr(later, "make_version", real)
+    _run(make_grid, {**learned["b"], "later-requests": True})
+    (a,), (b,) = ((tmp_path / n / "receipts").glob("*.json") for n in "ab")
+    whole, redone = (json.loads(p.read_text())["erased"] for p in (a, b))
+    assert redone["counts"]["updates"] > 0
+    assert {k: redone[k] for k in ("updates", "shard_models", "files", "bytes")} == \
+        {k: whole[k] for k in ("updates", "shard_models", "files", "bytes")}

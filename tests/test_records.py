@@ -25,7 +25,9 @@ def test_record_ids_parse_into_sorted_distinct_ids():
 @pytest.mark.parametrize("spec, message", [
     ("17", "is not CLIENT:IDS"), ("a:1", "is not CLIENT:IDS"),
     ("1:5-2", "runs backwards"), ("1:x", "is not an id"),
-    ("1:1; 1:2", "named twice"), ("1:", "is not an id")])
+    ("1:1; 1:2", "named twice"), ("1:", "is not an id"), (" ; ", "names no CLIENT:IDS"),
+    ("3:0-99999999999", "goes past 999,999"),  # refused before it is expanded
+    ("3:99999999999999999999", "goes past 999,999")])
 def test_a_bad_records_spec_is_one_line_naming_the_part(spec, message):
     with pytest.raises(ValueError, match=message) as err:
         parse_records(spec)

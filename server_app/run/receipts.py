@@ -247,7 +247,8 @@ def receipt_line(receipt: dict) -> str:
     version = receipt.get("version") or {}
     when = (f"after the run v{version.get('before')}->v{version.get('after')}"
             if receipt.get("after_run") else f"stage {receipt.get('stage')}")
-    who = (f"records: {receipt['erasure_note']}" if receipt.get("erasure_note")
+    kind = "records" if (receipt.get("erasure") or {}).get("records") else "class"
+    who = (f"{kind}: {receipt['erasure_note']}" if receipt.get("erasure_note")
            else f"clients {receipt['clients']}")
     return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  {who}  shards "
             f"{shards if shards is not None else '-'}  rounds replayed "

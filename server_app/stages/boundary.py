@@ -95,8 +95,7 @@ def _handle(run: RunState, member: Membership, request: Request,
                "source": request.source, "received_at": utc(request.received),
                "stage": member.stage}
     if request.erasure:  # a records request: its clients stay
-        own = erasures.asked(request)
-        receipt.update(erasure=own.to_json(), erasure_note=own.describe())
+        receipt.update(erasures.receipt_fields(request))
         joined = run.ctx.cfg.initial_clients + \
             (member.stage - 1) * run.ctx.cfg.stages.joins_per_stage
         reason = erasures.records_refusal(run, request, joined)

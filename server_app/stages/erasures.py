@@ -77,7 +77,11 @@ def records_refusal(run: RunState, request: Request, joined: int) -> str | None:
     gone = sorted(p for p in records if p in run.forgotten)
     if gone:
         return f"client(s) {gone} are forgotten already: they hold no records"
-    after = in_force(run).merged(records, labels)
+    before = in_force(run)
+    new_ids = any(set(ids) - set(before.records.get(p, ())) for p, ids in records.items())
+    if not new_ids and not set(labels) - set(before.labels):
+        return "every record it names is erased already (by an earlier request)"
+    after = before.merged(records, labels)
     why = check_against_sizes(after.records, run.ctx.samples)
     return why or (_label_refusal(run, after, labels) if after.labels else None)
 
@@ -104,6 +108,14 @@ def _label_refusal(run: RunState, after: Erasure, labels: list[int]) -> str | No
 
 
 def asked(request: Request) -> Erasure:
-    """The request's own erasure, for its receipt (``erasure``, ``erasure_note``)."""
+    """The request's own erasure (its records and labels)."""
     return Erasure({p: tuple(ids) for p, ids in records_of(request).items()},
                    tuple(labels_of(request)))
+
+
+def receipt_fields(request: Request) -> dict:
+    """``erasure`` and ``erasure_note`` of a records or class request's receipt ({})."""
+    if not request.erasure:
+        return {}
+    own = asked(request)
+    return {"erasure": own.to_json(), "erasure_note": own.describe()}

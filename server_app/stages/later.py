@@ -172,16 +172,18 @@ def records_refusal(run: RunState, request: Request) -> str | None:
     return erasures.records_refusal(run, request, run.ctx.cfg.data.num_clients)
 
 
+def _receipt_head(request: Request) -> dict:
+    """What every receipt of a later request starts with (a records request's too)."""
+    return {"request_id": request.id, "clients": request.clients,
+            "source": request.source, "received_at": utc(request.received),
+            "stage": None, "after_run": True, **erasures.receipt_fields(request)}
+
+
 def _handle(run: RunState, request: Request, latest: ModelVersion
             ) -> tuple[dict, ModelVersion]:
     """Refuse or carry out one request; return its receipt and the latest version."""
     ctx = run.ctx
-    receipt = {"request_id": request.id, "clients": request.clients,
-               "source": request.source, "received_at": utc(request.received),
-               "stage": None, "after_run": True}
-    if request.erasure:
-        own = erasures.asked(request)
-        receipt.update(erasure=own.to_json(), erasure_note=own.describe())
+    receipt = _receipt_head(request)
     reason = (records_refusal if request.erasure else refusal)(run, request)
     if reason is not None:
         receipt.update(status="refused", reason=reason, done_at=utc(time.time()),
@@ -209,10 +211,8 @@ def _fail(run: RunState, request: Request, latest: ModelVersion,
           err: Exception) -> dict:
     """Mark ``request`` failed with ``err``'s first line; return its receipt."""
     reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    receipt = {"request_id": request.id, "clients": request.clients,
-               "source": request.source, "received_at": utc(request.received),
-               "stage": None, "after_run": True, "status": "failed",
-               "reason": reason, "done_at": utc(time.time()),
+    receipt = {**_receipt_head(request), "status": "failed", "reason": reason,
+               "done_at": utc(time.time()),
                "version": {"before": latest.version, "after": latest.version}}
     run.inbox.finish(request.id, "failed", reason, receipt)
     _file(run.ctx, receipt)
@@ -235,9 +235,10 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests
     if not request.erasure:
-        erased = _erase(run, request.clients, run.forgotten)
+        erased = _erase(run, request, request.clients, run.forgotten)
     elif isinstance(run.store, HistoryStore):  # the owners' updates saw the records
-        erased = _erase(run, sorted(erasure.erasing), run.forgotten | erasure.changed)
+        erased = _erase(run, request, sorted(erasure.erasing),
+                        run.forgotten | erasure.changed)
     else:
         erased = kept_history(run.store, sorted(erasure.erasing), KEPT_CODED)
     out.update(erased=erased, verification=None)
@@ -264,21 +265,29 @@ def _retrain(run: RunState, erasure: Erasure | None = None) -> tuple[dict, float
     return receipt_cost(fr.summary), fr.summary.accuracy
 
 
-def _erase(run: RunState, clients: list[int], shaped: set[int]) -> dict:
-    """Erase ``clients``' stored updates and what they shaped.
+def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
+           ) -> dict:
+    """Erase ``clients``' stored updates and what they shaped, for ``request``.
 
     ``shaped``: every client whose updates are gone so far (forgotten, or whose
-    records were erased); each shard's stored models from the first round one
-    of them trained are dropped (uncoded).
+    records were erased); in the shards of ``clients``, the stored models from
+    the first round one of them trained are dropped (uncoded).
 
     Uncoded: their update blobs and the shard models they shaped
-    (:meth:`history.HistoryStore.erase`); coded: every round they took part in is
-    coded again without them on every holder
-    (:func:`history.coded_erasure.erase_coded`). Returns what was erased, for the
-    receipt, with its ``counts`` (:func:`server_app.run.receipts.erasure_counts`).
+    (:meth:`history.HistoryStore.erase`), the plan kept in the run catalog
+    before anything is deleted, so a request killed half-way and redone reports
+    everything it erased; coded: every round they took part in is coded again
+    without them on every holder (:func:`history.coded_erasure.erase_coded`).
+    Returns what was erased, for the receipt, with its ``counts``
+    (:func:`server_app.run.receipts.erasure_counts`).
     """
     if isinstance(run.store, HistoryStore):
-        erased = run.store.erase(sorted(shaped), sorted(clients))
+        key, catalog = f"erase:{request.id}", run.ctx.catalog
+        plan = catalog.in_progress(key)
+        if not isinstance(plan, dict):  # the first attempt: plan, keep, then delete
+            plan = run.store.erasure_plan(sorted(shaped), sorted(clients))
+            catalog.progress(key, plan)
+        erased = run.store.erase(sorted(shaped), sorted(clients), plan)
     else:
         erased = erase_coded(run.store, sorted(clients))
     return {**erased, "counts": erasure_counts(erased)}

@@ -86,7 +86,7 @@ class Erasure:
 
     def describe(self) -> str:
         """One line for the log and the receipts."""
-        parts = [f"{len(ids)} records of client {p}"
+        parts = [f"{len(ids)} record{'s' if len(ids) != 1 else ''} of client {p}"
                  for p, ids in sorted(self.records.items())]
         if self.labels:
             parts.append(f"every record of label{'s' if len(self.labels) > 1 else ''} "
