@@ -250,10 +250,11 @@ def receipt_line(receipt: dict) -> str:
     kind = "records" if (receipt.get("erasure") or {}).get("records") else "class"
     who = (f"{kind}: {receipt['erasure_note']}" if receipt.get("erasure_note")
            else f"clients {receipt['clients']}")
-    return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  {who}  shards "
-            f"{shards if shards is not None else '-'}  rounds replayed "
+    work = (f"  shards {shards if shards is not None else '-'}  rounds replayed "
             f"{receipt.get('rounds_replayed', '-')}  {name} "
-            f"{se.get('client_epochs', 0):.1f} client-epochs  done "
+            f"{se.get('client_epochs', 0):.1f} client-epochs"
+            if receipt["status"] == "done" else "")  # a refused one did no work
+    return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  {who}{work}  done "
             f"{receipt.get('done_at') or '-'}{_evidence(receipt)}"
             f"{_digests(receipt)}"
             + (f"  reason: {receipt.get('reason')}" if receipt['status'] == "failed"
