@@ -6,9 +6,10 @@
 # done yet).
 # Two cores: run two at once, one thread each (`OMP_NUM_THREADS=1 run.sh fmnist &
 # OMP_NUM_THREADS=1 run.sh shakespeare`). Measured on the 2-core AMD EPYC beside other
-# jobs: MNIST and Fashion-MNIST about 65-70 min a cell; Tiny Shakespeare's learning
-# rounds 70-97 s each (about 2 h a cell); CIFAR-10 about 7x MNIST's cost per
-# client-epoch (several hours): start those first in a session, one per core.
+# jobs: MNIST and Fashion-MNIST about 65-70 min a cell; Tiny Shakespeare 81 min
+# (learning 32 min, FR's 6,000 client-epochs 31 min); CIFAR-10's learning rounds
+# 94-170 s each (learning alone over an hour; FR as long again): it goes on over
+# sessions, each start resuming the run folder where the last one was killed.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 for dataset in "${@:-fmnist shakespeare cifar10}"; do
