@@ -101,7 +101,7 @@ class RequestInbox(SQLiteCatalog):
             return
         try:
             self.create_schema(self._conn)
-            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
+            columns = self._columns()
             for column in ("receipt", "erasure"):  # a catalog from before them
                 if column not in columns:
                     with self._conn:
@@ -143,13 +143,20 @@ class RequestInbox(SQLiteCatalog):
                                           for p, ids in sorted(records.items())},
                               "labels": sorted({int(c) for c in labels})})
         with self._conn:
-            cur = self._conn.execute(
-                "INSERT INTO inbox (id, clients, source, received, state, erasure) "
-                "VALUES (?, '[]', 'command', ?, 'pending', ?)",
-                (f"tmp-{time.time()}", time.time(), erasure))
-            rid = f"r{cur.lastrowid:04d}"
-            self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
+            rid = self._insert([], "command", time.time(), "pending", None, erasure)
         return self.get(rid)
+
+    def _insert(self, clients: Sequence[int], source: str, now: float, state: str,
+                stage: int | None, erasure: str | None = None) -> str:
+        """Insert one request row (inside the caller's transaction); return its id."""
+        cur = self._conn.execute(
+            "INSERT INTO inbox (id, clients, source, received, state, stage, erasure) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source, now,
+             state, stage, erasure))
+        rid = f"r{cur.lastrowid:04d}"
+        self._conn.execute("UPDATE inbox SET id=? WHERE seq=?", (rid, cur.lastrowid))
+        return rid
 
     def submit_all(self, requests: Sequence[Sequence[int]], source: str,
                    stage: int | None = None, unique: bool = True) -> list[Request]:
@@ -172,14 +179,7 @@ class RequestInbox(SQLiteCatalog):
                 if again and unique:
                     raise InboxError("already forgotten or requested: " + ", ".join(
                         f"{p} ({rid})" for p, rid in sorted(again.items())))
-                cur = self._conn.execute(
-                    "INSERT INTO inbox (id, clients, source, received, state, stage) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (f"tmp-{now}", json.dumps(sorted(int(p) for p in clients)), source,
-                     now, state, stage))
-                ids.append(f"r{cur.lastrowid:04d}")
-                self._conn.execute("UPDATE inbox SET id=? WHERE seq=?",
-                                   (ids[-1], cur.lastrowid))
+                ids.append(self._insert(clients, source, now, state, stage))
                 taken.update({int(p): ids[-1] for p in clients})
         return [self.get(rid) for rid in ids]
 
@@ -275,8 +275,7 @@ class RequestInbox(SQLiteCatalog):
         try:
             tables = {name for (name,) in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
-            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
-            if "receipt" in columns:
+            if "receipt" in self._columns():
                 self.receipts()
             return self.versions() if "versions" in tables else []
         except (sqlite3.Error, ValueError, TypeError) as err:
@@ -299,12 +298,15 @@ class RequestInbox(SQLiteCatalog):
         """Clients named by requests in ``states`` (taken or forgotten)."""
         return {p for r in self.all() if r.state in set(states) for p in r.clients}
 
+    def _columns(self) -> set[str]:
+        """The inbox table's columns (a catalog from before a column lacks it)."""
+        return {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
+
     def _select(self, where: str, args: tuple) -> list[Request]:
         try:
-            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(inbox)")}
             rows = self._conn.execute(
                 "SELECT id, clients, source, received, state, stage, "
-                + ("erasure" if "erasure" in columns else "NULL") + " FROM inbox "
+                + ("erasure" if "erasure" in self._columns() else "NULL") + " FROM inbox "
                 + where, args).fetchall()
         except sqlite3.Error as err:
             raise InboxError(f"{self.catalog_path}: the inbox cannot be read: {err}") \
