@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The paper-scale single-request non-IID cells (issue 44, item 2), seed 0, one file
-# each (run.py). Usage: run.sh [DATASET...] (default: fmnist shakespeare cifar10).
+# The paper-scale single-request cells (issue 44, item 2), seed 0, one file each
+# (run.py). Usage: [PARTITION=iid] run.sh [DATASET...] (default: fmnist shakespeare
+# cifar10; PARTITION: noniid, the default, or iid).
 # Resumable: a file that exists is not run again; a killed cell resumes from its run
 # folder (run.py: learning after its last finished round, then the frameworks not
 # done yet).
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 for dataset in "${@:-fmnist shakespeare cifar10}"; do
     for d in $dataset; do
-        [ -f "docs/results/paper-scale/explore-paper-$d-noniid-s0.json" ] && continue
-        .venv/bin/python docs/results/paper-scale/run.py "$d" 0
+        [ -f "docs/results/paper-scale/explore-paper-$d-${PARTITION:-noniid}-s0.json" ] && continue
+        .venv/bin/python docs/results/paper-scale/run.py "$d" 0 "${PARTITION:-noniid}"
     done
 done
