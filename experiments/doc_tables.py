@@ -91,8 +91,11 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
     both lists are empty.
     """
     parts = []
-    if paper:
-        parts.append(paper_scale_tables(paper))
+    noniid, iid = _by_partition(paper)
+    if noniid:
+        parts.append(paper_scale_tables(noniid))
+    if iid:
+        parts.append(paper_scale_iid_tables(iid))
     if shipped:
         parts.append("### At a smaller scale, three seeds\n\n" + summary_tables(shipped))
     return "\n".join(parts) if parts else NO_RUNS
@@ -101,11 +104,13 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
 def headline_block(shipped: list[dict], paper: list[dict]) -> str:
     """README's headline block: the paper-scale table, else the shipped runs'.
 
-    :func:`paper_headline` where a paper-scale file exists, else
+    :func:`paper_headline` where a non-IID paper-scale file exists (the paper's
+    headline reductions are the non-IID cells'), else
     :func:`headline_table`; :data:`NO_RUNS` where both lists are empty.
     """
-    if paper:
-        return paper_headline(paper)
+    noniid = _by_partition(paper)[0]
+    if noniid:
+        return paper_headline(noniid)
     return headline_table(shipped) if shipped else NO_RUNS
 
 
@@ -139,14 +144,39 @@ def paper_scale_tables(runs: list[dict]) -> str:
     return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
 
 
+def paper_scale_iid_tables(runs: list[dict]) -> str:
+    """The IID cells at the paper's scale: as :func:`paper_scale_tables`.
+
+    The time saved against FR follows each table, without a paper figure: the
+    paper's reductions are for its non-IID cells.
+    """
+    head = ["### At the paper's scale, IID", "",
+            "The same cells with an IID partition (each client's share drawn uniformly), "
+            "one seed; the datasets not listed are not run IID at this scale. "
+            "Command: `PARTITION=iid docs/results/paper-scale/run.sh DATASET`.", ""]
+    return "\n".join(head) + "\n" + summary_tables(runs, _saved_lines, ", IID")
+
+
+def _by_partition(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """``runs`` split into the non-IID ones and the IID ones."""
+    return ([r for r in runs if r["config"]["partition"] != "iid"],
+            [r for r in runs if r["config"]["partition"] == "iid"])
+
+
+def _saved_lines(dataset: str, mine: list[dict]) -> list[str]:
+    """Time saved against FR by SE and the paper's SE."""
+    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
+                      if all(name in r["frameworks"] for r in mine))
+    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}.", ""]
+
+
 def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
     """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
     claim = _paper_claim(dataset)
-    saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
-                      if all(name in r["frameworks"] for r in mine))
+    line = _saved_lines(dataset, mine)[0]
     paper = (f"; the paper reports {claim * 100:.4g}% less retraining time than FR"
              if claim else "")
-    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}{paper}.", ""]
+    return [f"{line[:-1]}{paper}.", ""]
 
 
 def _saved(runs: list[dict], name: str) -> str:
@@ -248,7 +278,7 @@ def _verdict(runs: list[dict]) -> list[str]:
     return [" ".join(out)]
 
 
-def summary_tables(runs: list[dict], notes=None) -> str:
+def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
     """One markdown table per dataset of ``runs``: every framework against FR.
 
     Rows: the model before forgetting, the registered methods in the registry's
@@ -258,7 +288,8 @@ def summary_tables(runs: list[dict], notes=None) -> str:
     over the seeds; modelled wall time and retraining compute over FR's (means
     of the per-seed ratios); client rounds (mean); server storage of its history
     in MB. The caption gives the cell, its scale, the seeds and the commits;
-    ``notes(dataset, runs)``, where given, the lines that follow each table.
+    ``notes(dataset, runs)``, where given, the lines that follow each table;
+    ``suffix`` follows the dataset in each table's heading.
     """
     from statistics import mean, pstdev
 
@@ -270,7 +301,7 @@ def summary_tables(runs: list[dict], notes=None) -> str:
         cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
         names = [n for n in methods.names() if n in mine[0]["frameworks"]]
         names += [n for n in mine[0]["frameworks"] if n not in names]
-        out += [f"#### {dataset}", "",
+        out += [f"#### {dataset}{suffix}", "",
                 f"Cell `{mine[0]['cell']}`: {cfg['partition']}, {cfg['num-clients']} "
                 f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
                 f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "

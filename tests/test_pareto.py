@@ -141,3 +141,21 @@ def test_pareto_refuses_the_options_of_a_run(capsys):
         main(["pareto", "--suite", "paper"])
     assert stop.value.code == 2
     assert "takes no options: --suite given" in capsys.readouterr().err
+
+
+def test_an_iid_paper_scale_cell_gets_its_own_tables_and_stays_out_of_the_headline():
+    """IID cells at the paper's scale: their own section, no paper figure beside them.
+
+    The paper's reductions (and the README's headline) are its non-IID cells'.
+    """
+    noniid = pareto.load(pareto.PAPER_SCALE)
+    iid = json.loads(json.dumps(noniid[0]))
+    iid["config"]["partition"], iid["cell"] = "iid", iid["cell"].replace("noniid", "iid")
+    block = doc_tables.summary_block([], [*noniid, iid])
+    both, iid_part = block.split("### At the paper's scale, IID")
+    dataset = iid["config"]["dataset"]
+    assert f"#### {dataset}, IID" in iid_part and f"Cell `{iid['cell']}`" in iid_part
+    assert "the paper reports" not in iid_part and "the paper reports" in both
+    assert f"Cell `{iid['cell']}`" not in both
+    assert doc_tables.headline_block([], [*noniid, iid]) == \
+        doc_tables.headline_block([], noniid)
