@@ -194,10 +194,16 @@ def _saved_fraction(runs: list[dict], name: str) -> float:
 
 
 def _paper_claim(dataset: str) -> float | None:
-    """The retraining-time reduction the paper reports for ``dataset`` (None: none)."""
+    """The retraining-time reduction the paper reports for ``dataset`` (None: none).
+
+    The dataset's own figure where its facts give one
+    (:attr:`~task.interface.ExperimentFacts.paper_reduction`), else its claim's.
+    """
     from task.registry import builtin_experiments
 
     facts = builtin_experiments(dataset)
+    if facts and facts.paper_reduction is not None:
+        return facts.paper_reduction
     return facts.paper_claim[1] if facts and facts.paper_claim else None
 
 

@@ -114,6 +114,11 @@ class ExperimentFacts:
     paper_claim : (str, float) or None
         The paper's non-IID retraining-time claim this task belongs to: the
         claim's words and the reduction it states; None: none.
+    paper_reduction : float or None
+        The retraining-time reduction the paper reports for SE on this
+        dataset's own non-IID cell (its Sec. 5: 0.6641 MNIST, 0.6639
+        Fashion-MNIST, 0.6516 CIFAR-10, 0.8762 Tiny Shakespeare), set beside
+        the paper-scale runs; None: ``paper_claim``'s figure stands for it.
     mia_check : bool
         Issue 6's check of the paper's MNIST runs applies (FR's membership F1
         below the original's, SE within 0.05 of FR).
@@ -129,6 +134,7 @@ class ExperimentFacts:
     cost: float = 1.0
     train_size: int = 60000
     paper_claim: tuple[str, float] | None = None
+    paper_reduction: float | None = None
     mia_check: bool = False
 
     def __post_init__(self) -> None:
