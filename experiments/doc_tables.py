@@ -219,14 +219,14 @@ def _per_dataset(runs: list[dict]):
     """Per dataset of ``runs``: (dataset, its runs, metric key, unit, value).
 
     ``value(name)`` is ``name``'s mean metric over the dataset's runs as the
-    README prints it (accuracy in % to 0.1, loss in nats to 0.001), or
+    README prints it (accuracy in % to 0.01, loss in nats to 0.001), or
     ``not run`` where a run lacks it.
     """
     for dataset in _datasets(runs):
         mine = [r for r in runs if r["config"]["dataset"] == dataset]
         key, factor, unit = metric(mine[0])
         yield dataset, mine, key, unit, partial(
-            _mean_value, mine, key, factor, 1 if key == "accuracy" else 3)
+            _mean_value, mine, key, factor, 2 if key == "accuracy" else 3)
 
 
 def _mean_value(runs: list[dict], key: str, factor: float, digits: int,
@@ -261,13 +261,24 @@ def paper_headline(runs: list[dict]) -> str:
                      f"{storage / 1e6:.0f} MB", value(PAPER_SE),
                      _saved(mine, PAPER_SE) if value(PAPER_SE) != "not run"
                      else "", f"{claim * 100:.4g}%" if claim else ""])
-    commits = ", ".join(sorted({r["commit"][:7] for r in runs}))
+    commits = ", ".join(f"{commit} ({', '.join(names)})"
+                        for commit, names in _commits(runs).items())
     missing = ", ".join(_not_run(runs))
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
                       *("| " + " | ".join(r) + " |" for r in rows), "",
-                      f"One seed per dataset, commit {commits}"
+                      f"One seed per dataset; commits {commits}"
                       + (f"; not run yet at this scale: {missing}." if missing else "."),
                       *_verdict(runs)]) + "\n"
+
+
+def _commits(runs: list[dict]) -> dict[str, list[str]]:
+    """Commit (7 hex digits) -> the datasets whose runs it made, commits sorted."""
+    by: dict[str, list[str]] = {}
+    for dataset in _datasets(runs):
+        for commit in sorted({r["commit"][:7] for r in runs
+                              if r["config"]["dataset"] == dataset}):
+            by.setdefault(commit, []).append(dataset)
+    return dict(sorted(by.items()))
 
 
 def _verdict(runs: list[dict]) -> list[str]:
@@ -297,7 +308,7 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
     ``notes(dataset, runs)``, where given, the lines that follow each table;
     ``suffix`` follows the dataset in each table's heading.
     """
-    from statistics import mean, pstdev
+    from statistics import mean
 
     out = []
     ref = methods.reference()
@@ -318,8 +329,8 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
                 "|---|---|---|---|---|---|"]
         learned = [r[f"learned_{key}"] * scale for r in mine]
         digits = 2 if key == "accuracy" else 4
-        out.append(f"| original (before forgetting) | {mean(learned):.{digits}f} ± "
-                   f"{pstdev(learned):.{digits}f} | | | | |")
+        out.append(f"| original (before forgetting) | {_spread(learned, digits)} "
+                   "| | | | |")
         for name in names:
             have = [r for r in mine if name in r["frameworks"]]
             fw = [r["frameworks"][name] for r in have]
@@ -327,8 +338,7 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
             values = [f[key] * scale for f in fw]
             storage = fw[0].get("server_storage_bytes")
             out.append(
-                f"| {_label(name, have[0])} | {mean(values):.{digits}f} ± "
-                f"{pstdev(values):.{digits}f} "
+                f"| {_label(name, have[0])} | {_spread(values, digits)} "
                 f"| {_ratio(fw, frs, 'modelled_wall_s')} "
                 f"| {_ratio(fw, frs, 'retrain_compute_s')} "
                 f"| {mean(f['client_rounds'] for f in fw):.1f} "
@@ -336,6 +346,15 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
         out.append("")
         out += notes(dataset, mine) if notes else []
     return "\n".join(out)
+
+
+def _spread(values: list[float], digits: int) -> str:
+    """Mean ± population standard deviation; the value alone for one seed."""
+    from statistics import mean, pstdev
+
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{mean(values):.{digits}f} ± {pstdev(values):.{digits}f}"
 
 
 def _datasets(runs: list[dict]) -> list[str]:
@@ -369,8 +388,21 @@ def _label(name: str, run: dict) -> str:
     variant = run.get("variants", {}).get(name)
     if not variant:
         return name
-    changed = {**variant.get("settings", {}), **variant.get("recovery", {})}
-    return f"{name} ({', '.join(f'{k} = {v}' for k, v in changed.items())})"
+    changed = {**{_run_key(k): v for k, v in variant.get("settings", {}).items()},
+               **{_run_key(k, "recovery-"): v
+                  for k, v in variant.get("recovery", {}).items()}}
+    return f"{name} ({', '.join(f'{k} = {_toml(v)}' for k, v in changed.items())})"
+
+
+def _run_key(name: str, prefix: str = "") -> str:
+    """A variant's setting as the run-config key a user sets (``replay-refill``)."""
+    key = name.replace("_", "-")
+    return key if key.startswith(prefix) else prefix + key
+
+
+def _toml(value: object) -> str:
+    """``value`` as a run config writes it (``false``, ``0``, ``2.0``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def headline_table(runs: list[dict]) -> str:
