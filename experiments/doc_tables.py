@@ -132,14 +132,16 @@ def paper_scale_tables(runs: list[dict]) -> str:
     paper ran it, saves against FR beside the reduction the paper reports for that
     dataset (:attr:`task.interface.ExperimentFacts.paper_claim`).
     """
-    missing = ", ".join(_not_run(runs)) or "none"
+    missing = _not_run(runs)
     head = ["### At the paper's scale", "",
             "The paper's single-request non-IID cell of each dataset (C = 100 clients, "
             "S = 4 shards, 20 a round, G = 30 rounds, L = 10 local epochs; one request "
             "of one client), the shipped defaults beside the paper's SE, one seed. "
             "FE, RR and FRec are not run at this scale (each learns an unsharded "
             "federation beside the shards: MNIST's, through Ray, in the paper preset "
-            f"section). Not run yet at this scale: {missing}. Command: "
+            "section)."
+            + (f" Not run yet at this scale: {', '.join(missing)}." if missing else "")
+            + " Command: "
             "`docs/results/paper-scale/run.sh` (files `docs/results/paper-scale/`).", ""]
     return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
 
@@ -323,7 +325,8 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
                 f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
                 f"{cfg['num-rounds']} rounds x {cfg['local-epochs']} local epochs, "
                 f"{_requests(cfg)}; seeds {', '.join(map(str, seeds))}; commit "
-                f"{', '.join(sorted({r['commit'][:7] for r in mine}))}.", "",
+                f"{', '.join(sorted({r['commit'][:7] for r in mine}))}; "
+                f"{_machines(mine)}.", "",
                 f"| framework | test {key} ({'%' if key == 'accuracy' else unit}) "
                 "| wall / FR | compute / FR | client rounds | server storage (MB) |",
                 "|---|---|---|---|---|---|"]
@@ -346,6 +349,13 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
         out.append("")
         out += notes(dataset, mine) if notes else []
     return "\n".join(out)
+
+
+def _machines(runs: list[dict]) -> str:
+    """The machines ``runs`` record (:func:`experiments.run.machine`), in words."""
+    seen = sorted({f"{m.get('cpus')}-core {m.get('cpu') or 'CPU'}"
+                   for m in (r.get("machine", {}) for r in runs)})
+    return f"machine {', '.join(seen)}"
 
 
 def _spread(values: list[float], digits: int) -> str:
