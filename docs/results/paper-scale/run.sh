@@ -9,8 +9,9 @@
 # OMP_NUM_THREADS=1 run.sh shakespeare`). Measured on the 2-core AMD EPYC beside other
 # jobs: MNIST and Fashion-MNIST about 65-70 min a cell; Tiny Shakespeare 81 min
 # (learning 32 min, FR's 6,000 client-epochs 31 min); CIFAR-10's learning rounds
-# 94-170 s each (learning alone over an hour; FR as long again): it goes on over
-# sessions, each start resuming the run folder where the last one was killed.
+# 94-170 s each (learning alone over an hour), then FR 48 min, SISA 9, SE 5,
+# SE-paper 3 and SE-R 7 (its run folder's summary.json, retrain_wall_s): it goes on
+# over sessions, each start resuming the run folder where the last one was killed.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 for dataset in "${@:-fmnist shakespeare cifar10}"; do
