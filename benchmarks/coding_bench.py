@@ -169,7 +169,7 @@ def fused(args: argparse.Namespace, x: np.ndarray, slices: np.ndarray,
           buf: np.ndarray, rows: list[Row]) -> None:
     """Time quantise + encode in one kernel (float32 in, uint32 slices out).
 
-    The path :class:`history.coded_recorder.CodedRecorder` takes each round:
+    The path :class:`history.coded.recorder.CodedRecorder` takes each round:
     the k blocks are one float32 record cut into blocks of d; into a reused
     buffer, into a new array (first-touch page faults included), and with the
     recorder's own K = n / 2 blocks (coded-loss-budget 0.5, T = 0) for the same

@@ -12,7 +12,7 @@ Message types it answers:
 - ``evaluate``: loss and accuracy of the received model on this client's data.
 - ``query.store_slice`` / ``query.fetch_slices``: keep this client's coded slices
   of the training history and hand them to a shard server that proves its key
-  (``storage = "coded"``; see :mod:`history.slices`).
+  (``storage = "coded"``; see :mod:`history.coded.slices`).
 
 The data settings (task, dataset, partition, number of clients, seed, data folder,
 block size, sample cap, device) come from the run config, read by
@@ -46,7 +46,7 @@ from flwr.app import (
 )
 from flwr.clientapp import ClientApp
 
-from history import slices
+from history.coded import slices
 from task.backdoor import Backdoor, poison
 from task.config import TaskConfig
 from task.device import resolve_device

@@ -47,7 +47,7 @@ from cli.tables import table
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
 from experiments.suites import storage_dataset
-from history.coded_recorder import CodedRecorder
+from history.coded.recorder import CodedRecorder
 from history.store import HistoryStore
 from server_app.rounds.federation import Federation, assign_shards
 from task.builtin import build_model

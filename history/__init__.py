@@ -4,19 +4,19 @@
   what unlearning reads and what the learning loop writes;
 - :class:`HistoryStore` (:mod:`history.store`): the uncoded store, checksummed
   blobs on the server;
-- :class:`CodedRecorder` / :class:`CodedHistory` (:mod:`history.coded_recorder`,
-  :mod:`history.coded_reader`): coded sharding, slices on the clients, keys and
-  metadata on the server (:mod:`history.coded_catalog`);
+- :class:`CodedRecorder` / :class:`CodedHistory` (:mod:`history.coded.recorder`,
+  :mod:`history.coded.reader`): coded sharding, slices on the clients, keys and
+  metadata on the server (:mod:`history.coded.catalog`);
 - :mod:`history.catalog`: the SQLite catalog base every catalog file uses;
-- :mod:`history.slices`, :mod:`history.slice_files`: the client half of the
+- :mod:`history.coded.slices`, :mod:`history.coded.slice_files`: the client half of the
   slice protocol; :mod:`history.files`: atomic files;
 - :func:`storage_summary` (:mod:`history.storage`): the storage report.
 """
 
 from history.catalog import SQLiteCatalog, StoreError
-from history.coded_catalog import CodedStorageError
-from history.coded_reader import CodedHistory, CodedHistoryError, HoldersUnreachableError
-from history.coded_recorder import CodedRecorder
+from history.coded.catalog import CodedStorageError
+from history.coded.reader import CodedHistory, CodedHistoryError, HoldersUnreachableError
+from history.coded.recorder import CodedRecorder
 from history.protocols import RoundRecorder, TrainingHistory
 from history.storage import StorageSettings, efficiency, storage_summary
 from history.store import CorruptBlobError, HistoryStore

@@ -2,9 +2,9 @@
 
 - :class:`RoundRecorder`: what the learning loop writes a history through, one
   round at a time (``history.store.HistoryStore`` writes blobs;
-  ``history.coded_recorder.CodedRecorder`` codes each round into client slices).
+  ``history.coded.recorder.CodedRecorder`` codes each round into client slices).
 - :class:`TrainingHistory`: what unlearning and the storage report read back
-  (``HistoryStore``; ``history.coded_reader.CodedHistory`` decodes slices). Its
+  (``HistoryStore``; ``history.coded.reader.CodedHistory`` decodes slices). Its
   first three verbs are exactly ``strategies.unlearning.HistoryReader``, so every
   training history serves calibrated retraining (paper eq. 2-3).
 - :class:`FaultSink`, :class:`Federation`: what the coded store needs of the
@@ -87,7 +87,7 @@ class TrainingHistory(ABC):
     def accounting(self) -> dict | None:
         """Bytes and modelled communication of a coded store; None if nothing is coded.
 
-        See ``history.coded_catalog.CodedCatalog.accounting`` for the keys.
+        See ``history.coded.catalog.CodedCatalog.accounting`` for the keys.
         """
 
     @abstractmethod

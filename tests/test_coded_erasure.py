@@ -15,8 +15,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from coding import access_key, key_proof, new_nonce, slice_tag
 from history import CodedHistory, CodedRecorder
-from history import slices as client_slices
-from history.coded_erasure import erase_coded
+from history.coded import slices as client_slices
+from history.coded.erasure import erase_coded
 from server_app.rounds.federation import Federation
 
 SHARDS = [[0, 1, 2], [3, 4, 5]]

@@ -102,7 +102,7 @@ def test_a_store_of_the_older_single_code_layout_is_refused(tmp_path):
 
 def test_client_bytes_stay_flat_as_clients_grow():
     """K chosen from C: one client's share of a round is S records / K, flat in C."""
-    from history.coded_catalog import auto_blocks_per_shard
+    from history.coded.catalog import auto_blocks_per_shard
 
     shares = []
     for clients in (20, 100, 200, 1000):

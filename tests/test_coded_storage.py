@@ -35,7 +35,7 @@ from history import (
     HistoryStore,
     StoreError,
 )
-from history import slices as client_slices
+from history.coded import slices as client_slices
 from history.files import read_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.rounds.federation import Federation

@@ -13,7 +13,7 @@ from history import (
     TrainingHistory,
     storage_summary,
 )
-from history.coded_catalog import CodedCatalog
+from history.coded.catalog import CodedCatalog
 from history.storage import (
     StorageSettings,
 )

@@ -216,8 +216,8 @@ def test_node_cannot_fetch_another_nodes_slices(fed, learned):
     from flwr.app import ConfigRecord, Context, RecordDict
 
     from coding import key_proof
-    from history import slices
-    from history.slice_files import SliceFolder
+    from history.coded import slices
+    from history.coded.slice_files import SliceFolder
 
     store = next((fed.run_dir / "nodes" / "1" / "slices").iterdir()).name
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from coding import dequantize, quantize
 from experiments.grid import InProcessGrid, set_task_identity
-from history.coded_reader import CodedHistory
-from history.coded_recorder import CodedRecorder
+from history.coded.reader import CodedHistory
+from history.coded.recorder import CodedRecorder
 from history.files import DamagedFileError, decode_arrays, encode_arrays, read_arrays
 from history.store import HistoryStore
 from server_app.rounds.federation import Federation
@@ -214,7 +214,7 @@ def test_any_names_round_trip_coded_slices_in_node_folders(arrays):
     """The same with the slices in node folders, decoded from the files alone.
 
     Slice files hold fixed keys only (``slice``, ``tags``, ``keys``,
-    ``slice_index``; :mod:`history.slice_files`): the layer names live in the
+    ``slice_index``; :mod:`history.coded.slice_files`): the layer names live in the
     coded catalog's layout, so this checks the path names take through files.
     The node cache (:mod:`task.node_cache`) stores fixed keys too (``x``, ``y``,
     ``num_classes``) and holds no layer; it needs no case here.

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.grid import InProcessGrid
-from history.coded_recorder import CodedRecorder, ack_sizes
+from history.coded.recorder import CodedRecorder, ack_sizes
 from history.store import HistoryStore
 from server_app.rounds.federation import DiscoveryError, Federation, discover
 from server_app.rounds.learning import run_learning

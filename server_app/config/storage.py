@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from history.coded_catalog import auto_blocks_per_shard
+from history.coded.catalog import auto_blocks_per_shard
 from server_app.config.section import Section
 from server_app.config.values import bad
 

@@ -5,7 +5,7 @@ strategy aggregates the replies, and every participant's update
 U_m^g = w_m^g - W_s^(g-1) plus the new shard model W_s^g go to the history store
 (paper Sec. 3.2: the server keeps the intermediate parameters). The store is a
 :class:`history.RoundRecorder`: :class:`history.store.HistoryStore` writes every
-blob, while :class:`history.coded_recorder.CodedRecorder` (``storage = "coded"``)
+blob, while :class:`history.coded.recorder.CodedRecorder` (``storage = "coded"``)
 codes each round into client slices at ``end_round`` and keeps only metadata.
 
 A round in which a shard asked clients but accepted no reply leaves that shard's

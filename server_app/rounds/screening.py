@@ -43,7 +43,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 
-from history.coded_catalog import EXACT_INTEGER
+from history.coded.catalog import EXACT_INTEGER
 
 TRAIN_RECORDS: dict[str, type] = {"arrays": ArrayRecord, "metrics": MetricRecord}
 """Record name -> record type of a training reply (exactly these)."""

@@ -101,7 +101,7 @@ def erasure_counts(erased: dict) -> dict:
     ----------
     erased : dict
         What :meth:`history.HistoryStore.erase` (uncoded) or
-        :func:`history.coded_erasure.erase_coded` (coded) returned.
+        :func:`history.coded.erasure.erase_coded` (coded) returned.
 
     Returns
     -------

@@ -35,7 +35,7 @@ from history import (
     HoldersUnreachableError,
     StoreError,
 )
-from history.coded_erasure import erase_coded
+from history.coded.erasure import erase_coded
 from server_app.config.methods import reference
 from server_app.run.catalog import RunLogError
 from server_app.run.context import RunContext
@@ -277,7 +277,7 @@ def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
     (:meth:`history.HistoryStore.erase`), the plan kept in the run catalog
     before anything is deleted, so a request killed half-way and redone reports
     everything it erased; coded: every round they took part in is coded again
-    without them on every holder (:func:`history.coded_erasure.erase_coded`).
+    without them on every holder (:func:`history.coded.erasure.erase_coded`).
     Returns what was erased, for the receipt, with its ``counts``
     (:func:`server_app.run.receipts.erasure_counts`).
     """

@@ -8,7 +8,7 @@ With ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et al., IJCAI
   participants in ascending partition id (g = 0: W_s^0), split into K =
   ``blocks-per-shard`` equal blocks of B^g elements (zero padding; the length is
   kept; B^g is the longest shard's), K chosen from C when the key is 0
-  (:func:`history.coded_catalog.auto_blocks_per_shard`);
+  (:func:`history.coded.catalog.auto_blocks_per_shard`);
 - each shard is coded on its own: its K blocks and T = ``privacy-t`` uniformly
   random padding blocks (:func:`coding.random_field_elements`) sit at
   omega_1..omega_{K+T} and client i (partition id i) gets u_s(alpha_i), n = C
@@ -23,10 +23,10 @@ With ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et al., IJCAI
   client i gets the access keys ``coding.access_key(key_s, i)``; a fetch proving
   key_s returns only shard s's part.
 
-The slices go out as ``query.store_slice`` messages (:mod:`history.slices` is
+The slices go out as ``query.store_slice`` messages (:mod:`history.coded.slices` is
 the client's half); the acks are recorded in the catalog
-(:class:`history.coded_catalog.CodedCatalog`) and the round's parameters are
-dropped. :class:`history.coded_reader.CodedHistory` reads the history back.
+(:class:`history.coded.catalog.CodedCatalog`) and the round's parameters are
+dropped. :class:`history.coded.reader.CodedHistory` reads the history back.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from coding import (
     slice_tag,
 )
 from history.catalog import CATALOG_FILE, StoreError
-from history.coded_catalog import (
+from history.coded.catalog import (
     CodedCatalog,
     CodedStorageError,
     Layout,
@@ -65,10 +65,10 @@ from history.coded_catalog import (
     content_bytes,
     write_keys,
 )
+from history.coded.slices import STORE_MESSAGE
 from history.comm import transfer_seconds
 from history.files import encode_arrays
 from history.protocols import FaultSink, Federation, RoundRecorder
-from history.slices import STORE_MESSAGE
 
 Acks = dict[int, tuple[int, int, int]]
 """Partition id -> (slice-bytes, stored-bytes, disk-bytes) of its ack."""

@@ -3,8 +3,8 @@
 With run-config ``storage = "coded"`` (coded sharding, docs/DESIGN.md; Lin et
 al., IJCAI 2024, Sec. 3.3) the parameters SE needs for calibrated retraining are
 spread over the clients as Lagrange / Reed-Solomon coded slices over GF(p),
-p = 2^31 - 1 (written by :mod:`history.coded_recorder`, read back by
-:mod:`history.coded_reader`), and the server forgets them.
+p = 2^31 - 1 (written by :mod:`history.coded.recorder`, read back by
+:mod:`history.coded.reader`), and the server forgets them.
 
 The server keeps ``catalog.sqlite`` (participants, example counts, layer names
 and shapes, record lengths, evaluation points, scale, which client acknowledged
@@ -207,7 +207,7 @@ class CodedCatalog(ParticipationCatalog):
         """Partition ids whose updates round ``rnd``'s record of ``shard`` holds.
 
         The round's participants less those erased since (their updates were
-        re-coded out of the record, :mod:`history.coded_erasure`), ascending.
+        re-coded out of the record, :mod:`history.coded.erasure`), ascending.
         """
         return [r[0] for r in self._conn.execute(
             "SELECT partition_id FROM updates WHERE shard=? AND round=? AND erased=0 "

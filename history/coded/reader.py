@@ -2,7 +2,7 @@
 
 When shard s must unlearn, :class:`CodedHistory` (the
 :class:`~history.protocols.TrainingHistory` of ``storage = "coded"``, see
-:mod:`history.coded_recorder` for the encoding) asks connected slice holders for
+:mod:`history.coded.recorder` for the encoding) asks connected slice holders for
 their slices of every round, proving key_s (``query.fetch_slices``); a client
 returns only shard s's part of its slice (each shard is coded on its own), so
 the shard's server receives and decodes only its own shard's record and never
@@ -11,7 +11,7 @@ slices with valid tags decode exactly
 (:func:`coding.decode_erasures`); holders are asked in waves until every round
 has k. A slice a client acknowledged but no longer returns is an erasure too:
 ``damaged`` when the client reports its file damaged (the reply's ConfigRecord
-``damaged``, see :mod:`history.slices`), ``lost`` otherwise; each is recorded in
+``damaged``, see :mod:`history.coded.slices`), ``lost`` otherwise; each is recorded in
 the retrieval report (``losses``) and in the run's fault log, and the client's
 other rounds are used. With tag checking off (a test-only path) all holders are
 asked and up to floor((m - k) / 2) wrong slices among m are corrected
@@ -47,10 +47,10 @@ from coding import (
     verify_slice_tag,
 )
 from history.catalog import CATALOG_FILE, StoreError
-from history.coded_catalog import CodedCatalog, content_bytes, read_keys
+from history.coded.catalog import CodedCatalog, content_bytes, read_keys
+from history.coded.slices import FETCH_MESSAGE
 from history.comm import transfer_seconds
 from history.protocols import FaultSink, TrainingHistory
-from history.slices import FETCH_MESSAGE
 
 Arrays = dict[str, np.ndarray]
 
@@ -118,7 +118,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         """Fetch and decode ``shard``'s every round as exact field elements.
 
         Returns round -> the record (int64 GF(p) elements, the padding blocks
-        dropped), what :mod:`history.coded_erasure` re-codes. The retrieval is
+        dropped), what :mod:`history.coded.erasure` re-codes. The retrieval is
         counted as any other (:meth:`take_retrieval`).
 
         Raises

@@ -1,14 +1,14 @@
 """Erasure in coded storage: each round re-coded without the forgotten clients' updates.
 
 A coded round of shard s holds every participant's update inside its K data
-blocks, spread over every client's slice (:mod:`history.coded_recorder`). To
+blocks, spread over every client's slice (:mod:`history.coded.recorder`). To
 erase a forgotten client's updates, shard s's server (the only one holding key_s)
 fetches and decodes the shard's rounds as exact field elements
-(:meth:`history.coded_reader.CodedHistory.raw_records`), and for each round the
+(:meth:`history.coded.reader.CodedHistory.raw_records`), and for each round the
 client took part in: drops its update from the record, codes the rest again with
 the same evaluation points (fresh random padding when T > 0), and sends every
 holder its new part of shard s with its new tag (``query.replace_slice_part``, a
-proof of key_s bound to the part: :func:`history.slices.replace`); the other
+proof of key_s bound to the part: :func:`history.coded.slices.replace`); the other
 shards' parts of each slice are never touched, nor seen. The catalog then marks
 the client's updates erased (the rounds it took part in stay known: SE replays
 from the first) and records the holders that did not confirm as stale for that
@@ -29,8 +29,8 @@ from coding import (
     random_field_elements,
     slice_tag,
 )
-from history.coded_reader import CodedHistory
-from history.slices import REPLACE_MESSAGE, part_proof_message
+from history.coded.reader import CodedHistory
+from history.coded.slices import REPLACE_MESSAGE, part_proof_message
 
 __all__ = ["erase_coded"]
 

@@ -1,7 +1,7 @@
 """The client's store of coded slices (coded sharding; docs/DESIGN.md).
 
 After every learning round g (and g = 0 for the initial models W_s^0) the server
-codes each shard's record of the round on its own (``history.coded_recorder``)
+codes each shard's record of the round on its own (``history.coded.recorder``)
 and sends client i its slice: the S shard slices u_s(alpha_i) side by side, S
 equal parts, with S authentication tags (tag s covers part s, under shard s's
 key) and S access keys ``coding.access_key(key_s, i)``. This module keeps them
@@ -13,7 +13,7 @@ Where the slices live, per coded store (``store``, a server-chosen id):
   uint32 array ``r<g>`` per round) and ConfigRecord ``coded-meta:<store>``
   (``slice-index``, ``access-keys``, ``r<g>.tags``, used ``nonces``);
 - if the node config has ``node-dir``, also ``<node-dir>/slices/<store>/``
-  (:mod:`history.slice_files`): ``round-<g>.npz`` (``slice``, ``tags`` and a
+  (:mod:`history.coded.slice_files`): ``round-<g>.npz`` (``slice``, ``tags`` and a
   copy of the access keys), ``access.npz`` and ``nonces.npz``, each written to a
   temporary file, fsync'ed and renamed, so a restarted node (fresh
   ``context.state``) serves the same slices.
@@ -51,7 +51,7 @@ Messages (handled in ``client_app.app``):
   shard s's server can make the proof, and it binds the new part; the client
   replaces part s and tag s of its round-g slice (state and ``node-dir``), the
   other shards' parts untouched, and acks. An erasure re-codes a round without a
-  forgotten client's update this way (:mod:`history.coded_erasure`).
+  forgotten client's update this way (:mod:`history.coded.erasure`).
 
 The client never learns a shard key; it cannot check tags, the server does.
 """
@@ -66,8 +66,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
 
 from coding import verify_key_proof
+from history.coded.slice_files import Access, SliceFolder
 from history.files import DamagedFileError
-from history.slice_files import Access, SliceFolder
 
 STORE_MESSAGE = "query.store_slice"
 FETCH_MESSAGE = "query.fetch_slices"

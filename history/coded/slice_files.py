@@ -12,7 +12,7 @@ file, fsync'ed and renamed; see :mod:`history.files`):
 Nothing read back is trusted: a file that is truncated, garbled, not an
 ``.npz`` archive, or holds arrays of the wrong name, dtype or shape raises
 :class:`history.files.DamagedFileError` naming the file and the fault. The
-caller then loses exactly what that file holds (see :mod:`history.slices`).
+caller then loses exactly what that file holds (see :mod:`history.coded.slices`).
 """
 
 from __future__ import annotations
