@@ -379,6 +379,7 @@ def _requests(cfg: dict) -> str:
     """The cell's requests in words."""
     k, per = cfg.get("num-requests", 1), cfg.get("clients-per-request", 1)
     mode, spread = cfg.get("request-mode"), cfg.get("request-distribution")
+    mode = mode if k != 1 else None  # one request is neither sequential nor concurrent
     return (f"{k} {mode + ' ' if mode else ''}request{'s' if k != 1 else ''} of {per} "
             f"client{'s' if per != 1 else ''}" + (f", {spread}" if spread else ""))
 
