@@ -165,20 +165,18 @@ def _by_partition(runs: list[dict]) -> tuple[list[dict], list[dict]]:
             [r for r in runs if r["config"]["partition"] == "iid"])
 
 
-def _saved_lines(dataset: str, mine: list[dict]) -> list[str]:
-    """Time saved against FR by SE and the paper's SE."""
+def _saved_lines(dataset: str, mine: list[dict], paper: str = "") -> list[str]:
+    """Time saved against FR by SE and the paper's SE, ``paper`` after it."""
     saved = ", ".join(f"{name} {_saved(mine, name)}" for name in (SE, PAPER_SE)
                       if all(name in r["frameworks"] for r in mine))
-    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}.", ""]
+    return [f"Modelled wall time saved against FR (1 - wall / FR): {saved}{paper}.", ""]
 
 
 def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
     """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
     claim = _paper_claim(dataset)
-    line = _saved_lines(dataset, mine)[0]
-    paper = (f"; the paper reports {claim * 100:.4g}% less retraining time than FR"
-             if claim else "")
-    return [f"{line[:-1]}{paper}.", ""]
+    return _saved_lines(dataset, mine, f"; the paper reports {claim * 100:.4g}% less "
+                        "retraining time than FR" if claim else "")
 
 
 def _saved(runs: list[dict], name: str) -> str:
