@@ -141,15 +141,16 @@ def resolve(preset: str | None, items: Iterable[Mapping | str] = (),
 
 def to_toml(config: Mapping) -> str:
     """``config`` as a flat TOML document for ``flwr run --run-config FILE``."""
-    return "".join(f"{json.dumps(str(k))} = {_toml_value(v)}\n" for k, v in config.items())
+    return "".join(f"{json.dumps(str(k))} = {toml_value(v)}\n" for k, v in config.items())
 
 
 def describe(config: Mapping) -> str:
     """``k=v`` pairs on one line, values as TOML (for logs)."""
-    return " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
+    return " ".join(f"{k}={toml_value(v)}" for k, v in config.items())
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
+    """``value`` as a TOML run config writes it (``true``, ``2.0``, ``"adam"``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

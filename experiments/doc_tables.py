@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+from cli.config import toml_value
 from experiments.pareto import (
     FIGURES,
     FILES,
@@ -400,18 +401,13 @@ def _label(name: str, run: dict) -> str:
     changed = {**{_run_key(k): v for k, v in variant.get("settings", {}).items()},
                **{_run_key(k, "recovery-"): v
                   for k, v in variant.get("recovery", {}).items()}}
-    return f"{name} ({', '.join(f'{k} = {_toml(v)}' for k, v in changed.items())})"
+    return f"{name} ({', '.join(f'{k} = {toml_value(v)}' for k, v in changed.items())})"
 
 
 def _run_key(name: str, prefix: str = "") -> str:
     """A variant's setting as the run-config key a user sets (``replay-refill``)."""
     key = name.replace("_", "-")
     return key if key.startswith(prefix) else prefix + key
-
-
-def _toml(value: object) -> str:
-    """``value`` as a run config writes it (``false``, ``0``, ``2.0``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def headline_table(runs: list[dict]) -> str:

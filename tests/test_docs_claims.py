@@ -121,13 +121,18 @@ def _run_minutes(path: Path) -> float:
         f["retrain_wall_s"] for f in summary["frameworks"].values())) / 60
 
 
+def _paper_noniid() -> list[dict]:
+    """The committed non-IID paper-scale files (the README's headline cells)."""
+    return [r for r in pareto.load(pareto.PAPER_SCALE)
+            if r["config"]["partition"] == "noniid"]
+
+
 def _paper_scale_saving() -> str:
     """RESULTS' goal line: the time each SE saves at the paper's scale, per dataset."""
     from task.registry import builtin_experiments
     from task.tasks import BUILTIN_TASKS
 
-    runs = {r["config"]["dataset"]: r for r in pareto.load(pareto.PAPER_SCALE)
-            if r["config"]["partition"] == "noniid"}
+    runs = {r["config"]["dataset"]: r for r in _paper_noniid()}
     names = [d for d in BUILTIN_TASKS if d in runs]
 
     def saved(name: str) -> list[str]:
@@ -158,8 +163,7 @@ def _paper_scale_saving() -> str:
 
 def _paper_scale_recovery() -> str:
     """RESULTS' goal line: SE-R's wall time and compute over FR's at the paper's scale."""
-    runs = [r for r in pareto.load(pareto.PAPER_SCALE)
-            if r["config"]["partition"] == "noniid"]
+    runs = _paper_noniid()
     ref = methods.reference()
     wall, compute = ([r["frameworks"]["SE-R"][k] / r["frameworks"][ref][k] for r in runs]
                      for k in ("modelled_wall_s", "retrain_compute_s"))
@@ -173,8 +177,7 @@ def _paper_scale_recovery() -> str:
 
 def _paper_scale_cifar() -> str:
     """RESULTS' CIFAR-10 goal line: SE's and the original's gaps at the paper's scale."""
-    run = next(r for r in pareto.load(pareto.PAPER_SCALE)
-               if r["cell"] == "paper-cifar10-noniid")
+    run = next(r for r in _paper_noniid() if r["config"]["dataset"] == "cifar10")
     fw, ref = run["frameworks"], methods.reference()
     fr, se = fw[ref]["accuracy"], fw[methods.proposed()]["accuracy"]
     return (f"SE is {100 * (fr - se):.2f} points under FR and "
