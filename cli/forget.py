@@ -33,7 +33,12 @@ from server_app.config import ConfigError, RunConfig
 from server_app.run.catalog import RunLog, RunLogError
 from server_app.run.folder import ModelsFileError
 from server_app.run.inbox import InboxError, RequestInbox
-from server_app.run.receipts import list_receipts, receipt_detail, receipt_line
+from server_app.run.receipts import (
+    list_receipts,
+    missing_files,
+    receipt_detail,
+    receipt_line,
+)
 from server_app.run.summary import StageSummary
 from server_app.run.versions import ModelVersion, verify_version
 from server_app.stages.churn import later_refusal, run_shards
@@ -94,10 +99,14 @@ def submit_records(name: str, client: str | None, ids: str | None,
 
     ``ids``: ``"3,18,40-52"`` (:func:`task.records.parse_ids`); ``labels``: classes
     to erase on every client (``"7"``; then no client and no ids). The run must be
-    finished, or a staged run still going (the next stage boundary takes it), and
-    the client one it has not forgotten; whether it holds the ids (or every client
-    keeps a record) is the ServerApp's check (it knows the partitions), which
-    refuses the request in its receipt otherwise. Returns the request's id.
+    finished, or a staged run still going (the next stage boundary takes it).
+    The request is checked as the ServerApp will check it
+    (:func:`server_app.stages.erasures.erasure_refusal`: ids the owner holds, labels
+    that are classes of a task with classes, every client keeping a record, not all
+    erased already), after the requests recorded before it, in the transaction
+    that records it. A records request for a client that a pending request
+    forgets is refused: that request takes its records with it. Returns the
+    request's id.
 
     Raises
     ------
@@ -115,15 +124,55 @@ def submit_records(name: str, client: str | None, ids: str | None,
                               "go to a finished run (with model versions) or a staged "
                               "run still going")
         if labels is not None:
-            return inbox.submit_records({}, _parse(option, labels)).id
-        owner = parse_clients(client, int(settings["num-clients"]))
-        if len(owner) != 1:
-            raise ConfigError(f"--clients {client!r}: --records names the records of "
-                              "one client")
-        if versions and owner[0] in versions[-1].forgotten:
-            raise ConfigError(f"--clients {client!r}: client {owner[0]} is forgotten "
-                              f"already (model version v{versions[-1].version})")
-        return inbox.submit_records({owner[0]: _parse(option, ids)}).id
+            records, wanted = {}, _parse(option, labels)
+        else:
+            owner = parse_clients(client, int(settings["num-clients"]))
+            if len(owner) != 1:
+                raise ConfigError(f"--clients {client!r}: --records names the records "
+                                  "of one client")
+            records, wanted = {owner[0]: _parse(option, ids)}, []
+        check = _erasure_check(settings, versions[-1] if finished else None, records,
+                               wanted)
+        try:
+            return inbox.submit_records(records, wanted, check).id
+        except InboxError as err:
+            what = (f"--labels {labels[:80]!r}" if labels is not None else
+                    f"--clients {client!r} --records {str(ids)[:80]!r}")
+            raise ConfigError(f"{what}: {err}; nothing was recorded") from None
+
+
+def _erasure_check(settings: dict, latest: ModelVersion | None,
+                   records: dict[int, list[int]], labels: list[int]):
+    """The check :meth:`RequestInbox.submit_records` runs in its transaction.
+
+    ``latest``: a finished run's latest model version (None: a staged run still
+    going, whose later joins its boundary checks). The requests ahead of this
+    one (pending or claimed) count as done: they are carried out first.
+    """
+    from server_app.config.tasks import data_folder
+    from server_app.stages.erasures import Holdings, erasure_refusal, in_force_of
+
+    cfg = RunConfig.from_run_config(settings)
+    held = Holdings.of_run(cfg, data_folder(cfg))  # the data, before the transaction
+
+    def check(requests: list) -> str | None:
+        ahead = [r for r in requests if r.state in ("pending", "claimed")]
+        done = [r for r in requests if r.state == "done"]
+        forgotten = set(latest.forgotten) if latest is not None else {
+            p for r in done for p in r.clients}
+        for request in ahead:  # a client request ahead takes its clients' records
+            taken = sorted(set(request.clients) & set(records))
+            if taken:
+                return (f"client(s) {taken} are to be forgotten by request "
+                        f"{request.id} ({request.state}): their records go with them "
+                        "(--clients)")
+        gone = forgotten | {p for r in ahead for p in r.clients}
+        before = in_force_of(cfg, [*done, *ahead], gone)
+        joined = cfg.data.num_clients if latest is not None else None
+        refusal = erasure_refusal(records, labels, held, before, forgotten, joined)
+        return None if refusal is None else refusal[1]
+
+    return check
 
 
 def _parse(option: str, ids: str) -> list[int]:
@@ -356,20 +405,25 @@ def main_receipts(argv: list[str], prog: str) -> int:
                         "JSON list and nothing else")
     args = parser.parse_args(argv)
     folder = run_folder(args.run, args.results_dir)
+    with open_inbox(folder) as inbox:  # the catalog's receipts are the record
+        kept = inbox.receipts()
+        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
+        versions = {v.version: v for v in inbox.versions()}
     try:
-        receipts = list_receipts(folder)
+        receipts = list_receipts(folder, kept)
     except ValueError as err:  # a damaged receipt file: one line naming it
         raise ConfigError(str(err)) from None
+    missing = missing_files(folder, kept)  # written again where it can be
     if args.json:
         print(json.dumps(receipts, indent=2))
         return 0
-    with open_inbox(folder) as inbox:
-        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
-        versions = {v.version: v for v in inbox.versions()}
     checked: dict[int, str | None] = {}
     mismatch = False
     for receipt in receipts:
         print(receipt_line(receipt))
+        if receipt["request_id"] in missing:
+            print(f"    its file is missing ({missing[receipt['request_id']]}); the "
+                  f"receipt is kept in {folder / 'run.sqlite'}")
         if args.detail:
             verdict = _verify_receipt(folder, receipt, versions, checked)
             mismatch |= verdict.startswith("NOT VERIFIED")

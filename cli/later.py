@@ -23,10 +23,11 @@ from pathlib import Path
 from cli.runs import open_inbox, parse_clients
 from cli.terminal import TerminalFilter
 from server_app.config import ConfigError, RunConfig
+from server_app.failures import DISK as DISK_ERRNOS
 from server_app.preflight import validate_run_config
 from server_app.run.folder import COMMAND_LOGS
 from server_app.run.lock import RunLock
-from server_app.run.receipts import receipt_line
+from server_app.run.receipts import missing_files, receipt_line
 from server_app.run.stored import (
     check_finished_run,
     check_node_folders,
@@ -38,6 +39,10 @@ FAILED = 3
 """Exit status: a request failed for a reason a retry cannot fix (marked ``failed``)."""
 BUSY = 4
 """Exit status: the request is recorded, but another command works on the run."""
+REFUSED = 2
+"""Exit status: a request was refused (its receipt says why); never 0."""
+DISK = 5
+"""Exit status: the disk is full or read-only (:data:`server_app.failures.DISK`)."""
 
 def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     """What a later request on the finished run ``folder`` reads back is there.
@@ -214,6 +219,14 @@ def _report(folder: Path, ids: list[str], known: set[str],
     for rid in failed:
         print(f"failed: {rid}: {receipts[rid]['reason']} (not retried: repair the "
               "run's store, then request its clients again)", file=sys.stderr)
+    refused = [rid for rid in ids if requests[rid].state == "refused"]
+    for rid in refused:  # recorded meanwhile by another command, or before the checks
+        print(f"refused: {rid}: {receipts[rid]['reason']}", file=sys.stderr)
+    unfiled = missing_files(folder, [receipts[r] for r in [*ids, *others] if r in receipts])
+    for rid, err in unfiled.items():
+        print(f"receipt of {rid} not written ({err}); it is kept in "
+              f"{folder / 'run.sqlite'}, and `receipts --run {folder.name}` writes it "
+              "once it can", file=sys.stderr)
     if quiet:
         return 0
     if left:
@@ -224,5 +237,9 @@ def _report(folder: Path, ids: list[str], known: set[str],
         return FAILED
     if left:
         return 1
+    if unfiled:  # done, but its receipt file is missing: the disk (5) or else (1)
+        return DISK if any(e.errno in DISK_ERRNOS for e in unfiled.values()) else 1
+    if refused:
+        return REFUSED
     print(f"receipts: {folder / 'receipts'}", flush=True)
     return 0

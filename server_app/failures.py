@@ -5,11 +5,12 @@ a coded history beyond what the code corrects, a setting the run cannot use) is
 logged as one marked line, ``ServerApp stopped (exit N): <line>``, before the
 exception goes on to Flower (which logs its traceback: in the run's log file, the
 full record). The commands (:class:`cli.terminal.TerminalFilter`) show the marked
-line, hide what follows it, and exit with N. Other exceptions are bugs: their
-traceback is shown as it is.
+line, hide what follows it, and exit with N. Other exceptions are bugs: one
+marked line too (status 1, the exception's type), their traceback in the log.
 
 Exit statuses (docs/FAULTS.md): 1 a setting or the run folder refused here
-(after the engine started: 2 is for refusals before anything starts), 3 a
+(after the engine started: 2 is for refusals before anything starts), a run
+that learned or unlearned nothing or diverged (:class:`RunStoppedError`), or a bug; 3 a
 stored history or models file that cannot be used (repair it), 5 the disk is
 full or read-only (free space; nothing is half written: files are written
 atomically and the catalog in transactions).
@@ -25,7 +26,8 @@ from contextlib import contextmanager
 
 from history import CodedHistoryError, HoldersUnreachableError, StoreError
 from server_app.config import ConfigError
-from server_app.run.catalog import RunLogError
+from server_app.rounds.stopped import RunStoppedError
+from server_app.run.catalog import RunLogError, SettingsMismatchError
 from server_app.run.folder import ModelsFileError
 
 MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
@@ -33,16 +35,28 @@ MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
 DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
+def _disk_error(err: BaseException) -> BaseException | None:
+    """The full or read-only disk behind ``err`` (itself or a cause), or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in DISK or (
+                isinstance(err, sqlite3.OperationalError) and "disk is full" in str(err)):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def expected(err: BaseException) -> tuple[int, str] | None:
     """``(exit status, one line)`` for an expected failure, or None (a bug)."""
-    if isinstance(err, OSError) and err.errno in DISK or (
-            isinstance(err, sqlite3.OperationalError) and "disk is full" in str(err)):
-        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
-        what = getattr(err, "strerror", None) or str(err)
+    disk = _disk_error(err)
+    if disk is not None:  # whichever folder, and whatever error it was wrapped in
+        where = f"{disk.filename}: " if getattr(disk, "filename", None) else ""
+        what = getattr(disk, "strerror", None) or str(disk)
         return 5, (f"{where}{what}: free space on the results-dir (or make it "
                    "writable) and run the command again; nothing was half written")
-    if isinstance(err, ConfigError):  # 1, not 2: the engine had started
-        return 1, _first(err)
+    if isinstance(err, (ConfigError, RunStoppedError, SettingsMismatchError)):
+        return 1, _first(err)  # 1, not 2: the engine had started
     if isinstance(err, HoldersUnreachableError):  # holders that may answer later
         return 1, _first(err)
     if isinstance(err, (CodedHistoryError, StoreError, ModelsFileError, RunLogError)):
@@ -57,15 +71,18 @@ def _first(err: BaseException) -> str:
 
 @contextmanager
 def one_line(log) -> Iterator[None]:
-    """Log an expected failure inside as its marked line (``log``: one line out).
+    """Log any failure inside as its marked line (``log``: one line out).
 
+    An expected failure gets its own status (:func:`expected`); any other
+    exception is a bug: status 1 and its type, its traceback left to the log
+    (Flower logs it after the marked line, which the commands do not show).
     The exception itself goes on unchanged (the caller's tests and Flower see
     it as raised).
     """
     try:
         yield
     except Exception as err:
-        hit = expected(err)
-        if hit is not None:
-            log(f"ServerApp stopped (exit {hit[0]}): {hit[1]}")
+        hit = expected(err) or (1, f"unexpected {type(err).__name__}: {_first(err)} "
+                                   "(a bug: its traceback is in the run's log)")
+        log(f"ServerApp stopped (exit {hit[0]}): {hit[1]}")
         raise

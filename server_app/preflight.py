@@ -306,36 +306,30 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
 def check_erasure(cfg: RunConfig, task: TaskData, parts: list) -> None:
     """``forget-records`` / ``forget-labels`` against the clients' records.
 
-    A record id must be one the client holds (its first ``client-samples``
-    records of its partition, :mod:`task.records`); a label must be one of the
-    task's classes, and every client must keep a record.
+    :func:`server_app.stages.erasures.erasure_refusal`, the check every entry
+    point of a records or class request calls: a record id must be one the
+    client holds (its first ``client-samples`` records of its partition,
+    :mod:`task.records`); a label must be one of the task's classes, and every
+    client must keep a record.
 
     Raises
     ------
     ConfigError
         Naming the key, the client and what it holds.
     """
-    import numpy as np
-
-    from task.records import check_against_sizes
+    from server_app.stages.erasures import Holdings, erasure_refusal
+    from server_app.unlearning.erasure import Erasure
 
     unlearning, cap = cfg.unlearning, cfg.data.client_samples
-    held = [part[:cap] if cap > 0 else part for part in parts]
-    why = check_against_sizes(unlearning.erased_records, dict(enumerate(map(len, held))))
-    if why:
-        raise _bad("forget-records", unlearning.forget_records, why)
-    labels = unlearning.erased_labels
-    if not labels:
+    if not (unlearning.erased_records or unlearning.erased_labels):
         return
-    if not task.has_classes:
-        raise _bad("forget-labels", unlearning.forget_labels,
-                   f"'' for {cfg.data.task_spec}: its targets are not class labels")
-    if max(labels) >= task.num_classes:
-        raise _bad("forget-labels", unlearning.forget_labels,
-                   f"labels in 0..{task.num_classes - 1}")
-    y = np.asarray(task.train_y)
-    emptied = [c for c, idx in enumerate(held) if np.isin(y[np.asarray(idx)], labels).all()]
-    if emptied:
-        raise _bad("forget-labels", unlearning.forget_labels,
-                   f"labels that leave every client a record: client {emptied[0]} holds "
-                   "only those (forget the client instead: forget-clients)")
+    held = [part[:cap] if cap > 0 else part for part in parts]
+    holdings = Holdings(cfg.data.task_spec, dict(enumerate(map(len, held))),
+                        lambda: (task, held))
+    refusal = erasure_refusal(unlearning.erased_records, unlearning.erased_labels,
+                              holdings, Erasure(clients=tuple(range(len(held)))))
+    if refusal is not None:
+        key = f"forget-{refusal[0]}"
+        value = unlearning.forget_records if key == "forget-records" \
+            else unlearning.forget_labels
+        raise _bad(key, value, refusal[1])

@@ -388,34 +388,46 @@ def test_a_later_records_request_replays_as_a_planned_one_and_stays_in_force(
     assert not any(ids for pid, ids in seen if pid != 3)
 
 
-def test_a_later_records_request_it_cannot_carry_out_is_refused_in_its_receipt(
+def test_a_later_records_request_it_cannot_carry_out_is_refused_before_recording(
         tmp_path, make_grid, shared_data):
+    """Ids the owner does not hold, all erased, or none kept: one line, nothing recorded.
+
+    The ServerApp's own check (the same function) refuses in its receipt only a
+    request that reached the inbox without it (one written there directly).
+    """
     from cli.forget import submit_records
+    from server_app.config import ConfigError
 
     learned = _config(tmp_path, shared_data, "a", frameworks="SE,FR",
                       **{"client-samples": 16})
     _run(make_grid, learned)
     folder = tmp_path / "a"
     versions = len(_versions(folder))
-    from server_app.config import ConfigError
     for client, ids, words in (("2", "4-1", "--records '4-1': range '4-1' runs backwards"),
-                               ("2,3", "0", "one client"), ("99", "0", "--clients")):
+                               ("2,3", "0", "one client"), ("99", "0", "--clients"),
+                               ("2", "3,40", "client 2 holds 16 records (ids 0..15); "
+                                "40 is not one"),
+                               ("2", "100-104", "104 is not one"),
+                               ("5", "0-15", "would keep no record")):
         with pytest.raises(ConfigError) as err:  # nothing recorded
             submit_records("a", client, ids, str(tmp_path))
         assert words in str(err.value) and "\n" not in str(err.value)
     from cli.forget import main_forget  # the README's command, recorded only
     assert main_forget(["--run", "a", "--clients", "2", "--records", "0-1",
                         "--results-dir", str(tmp_path), "--record-only"], "forget") == 0
-    rid = submit_records("a", "2", "3,40", str(tmp_path))  # client 2 holds 16
-    rid_all = submit_records("a", "5", "0-15", str(tmp_path))  # would keep none
     rid_ok = submit_records("a", "5", "0-3", str(tmp_path))
-    rid_again = submit_records("a", "5", "1-2", str(tmp_path))  # erased by rid_ok
+    with pytest.raises(ConfigError, match="erased already"):  # by rid_ok, pending
+        submit_records("a", "5", "1-2", str(tmp_path))
+    inbox = RequestInbox(folder / "run.sqlite")
+    try:
+        assert len(inbox.all()) == 3  # the planned request, r0002 and rid_ok
+        raw = inbox.submit_records({2: [3, 40]}).id  # no check: a racing writer
+    finally:
+        inbox.close()
     _run(make_grid, {**learned, "later-requests": True})
     assert len(_versions(folder)) == versions + 2  # the two carried out
-    for request, words in ((rid, "40 is not one"), (rid_all, "would keep no record"),
-                           (rid_again, "erased already")):
-        receipt = json.loads((folder / "receipts" / f"{request}.json").read_text())
-        assert receipt["status"] == "refused" and words in receipt["reason"]
+    receipt = json.loads((folder / "receipts" / f"{raw}.json").read_text())
+    assert receipt["status"] == "refused" and "40 is not one" in receipt["reason"]
     done = json.loads((folder / "receipts" / f"{rid_ok}.json").read_text())
     assert done["status"] == "done" and set(done["cost"]) == {"SE", "FR"}
 
@@ -428,11 +440,12 @@ def test_a_later_class_request_replays_as_a_planned_one(tmp_path, make_grid,
     learned = _config(tmp_path, shared_data, "a", frameworks="none")
     _run(make_grid, learned)
     folder = tmp_path / "a"
-    wrong = submit_records("a", None, None, str(tmp_path), labels="12")
+    from server_app.config import ConfigError
+    with pytest.raises(ConfigError, match=r"--labels '12': label\(s\) \[12\] are not "
+                       r"classes 0\.\.9; nothing was recorded"):
+        submit_records("a", None, None, str(tmp_path), labels="12")
     rid = submit_records("a", None, None, str(tmp_path), labels="7")
     _run(make_grid, {**learned, "later-requests": True})
-    refused = json.loads((folder / "receipts" / f"{wrong}.json").read_text())
-    assert refused["status"] == "refused" and "not classes 0..9" in refused["reason"]
     receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
     assert receipt["status"] == "done" and receipt["erasure"]["labels"] == [7]
     assert receipt["shards_retrained"] == [0, 1]

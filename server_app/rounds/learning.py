@@ -30,10 +30,11 @@ from history import RoundRecorder
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import CostMeter, RoundLoop, RoundOutcome
 from server_app.rounds.screening import FaultLog
+from server_app.rounds.stopped import RunStoppedError
 from strategies.sharded import ShardedStrategy, to_numpy
 
 
-class LearningStalledError(RuntimeError):
+class LearningStalledError(RunStoppedError):
     """No shard model changed in a whole learning stage: nothing was learned."""
 
 

@@ -34,6 +34,10 @@ class RunLogError(RuntimeError):
     """The run folder belongs to a run with other settings, or its record is damaged."""
 
 
+class SettingsMismatchError(RunLogError):
+    """The run folder belongs to a run with other settings (the keys that differ named)."""
+
+
 class RunLog(SQLiteCatalog):
     """Progress catalog of one run folder.
 
@@ -79,7 +83,7 @@ class RunLog(SQLiteCatalog):
             old, new = json.loads(stored), settings
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             self.close()
-            raise RunLogError(
+            raise SettingsMismatchError(
                 f"{self.path.parent} holds a run with other settings ({diff}); "
                 "use another run-name to start a new run")
         self.resumed = stored is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,17 +132,31 @@ class RequestInbox(SQLiteCatalog):
         return self.submit_all([clients], source, stage)[0]
 
     def submit_records(self, records: dict[int, list[int]],
-                       labels: Sequence[int] = ()) -> Request:
+                       labels: Sequence[int] = (),
+                       check: Callable[[list[Request]], str | None] | None = None
+                       ) -> Request:
         """Record a records or class request (``pending``; clients stay); return it.
 
         ``records``: client -> record ids; ``labels``: classes erased on every
         client. No client is taken: the owners may be named by later requests of
-        either kind.
+        either kind. ``check``, given every request recorded so far, says why the
+        request cannot be taken (None: it can); it runs with the insert in one
+        write transaction, so a request recorded meanwhile by another process is
+        seen.
+
+        Raises
+        ------
+        InboxError
+            ``check``'s reason; nothing was recorded.
         """
         erasure = json.dumps({"records": {str(p): sorted(map(int, ids))
                                           for p, ids in sorted(records.items())},
                               "labels": sorted({int(c) for c in labels})})
         with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")  # take the write lock before checking
+            reason = check(self.all()) if check is not None else None
+            if reason is not None:
+                raise InboxError(reason)
             rid = self._insert([], "command", time.time(), "pending", None, erasure)
         return self.get(rid)
 

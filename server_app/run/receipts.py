@@ -210,8 +210,14 @@ def write_receipt(run_folder: Path, receipt: dict) -> Path:
     return path
 
 
-def list_receipts(run_folder: Path) -> list[dict]:
+def list_receipts(run_folder: Path, kept: Sequence[dict] = ()) -> list[dict]:
     """Every receipt of the run, in request order (by id).
+
+    ``kept``: the receipts the run's catalog keeps
+    (:meth:`server_app.run.inbox.RequestInbox.receipts`), the record: each is
+    listed whether or not its file is there (:func:`missing_files` says which
+    is not). A file whose request the catalog keeps no receipt for (a run from
+    before the catalog kept them) is listed from the file.
 
     Raises
     ------
@@ -219,7 +225,7 @@ def list_receipts(run_folder: Path) -> list[dict]:
         A receipt file that cannot be read, is not JSON, or is not a receipt
         (an object with :data:`REQUIRED` keys); one line, naming the file.
     """
-    out = []
+    out = {r["request_id"]: r for r in kept}
     for path in sorted((Path(run_folder) / RECEIPTS_DIR).glob("r*.json")):
         try:
             receipt = json.loads(path.read_text())
@@ -228,8 +234,28 @@ def list_receipts(run_folder: Path) -> list[dict]:
         if not isinstance(receipt, dict) or not REQUIRED <= set(receipt):
             raise ValueError(f"receipt {path} is damaged: a JSON object with keys "
                              f"{', '.join(sorted(REQUIRED))} was expected")
-        out.append(receipt)
-    return out
+        out.setdefault(receipt["request_id"], receipt)
+    return [out[rid] for rid in sorted(out)]
+
+
+def missing_files(run_folder: Path, kept: Sequence[dict]) -> dict[str, OSError]:
+    """Write the file of each receipt in ``kept`` that has none; return those it could not.
+
+    Returns
+    -------
+    dict[str, OSError]
+        Request id -> why its file is still missing.
+    """
+    missing = {}
+    for receipt in kept:
+        path = Path(run_folder) / RECEIPTS_DIR / f"{receipt['request_id']}.json"
+        if path.is_file():
+            continue
+        try:
+            write_receipt(run_folder, receipt)
+        except OSError as err:
+            missing[receipt["request_id"]] = err
+    return missing
 
 
 def receipt_line(receipt: dict) -> str:
@@ -254,6 +280,8 @@ def receipt_line(receipt: dict) -> str:
             f"{receipt.get('rounds_replayed', '-')}  {name} "
             f"{se.get('client_epochs', 0):.1f} client-epochs"
             if receipt["status"] == "done" else "")  # a refused one did no work
+    if receipt.get("honoured_by"):  # done by the request that forgot its clients
+        work = f"  {receipt['honoured_by']['note']}"
     return (f"{receipt['request_id']}  {receipt['status']:<8} {when}  {who}{work}  done "
             f"{receipt.get('done_at') or '-'}{_evidence(receipt)}"
             f"{_digests(receipt)}"

@@ -45,7 +45,7 @@ KEPT_AT_BOUNDARY = ("a staged run erases nothing at a stage boundary (not built 
 
 def handle_boundary(run: RunState, member: Membership, entry: StageSummary) -> None:
     """Claim and handle the requests that reached the end of stage ``member.stage``."""
-    for request in claim(run, member, entry):
+    for request in erasures.merged_order(claim(run, member, entry)):
         entry.requests.append(request.id)
         _handle(run, member, request, entry)
 
@@ -96,6 +96,14 @@ def _handle(run: RunState, member: Membership, request: Request,
                "stage": member.stage}
     if request.erasure:  # a records request: its clients stay
         receipt.update(erasures.receipt_fields(request))
+        by = erasures.honoured_by(request, run.inbox.all())
+        if by:  # its owners were forgotten meanwhile: their records went with them
+            receipt.update(erasures.honoured_fields(by), status="done",
+                           done_at=utc(time.time()))
+            run.inbox.finish(request.id, "done", receipt["honoured_by"]["note"],
+                             receipt)
+            file_receipt(run, receipt, entry.warnings)
+            return
         joined = run.ctx.cfg.initial_clients + \
             (member.stage - 1) * run.ctx.cfg.stages.joins_per_stage
         reason = erasures.records_refusal(run, request, joined)

@@ -7,17 +7,150 @@ they no longer hold. The erasures in force are the run's planned one
 (``forget-records`` / ``forget-labels``) and every records request done since
 (the inbox keeps them: :class:`server_app.run.inbox.Request`'s ``erasure``), less
 the records of clients forgotten since (gone with their clients).
+
+Whether a records or class request can be carried out is decided in one place,
+:func:`erasure_refusal`: the run config's planned request (before any engine,
+:func:`server_app.preflight.check_erasure`), the ``forget`` command before it
+records a request (:mod:`cli.forget`), and the ServerApp when it takes one (a stage
+boundary, a finished run) all call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
 
+import numpy as np
+
+from server_app.config import RunConfig
 from server_app.run.inbox import Request
 from server_app.stages.state import RunState
 from server_app.unlearning.erasure import Erasure, planned_erasure
 from task.records import check_against_sizes, keep_mask
+
+Refusal = tuple[str, str]
+"""``(what, reason)``: ``what`` is ``"records"`` or ``"labels"`` (the option or
+run-config key to name), ``reason`` one line."""
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What each client of a run holds: the facts an erasure is checked against.
+
+    Attributes
+    ----------
+    spec : str
+        The run's task (``task`` / ``dataset``), for messages.
+    sizes : Mapping[int, int]
+        Partition id -> training records it holds (``client-samples`` applied).
+    load : Callable[[], tuple]
+        ``() -> (TaskData, rows)``: the task's data and each client's training
+        rows (a list of int arrays, partition-id order). Called only for a class
+        request (labels), so a records request needs the sizes alone.
+    """
+
+    spec: str
+    sizes: Mapping[int, int]
+    load: Callable[[], tuple]
+
+    @classmethod
+    def of_run(cls, cfg: RunConfig, data_dir: str,
+               sizes: Mapping[int, int] | None = None) -> Holdings:
+        """A run's holdings from its settings and data folder (the data loaded once).
+
+        Raises
+        ------
+        ConfigError
+            The data cannot be loaded (one line naming ``task``).
+        """
+        from server_app.config.tasks import load_run_data
+        from server_app.evaluation.mia_sets import client_rows
+
+        @cache
+        def load() -> tuple:
+            task = load_run_data(cfg, data_dir)
+            return task, client_rows(cfg, task)
+
+        if sizes is None:
+            sizes = dict(enumerate(map(len, load()[1])))
+        return cls(cfg.data.task_spec, dict(sizes), load)
+
+
+def erasure_refusal(records: Mapping[int, Iterable[int]], labels: Sequence[int],
+                    held: Holdings, before: Erasure, forgotten: Iterable[int] = (),
+                    joined: int | None = None) -> Refusal | None:
+    """Why ``records`` and ``labels`` cannot be erased after ``before`` (None: they can).
+
+    The one check of a records or class request, wherever it comes from. An
+    owner must have joined and not be forgotten; every id must be one its owner
+    holds (positions ``0 .. held - 1`` of its partition, :mod:`task.records`),
+    some of them not erased already; every owner must keep a record. A label
+    must be a class of the task (a task with classes), and every client of
+    ``before.clients`` keep a record after every erasure so far.
+
+    Parameters
+    ----------
+    records : Mapping[int, Iterable[int]]
+        Partition id -> record ids the request erases ({} for a class request).
+    labels : Sequence[int]
+        Classes the request erases on every client.
+    held : Holdings
+        What each client holds.
+    before : Erasure
+        The erasures in force before this request (:func:`in_force_of`), with
+        ``clients`` the clients still in the run.
+    forgotten : Iterable[int]
+        Clients forgotten so far (or to be, by a request ahead of this one).
+    joined : int, optional
+        Clients joined so far (partition ids below it); None: not checked.
+
+    Returns
+    -------
+    (str, str) or None
+        ``("records" | "labels", one-line reason)``, or None.
+    """
+    records = {int(p): list(ids) for p, ids in records.items()}
+    late = sorted(p for p in records if joined is not None and p >= joined)
+    if late:
+        return "records", f"client(s) {late} have not joined yet"
+    gone = sorted(set(records) & set(forgotten))
+    if gone:
+        return "records", f"client(s) {gone} are forgotten already: they hold no records"
+    why = check_against_sizes(records, held.sizes)  # the ids alone, then with the rest
+    if why:
+        return "records", why
+    new_ids = any(set(ids) - set(before.records.get(p, ())) for p, ids in records.items())
+    if not new_ids and not set(labels) - set(before.labels):
+        what = "labels" if labels and not records else "records"
+        return what, "every record it names is erased already (by an earlier request)"
+    after = before.merged(records, labels)
+    why = check_against_sizes(after.records, held.sizes)
+    if why:
+        return "records", why
+    if not after.labels:
+        return None
+    why = label_refusal(held, after, labels)
+    return ("labels", why) if why else None
+
+
+def label_refusal(held: Holdings, after: Erasure, labels: Sequence[int]) -> str | None:
+    """A class request's ``labels`` against the task, and what every client keeps."""
+    task, rows = held.load()
+    if not task.has_classes:
+        return f"{held.spec}'s targets are not class labels: no class request"
+    wrong = sorted(c for c in labels if not 0 <= c < task.num_classes)
+    if wrong:
+        return f"label(s) {wrong} are not classes 0..{task.num_classes - 1}"
+    y = np.asarray(task.train_y)
+    for p, part in enumerate(rows):
+        if p in after.clients and not keep_mask(len(part), y[np.asarray(part)],
+                                                after.records.get(p, ()),
+                                                after.labels).any():
+            return (f"client {p} would keep no record (it holds only labels "
+                    f"{sorted(set(after.labels))} or erased records); forget the "
+                    "client instead")
+    return None
 
 
 def records_of(request: Request) -> dict[int, list[int]]:
@@ -32,23 +165,34 @@ def labels_of(request: Request) -> list[int]:
     return [int(c) for c in (request.erasure or {}).get("labels", [])]
 
 
+def in_force_of(cfg: RunConfig, requests: Iterable[Request], forgotten: Iterable[int]
+                ) -> Erasure:
+    """The planned erasure and ``requests``' (records and class requests), merged.
+
+    ``fresh`` is empty (it erases nothing new); records of ``forgotten`` clients
+    are left out, and so are they from ``clients``.
+    """
+    done: dict[int, list[int]] = {}
+    labels: set[int] = set()
+    for request in requests:
+        for p, ids in records_of(request).items():
+            done.setdefault(p, []).extend(ids)
+        labels.update(labels_of(request))
+    merged = planned_erasure(cfg).merged(done, labels)
+    gone = set(forgotten)
+    return replace(merged, fresh=frozenset(),
+                   records={p: ids for p, ids in merged.records.items() if p not in gone},
+                   clients=tuple(p for p in merged.clients if p not in gone))
+
+
 def in_force(run: RunState, leaving: Sequence[int] = ()) -> Erasure:
     """Every erasure done in the run so far (``fresh`` empty: it erases nothing new).
 
     Records of clients forgotten so far, or ``leaving`` now, are left out.
     """
-    done: dict[int, list[int]] = {}
-    labels: set[int] = set()
-    for request in run.inbox.all() if run.inbox is not None else []:
-        if request.state == "done":
-            for p, ids in records_of(request).items():
-                done.setdefault(p, []).extend(ids)
-            labels.update(labels_of(request))
-    merged = planned_erasure(run.ctx.cfg).merged(done, labels)
-    gone = run.forgotten | set(leaving)
-    return replace(merged, fresh=frozenset(),
-                   records={p: ids for p, ids in merged.records.items() if p not in gone},
-                   clients=tuple(p for p in merged.clients if p not in gone))
+    done = [r for r in (run.inbox.all() if run.inbox is not None else [])
+            if r.state == "done"]
+    return in_force_of(run.ctx.cfg, done, run.forgotten | set(leaving))
 
 
 def for_request(run: RunState, request: Request) -> Erasure | None:
@@ -65,46 +209,13 @@ def for_request(run: RunState, request: Request) -> Erasure | None:
 def records_refusal(run: RunState, request: Request, joined: int) -> str | None:
     """Why the run cannot erase ``request``'s records or labels now (None: it can).
 
-    ``joined``: clients that have joined so far (partition ids below it). An
-    owner must have joined and not be forgotten, and every id be one it holds,
-    with a record left after every erasure so far (:mod:`task.records`); a label
-    must be a class of the task, and every client keep a record.
+    :func:`erasure_refusal` over the run's holdings and the erasures in force.
     """
-    records, labels = records_of(request), labels_of(request)
-    late = sorted(p for p in records if p >= joined)
-    if late:
-        return f"client(s) {late} have not joined yet"
-    gone = sorted(p for p in records if p in run.forgotten)
-    if gone:
-        return f"client(s) {gone} are forgotten already: they hold no records"
-    before = in_force(run)
-    new_ids = any(set(ids) - set(before.records.get(p, ())) for p, ids in records.items())
-    if not new_ids and not set(labels) - set(before.labels):
-        return "every record it names is erased already (by an earlier request)"
-    after = before.merged(records, labels)
-    why = check_against_sizes(after.records, run.ctx.samples)
-    return why or (_label_refusal(run, after, labels) if after.labels else None)
-
-
-def _label_refusal(run: RunState, after: Erasure, labels: list[int]) -> str | None:
-    """A class request's labels against the task and what every client keeps."""
-    from server_app.config.tasks import load_run_data
-    from server_app.evaluation.mia_sets import client_rows
-
-    cfg = run.ctx.cfg
-    task = load_run_data(cfg, run.ctx.data_dir)
-    if not task.has_classes:
-        return f"{cfg.data.task_spec}'s targets are not class labels: no class request"
-    wrong = sorted(c for c in labels if not 0 <= c < task.num_classes)
-    if wrong:
-        return f"label(s) {wrong} are not classes 0..{task.num_classes - 1}"
-    y = task.train_y.numpy()
-    for p, rows in enumerate(client_rows(cfg, task)):
-        if p in after.clients and not keep_mask(len(rows), y[rows], after.records.get(
-                p, ()), after.labels).any():
-            return (f"client {p} would keep no record (it holds only labels "
-                    f"{sorted(set(after.labels))} or erased records); forget it instead")
-    return None
+    ctx = run.ctx
+    held = Holdings.of_run(ctx.cfg, ctx.data_dir, ctx.samples)
+    refusal = erasure_refusal(records_of(request), labels_of(request), held,
+                              in_force(run), run.forgotten, joined)
+    return None if refusal is None else refusal[1]
 
 
 def asked(request: Request) -> Erasure:
@@ -119,3 +230,52 @@ def receipt_fields(request: Request) -> dict:
         return {}
     own = asked(request)
     return {"erasure": own.to_json(), "erasure_note": own.describe()}
+
+
+def honoured_by(request: Request, requests: Iterable[Request]) -> list[Request]:
+    """The done client requests that forgot every owner of records request ``request``.
+
+    [] when ``request`` is not a records request (labels included) or an owner is
+    still in the run. A records request of clients forgotten since it was
+    recorded is done by those requests: its records went with their clients.
+    """
+    owners = set(records_of(request))
+    if not owners or labels_of(request):
+        return []
+    by = [r for r in requests if r.state == "done" and owners & set(r.clients)]
+    return by if owners <= {p for r in by for p in r.clients} else []
+
+
+def merged_order(requests: Sequence[Request]) -> list[Request]:
+    """``requests`` in the order they are handled: one replay per client.
+
+    A records request whose owners a later client request of the batch forgets
+    goes right after that request (it then only points at it,
+    :func:`honoured_by`); the rest keep their order.
+    """
+    out = list(requests)
+    for request in list(out):
+        owners = set(records_of(request))
+        if not owners or labels_of(request):
+            continue
+        later = out[out.index(request) + 1:]
+        covering = [r for r in later if owners & set(r.clients)]
+        if covering and owners <= {p for r in covering for p in r.clients}:
+            out.remove(request)
+            out.insert(out.index(covering[-1]) + 1, request)
+    return out
+
+
+def honoured_fields(by: Sequence[Request], versions: Sequence = ()) -> dict:
+    """A receipt's ``honoured_by``: the requests (and model version) that did it.
+
+    ``versions``: the run's model versions (:class:`server_app.run.versions.ModelVersion`;
+    none for a staged run's boundary), to name the one the last of ``by`` made.
+    """
+    ids = [r.id for r in by]
+    made = next((v.version for v in versions if ids[-1] in v.requests), None)
+    clients = sorted({p for r in by for p in r.clients})
+    note = (f"client(s) {clients} forgotten by {', '.join(ids)}"
+            + (f" (model version v{made})" if made is not None else "")
+            + ": every record of theirs went with them")
+    return {"honoured_by": {"requests": ids, "version": made, "note": note}}

@@ -89,12 +89,13 @@ def serve_later(ctx: RunContext) -> list[dict]:
     run, latest = _restore(ctx)
     receipts = []
     while (pending := run.inbox.pending()):  # also those recorded meanwhile
+        request = erasures.merged_order(pending)[0]  # one replay per client
         try:
-            receipt, latest = _handle(run, pending[0], latest)
+            receipt, latest = _handle(run, request, latest)
         except FINAL as err:  # a retry would fail alike: failed, not left pending
             if isinstance(err, HoldersUnreachableError):
                 raise  # holders that did not answer may: it stays pending (exit 1)
-            receipts.append(_fail(run, pending[0], latest, err))
+            receipts.append(_fail(run, request, latest, err))
             break  # the run's state may be half-replayed: the rest wait, pending
         receipts.append(receipt)
     if not receipts:
@@ -184,6 +185,15 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
     """Refuse or carry out one request; return its receipt and the latest version."""
     ctx = run.ctx
     receipt = _receipt_head(request)
+    by = erasures.honoured_by(request, run.inbox.all())
+    if by:  # its owners were forgotten meanwhile: their records went with them
+        receipt.update(erasures.honoured_fields(by, run.inbox.versions()),
+                       status="done", done_at=utc(time.time()),
+                       version={"before": latest.version, "after": latest.version})
+        run.inbox.finish(request.id, "done", receipt["honoured_by"]["note"], receipt)
+        _file(ctx, receipt)
+        ctx.log(f"request {request.id} done: {receipt['honoured_by']['note']}")
+        return receipt, latest
     reason = (records_refusal if request.erasure else refusal)(run, request)
     if reason is not None:
         receipt.update(status="refused", reason=reason, done_at=utc(time.time()),

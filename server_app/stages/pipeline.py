@@ -227,7 +227,7 @@ def _staged_summary(run: RunState, summary: RunSummary) -> None:
     summary.learning = LearningSummary.combined([e.learning_summary() for e in run.stages])
     summary.stages = run.stages
     kept = run.inbox.receipts()  # the catalog's copy: the files may be damaged
-    receipts = [r for r in kept if r["status"] == "done"]
+    receipts = [r for r in kept if r["status"] == "done" and not r.get("honoured_by")]
     if receipts:  # compared at the last request: the models just before and after it
         summary.original = ModelScores(receipts[-1]["accuracy"]["before"])
         summary.frameworks = {name: _framework(name, receipts)

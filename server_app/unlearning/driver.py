@@ -42,6 +42,7 @@ from server_app.config.methods import MethodInfo
 from server_app.config.methods import info as method_info
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
+from server_app.rounds.stopped import RunStoppedError
 from server_app.run.summary import FrameworkSummary, RequestCost
 from server_app.unlearning.erasure import Erasure, erasing_loop
 from server_app.unlearning.frameworks import Framework, Stage, build_framework
@@ -53,11 +54,11 @@ __all__ = ["FrameworkResult", "Stage", "UnlearningDivergedError",
            "run_unlearning"]
 
 
-class UnlearningStalledError(RuntimeError):
+class UnlearningStalledError(RunStoppedError):
     """A framework asked clients for a request and accepted no reply in any round."""
 
 
-class UnlearningDivergedError(RuntimeError):
+class UnlearningDivergedError(RunStoppedError):
     """A framework's unlearned model has NaN or infinite parameters."""
 
 
