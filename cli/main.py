@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 
 from cli.env import setup_env
 from cli.procs import exit_on_signals
 from server_app.config import ConfigError
+from server_app.failures import disk_error, expected
 
 USAGE = """\
 usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
@@ -75,9 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(command, rest, f"{prog} {command}" if argv[:1] == [command]
                          else prog)
-    except ConfigError as err:
-        print(f"{prog}: {err}", file=sys.stderr)
-        return 2
+    except (ConfigError, OSError, sqlite3.OperationalError) as err:
+        disk = disk_error(err)  # a full or read-only disk: 5, whatever wraps it
+        if disk is None and not isinstance(err, ConfigError):
+            raise
+        print(f"{prog}: {err if isinstance(err, ConfigError) else expected(err)[1]}",
+              file=sys.stderr)
+        return 2 if disk is None else 5
 
 
 def _test_workers(args: list[str]) -> list[str]:

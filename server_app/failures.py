@@ -35,7 +35,7 @@ MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
 DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
-def _disk_error(err: BaseException) -> BaseException | None:
+def disk_error(err: BaseException) -> BaseException | None:
     """The full or read-only disk behind ``err`` (itself or a cause), or None."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
@@ -49,7 +49,7 @@ def _disk_error(err: BaseException) -> BaseException | None:
 
 def expected(err: BaseException) -> tuple[int, str] | None:
     """``(exit status, one line)`` for an expected failure, or None (a bug)."""
-    disk = _disk_error(err)
+    disk = disk_error(err)
     if disk is not None:  # whichever folder, and whatever error it was wrapped in
         where = f"{disk.filename}: " if getattr(disk, "filename", None) else ""
         what = getattr(disk, "strerror", None) or str(disk)

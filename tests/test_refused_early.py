@@ -296,3 +296,21 @@ def test_a_refused_request_after_recording_is_not_exit_0(tmp_path, capsys):
     assert "refused: r0001: client(s) [3] are already forgotten" in \
         capsys.readouterr().err
 
+
+
+@pytest.mark.inprocess
+def test_a_full_disk_before_recording_is_exit_5_and_records_nothing(run, monkeypatch,  # noqa: F811
+                                                                    capsys):
+    from cli.main import main as cli_main
+
+    def full(self, *args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(RequestInbox, "_insert", full)
+    capsys.readouterr()
+    status = cli_main(["forget", *_where(run), "--clients", "3", "--record-only"])
+    err = capsys.readouterr().err
+    assert status == 5 and len(err.strip().splitlines()) == 1, err
+    assert "disk is full" in err and "Traceback" not in err
+    monkeypatch.undo()
+    assert _states(run) == {}
