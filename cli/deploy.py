@@ -47,7 +47,7 @@ from cli.deploy_parts import (
     start_supernodes,
     wait_for_nodes,
 )
-from cli.env import free_ports
+from cli.env import VERBOSE_HELP, free_ports, show_flower_lines
 from cli.procs import Children
 from cli.simulation import absolute_paths, checked_run, summary_path
 from cli.terminal import TerminalFilter, help_text
@@ -88,6 +88,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--node-poll", type=_seconds, default=1.0, metavar="S",
                     help="seconds an idle SuperNode waits between pulls (default 1; "
                     "3 or more: Flower's own flower-supernode, which waits 3 s)")
+    ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     return ap
 
 
@@ -212,6 +213,7 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
     """
     start = time.monotonic()
     args = parser(prog).parse_args(argv)
+    show_flower_lines(args.verbose)
     if args.hosts:
         from cli.netns import unavailable
 

@@ -64,3 +64,22 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in socks:
             sock.close()
+
+
+VERBOSE_HELP = ("also Flower's per-shard strategy lines at INFO (configure_train: "
+                "Sampled ..., aggregate_train: Received ...), each naming its shard; "
+                "without it the run prints its own line per round and federation")
+
+
+def show_flower_lines(verbose: bool, environ: dict | None = None) -> None:
+    """``--verbose``: set ``SE_VERBOSE=1`` for the processes the command starts.
+
+    The ServerApp inherits it (through ``flwr run`` and its local SuperLink in
+    simulation, through the SuperLink in deployment), and its sharded strategies
+    then keep Flower's per-shard lines (:func:`strategies.sharded.shard_lines`).
+    Without ``verbose`` nothing is changed (a ``SE_VERBOSE`` set by the user stays).
+    """
+    from strategies.sharded import VERBOSE_ENV
+
+    if verbose:
+        (os.environ if environ is None else environ)[VERBOSE_ENV] = "1"

@@ -12,10 +12,11 @@ from server_app.config import ConfigError
 from server_app.failures import disk_error, expected
 
 USAGE = """\
-usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]...
+usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
        {prog} test [--fast] [pytest arguments]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep] [--hosts]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
+              [--verbose]
        {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
               [--jobs N] ...
        {prog} experiments pareto
@@ -44,6 +45,7 @@ export       write a model version for serving (safetensors or torch)
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
 stops the command before anything starts: one line on stderr, exit status 2.
+--verbose: also Flower's per-shard strategy lines (configure_train, aggregate_train).
 `{prog} COMMAND --help` for a command's options.
 """
 COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from cli import config
-from cli.env import free_ports
+from cli.env import VERBOSE_HELP, free_ports, show_flower_lines
 from cli.procs import Children, run_processes, tag_run, tee
 from cli.progress import output_sink
 from cli.terminal import SUMMARY, TerminalFilter, help_text
@@ -48,6 +48,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
                     "and over the preset)")
     ap.add_argument("--supernodes", type=int, default=None,
                     help="SuperNodes to simulate (default: num-clients)")
+    ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     return ap
 
 
@@ -60,6 +61,7 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
         A bad run config or run-name (nothing was started).
     """
     args = parser(prog).parse_args(argv)
+    show_flower_lines(args.verbose)
     merged = run_folder_paths(absolute_paths(config.resolve(args.preset,
                                                             args.run_config)))
     merged, cfg, folder = checked_run(merged)

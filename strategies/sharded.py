@@ -11,6 +11,12 @@ holds by construction:
 - replies are routed to a sub-strategy by their source node, so shard t never
   aggregates a reply of shard s.
 
+Flower's stock strategies log ``configure_train: Sampled 5 nodes (out of 25)``,
+``aggregate_train: Received ...`` and their evaluate twins at INFO on every call,
+without naming a shard: S lines per verb and round. Inside the sub-strategy calls
+(:func:`shard_lines`) such INFO lines are dropped, unless :data:`VERBOSE_ENV` is
+set (the commands' ``--verbose``); what is kept is prefixed ``shard <s>:``.
+
 Source: Bourtoule et al., "Machine Unlearning" (SISA, IEEE S&P 2021) for isolated
 shards; Lin et al., "Scalable Federated Unlearning via Isolated and Coded
 Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
@@ -18,9 +24,13 @@ Sharding" (IJCAI 2024), Sec. 3.1, for its federated form.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from logging import INFO
 
 import numpy as np
@@ -28,6 +38,55 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 from flwr.supercore import log
+
+VERBOSE_ENV = "SE_VERBOSE"
+"""Environment variable: ``1`` shows Flower's per-shard strategy lines at INFO (the
+commands' ``--verbose`` sets it; the ServerApp inherits it from the process that
+starts it: ``flwr run`` in simulation, the SuperLink in deployment)."""
+
+
+def verbose_from_env() -> bool:
+    """Whether :data:`VERBOSE_ENV` asks for Flower's lines (set, and not ``0``)."""
+    return os.environ.get(VERBOSE_ENV, "").strip() not in ("", "0")
+
+
+class _ShardLines(logging.Filter):
+    """Flower's records of one thread: quiet at INFO, or naming shard ``shard``.
+
+    INFO and below are dropped unless ``verbose``; what passes is prefixed
+    ``shard <s>:``. Other threads' records pass untouched.
+    """
+
+    def __init__(self, shard: int, verbose: bool) -> None:
+        super().__init__()
+        self.shard, self.verbose = shard, verbose
+        self.thread = threading.get_ident()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self.thread:
+            return True
+        if record.levelno <= INFO and not self.verbose:
+            return False
+        record.msg = f"shard {self.shard}: {record.msg}"
+        return True
+
+
+@contextlib.contextmanager
+def shard_lines(shard: int, verbose: bool) -> Iterator[None]:
+    """Inside the block, Flower's logger names shard ``shard`` or stays quiet.
+
+    Scoped to the calling thread and to the block: a filter on the ``flwr``
+    logger while a sub-strategy runs, removed after it; no other Flower code
+    path is touched. Warnings and errors always pass (prefixed); INFO and DEBUG
+    only with ``verbose``.
+    """
+    logger = logging.getLogger("flwr")
+    lines = _ShardLines(shard, verbose)
+    logger.addFilter(lines)
+    try:
+        yield
+    finally:
+        logger.removeFilter(lines)
 
 
 class IsolationError(RuntimeError):
@@ -232,6 +291,9 @@ class ShardedStrategy(Strategy):
     seed : int or None
         Seeds Python's ``random`` (which stock strategies sample with) per
         (round, shard); the global random state is restored afterwards.
+    verbose : bool or None
+        Show the sub-strategies' INFO lines, each prefixed with its shard
+        (:func:`shard_lines`); False: drop them. None: :func:`verbose_from_env`.
 
     Raises
     ------
@@ -244,6 +306,7 @@ class ShardedStrategy(Strategy):
         shard_strategies: Sequence[Strategy],
         shard_nodes: Sequence[Sequence[int]],
         seed: int | None = 0,
+        verbose: bool | None = None,
     ) -> None:
         if len(shard_strategies) != len(shard_nodes) or not shard_nodes:
             raise ValueError(
@@ -262,6 +325,7 @@ class ShardedStrategy(Strategy):
         self.shard_nodes = [list(n) for n in shard_nodes]
         self.node_shard = seen
         self.seed = seed
+        self.verbose = verbose_from_env() if verbose is None else verbose
 
     @property
     def num_shards(self) -> int:
@@ -282,9 +346,10 @@ class ShardedStrategy(Strategy):
                     random.seed(f"{self.seed}:{server_round}:{s}")
                 shard_config = ConfigRecord(dict(config))
                 shard_config["shard"] = s
-                out = getattr(strategy, verb)(
-                    server_round, models[s], shard_config, self.shard_grid(grid, s)
-                )
+                with shard_lines(s, self.verbose):
+                    out = list(getattr(strategy, verb)(
+                        server_round, models[s], shard_config, self.shard_grid(grid, s)
+                    ))
                 for message in out:
                     if self.node_shard.get(message.metadata.dst_node_id) != s:
                         raise IsolationError(
@@ -366,9 +431,10 @@ class ShardedStrategy(Strategy):
         for s, shard_replies in enumerate(self.route_replies(replies)):
             # every shard is asked, even without replies: a strategy may update
             # its model from stored state (SE's preparation round).
-            new, shard_metrics = self.shard_strategies[s].aggregate_train(
-                server_round, [shielded(r) for r in shard_replies]
-            )
+            with shard_lines(s, self.verbose):
+                new, shard_metrics = self.shard_strategies[s].aggregate_train(
+                    server_round, [shielded(r) for r in shard_replies]
+                )
             models.append(current[s] if new is None else keep_dtypes(new, current[s]))
             for key, value in (shard_metrics or {}).items():
                 metrics[shard_prefix(s) + key] = value
@@ -388,8 +454,9 @@ class ShardedStrategy(Strategy):
         for s, shard_replies in enumerate(self.route_replies(replies)):
             if not shard_replies:
                 continue
-            out = self.shard_strategies[s].aggregate_evaluate(
-                server_round, [shielded(r) for r in shard_replies])
+            with shard_lines(s, self.verbose):
+                out = self.shard_strategies[s].aggregate_evaluate(
+                    server_round, [shielded(r) for r in shard_replies])
             for key, value in (out or {}).items():
                 metrics[shard_prefix(s) + key] = value
         return metrics or None

@@ -206,6 +206,18 @@ def test_good_config_reaches_flwr(tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.parametrize("flag, want", [([], ""), (["--verbose"], "1")])
+def test_verbose_reaches_the_engine_as_se_verbose(tmp_path, monkeypatch, flag, want):
+    """``--verbose``: SE_VERBOSE=1 for flwr run (its SuperLink and ServerApp inherit it)."""
+    monkeypatch.delenv("SE_VERBOSE", raising=False)
+    seen = tmp_path / "se-verbose"
+    proc, record = _cli(["run", *flag, "--run-config", TINY_RUN], tmp_path,
+                        then=f'echo "[$SE_VERBOSE]" >> "{seen}"\n')
+    assert record.exists(), proc.stderr
+    assert seen.read_text().strip() == f"[{want}]"
+
+
+@pytest.mark.subprocess
 def test_a_superlink_that_does_not_start_in_time_is_started_again(tmp_path):
     """flwr's 15 s start-up limit of its local SuperLink: tried 3 times, then failed."""
     proc, record = _cli(["--run-config", TINY_RUN], tmp_path, then=(

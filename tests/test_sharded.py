@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
@@ -114,3 +116,70 @@ def test_in_process_grid_push_and_pull(make_grid, shared_data):
     replies = list(grid.pull_messages(ids))
     assert [int(r.content["info"]["partition-id"]) for r in replies] == [1]
     assert list(grid.pull_messages(ids)) == []  # each reply is pulled once
+
+
+class _NodeList:
+    """The one Grid verb the stock strategies' sampling needs."""
+
+    def __init__(self, node_ids):
+        self.node_ids = list(node_ids)
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+
+@pytest.fixture
+def flower_lines():
+    """Flower's log records (level, text) while the test runs."""
+    import logging
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append((record.levelno, record.getMessage()))
+
+    lines: list[tuple[int, str]] = []
+    handler, logger = Keep(logging.DEBUG), logging.getLogger("flwr")
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)
+
+
+def _one_round(sharded, shards):
+    """configure_train, one reply per message, aggregate_train; the packed model."""
+    from flwr.app import MetricRecord
+
+    models = pack_shards([record(float(s)) for s in range(len(shards))])
+    sent = sharded.configure_train(1, models, ConfigRecord(), _NodeList(sum(shards, [])))
+    replies = [Message(RecordDict({"arrays": m.content["arrays"], "metrics":
+                                   MetricRecord({"num-examples": 1})}), reply_to=m)
+               for m in sent]
+    new, _ = sharded.aggregate_train(1, replies)
+    return new
+
+
+@pytest.mark.parametrize("verbose", [None, "0", "1"])
+def test_flower_per_shard_lines_quiet_by_default_and_named_when_verbose(
+        verbose, flower_lines, monkeypatch):
+    import logging
+
+    if verbose is None:
+        monkeypatch.delenv("SE_VERBOSE", raising=False)
+    else:
+        monkeypatch.setenv("SE_VERBOSE", verbose)
+    shards = [[1000, 1001, 1002], [1003, 1004, 1005]]
+    sharded = ShardedStrategy([make_stock_strategy("FedAvg", 2, 3) for _ in shards],
+                              shards)
+    new = _one_round(sharded, shards)
+    assert sorted(unpack_shards(new, 2)[1]) == ["b", "w"]  # it still learned
+    flower = [text for level, text in flower_lines
+              if level == logging.INFO and re.search(r"(configure|aggregate)_train:", text)]
+    if verbose != "1":
+        assert flower == []
+    else:  # Flower's own lines back, each naming its shard
+        assert flower == ["shard 0: configure_train: Sampled 2 nodes (out of 3)",
+                          "shard 1: configure_train: Sampled 2 nodes (out of 3)",
+                          "shard 0: aggregate_train: Received 2 results and 0 failures",
+                          "shard 1: aggregate_train: Received 2 results and 0 failures"]
+    # the filter is gone after each call: Flower's lines outside a shard pass as they are
+    logging.getLogger("flwr").info("configure_train: outside")
+    assert flower_lines[-1] == (logging.INFO, "configure_train: outside")
