@@ -9,15 +9,20 @@ with ``forget --run NAME --pending``. ``receipts --run NAME`` lists the receipts
 and the requests still waiting (``--detail``: the evidence under each, ``--json``: the
 receipts as JSON). The run folder is found as :mod:`cli.runs` says.
 Nothing is recorded when the run does not exist, is a one-stage run still going,
-or when a client is unknown, already forgotten or already named by a request; nor,
+or when a client is unknown, already forgotten or already named by a request; when
+a records or class request names ids its owner does not hold, labels that are not
+classes (or a task without classes), records all erased already, or would leave a
+client no record, or names a client a pending request forgets
+(:func:`server_app.stages.erasures.erasure_refusal`, the ServerApp's own check); nor,
 for a finished run, when the request would leave a shard without a client or a
 node folder its coded history needs is missing (``--lost-nodes`` accepts named
 ones as lost, :func:`cli.later.check_later`), its plug-ins do not import or build,
 it was moved, its summary.json or a model version does not match its record, or
 its lost slices leave a round undecodable: one line on stderr, exit status 2.
 A request that fails later for a reason a retry cannot fix is marked ``failed``
-with its reason (``receipts`` lists it); ``receipts --detail`` recomputes the
-digests it prints. Exit statuses: docs/FAULTS.md, "Exit statuses".
+with its reason (``receipts`` lists it); one the ServerApp still refuses (recorded
+meanwhile by another command) makes the command exit 2; ``receipts --detail``
+recomputes the digests it prints. Exit statuses: docs/FAULTS.md, "Exit statuses".
 """
 
 from __future__ import annotations
