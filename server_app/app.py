@@ -15,6 +15,7 @@ commands may hand it a faster Grid through one hook (:func:`deployment_grid`).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from dataclasses import dataclass
 
@@ -26,16 +27,19 @@ from server_app.config.tasks import check_task, load_run_data
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
+from server_app.rounds.engine import Engine, TrainedNodes, engine_of
 from server_app.rounds.federation import assign_shards, discover
 from server_app.rounds.loop import RoundLoop
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
+from server_app.run.forget_run import stored_run_config
 from server_app.run.stored import check_node_folders, run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
+from task.config import default_run_config
 from task.data import partition_sizes
 
 app = ServerApp()
@@ -47,7 +51,9 @@ GRID_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
 def main(grid: Grid, context: Context) -> None:
     """Run one experiment as the run config describes (see docs/CONFIG.md)."""
     with one_line(RunContext.log):  # an expected failure: one marked line
-        ctx = open_run(deployment_grid(grid), context.run_config)
+        run_config = stored_run_config(context.run_config, default_run_config())
+        engine = engine_of(grid)  # before our wrappers: Flower's own grid
+        ctx = open_run(TrainedNodes(deployment_grid(grid)), run_config, engine)
         if ctx.cfg.stages.later_requests:  # a finished run: its pending requests
             serve_later(ctx)
             ctx.folder.release()
@@ -100,22 +106,28 @@ class Prepared:
     catalog: RunLog
     evaluator: CentralEvaluator
 
-    def connect(self, grid: Grid) -> RunContext:
-        """Find the nodes on ``grid``; the run's context with its round loop."""
+    def connect(self, grid: Grid, engine: Engine | None = None) -> RunContext:
+        """Find the nodes on ``grid``; the run's context with its round loop.
+
+        ``engine``: where the run runs (:func:`server_app.rounds.engine.engine_of`),
+        recorded in the catalog by the run's first process.
+        """
         cfg, data = self.cfg, self.cfg.data
         node_of = discover(grid, data.num_clients, timeout=cfg.training.round_timeout)
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
                          samples=self.samples, link_rate_mbps=cfg.training.link_rate_mbps)
         shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
+        engine = engine or engine_of(grid)
+        self.catalog.record_once("engine", json.dumps(engine.to_json()))  # the run's
         return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
                           self.data_dir, self.samples, shards, node_of, self.notes,
-                          self.requests, self.noops)
+                          self.requests, self.noops, engine)
 
 
-def open_run(grid: Grid, run_config) -> RunContext:
+def open_run(grid: Grid, run_config, engine: Engine | None = None) -> RunContext:
     """:func:`prepare`, then find the nodes (:meth:`Prepared.connect`)."""
-    return prepare(run_config).connect(grid)
+    return prepare(run_config).connect(grid, engine)
 
 
 def prepare(run_config) -> Prepared:

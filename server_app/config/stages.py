@@ -39,6 +39,9 @@ class StagesConfig(Section):
     later_requests : bool
         The run has finished and takes its pending requests from the stored
         history (set by the ``forget`` command; :mod:`server_app.stages.later`).
+    forget_run : str
+        A finished run whose pending requests this ServerApp carries out with the
+        settings the run recorded ('' = none; :mod:`server_app.run.forget_run`).
     """
 
     num_stages: int = 1
@@ -46,6 +49,7 @@ class StagesConfig(Section):
     leaves_per_stage: int = 0
     requests_per_stage: int = 0
     later_requests: bool = False
+    forget_run: str = ""
 
     @property
     def staged(self) -> bool:

@@ -95,6 +95,14 @@ class RunLog(SQLiteCatalog):
             raise ValueError("its settings are not a JSON object")
         return stored
 
+    def record_once(self, key: str, value: str) -> str:
+        """Store the fact ``key`` unless the catalog has it; return the stored value."""
+        with self._conn:
+            stored = self.get_meta(key)
+            if stored is None:
+                self.set_meta(key, value)
+        return value if stored is None else stored
+
     def has_table(self, name: str) -> bool:
         """Whether the catalog has the table ``name`` (e.g. a staged run's ``inbox``)."""
         return self._conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' "

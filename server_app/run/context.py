@@ -18,6 +18,7 @@ from flwr.supercore import log
 
 from server_app.config import RunConfig
 from server_app.evaluation.central import CentralEvaluator
+from server_app.rounds.engine import Engine
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog
@@ -71,6 +72,8 @@ class RunContext:
         A one-stage run's planned requests (partition ids), as recorded.
     noops : list[dict]
         Planned requests that were no-ops.
+    engine : Engine
+        Where this process runs (:mod:`server_app.rounds.engine`).
     """
 
     cfg: RunConfig
@@ -85,6 +88,7 @@ class RunContext:
     notes: list[str] = field(default_factory=list)
     requests: list[list[int]] = field(default_factory=list)
     noops: list[dict] = field(default_factory=list)
+    engine: Engine = field(default_factory=lambda: Engine("in-process"))
 
     @property
     def grid(self) -> Grid:
@@ -95,6 +99,17 @@ class RunContext:
     def faults(self) -> FaultLog:
         """The run's fault log."""
         return self.loop.faults
+
+    def trained(self) -> list[int]:
+        """Partition ids the run's grid sent training messages to since the last call.
+
+        [] where the grid keeps none (:class:`server_app.rounds.engine.TrainedNodes`).
+        """
+        take = getattr(self.loop.grid, "take", None)
+        if take is None:
+            return []
+        partition = {n: p for p, n in self.node_of.items()}
+        return sorted(partition[n] for n in take() if n in partition)
 
     def federation(self, shards: list[list[int]]) -> Federation:
         """The run's nodes split into ``shards`` (partition ids)."""

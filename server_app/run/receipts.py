@@ -324,6 +324,13 @@ def receipt_detail(receipt: dict) -> list[str]:
         if block.get("models"):
             out.append(f"    models sha256 {when}: {block['models']}  shards "
                        + " ".join(block.get("shards", [])))
+    engine = receipt.get("engine")
+    if engine:  # where the request was carried out, and who trained
+        out.append(f"    engine: {engine.get('kind')}"
+                   + (f" (federation {engine['federation']})" if engine.get("federation")
+                      else "")
+                   + (f"; trained: partitions {engine['trained']}"
+                      if engine.get("trained") is not None else ""))
     erased = receipt.get("erased")
     if erased:
         counts = erased.get("counts") or erasure_counts(erased)

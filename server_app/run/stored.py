@@ -57,12 +57,14 @@ def run_settings(cfg: RunConfig, data_dir: str | Path) -> dict:
 
     Paths are resolved (``results-dir``: the folder holding the run folder;
     ``data-dir``: the dataset's folder), so another spelling of the same
-    folders is the same run. ``later-requests`` is left out: it says what one
-    process does (carry out a finished run's requests), not what the run is.
+    folders is the same run. ``later-requests`` and ``forget-run`` are left out:
+    they say what one process does (carry out a finished run's requests), not
+    what the run is.
     """
     settings = {**cfg.as_dict(), "results-dir": str(cfg.output.resolved_results_dir()),
                 "data-dir": str(data_dir)}
-    settings.pop("later-requests", None)
+    for key in ("later-requests", "forget-run"):  # what one process does
+        settings.pop(key, None)
     return settings
 
 

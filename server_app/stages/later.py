@@ -173,18 +173,24 @@ def records_refusal(run: RunState, request: Request) -> str | None:
     return erasures.records_refusal(run, request, run.ctx.cfg.data.num_clients)
 
 
-def _receipt_head(request: Request) -> dict:
-    """What every receipt of a later request starts with (a records request's too)."""
+def _receipt_head(request: Request, ctx: RunContext) -> dict:
+    """What every receipt of a later request starts with (a records request's too).
+
+    ``engine``: where this process runs (:mod:`server_app.rounds.engine`); a done
+    request's adds ``trained``, the partition ids its rounds trained on.
+    """
     return {"request_id": request.id, "clients": request.clients,
             "source": request.source, "received_at": utc(request.received),
-            "stage": None, "after_run": True, **erasures.receipt_fields(request)}
+            "stage": None, "after_run": True, "engine": ctx.engine.to_json(),
+            **erasures.receipt_fields(request)}
 
 
 def _handle(run: RunState, request: Request, latest: ModelVersion
             ) -> tuple[dict, ModelVersion]:
     """Refuse or carry out one request; return its receipt and the latest version."""
     ctx = run.ctx
-    receipt = _receipt_head(request)
+    receipt = _receipt_head(request, ctx)
+    ctx.trained()  # from here on: this request's
     by = erasures.honoured_by(request, run.inbox.all())
     if by:  # its owners were forgotten meanwhile: their records went with them
         receipt.update(erasures.honoured_fields(by, run.inbox.versions()),
@@ -203,6 +209,7 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
         ctx.log(f"request {request.id} refused: {reason}")
         return receipt, latest
     receipt.update(_forget(run, request, latest))
+    receipt["engine"]["trained"] = ctx.trained()
     version = make_version(ctx.folder, latest.version + 1, run.models, run.scores,
                            [request.id], sorted(run.forgotten),
                            f"after request {request.id}")
@@ -221,7 +228,7 @@ def _fail(run: RunState, request: Request, latest: ModelVersion,
           err: Exception) -> dict:
     """Mark ``request`` failed with ``err``'s first line; return its receipt."""
     reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-    receipt = {**_receipt_head(request), "status": "failed", "reason": reason,
+    receipt = {**_receipt_head(request, run.ctx), "status": "failed", "reason": reason,
                "done_at": utc(time.time()),
                "version": {"before": latest.version, "after": latest.version}}
     run.inbox.finish(request.id, "failed", reason, receipt)
