@@ -274,7 +274,8 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
     timeout_s = float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0)
     with Children() as children:
         try:
-            procs = [start_superlink(children, run_dir, ports[0], nice),
+            procs = [start_superlink(children, run_dir, ports[0], nice,
+                                     federation=f"se-deploy-{ports[0]}"),
                      *start_supernodes(children, run_dir, link, ports[1:],
                                        isolation=isolation, node_poll_s=node_poll_s,
                                        nice=nice)]

@@ -52,8 +52,8 @@ LOOPBACK = Place()
 
 def start_superlink(children: Children, run_dir: Path, port: int,
                     nice: int = 0, place: Place = LOOPBACK,
-                    database: Path | None = None, log_name: str = "superlink.log"
-                    ) -> subprocess.Popen:
+                    database: Path | None = None, log_name: str = "superlink.log",
+                    federation: str = "") -> subprocess.Popen:
     """``flower-superlink`` on ``place.host``:``port`` (one port serves every API).
 
     Without ``database`` its state stays in memory (Flower's default): the run
@@ -65,6 +65,8 @@ def start_superlink(children: Children, run_dir: Path, port: int,
     SuperLink keeps its nodes and runs. ``nice``: see :func:`niced`. Its
     environment names the deployment layer's Grid hook (:func:`cli.polling_grid.hook_env`):
     its ServerApps pull replies every 0.2 s; the ServerApp alone changes no Flower global.
+    ``federation``: the connection name that reaches it, which its runs record
+    (``$SE_FEDERATION``, :mod:`server_app.rounds.engine`) so a later request goes back.
 
     Raises
     ------
@@ -72,10 +74,13 @@ def start_superlink(children: Children, run_dir: Path, port: int,
         It exited or did not listen within 60 s.
     """
     from cli.polling_grid import hook_env
+    from server_app.rounds.engine import FEDERATION_ENV
 
     env = {k: v for k, v in os.environ.items()  # only the HTTP APIs on --port
            if k not in ("FLWR_INTERNAL_GRPC_CONTROL_API", "FLWR_INTERNAL_GRPC_FLEET_API")}
     env = hook_env(env)  # its ServerApps poll replies every 0.2 s (cli.polling_grid)
+    if federation:
+        env[FEDERATION_ENV] = federation
     state = ["--database", str(database)] if database else []
     with open(run_dir / "logs" / log_name, "ab") as log:
         proc = children.start(
@@ -297,8 +302,10 @@ def stage_app(out: Path) -> Path:
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
                watched: Sequence[subprocess.Popen], *, timeout_s: float,
                start: float, terminal: TerminalFilter | None = None,
-               wrap: Sequence[str] = ()) -> None:
+               wrap: Sequence[str] = ()) -> int | None:
     """``flwr run app name --stream`` with its output in ``log`` and on stdout.
+
+    Returns ``flwr``'s exit status, or None when stopped early (below).
 
     Stdout gets what ``terminal`` keeps (:mod:`cli.terminal`; default a fresh
     filter), the log every line.
@@ -322,7 +329,7 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
             pump = tee(proc.stdout, terminal, sink)
             while proc.poll() is None:
                 if _stop_reason(watched, start, timeout_s, log.parent):
-                    return
+                    return None
                 time.sleep(0.5)
             pump.join(timeout=5)
             text = log.read_bytes()
@@ -330,7 +337,7 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
             if b"summary: /" in text or proc.returncode >= 0 or not started or attempt == 3:
                 if proc.returncode:
                     _say(f"flwr exited with status {proc.returncode}")
-                return
+                return proc.returncode
             _say(f"the log stream was killed (signal {-proc.returncode}); following run "
                  f"{started.group(1).decode()} again")
             argv = ["flwr", "log", started.group(1).decode(), name, "--stream"]

@@ -32,6 +32,7 @@ import json
 from pathlib import Path
 
 from cli.later import carry_out, check_later
+from cli.later_route import ENGINES, HERE, route
 from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
 from history.catalog import StoreError
 from server_app.config import ConfigError, RunConfig
@@ -256,6 +257,14 @@ def _forget_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--pending", action="store_true",
                         help="finished run: carry out the requests recorded before "
                         "(no new one)")
+    parser.add_argument("--federation", default=None, metavar="NAME",
+                        help="finished run: carry the request out on this federation "
+                        "(a [superlink.NAME] connection; default: the one the run "
+                        "recorded, for a run of the deployment engine)")
+    parser.add_argument("--engine", default=None, choices=ENGINES,
+                        help="finished run: where to carry the request out (default: "
+                        "the engine the run ran on); 'simulation' replays a deployed "
+                        "run on this machine from its copy of every client's data")
     parser.add_argument("--lost-nodes", default=None, metavar="IDS",
                         help="finished coded run: accept these clients' missing node "
                         "folders as lost (their slices count as erasures)")
@@ -298,6 +307,7 @@ def main_forget(argv: list[str], prog: str) -> int:
                           "finished; node folders are checked for later requests only")
     # before the request is recorded (also one only recorded); once, for carry_out too
     made = check_later(folder, args.lost_nodes) if finished else []
+    where = route(folder, args.engine, args.federation) if finished else HERE
     if records is not None or args.labels is not None:
         rid = submit_records(args.run, args.clients, records, args.results_dir,
                              args.labels)
@@ -324,7 +334,7 @@ def main_forget(argv: list[str], prog: str) -> int:
     elif not (folder / SUMMARY).exists():
         raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
                           "finished runs")
-    return carry_out(folder, prog, made)
+    return carry_out(folder, prog, made, where)
 
 
 def _ids_file(path: str) -> str:

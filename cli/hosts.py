@@ -106,6 +106,7 @@ class Federation:
         self.address = f"{self.link.name}:{LINK_PORT}"
         self.node_ids: list[int] = []
         self.connection = ""
+        self.connection_name = f"se-hosts-{os.getpid()}"  # runs record it
         self.superlink: subprocess.Popen | None = None
         self.supernodes: list[subprocess.Popen | None] = [None] * nodes
         self.executors: list[subprocess.Popen | None] = [None] * nodes
@@ -142,7 +143,7 @@ class Federation:
         """
         self.start_link()
         self.connection = self._stack.enter_context(connection_entry(
-            Path(os.environ["FLWR_HOME"]), f"se-hosts-{os.getpid()}", self.address,
+            Path(os.environ["FLWR_HOME"]), self.connection_name, self.address,
             self.ca.cert))
         self.node_ids = [self.register(key.cert) for key in self.keys]
         _say(f"{self.nodes} SuperNode keys registered: node ids "
@@ -159,7 +160,8 @@ class Federation:
     def start_link(self) -> subprocess.Popen:
         """Start (or restart) the SuperLink on its host; wait until it listens."""
         self.superlink = start_superlink(self.children, self.run_dir, LINK_PORT,
-                                         self.nice, self.link_place(), self.database)
+                                         self.nice, self.link_place(), self.database,
+                                         federation=self.connection_name)
         return self.superlink
 
     def start_node(self, i: int, wait: bool = True) -> subprocess.Popen:

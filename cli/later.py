@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cli.later_route import HERE, SIMULATION, Route, submit_to, unreachable
 from cli.runs import open_inbox, parse_clients
 from cli.terminal import TerminalFilter
 from server_app.config import ConfigError, RunConfig
@@ -126,7 +127,8 @@ def later_config(folder: Path, settings: dict) -> RunConfig:
     return cfg
 
 
-def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
+def carry_out(folder: Path, prog: str, made: Sequence[Path] = (),
+              where: Route = HERE) -> int:
     """Start the engine on ``folder``'s pending requests; return the exit status.
 
     The caller has run :func:`check_later` on the folder (the stored state
@@ -141,6 +143,9 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
     made : Sequence[Path]
         Node folders accepted as lost (:func:`check_later`'s result): made
         again, empty, once the run is claimed.
+    where : Route
+        Flower's simulation engine here, or the run's federation
+        (:func:`cli.later_route.route`, checked before the request was recorded).
 
     Returns 0, 1 or :data:`FAILED` (:func:`_report`), or :data:`BUSY`: another
     command works on the run (its lock is held, or its processes live); the
@@ -179,11 +184,24 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = ()) -> int:
         print(f"{prog}: node folder {path} accepted as lost (made again, empty): its "
               "slices count as erasures", file=sys.stderr)
 
-    print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} (Flower's "
-          f"simulation engine, {cfg.data.num_clients} SuperNodes)", file=sys.stderr)
     terminal = TerminalFilter()
-    log_path, status = launch(overrides, cfg.data.num_clients, folder / COMMAND_LOGS,
-                              terminal, gpus=cfg.training.client_gpus)
+    if where.engine == SIMULATION:
+        print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} (Flower's "
+              f"simulation engine, {cfg.data.num_clients} SuperNodes)", file=sys.stderr)
+        log_path, status = launch(overrides, cfg.data.num_clients, folder / COMMAND_LOGS,
+                                  terminal, gpus=cfg.training.client_gpus)
+    else:
+        print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} "
+              f"(federation {where.federation!r}: its SuperNodes train)", file=sys.stderr)
+        log_path, status = submit_to(folder, where.federation, terminal)
+        unreached = unreachable(log_path)
+        if unreached is not None:
+            print(f"{prog}: federation {where.federation!r} cannot be reached: "
+                  f"{unreached}; {', '.join(pending)} "
+                  f"{'stay' if len(pending) != 1 else 'stays'} pending (`{prog} --run "
+                  f"{folder.name} --pending` once it is up; the log: {log_path})",
+                  file=sys.stderr)
+            return 1
     terminal.release(sys.stdout.buffer)
     if terminal.failure is not None:  # the ServerApp's one line, and its status
         code, line = terminal.failure

@@ -21,10 +21,12 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
               [--jobs N] ...
        {prog} experiments pareto
        {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
-              [--lost-nodes IDS] [--results-dir DIR]
+              [--lost-nodes IDS] [--federation NAME | --engine simulation]
+              [--results-dir DIR]
        {prog} receipts --run NAME [--detail | --json] [--results-dir DIR]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
+       {prog} show --run NAME [--all] [--results-dir DIR]
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
@@ -35,12 +37,15 @@ experiments  the paper's experiments: runs, CSV, figures, report.md (pareto:
              redraw the speed/accuracy figures from the committed schedule files)
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new
-             model version (--record-only: later, with --pending)
+             model version (--record-only: later, with --pending), on the engine
+             the run ran on (a deployed run: its own federation's SuperNodes)
 receipts     list a run's receipts (its planned requests, each request of a staged
              run or to a finished run: versions, shards, rounds, models digests,
              what was erased, the audit's figures) and waiting requests
 models       list a run's model versions (v1 after learning, one per request)
 export       write a model version for serving (safetensors or torch)
+show         a run's status, engine, stored settings and result tables (on the
+             SuperLink host: what `flwr run`'s exit status 0 does not say)
 
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
@@ -49,7 +54,7 @@ stops the command before anything starts: one line on stderr, exit status 2.
 `{prog} COMMAND --help` for a command's options.
 """
 COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",
-            "export")
+            "export", "show")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +134,10 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
 
         return (forget.main_forget if command == "forget" else forget.main_receipts)(
             rest, prog)
+    if command == "show":
+        from cli.show import main_show
+
+        return main_show(rest, prog)
     if command in ("models", "export"):
         from cli import models
 

@@ -407,6 +407,54 @@ def test_superlink_killed_and_restarted(fed, learned):
     assert _receipt(folder, request)["status"] == "done"
 
 
+def _forget_on_link(fed, *args: str) -> subprocess.CompletedProcess:
+    """``python -m cli forget ARGS`` on the SuperLink host, as an operator runs it."""
+    return subprocess.run([*fed.link.wrap(), sys.executable, "-m", "cli", "forget",
+                           *args], capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL, cwd=ROOT)
+
+
+def test_forget_goes_to_the_runs_own_federation(fed, learned):
+    """``forget --run R --clients C`` on a deployed run: the live SuperNodes train it.
+
+    The run recorded its federation; the receipt names the engine and the nodes
+    that trained, and their SuperNodes' logs show the request's messages. With the
+    SuperLink down the next request stays pending, one line, exit 1.
+    """
+    from cli.runs import open_inbox
+
+    values = {**CONFIG, "storage": "uncoded", "forget-clients": "", "frameworks": "none"}
+    run_on(fed, values, "live")
+    folder = Path(os.environ["SE_RESULTS_DIR"]) / "live"
+    logs = [fed.run_dir / "logs" / f"supernode-{i}.log" for i in range(NODES)]
+    sizes = [p.stat().st_size for p in logs]
+    done = _forget_on_link(fed, "--run", "live", "--clients", "2")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert f"federation {fed.connection_name!r}" in done.stderr
+    with open_inbox(folder) as inbox:
+        (receipt,) = inbox.receipts()
+        assert [v.version for v in inbox.versions()] == [1, 2]
+    assert receipt["status"] == "done"
+    engine = receipt["engine"]
+    assert engine["kind"] == "deployment" and engine["federation"] == fed.connection_name
+    assert engine["trained"] and 2 not in engine["trained"]
+    for p in engine["trained"]:  # the request's messages reached those SuperNodes
+        grown = logs[p].read_bytes()[sizes[p]:].decode(errors="replace")
+        assert "train" in grown, (p, grown[-1500:])
+    fed.kill_link()
+    try:
+        down = _forget_on_link(fed, "--run", "live", "--clients", "3")
+        lines = down.stderr.strip().splitlines()
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert "cannot be reached" in lines[-1] and "pending" in lines[-1], lines
+        with open_inbox(folder) as inbox:
+            assert [r.clients for r in inbox.pending()] == [[3]]
+            assert [v.version for v in inbox.versions()] == [1, 2]
+    finally:
+        fed.start_link()
+        assert fed.wait_online(90)
+
+
 def test_more_hosts_lost_than_the_budget(fed, learned):
     import shutil
 

@@ -84,8 +84,10 @@ class RunLog(SQLiteCatalog):
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             self.close()
             raise SettingsMismatchError(
-                f"{self.path.parent} holds a run with other settings ({diff}); "
-                "use another run-name to start a new run")
+                f"{self.path.parent} holds a run with other settings ({diff}; the "
+                f"stored ones: `show --run {self.path.parent.name}`): to carry out its "
+                f"requests give forget-run='{self.path.parent.name}' alone; to start a "
+                "new run, use another run-name")
         self.resumed = stored is not None
 
     def _stored_settings(self) -> str | None:

@@ -1,0 +1,65 @@
+"""``show``: a run's status, stored settings and tables, read from its folder.
+
+``flwr run`` returns 0 whether or not the ServerApp succeeded; on the SuperLink host
+``show --run NAME`` says what happened: whether the run finished, where it ran (its
+engine and federation), its model versions and waiting requests, the settings it
+recorded (the keys that differ from ``pyproject.toml``'s defaults, as a
+``--run-config`` value; ``--all``: every key) and, once finished, its result tables.
+Reads only.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cli import config
+from cli.later_route import recorded_engine
+from cli.runs import SUMMARY, open_inbox, run_folder
+from server_app.config import ConfigError
+from task.config import default_run_config
+
+
+def main_show(argv: list[str], prog: str) -> int:
+    """The ``show`` command; exit 0, or 1 when the run has not finished.
+
+    Raises
+    ------
+    ConfigError
+        No such run, or its catalog does not read (one line).
+    """
+    parser = argparse.ArgumentParser(prog=prog, description="A run's status, stored "
+                                     "settings and result tables.")
+    parser.add_argument("--run", required=True, help="the run's run-name")
+    parser.add_argument("--results-dir", default=None)
+    parser.add_argument("--all", action="store_true", help="every stored setting, not "
+                        "only those that differ from the defaults")
+    args = parser.parse_args(argv)
+    folder = run_folder(args.run, args.results_dir)
+    with open_inbox(folder) as inbox:
+        settings, versions = inbox.settings(), inbox.versions()
+        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
+    if not settings:
+        raise ConfigError(f"--run {args.run!r} has recorded no settings yet (starting, "
+                          "or stopped before it could)")
+    finished = (folder / SUMMARY).is_file()
+    engine = recorded_engine(folder)
+    print(f"run {args.run}: {'finished' if finished else 'not finished'}; engine "
+          f"{engine.get('kind') or 'not recorded'}"
+          + (f" (federation {engine['federation']})" if engine.get("federation") else "")
+          + f"; model versions {len(versions)}; waiting requests "
+          f"{', '.join(r.id for r in waiting) or 'none'}")
+    print(f"folder: {folder}")
+    defaults = default_run_config()
+    shown = {k: v for k, v in sorted(settings.items())
+             if args.all or defaults.get(k) != v}
+    print("settings (run.sqlite" + ("" if args.all else ", those not at their default")
+          + "): " + config.describe(shown))
+    if finished:
+        from cli.report import render
+        from server_app.run.summary import RunSummary
+
+        try:
+            print(render(RunSummary.load(folder / SUMMARY)))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{folder / SUMMARY} cannot be read: {err}") from None
+    return 0 if finished else 1
