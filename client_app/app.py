@@ -48,7 +48,7 @@ from flwr.clientapp import ClientApp
 
 from history.coded import slices
 from task.backdoor import Backdoor, poison
-from task.config import TaskConfig
+from task.config import TaskConfig, run_config_of
 from task.device import resolve_device
 from task.node_cache import cached_client_data
 from task.records import LABELS_KEY, RECORDS_KEY, keep_mask
@@ -85,16 +85,16 @@ def _received(message: Message, context: Context, server_dir: str):
     there (:mod:`task.node_cache`): a deployed ClientApp process loads the whole
     dataset only for its node's first message.
     """
-    cfg = TaskConfig.from_run_config(context.run_config)
+    run_config = run_config_of(context.run_config, message.content["config"])
+    cfg = TaskConfig.from_run_config(run_config)
     task = task_of(cfg)
     x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
                                            context.node_config.get("node-dir") or None)
     # a client of the unlearning request stamps its own data (task.backdoor), or
     # writes the text backdoor's phrase into its blocks (task.text_backdoor)
-    x, y, _ = poison(x, y, Backdoor.from_run_config(context.run_config), cfg.seed,
+    x, y, _ = poison(x, y, Backdoor.from_run_config(run_config), cfg.seed,
                      partition_id(context), task.stamp)
-    x, y, _ = implant(x, y, TextBackdoor.from_run_config(context.run_config,
-                                                         task.tokenize),
+    x, y, _ = implant(x, y, TextBackdoor.from_run_config(run_config, task.tokenize),
                       cfg.seed, partition_id(context))
     model = task.model(num_classes)
     model.load_state_dict(message.content["arrays"].to_torch_state_dict())

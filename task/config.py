@@ -278,6 +278,59 @@ def check_partition_args(alpha: object, classes_per_client: object) -> None:
 
 
 # --------------------------------------------------------------------------
+# the run's settings a client reads, carried by every training message
+
+CLIENT_KEYS = ("dataset", "task", "partition", "num-clients", "seed", "block-size",
+               "client-samples", "partition-alpha", "classes-per-client", "device",
+               "backdoor-trigger", "backdoor-fraction", "backdoor-target",
+               "backdoor-phrase", "backdoor-continuation", "forget-clients",
+               "forget-records")
+"""The run-config keys the ClientApp reads (:class:`TaskConfig` and the backdoors),
+less ``data-dir``: where the data is on a node is the node's own matter (the server's
+folder travels as the message's ``data-dir``, :func:`task.registry.node_folder`)."""
+RUN_CONFIG_KEY = "run-config"
+"""A training message's ``config`` entry: :data:`CLIENT_KEYS` of the run, as JSON."""
+
+
+def client_settings(run_config: Mapping[str, object]) -> str:
+    """The :data:`CLIENT_KEYS` of ``run_config`` (those it has), as JSON text.
+
+    The server puts them in every training message
+    (:func:`server_app.run.context.train_config`), so a client reads the run's
+    own settings, also where its ``context.run_config`` is not the run's (a
+    later request submitted with ``forget-run`` alone).
+    """
+    import json
+
+    return json.dumps({k: run_config[k] for k in CLIENT_KEYS if k in run_config},
+                      sort_keys=True)
+
+
+def run_config_of(context_config: Mapping[str, object],
+                  message_config: Mapping[str, object]) -> dict[str, object]:
+    """The run config a client goes by: the message's :data:`RUN_CONFIG_KEY` over its own.
+
+    Raises
+    ------
+    ValueError
+        The message's entry is not a JSON object of :data:`CLIENT_KEYS` (one line).
+    """
+    import json
+
+    text = message_config.get(RUN_CONFIG_KEY)
+    if text is None:
+        return dict(context_config)
+    try:
+        sent = json.loads(str(text))
+    except ValueError as err:
+        raise ValueError(f"message config {RUN_CONFIG_KEY!r} is not JSON: {err}") from None
+    if not isinstance(sent, dict) or set(sent) - set(CLIENT_KEYS):
+        raise ValueError(f"message config {RUN_CONFIG_KEY!r} must be a JSON object of "
+                         f"the keys {', '.join(CLIENT_KEYS)}")
+    return {**context_config, **sent}
+
+
+# --------------------------------------------------------------------------
 # pyproject.toml's defaults
 
 

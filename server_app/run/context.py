@@ -24,6 +24,7 @@ from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.run.catalog import RunLog
 from server_app.run.folder import RunFolder
+from task.config import RUN_CONFIG_KEY, client_settings
 
 
 def initial_model(cfg: RunConfig, num_classes: int) -> ArrayRecord:
@@ -36,9 +37,13 @@ def train_config(cfg: RunConfig, data_dir: str) -> ConfigRecord:
     """What every learning message carries besides the model.
 
     The run's :class:`task.training_settings.TrainingSettings` as a record,
-    which the ClientApp reads back with ``TrainingSettings.from_record``.
+    which the ClientApp reads back with ``TrainingSettings.from_record``, and the
+    run's settings a client reads (:func:`task.config.client_settings`: its data
+    share, the backdoors), so every client trains on the run's own settings.
     """
-    return cfg.training.local_settings(cfg.seed, data_dir).to_record()
+    record = cfg.training.local_settings(cfg.seed, data_dir).to_record()
+    record[RUN_CONFIG_KEY] = client_settings(cfg.as_dict())
+    return record
 
 
 @dataclass
