@@ -16,6 +16,7 @@ from server_app.run.catalog import RunLog
 from server_app.run.forget_run import stored_run_config
 from task.config import default_run_config, fused_run_config
 from tests.conftest import TINY
+from tests.test_nothing_half_done import NAME, _where, finished, run  # noqa: F401
 
 SETTINGS = {**fused_run_config({**TINY, "mia": False}), "run-name": "dep1"}
 
@@ -119,10 +120,10 @@ def test_every_training_message_carries_the_runs_client_settings():
     from server_app.run.context import train_config
     from task.config import RUN_CONFIG_KEY, TaskConfig, run_config_of
 
-    run = fused_run_config({**TINY, "mia": False, "data-dir": "/server/data"})
-    record = train_config(RunConfig.from_run_config(run), "/server/data")
+    settings = fused_run_config({**TINY, "mia": False, "data-dir": "/server/data"})
+    record = train_config(RunConfig.from_run_config(settings), "/server/data")
     client = run_config_of(default_run_config(), record)
-    got, want = TaskConfig.from_run_config(client), TaskConfig.from_run_config(run)
+    got, want = TaskConfig.from_run_config(client), TaskConfig.from_run_config(settings)
     assert got.client_samples == want.client_samples == TINY["client-samples"]
     assert got.num_clients == want.num_clients == TINY["num-clients"]
     assert client["data-dir"] == default_run_config()["data-dir"]  # the node's own
@@ -132,3 +133,19 @@ def test_every_training_message_carries_the_runs_client_settings():
     with pytest.raises(ValueError, match="must be a JSON object of the keys"):
         run_config_of({}, {RUN_CONFIG_KEY: json.dumps({"results-dir": "/x"})})
     assert run_config_of({"seed": 1}, {}) == {"seed": 1}  # an older server's message
+
+
+@pytest.mark.inprocess
+def test_show_prints_a_runs_status_engine_settings_and_tables(run, capsys):  # noqa: F811
+    from cli.main import main as cli_main
+
+    capsys.readouterr()
+    assert cli_main(["show", *_where(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"run {NAME}: finished; engine InProcessGrid; model versions 1;"
+                          " waiting requests none"), out[:300]
+    assert "client-samples=64" in out and "frameworks=\"none\"" in out
+    assert "dataset mnist" in out  # the result tables
+    (run / "summary.json").unlink()  # not finished (yet): exit 1, no tables
+    assert cli_main(["show", *_where(run)]) == 1
+    assert "not finished" in capsys.readouterr().out
