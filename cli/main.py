@@ -1,4 +1,4 @@
-"""Dispatch: ``run`` (the default), ``test``, ``deploy`` and ``experiments``."""
+"""Dispatch: ``run`` (the default), ``test``, ``deploy``, ``experiments`` and the rest."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
        {prog} receipts --run NAME [--detail | --json] [--results-dir DIR]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
+       {prog} client-data --out DIR [--preset NAME] [--run-config "k=v ..."]...
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
@@ -41,6 +42,9 @@ receipts     list a run's receipts (its planned requests, each request of a stag
              what was erased, the audit's figures) and waiting requests
 models       list a run's model versions (v1 after learning, one per request)
 export       write a model version for serving (safetensors or torch)
+client-data  write DIR/client-<p>/, each client's own training data, for a run's
+             partition (a SuperNode reads only its folder: --node-config
+             "client-data=DIR/client-<p>"; docs/DEPLOY.md)
 
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
@@ -49,7 +53,7 @@ stops the command before anything starts: one line on stderr, exit status 2.
 `{prog} COMMAND --help` for a command's options.
 """
 COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",
-            "export")
+            "export", "client-data")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +138,10 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
 
         return (models.main_models if command == "models" else models.main_export)(
             rest, prog)
+    if command == "client-data":
+        from cli import client_data
+
+        return client_data.main(rest, prog)
     from cli import simulation
 
     return simulation.main(rest, prog)

@@ -26,7 +26,7 @@ from server_app.config.tasks import check_task, load_run_data
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
-from server_app.rounds.federation import assign_shards, discover
+from server_app.rounds.federation import assign_shards, bounded_sizes, find_nodes
 from server_app.rounds.loop import RoundLoop
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
@@ -101,16 +101,40 @@ class Prepared:
     evaluator: CentralEvaluator
 
     def connect(self, grid: Grid) -> RunContext:
-        """Find the nodes on ``grid``; the run's context with its round loop."""
+        """Find the nodes on ``grid``; the run's context with its round loop.
+
+        A node reading its own data folder reports its record count at
+        discovery: that count (capped at ``client-samples``) replaces the size
+        of the partition the server cut, as the bound on the ``num-examples``
+        its replies may claim (docs/DEPLOY.md, "Each client with only its own
+        data": the server trusts the count a node declares, and holds it to it).
+        """
         cfg, data = self.cfg, self.cfg.data
-        node_of = discover(grid, data.num_clients, timeout=cfg.training.round_timeout)
+        found = find_nodes(grid, data.num_clients, timeout=cfg.training.round_timeout)
+        node_of = found.node_of
+        samples = bounded_sizes(self.samples, found.records, data.client_samples)
+        if found.records:
+            RunContext.log(_own_data_note(found.records, self.samples, samples))
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
-                         samples=self.samples, link_rate_mbps=cfg.training.link_rate_mbps)
+                         samples=samples, link_rate_mbps=cfg.training.link_rate_mbps)
         shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
         return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
-                          self.data_dir, self.samples, shards, node_of, self.notes,
+                          self.data_dir, samples, shards, node_of, self.notes,
                           self.requests, self.noops)
+
+
+def _own_data_note(reported: dict[int, int], cut: dict[int, int],
+                   used: dict[int, int]) -> str:
+    """One log line: how many clients read their own folders, and any size that moved."""
+    moved = [p for p in sorted(reported) if cut.get(p) != used[p]]
+    line = (f"client data: {len(reported)} of {len(used)} clients read their own "
+            "folders (num-examples bounded by the records they reported)")
+    if moved:
+        p = moved[0]
+        line += (f"; {len(moved)} differ from the partition the run would cut "
+                 f"(e.g. client {p}: {used[p]} records, not {cut.get(p)})")
+    return line
 
 
 def open_run(grid: Grid, run_config) -> RunContext:
