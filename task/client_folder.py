@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -252,7 +253,7 @@ def _read(folder: str, stats: tuple) -> tuple[np.ndarray, np.ndarray, Manifest]:
             x, y = saved["x"], saved["y"]
     except ClientDataError:
         raise
-    except (OSError, KeyError, ValueError, EOFError) as err:  # zipfile errors too
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise ClientDataError(f"client-data folder {where}: {ARRAYS} cannot be read "
                               f"({type(err).__name__}: {str(err)[:120]})") from None
     _check_arrays(where, x, y, manifest)
