@@ -322,3 +322,66 @@ def test_the_reported_count_bounds_a_clients_replies(run_server, folders, tmp_pa
     entries = summary["faults"]["entries"]
     assert any("num-examples = 41: must be an integer in [1, 40]" in json.dumps(e)
                for e in entries), entries
+
+
+# ---- the command ------------------------------------------------------------------
+def _command(args: list[str], tmp_path: Path, data: Path):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "SE_DATA_DIR": str(data), "SE_CLI_PROG": "./simulate.sh",
+           "SE_CALLER_DIR": str(tmp_path)}
+    return subprocess.run([sys.executable, "-m", "cli", "client-data", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.subprocess
+def test_the_command_writes_one_folder_per_client(tmp_path, shared_data):
+    """Relative to the caller's folder; each folder is its partition, whole and in order."""
+    from task.config import TaskConfig
+    from task.data import client_data
+    from task.registry import load_data, task_of
+
+    proc = _command(["--out", "clients", "--run-config",
+                     "dataset='fmnist' num-clients=3 partition='dirichlet' seed=4"],
+                    tmp_path, shared_data)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 3
+    out = tmp_path / "clients"
+    assert sorted(p.name for p in out.iterdir()) == ["client-0", "client-1", "client-2"]
+    cfg = TaskConfig.from_run_config(_tiny() | {
+        "dataset": "fmnist", "num-clients": 3, "partition": "dirichlet", "seed": 4,
+        "data-dir": str(shared_data)})
+    data = load_data(task_of(cfg), cfg, str(task_of(cfg).locate(cfg.data_dir)))
+    for p in range(3):
+        x, y, manifest = read_client_folder(out / f"client-{p}")
+        want_x, want_y = client_data(data, p, 3, "dirichlet", 4)
+        assert np.array_equal(x, want_x.numpy()) and np.array_equal(y, want_y.numpy())
+        assert (manifest.task, manifest.partition_id) == ("fmnist", p)
+        assert manifest.cut["partition"] == "dirichlet" and manifest.cut["seed"] == 4
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("args, words", [
+    ([], "--out DIR is required"),
+    (["--out", "o", "--run-config", "num-clients=0"], "num-clients=0 must be an integer"),
+    (["--out", "o", "--run-config", "num-clientz=2"], "'num-clientz' is not known"),
+    (["--out", "o", "--run-config", "dataset='mnist' data-dir='/nowhere'"],
+     "'data-dir' = '/nowhere' is not allowed"),
+    (["--out", "o", "--run-config", "partition='pathological' classes-per-client=11 "
+      "num-clients=2"], "cannot be built"),
+    (["--out", "taken", "--run-config", "num-clients=2"], "already holds client-1"),
+    (["--out", "afile", "--run-config", "num-clients=2"], "is a file, not a folder"),
+])
+def test_the_command_refuses_bad_input_in_one_line(tmp_path, shared_data, args, words):
+    (tmp_path / "taken" / "client-1").mkdir(parents=True)
+    (tmp_path / "afile").write_text("")
+    proc = _command(args, tmp_path, shared_data)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("./simulate.sh: ") and words in lines[0]
+    assert not (tmp_path / "o").exists()
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["client-1"]
