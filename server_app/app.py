@@ -23,6 +23,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from server_app.config import RunConfig
 from server_app.config.tasks import check_task, load_run_data
+from server_app.config.values import bad
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
@@ -37,6 +38,7 @@ from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 from task.data import partition_sizes
+from task.records import check_against_sizes
 
 app = ServerApp()
 GRID_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
@@ -115,6 +117,7 @@ class Prepared:
         samples = bounded_sizes(self.samples, found.records, data.client_samples)
         if found.records:
             RunContext.log(_own_data_note(found.records, self.samples, samples))
+            check_own_records(cfg, samples)
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
                          samples=samples, link_rate_mbps=cfg.training.link_rate_mbps)
@@ -122,6 +125,24 @@ class Prepared:
         return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
                           self.data_dir, samples, shards, node_of, self.notes,
                           self.requests, self.noops)
+
+
+def check_own_records(cfg: RunConfig, samples: dict[int, int]) -> None:
+    """``forget-records`` against the records the clients reported holding.
+
+    The command and :func:`prepare` checked the ids against the partition the
+    run would cut; a client reading its own folder may hold fewer.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``forget-records``, the client and what it holds.
+    """
+    records = cfg.unlearning.erased_records
+    why = check_against_sizes(records, samples) if records else None
+    if why is not None:
+        raise bad("forget-records", cfg.unlearning.forget_records,
+                  f"{why} (as its own data folder reports)")
 
 
 def _own_data_note(reported: dict[int, int], cut: dict[int, int],

@@ -385,3 +385,19 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path, shared_data, args, 
     assert lines[0].startswith("./simulate.sh: ") and words in lines[0]
     assert not (tmp_path / "o").exists()
     assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["client-1"]
+
+
+@pytest.mark.inprocess
+def test_records_to_forget_are_checked_against_the_folders_count(run_server, folders,
+                                                                 tmp_path):
+    """The run would cut 64 records for client 2; its own folder holds 40: id 45 is
+    refused in one line once the nodes reported, before any training."""
+    from server_app.config import ConfigError
+
+    x, y, _ = read_client_folder(folders / "client-2")
+    write_client_folder(tmp_path / "own-2", x[:40], y[:40], "mnist", 2, 10)
+    with pytest.raises(ConfigError) as err:
+        run_server({"frameworks": "SE", "mia": False, "forget-records": "2:45"},
+                   node_config={2: {"client-data": str(tmp_path / "own-2")}})
+    assert "client 2 holds 40 records (ids 0..39); 45 is not one (as its own data " \
+        "folder reports)" in str(err.value) and "\n" not in str(err.value)
