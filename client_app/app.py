@@ -114,7 +114,15 @@ def _received(message: Message, context: Context, server_dir: str):
                                                          task.tokenize),
                       cfg.seed, partition_id(context))
     model = task.model(num_classes)
-    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    try:
+        model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    except RuntimeError as err:  # e.g. a folder's num-classes that is not the run's
+        if not context.node_config.get(CLIENT_DATA):
+            raise
+        raise ClientDataError(f"client-data folder {context.node_config[CLIENT_DATA]}: "
+                              f"its num-classes = {num_classes} does not fit the model "
+                              f"received ({str(err).splitlines()[-1].strip()[:160]})"
+                              ) from None
     return x, y, model, task, resolve_device(cfg.device)
 
 

@@ -130,6 +130,9 @@ class Manifest:
             if isinstance(value, bool) or not isinstance(value, kind):
                 raise ClientDataError(f"{where}: '{key}' = {value!r} is not a "
                                       f"{kind.__name__}")
+        if raw["records"] < 1 or raw["num-classes"] < 2:
+            raise ClientDataError(f"{where}: records = {raw['records']} and num-classes "
+                                  f"= {raw['num-classes']} must be >= 1 and >= 2")
         return cls(**{k.replace("-", "_"): raw.get(k, {}) for k in kinds})
 
 

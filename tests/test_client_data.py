@@ -91,6 +91,7 @@ def _edit_manifest(key: str, value):
     (_edit_manifest("version", 2), "has version 2"),
     (_edit_manifest("format", "other"), "is not a sharding-eraser/client-data"),
     (_edit_manifest("partition-id", "3"), "'partition-id' = '3' is not a int"),
+    (_edit_manifest("num-classes", 1), "num-classes = 1 must be"),
 ])
 def test_a_damaged_folder_is_a_one_line_error(tmp_path, damage, words):
     folder = _folder(tmp_path)
@@ -224,6 +225,18 @@ def test_a_folder_of_another_partition_is_a_one_line_error_reply(folders, kind):
     assert reply.has_error() and reply.error.code == DATA_REFUSED
     assert reply.error.reason.endswith("belongs to partition-id 5; this node is "
                                        "partition-id 3")
+    assert "\n" not in reply.error.reason
+
+
+def test_a_folder_whose_classes_do_not_fit_the_model_is_an_error_reply(folders,
+                                                                      tmp_path):
+    from client_app.app import DATA_REFUSED, app
+
+    x, y, _ = read_client_folder(folders / "client-3")
+    write_client_folder(tmp_path / "c3", x, y, "mnist", 3, 7)  # the run's model: 10
+    reply = app(_train_message(_tiny()), _node(3, _tiny(), tmp_path / "c3"))
+    assert reply.has_error() and reply.error.code == DATA_REFUSED
+    assert "its num-classes = 7 does not fit the model received" in reply.error.reason
     assert "\n" not in reply.error.reason
 
 
