@@ -234,7 +234,7 @@ def read_client_folder(folder: str | Path) -> tuple[np.ndarray, np.ndarray, Mani
         malformed, the arrays cannot be read, or their dtypes, shapes, record
         count or SHA-256 differ from the manifest's.
     """
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
     try:
         stats = tuple((p.stat().st_size, p.stat().st_mtime_ns)
                       for p in (folder / MANIFEST, folder / ARRAYS))

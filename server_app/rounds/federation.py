@@ -27,8 +27,10 @@ class Federation:
         Partition ids of each shard, ascending; disjoint, covering all clients.
     samples : Mapping[int, int]
         Partition id -> training samples that client holds (after the
-        ``client-samples`` cap), computed once on the server; bounds the
-        ``num-examples`` a reply may claim. Empty: unknown.
+        ``client-samples`` cap): the size of the partition the server cut, or the
+        ``num-records`` a node reading its own data folder reported at discovery
+        (:func:`bounded_sizes`); bounds the ``num-examples`` a reply may claim.
+        Empty: unknown.
     """
 
     node_of: dict[int, int]
