@@ -1,4 +1,4 @@
-"""Dispatch: ``run`` (the default), ``test``, ``deploy`` and ``experiments``."""
+"""Dispatch: ``run`` (the default), ``test``, ``deploy``, ``experiments`` and the rest."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
        {prog} show --run NAME [--all] [--results-dir DIR]
+       {prog} client-data --out DIR [--preset NAME] [--run-config "k=v ..."]...
 
 run          learn and unlearn in Flower's simulation engine, one SuperNode per
              client; prints the result tables and, last, `summary: <path>`
@@ -46,6 +47,9 @@ models       list a run's model versions (v1 after learning, one per request)
 export       write a model version for serving (safetensors or torch)
 show         a run's status, engine, stored settings and result tables (on the
              SuperLink host: what `flwr run`'s exit status 0 does not say)
+client-data  write DIR/client-<p>/, each client's own training data, for a run's
+             partition (a SuperNode reads only its folder: --node-config
+             "client-data=DIR/client-<p>"; docs/DEPLOY.md)
 
 Run settings: pyproject.toml [tool.flwr.app.config] < presets/NAME.toml <
 --run-config (repeatable, later wins; "k=v ..." or a TOML file). A bad value
@@ -54,7 +58,7 @@ stops the command before anything starts: one line on stderr, exit status 2.
 `{prog} COMMAND --help` for a command's options.
 """
 COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",
-            "export", "show")
+            "export", "show", "client-data")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +147,10 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
 
         return (models.main_models if command == "models" else models.main_export)(
             rest, prog)
+    if command == "client-data":
+        from cli import client_data
+
+        return client_data.main(rest, prog)
     from cli import simulation
 
     return simulation.main(rest, prog)

@@ -2,7 +2,8 @@
 
 Message types it answers:
 
-- ``query.discover``: reply with this node's ``partition-id`` / ``num-partitions``.
+- ``query.discover``: reply with this node's ``partition-id`` / ``num-partitions``
+  and, for a node with its own data folder, ``num-records`` (its record count).
 - ``train``: learning; train ``local-epochs`` from the received model.
   A training message may name records this client no longer has
   (``erased-records``, its ids) and labels no client has (``erased-labels``):
@@ -27,6 +28,12 @@ keys: ``lr``, ``local-epochs``, ``batch-size``, ``optimizer`` (``sgd`` or
 ``data-dir``, ``server-round``, FedProx's ``proximal-mu`` and RapidRetrain's
 ``precondition``).  Data, models and training are :mod:`task`'s; this module
 only answers messages.
+
+A node's training data is its share of the whole dataset (cut from ``data-dir``
+by ``num-clients`` and ``seed``), unless its node config names its own folder,
+``client-data`` (:mod:`task.client_folder`): then it reads that folder alone,
+checked against the run (task, partition id, its arrays' SHA-256); a folder that
+does not fit is a one-line error reply (code :data:`DATA_REFUSED`), not a crash.
 """
 
 from __future__ import annotations
@@ -48,11 +55,17 @@ from flwr.clientapp import ClientApp
 
 from history.coded import slices
 from task.backdoor import Backdoor, poison
+from task.client_folder import (
+    ClientDataError,
+    check_against_run,
+    load_own_data,
+    read_client_folder,
+)
 from task.config import TaskConfig, run_config_of
 from task.device import resolve_device
 from task.node_cache import cached_client_data
 from task.records import LABELS_KEY, RECORDS_KEY, keep_mask
-from task.registry import task_of
+from task.registry import task_of, task_spec
 from task.text_backdoor import TextBackdoor, implant
 from task.train import fisher_preconditioner
 from task.training_settings import TrainingSettings, data_dir_of
@@ -62,6 +75,11 @@ app = ClientApp()
 # Ray workers start many handlers per process; one thread each keeps two workers
 # on two cores from fighting (measured: training ran 13x slower without it).
 _THREADS = int(os.environ.get("SE_TORCH_THREADS", "1"))
+
+CLIENT_DATA = "client-data"
+"""Node-config key: this node's own data folder (:mod:`task.client_folder`)."""
+DATA_REFUSED = 422
+"""Error code of a reply refusing a message: this node's ``client-data`` does not fit."""
 
 
 def partition_id(context: Context) -> int:
@@ -88,8 +106,7 @@ def _received(message: Message, context: Context, server_dir: str):
     run_config = run_config_of(context.run_config, message.content["config"])
     cfg = TaskConfig.from_run_config(run_config)
     task = task_of(cfg)
-    x, y, num_classes = cached_client_data(cfg, partition_id(context), server_dir,
-                                           context.node_config.get("node-dir") or None)
+    x, y, num_classes = _training_data(cfg, context, server_dir)
     # a client of the unlearning request stamps its own data (task.backdoor), or
     # writes the text backdoor's phrase into its blocks (task.text_backdoor)
     x, y, _ = poison(x, y, Backdoor.from_run_config(run_config), cfg.seed,
@@ -97,8 +114,44 @@ def _received(message: Message, context: Context, server_dir: str):
     x, y, _ = implant(x, y, TextBackdoor.from_run_config(run_config, task.tokenize),
                       cfg.seed, partition_id(context))
     model = task.model(num_classes)
-    model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    try:
+        model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+    except RuntimeError as err:  # e.g. a folder's num-classes that is not the run's
+        if not context.node_config.get(CLIENT_DATA):
+            raise
+        raise ClientDataError(f"client-data folder {context.node_config[CLIENT_DATA]}: "
+                              f"its num-classes = {num_classes} does not fit the model "
+                              f"received ({str(err).splitlines()[-1].strip()[:160]})"
+                              ) from None
     return x, y, model, task, resolve_device(cfg.device)
+
+
+def _training_data(cfg: TaskConfig, context: Context, server_dir: str
+                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(x, y, num_classes)``: the node's own folder if it has one, else its share.
+
+    With node-config ``client-data`` the folder alone is read
+    (:func:`task.client_folder.load_own_data`, capped at ``client-samples``);
+    without it the partition is cut from the whole dataset, cached under
+    ``node-dir`` where given (:func:`task.node_cache.cached_client_data`).
+
+    Raises
+    ------
+    ClientDataError
+        The node's folder is missing, damaged or another run's (one line).
+    """
+    own = context.node_config.get(CLIENT_DATA) or None
+    if own:
+        return load_own_data(str(own), task_spec(cfg.task, cfg.dataset),
+                             partition_id(context), cfg.client_samples, cfg.block_size)
+    return cached_client_data(cfg, partition_id(context), server_dir,
+                              context.node_config.get("node-dir") or None)
+
+
+def _refused(message: Message, err: ClientDataError) -> Message:
+    """The error reply to ``message``: this node's data folder does not fit (one line)."""
+    reason = (str(err).splitlines() or [""])[0]
+    return Message(error=Error(code=DATA_REFUSED, reason=reason), reply_to=message)
 
 
 def _erase(x: torch.Tensor, y: torch.Tensor, config: ConfigRecord):
@@ -114,7 +167,10 @@ def _erase(x: torch.Tensor, y: torch.Tensor, config: ConfigRecord):
 def _train(message: Message, context: Context, phase: str) -> Message:
     torch.set_num_threads(_THREADS)
     settings = TrainingSettings.from_record(message.content["config"])
-    x, y, model, task, device = _received(message, context, settings.data_dir)
+    try:
+        x, y, model, task, device = _received(message, context, settings.data_dir)
+    except ClientDataError as err:
+        return _refused(message, err)
     x, y = _erase(x, y, message.content["config"])
     seed = settings.local_seed(phase, partition_id(context))
     transform, t0 = None, time.perf_counter()
@@ -139,12 +195,37 @@ def _train(message: Message, context: Context, phase: str) -> Message:
 
 @app.query("discover")
 def discover(message: Message, context: Context) -> Message:
-    """Reply with this node's partition id and the number of partitions."""
+    """Reply with this node's partition id and the number of partitions.
+
+    A node with its own folder (``client-data``) checks it against the run
+    first and adds ``num-records``, the records its manifest (matched against
+    its arrays) says it holds: what the server bounds its replies'
+    ``num-examples`` with. A folder that does not fit: an error reply.
+    """
     info = ConfigRecord({
         "partition-id": partition_id(context),
         "num-partitions": int(context.node_config.get("num-partitions", -1)),
     })
+    own = context.node_config.get(CLIENT_DATA) or None
+    if own:
+        try:
+            info["num-records"] = _own_records(str(own), message, context)
+        except ClientDataError as err:
+            return _refused(message, err)
     return Message(content=RecordDict({"info": info}), reply_to=message)
+
+
+def _own_records(folder: str, message: Message, context: Context) -> int:
+    """Records in this node's folder, checked against the run (ClientDataError).
+
+    The run's settings are the question's (the server's), over this node's own.
+    """
+    sent = message.content["config"] if "config" in message.content else {}
+    cfg = TaskConfig.from_run_config(run_config_of(context.run_config, sent))
+    manifest = read_client_folder(folder)[2]
+    check_against_run(manifest, folder, task_spec(cfg.task, cfg.dataset),
+                      partition_id(context), cfg.block_size)
+    return manifest.records
 
 
 @app.query("store_slice")
@@ -196,8 +277,11 @@ def unlearn(message: Message, context: Context) -> Message:
 def evaluate(message: Message, context: Context) -> Message:
     """Loss and accuracy of the received model on this client's data."""
     torch.set_num_threads(_THREADS)
-    x, y, model, task, device = _received(message, context,
-                                          data_dir_of(message.content["config"]))
+    try:
+        x, y, model, task, device = _received(message, context,
+                                              data_dir_of(message.content["config"]))
+    except ClientDataError as err:
+        return _refused(message, err)
     loss, accuracy = task.score(task.predict(model, x, device=device), y.numpy())
     metrics = MetricRecord({"num-examples": len(x), "loss": loss,
                             "accuracy": accuracy})

@@ -69,19 +69,26 @@ class InProcessGrid(Grid):
     stateless : bool
         Give every message a fresh, empty node state (memory stays flat when
         clients need not remember anything, e.g. storage measurements).
+    node_config : Mapping[int, Mapping], optional
+        Partition id -> further node-config keys of that node (e.g.
+        ``client-data``, its own data folder), as ``flower-supernode
+        --node-config`` gives them.
 
     Every delivered message is logged in ``sent`` as (node id, message type).
     """
 
     def __init__(self, client_app, num_nodes: int, run_config: Mapping[str, object],
                  absent: Iterable[int] = (), silent: Iterable[int] = (),
-                 tamper: Mapping | None = None, stateless: bool = False):
+                 tamper: Mapping | None = None, stateless: bool = False,
+                 node_config: Mapping[int, Mapping] | None = None):
         self.client_app = client_app
         fused = fused_run_config(run_config)
+        extra = dict(node_config or {})
         self.contexts = {
             NODE_ID_BASE + i: Context(
                 run_id=RUN_ID, node_id=NODE_ID_BASE + i,
-                node_config={"partition-id": i, "num-partitions": num_nodes},
+                node_config={"partition-id": i, "num-partitions": num_nodes,
+                             **extra.get(i, {})},
                 state=RecordDict(), run_config=dict(fused))
             for i in range(num_nodes)
         }

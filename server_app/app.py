@@ -19,16 +19,17 @@ import json
 import os
 from dataclasses import dataclass
 
-from flwr.app import Context
+from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from server_app.config import RunConfig
 from server_app.config.tasks import check_task, load_run_data
+from server_app.config.values import bad
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
 from server_app.rounds.engine import Engine, TrainedNodes, engine_of
-from server_app.rounds.federation import assign_shards, discover
+from server_app.rounds.federation import assign_shards, bounded_sizes, find_nodes
 from server_app.rounds.loop import RoundLoop
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
@@ -39,8 +40,9 @@ from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
-from task.config import default_run_config
+from task.config import RUN_CONFIG_KEY, client_settings, default_run_config
 from task.data import partition_sizes
+from task.records import check_against_sizes
 
 app = ServerApp()
 GRID_HOOK_ENV = "SE_DEPLOY_GRID_HOOK"
@@ -110,19 +112,62 @@ class Prepared:
         """Find the nodes on ``grid``; the run's context with its round loop.
 
         ``engine``: where the run runs (:func:`server_app.rounds.engine.engine_of`),
-        recorded in the catalog by the run's first process.
+        recorded in the catalog by the run's first process. A node reading its own
+        data folder reports its record count at discovery: that count (capped at
+        ``client-samples``) replaces the size of the partition the server cut, as
+        the bound on the ``num-examples`` its replies may claim (docs/DEPLOY.md,
+        "Each client with only its own data": the server trusts the count a node
+        declares, and holds it to it).
         """
         cfg, data = self.cfg, self.cfg.data
-        node_of = discover(grid, data.num_clients, timeout=cfg.training.round_timeout)
+        found = find_nodes(grid, data.num_clients, timeout=cfg.training.round_timeout,
+                           config=ConfigRecord({RUN_CONFIG_KEY: client_settings(
+                               cfg.as_dict())}))
+        node_of = found.node_of
+        samples = bounded_sizes(self.samples, found.records, data.client_samples)
+        if found.records:
+            RunContext.log(_own_data_note(found.records, self.samples, samples))
+            check_own_records(cfg, samples)
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
-                         samples=self.samples, link_rate_mbps=cfg.training.link_rate_mbps)
+                         samples=samples, link_rate_mbps=cfg.training.link_rate_mbps)
         shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
         engine = engine or engine_of(grid)
         self.catalog.record_once("engine", json.dumps(engine.to_json()))  # the run's
         return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
-                          self.data_dir, self.samples, shards, node_of, self.notes,
+                          self.data_dir, samples, shards, node_of, self.notes,
                           self.requests, self.noops, engine)
+
+
+def check_own_records(cfg: RunConfig, samples: dict[int, int]) -> None:
+    """``forget-records`` against the records the clients reported holding.
+
+    The command and :func:`prepare` checked the ids against the partition the
+    run would cut; a client reading its own folder may hold fewer.
+
+    Raises
+    ------
+    ConfigError
+        One line naming ``forget-records``, the client and what it holds.
+    """
+    records = cfg.unlearning.erased_records
+    why = check_against_sizes(records, samples) if records else None
+    if why is not None:
+        raise bad("forget-records", cfg.unlearning.forget_records,
+                  f"{why} (as its own data folder reports)")
+
+
+def _own_data_note(reported: dict[int, int], cut: dict[int, int],
+                   used: dict[int, int]) -> str:
+    """One log line: how many clients read their own folders, and any size that moved."""
+    moved = [p for p in sorted(reported) if cut.get(p) != used[p]]
+    line = (f"client data: {len(reported)} of {len(used)} clients read their own "
+            "folders (num-examples bounded by the records they reported)")
+    if moved:
+        p = moved[0]
+        line += (f"; {len(moved)} differ from the partition the run would cut "
+                 f"(e.g. client {p}: {used[p]} records, not {cut.get(p)})")
+    return line
 
 
 def open_run(grid: Grid, run_config, engine: Engine | None = None) -> RunContext:

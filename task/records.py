@@ -5,7 +5,10 @@ client's partition as the ClientApp loads it (:func:`task.data.client_data` for
 the run's task, dataset, partition scheme, number of clients and seed): the split is
 seeded, so the same settings give every client the same records in the same order
 on every load, and an id names one example for the whole run without the server
-ever seeing the data. A records request names ids of one or more clients
+ever seeing the data. A client with its own data folder (node-config
+``client-data``, :mod:`task.client_folder`) numbers its records by their rows in
+that folder, which the ``client-data`` command writes in the partition's order.
+A records request names ids of one or more clients
 (run-config ``forget-records``); a class-level request names labels
 (``forget-labels``): every record of that label on every client.
 

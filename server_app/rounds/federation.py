@@ -27,8 +27,10 @@ class Federation:
         Partition ids of each shard, ascending; disjoint, covering all clients.
     samples : Mapping[int, int]
         Partition id -> training samples that client holds (after the
-        ``client-samples`` cap), computed once on the server; bounds the
-        ``num-examples`` a reply may claim. Empty: unknown.
+        ``client-samples`` cap): the size of the partition the server cut, or the
+        ``num-records`` a node reading its own data folder reported at discovery
+        (:func:`bounded_sizes`); bounds the ``num-examples`` a reply may claim.
+        Empty: unknown.
     """
 
     node_of: dict[int, int]
@@ -50,20 +52,51 @@ class Federation:
         return [[self.node_of[pid] for pid in pids] for pids in self.shards]
 
 
+@dataclass(frozen=True)
+class Discovered:
+    """What discovery learned.
+
+    Attributes
+    ----------
+    node_of : dict[int, int]
+        Partition id -> Flower node id.
+    records : dict[int, int]
+        Partition id -> records the node says it holds (``num-records``), for
+        the nodes that read their own data folder (node-config ``client-data``);
+        the others report none.
+    """
+
+    node_of: dict[int, int]
+    records: dict[int, int]
+
+
 def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, int]:
-    """Ask every node for its ``partition-id``; return partition id -> node id.
+    """Partition id -> node id (:func:`find_nodes`'s ``node_of``)."""
+    return find_nodes(grid, num_clients, timeout).node_of
+
+
+def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
+               config: ConfigRecord | None = None) -> Discovered:
+    """Ask every node for its ``partition-id`` (and ``num-records``, if it has them).
+
+    ``config``: sent with the question (the run's client settings,
+    :func:`task.config.client_settings`), which a node with its own data folder
+    checks the folder against.
 
     Waits up to ``timeout`` seconds for ``num_clients`` nodes to connect. Every
     answer must be one reply per node asked, holding a ConfigRecord ``info``
     whose ``partition-id`` is an int (not a bool) in 0..num_clients-1, distinct
-    over nodes (:func:`partition_id_of`).
+    over nodes (:func:`partition_id_of`), and, where present, ``num-records`` an
+    int >= 1 (:func:`records_of`).
 
     Raises
     ------
     DiscoveryError
-        Too few nodes, a node without an answer, an error reply, a reply from a
-        node not asked or a second reply, a malformed, out-of-range or duplicate
-        partition id. The message is one line naming the node and the value.
+        Too few nodes, a node without an answer, an error reply (e.g. a node
+        whose own data folder does not fit the run), a reply from a node not
+        asked or a second reply, a malformed, out-of-range or duplicate
+        partition id, a malformed record count. The message is one line naming
+        the node and the value.
     """
     deadline = time.monotonic() + timeout
     while len(nodes := sorted(grid.get_node_ids())) < num_clients:
@@ -72,10 +105,12 @@ def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, 
                 f"only {len(nodes)} nodes connected after {timeout:.0f} s; the run "
                 f"config asks for num-clients = {num_clients}")
         time.sleep(0.5)
-    messages = [Message(RecordDict(), dst_node_id=n, message_type="query.discover")
+    content = RecordDict({"config": config}) if config is not None else RecordDict()
+    messages = [Message(content, dst_node_id=n, message_type="query.discover")
                 for n in nodes]
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     node_of: dict[int, int] = {}
+    records: dict[int, int] = {}
     answered: set[int] = set()
     for reply in replies:
         node = reply.metadata.src_node_id
@@ -89,11 +124,14 @@ def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, 
                 f"nodes {node_of[pid]} and {node} both report partition-id {pid}: "
                 f"ids must be distinct and in 0..{num_clients - 1}")
         node_of[pid] = node
+        held = records_of(reply)
+        if held is not None:
+            records[pid] = held
     if len(node_of) != num_clients:
         missing = sorted(set(range(num_clients)) - set(node_of))[:10]
         raise DiscoveryError(f"{len(node_of)} of {num_clients} clients answered "
                              f"discovery; missing partition ids include {missing}")
-    return node_of
+    return Discovered(node_of, records)
 
 
 def partition_id_of(reply: Message, num_clients: int) -> int:
@@ -120,6 +158,48 @@ def partition_id_of(reply: Message, num_clients: int) -> int:
             f"node {node} reports partition-id = {pid!r}: must be an integer in "
             f"0..{num_clients - 1} (num-clients = {num_clients})")
     return pid
+
+
+def records_of(reply: Message) -> int | None:
+    """The ``num-records`` a discovery reply reports (None: the node did not say).
+
+    Call after :func:`partition_id_of` (the reply has its ``info`` record).
+
+    Raises
+    ------
+    DiscoveryError
+        A value that is not an int >= 1 (bools refused).
+    """
+    held = reply.content["info"].get("num-records")
+    if held is None:
+        return None
+    if isinstance(held, bool) or not isinstance(held, int) or held < 1:
+        raise DiscoveryError(f"node {reply.metadata.src_node_id} reports num-records = "
+                             f"{held!r}: must be an integer >= 1")
+    return held
+
+
+def bounded_sizes(cut: Mapping[int, int], reported: Mapping[int, int], cap: int = 0
+                  ) -> dict[int, int]:
+    """Records each client holds: what a node reported, else the partition's size.
+
+    Parameters
+    ----------
+    cut : Mapping[int, int]
+        Partition id -> records of the partition the server cut
+        (:func:`task.data.partition_sizes`, ``client-samples`` applied).
+    reported : Mapping[int, int]
+        Partition id -> ``num-records`` from discovery (own data folders).
+    cap : int
+        Run-config ``client-samples`` (0: all): applied to what was reported.
+
+    Returns
+    -------
+    dict[int, int]
+        Partition id -> records (``cut`` with ``reported`` over it, capped).
+    """
+    own = {p: min(n, cap) if cap > 0 else n for p, n in reported.items()}
+    return {**dict(cut), **own}
 
 
 def _names(content: object) -> list[str]:
