@@ -97,8 +97,13 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                      ports: Sequence[int], *, isolation: str = "process",
                      node_poll_s: float = 1.0, nice: int = 0,
                      places: Sequence[Place] | None = None, first: int = 0,
-                     total: int | None = None) -> list[subprocess.Popen]:
+                     total: int | None = None,
+                     client_data: Sequence[Path] | None = None) -> list[subprocess.Popen]:
     """One ``flower-supernode`` per port; SuperNode i has partition-id i.
+
+    ``client_data[k]``: the k-th SuperNode's own data folder (node-config
+    ``client-data``, :mod:`task.client_folder`); None: it cuts its share from the
+    dataset.
 
     ``places[i]`` (default: all :data:`LOOPBACK`) says where SuperNode i runs
     and its TLS / authentication arguments. ``first``: partition id of the
@@ -126,6 +131,8 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
         node_dir.mkdir(parents=True, exist_ok=True)
         node_config = (f'partition-id={i} num-partitions={total or len(ports)} '
                        f'node-dir="{node_dir}"')
+        if client_data is not None:
+            node_config += f' client-data="{client_data[k]}"'
         with open(run_dir / "logs" / f"supernode-{i}.log", "ab") as log:
             procs.append(children.start(
                 [*place.wrap, *command, *place.security, "--superlink", link,

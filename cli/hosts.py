@@ -28,11 +28,13 @@ holds ``pki/`` (CA, server and node keys, private keys 0600), ``logs/`` and
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from cli import netns, pki
@@ -60,6 +62,9 @@ class HostsError(DeployError):
     """The hosts could not be set up, or a ``flwr`` call on them failed."""
 
 
+_FEDERATIONS = itertools.count(1)
+
+
 class Federation:
     """A SuperLink host and ``nodes`` SuperNode hosts; a context manager.
 
@@ -68,7 +73,8 @@ class Federation:
     ``nice`` are :mod:`cli.deploy`'s options. ``database``: keep the SuperLink's
     state in ``<run>/superlink.db`` (a restarted SuperLink keeps nodes and
     runs). ``spare``: extra hosts with no SuperNode (``spare0``, ...) for
-    checks that start one of their own.
+    checks that start one of their own. ``client_data[i]``: SuperNode i's own
+    data folder (``client-data``), else it cuts its share from the dataset.
 
     Raises
     ------
@@ -80,12 +86,14 @@ class Federation:
 
     def __init__(self, run_dir: Path, nodes: int, children: Children, *,
                  isolation: str = "process", slots: int = 0, node_poll_s: float = 1.0,
-                 nice: int = 0, database: bool = False, spare: int = 0) -> None:
+                 nice: int = 0, database: bool = False, spare: int = 0,
+                 client_data: Sequence[Path] | None = None) -> None:
         if not 1 <= nodes <= 200:
             raise ValueError(f"nodes = {nodes} is not allowed: use 1 to 200")
         self.run_dir, self.nodes, self.children = Path(run_dir), nodes, children
         self.isolation, self.slots, self.nice = isolation, slots, nice
         self.node_poll_s = node_poll_s
+        self.client_data = list(client_data) if client_data is not None else None
         self.database = self.run_dir / "superlink.db" if database else None
         self.pki_dir = self.run_dir / "pki"
         self.network = netns.Network(DOMAIN)
@@ -106,7 +114,8 @@ class Federation:
         self.address = f"{self.link.name}:{LINK_PORT}"
         self.node_ids: list[int] = []
         self.connection = ""
-        self.connection_name = f"se-hosts-{os.getpid()}"  # runs record it
+        # runs record it; one per federation, also several in one process
+        self.connection_name = f"se-hosts-{os.getpid()}-{next(_FEDERATIONS)}"
         self.superlink: subprocess.Popen | None = None
         self.supernodes: list[subprocess.Popen | None] = [None] * nodes
         self.executors: list[subprocess.Popen | None] = [None] * nodes
@@ -169,7 +178,8 @@ class Federation:
         (proc,) = start_supernodes(
             self.children, self.run_dir, self.address, [NODE_PORT],
             isolation=self.isolation, node_poll_s=self.node_poll_s, nice=self.nice,
-            places=[self.node_place(i)], first=i, total=self.nodes)
+            places=[self.node_place(i)], first=i, total=self.nodes,
+            client_data=None if self.client_data is None else [self.client_data[i]])
         self.supernodes[i] = proc
         if wait:
             wait_for_nodes([proc], [NODE_PORT], 60.0, self.run_dir, [self.node_place(i)])

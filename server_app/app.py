@@ -29,7 +29,12 @@ from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
 from server_app.rounds.engine import Engine, TrainedNodes, engine_of
-from server_app.rounds.federation import assign_shards, bounded_sizes, find_nodes
+from server_app.rounds.federation import (
+    NODE_RULE,
+    assign_shards,
+    bounded_sizes,
+    find_nodes,
+)
 from server_app.rounds.loop import RoundLoop
 from server_app.run.catalog import RunLog
 from server_app.run.context import RunContext
@@ -124,6 +129,12 @@ class Prepared:
                            config=ConfigRecord({RUN_CONFIG_KEY: client_settings(
                                cfg.as_dict())}))
         node_of = found.node_of
+        if found.left_out:  # a long-lived federation may have more nodes than the run
+            self.notes.append(f"nodes used: {NODE_RULE}; left out: partition ids "
+                              f"{sorted(found.left_out)}")
+            RunContext.log(self.notes[-1])
+        self.catalog.record_once("nodes", json.dumps(
+            {"rule": NODE_RULE, "left_out": sorted(found.left_out)}))
         samples = bounded_sizes(self.samples, found.records, data.client_samples)
         if found.records:
             RunContext.log(_own_data_note(found.records, self.samples, samples))

@@ -414,17 +414,63 @@ def _forget_on_link(fed, *args: str) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, cwd=ROOT)
 
 
-def test_forget_goes_to_the_runs_own_federation(fed, learned):
-    """``forget --run R --clients C`` on a deployed run: the live SuperNodes train it.
+@pytest.fixture(scope="module")
+def own_fed(fed, tmp_path_factory, shared_data):
+    """A second federation whose SuperNode hosts each see only their own client folder.
 
-    The run recorded its federation; the receipt names the engine and the nodes
-    that trained, and their SuperNodes' logs show the request's messages. With the
-    SuperLink down the next request stays pending, one line, exit 1.
+    ``cli client-data`` writes one folder per client; on SuperNode host i a mount
+    namespace shows client i's folder alone: the folders' root and the dataset are
+    empty there (the SuperLink host keeps the dataset: the test set).
+    """
+    from cli.deploy_parts import Place
+    from cli.hosts import Federation
+
+    root = tmp_path_factory.mktemp("own")
+    folders, own = root / "client-data", root / "own"
+    made = subprocess.run(
+        [sys.executable, "-m", "cli", "client-data", "--out", str(folders),
+         "--run-config", cli_config.describe(OWN_RUN)], cwd=ROOT, capture_output=True,
+        text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    hidden = " && ".join(f"mount -t tmpfs none {p}" for p in (folders, shared_data))
+
+    class OwnDataOnly(Federation):
+        def node_place(self, i: int) -> Place:
+            place = super().node_place(i)
+            script = (f"mount --bind {folders}/client-{i} {own}/{i} && {hidden} && "
+                      'exec "$@"')
+            return Place(place.host, (*place.wrap, "unshare", "-m", "--propagation",
+                                      "private", "sh", "-c", script, "sh"),
+                         place.security, place.connect)
+
+    for i in range(NODES):
+        (own / str(i)).mkdir(parents=True)
+    run_dir = root / "run"
+    for sub in ("logs", "nodes"):
+        (run_dir / sub).mkdir(parents=True)
+    with Children() as children, OwnDataOnly(
+            run_dir, NODES, children, slots=2, nice=5,
+            client_data=[own / str(i) for i in range(NODES)]) as federation:
+        federation.start()
+        yield federation
+
+
+OWN_RUN = {**CONFIG, "storage": "uncoded", "forget-clients": "", "frameworks": "none"}
+
+
+def test_a_later_request_is_carried_out_by_the_runs_own_supernodes(own_fed):
+    """Learned with ``flwr run . <federation>``, forgotten with ``forget --run R``.
+
+    Every SuperNode host sees only its own client's folder. ``forget`` on the run
+    goes back to its federation: the live SuperNodes train (their logs show the
+    messages), the receipt names the engine, the federation and the partitions that
+    trained; with the SuperLink down the next request stays pending, exit 1.
     """
     from cli.runs import open_inbox
 
-    values = {**CONFIG, "storage": "uncoded", "forget-clients": "", "frameworks": "none"}
-    run_on(fed, values, "live")
+    fed = own_fed
+    summary = run_on(fed, OWN_RUN, "live")
+    assert [r["participants"] for r in summary["learning"]["rounds"]] == [4, 4]
     folder = Path(os.environ["SE_RESULTS_DIR"]) / "live"
     logs = [fed.run_dir / "logs" / f"supernode-{i}.log" for i in range(NODES)]
     sizes = [p.stat().st_size for p in logs]
@@ -452,7 +498,6 @@ def test_forget_goes_to_the_runs_own_federation(fed, learned):
             assert [v.version for v in inbox.versions()] == [1, 2]
     finally:
         fed.start_link()
-        assert fed.wait_online(90)
 
 
 def test_more_hosts_lost_than_the_budget(fed, learned):

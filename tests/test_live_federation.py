@@ -149,3 +149,28 @@ def test_show_prints_a_runs_status_engine_settings_and_tables(run, capsys):  # n
     (run / "summary.json").unlink()  # not finished (yet): exit 1, no tables
     assert cli_main(["show", *_where(run)]) == 1
     assert "not finished" in capsys.readouterr().out
+
+
+@pytest.mark.inprocess
+def test_a_run_may_use_fewer_clients_than_are_connected(make_grid, tmp_path, shared_data):
+    """5 nodes connected, num-clients = 4: the run uses partitions 0..3 and records it."""
+    from flwr.app import Context, RecordDict
+
+    from server_app.app import main
+
+    config = fused_run_config({**TINY, "num-clients": 4, "mia": False,
+                               "frameworks": "none", "run-name": "few",
+                               "data-dir": str(shared_data), "results-dir": str(tmp_path)})
+    grid = make_grid(5, config)
+    main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                       run_config=config))
+    summary = json.loads((tmp_path / "few" / "summary.json").read_text())
+    assert any("left out: partition ids [4]" in n for n in summary["notes"])
+    from server_app.run.inbox import RequestInbox
+
+    inbox = RequestInbox(tmp_path / "few" / "run.sqlite", read_only=True)
+    try:
+        nodes = json.loads(inbox.get_meta("nodes"))
+    finally:
+        inbox.close()
+    assert nodes["left_out"] == [4] and "0..num-clients - 1" in nodes["rule"]

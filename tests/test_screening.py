@@ -367,10 +367,11 @@ def _info(pid):
     ({}, "node 1002 answered discovery without a ConfigRecord 'info' (records: [])"),
     ({"info": MetricRecord({"partition-id": 2})}, "without a ConfigRecord 'info'"),
     ({"info": ConfigRecord({})}, "node 1002 reports partition-id = None"),
-    (_info("2"), "node 1002 reports partition-id = '2': must be an integer in 0..3"),
+    (_info("2"), "node 1002 reports partition-id = '2': must be an integer >= 0"),
     (_info(2.0), "partition-id = 2.0: must be an integer"),
     (_info(True), "partition-id = True: must be an integer"),
-    (_info(4), "partition-id = 4: must be an integer in 0..3 (num-clients = 4)"),
+    (_info(4), "3 of 4 clients answered discovery; missing partition ids include [2] "
+               "(left out, partition-id >= num-clients: [4])"),
     (_info(-1), "partition-id = -1"),
     (_info(1), "nodes 1001 and 1002 both report partition-id 1"),
     (Error(code=1, reason="no data"), "node 1002 failed discovery: no data"),

@@ -52,6 +52,11 @@ class Federation:
         return [[self.node_of[pid] for pid in pids] for pids in self.shards]
 
 
+NODE_RULE = "the nodes whose partition-id is in 0..num-clients - 1; the others are left out"
+"""Which of the connected nodes a run uses (a run may use fewer clients than are
+connected); each run records it, with the nodes it left out."""
+
+
 @dataclass(frozen=True)
 class Discovered:
     """What discovery learned.
@@ -68,6 +73,9 @@ class Discovered:
 
     node_of: dict[int, int]
     records: dict[int, int]
+    left_out: dict[int, int] = field(default_factory=dict)
+    """Partition id -> node id of the connected nodes the run does not use
+    (:data:`NODE_RULE`: their partition id is ``num-clients`` or more)."""
 
 
 def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, int]:
@@ -98,7 +106,7 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
         partition id, a malformed record count. The message is one line naming
         the node and the value.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout  # more nodes may be connected: NODE_RULE
     while len(nodes := sorted(grid.get_node_ids())) < num_clients:
         if time.monotonic() > deadline:
             raise DiscoveryError(
@@ -111,6 +119,7 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     node_of: dict[int, int] = {}
     records: dict[int, int] = {}
+    left_out: dict[int, int] = {}
     answered: set[int] = set()
     for reply in replies:
         node = reply.metadata.src_node_id
@@ -118,7 +127,10 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
             what = "a second reply" if node in answered else "a reply from a node not asked"
             raise DiscoveryError(f"discovery: {what} (node {node})")
         answered.add(node)
-        pid = partition_id_of(reply, num_clients)
+        pid = partition_id_of(reply)
+        if pid >= num_clients:  # NODE_RULE: connected, not one of this run's clients
+            left_out[pid] = node
+            continue
         if pid in node_of:
             raise DiscoveryError(
                 f"nodes {node_of[pid]} and {node} both report partition-id {pid}: "
@@ -129,20 +141,22 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
             records[pid] = held
     if len(node_of) != num_clients:
         missing = sorted(set(range(num_clients)) - set(node_of))[:10]
-        raise DiscoveryError(f"{len(node_of)} of {num_clients} clients answered "
-                             f"discovery; missing partition ids include {missing}")
-    return Discovered(node_of, records)
+        raise DiscoveryError(
+            f"{len(node_of)} of {num_clients} clients answered discovery; missing "
+            f"partition ids include {missing}" + (
+                f" (left out, partition-id >= num-clients: {sorted(left_out)})"
+                if left_out else ""))
+    return Discovered(node_of, records, left_out)
 
 
-def partition_id_of(reply: Message, num_clients: int) -> int:
-    """The ``partition-id`` a discovery reply reports, checked.
+def partition_id_of(reply: Message) -> int:
+    """The ``partition-id`` a discovery reply reports, checked (an int >= 0).
 
     Raises
     ------
     DiscoveryError
         An error reply, no ConfigRecord ``info``, or a ``partition-id`` that is
-        missing, not an int (bools and floats are refused) or not in
-        0..num_clients-1.
+        missing, not an int (bools and floats are refused) or negative.
     """
     node = reply.metadata.src_node_id
     if reply.has_error():
@@ -153,10 +167,9 @@ def partition_id_of(reply: Message, num_clients: int) -> int:
         raise DiscoveryError(f"node {node} answered discovery without a ConfigRecord "
                              f"'info' (records: {_names(content)})")
     pid = info.get("partition-id")
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < num_clients:
-        raise DiscoveryError(
-            f"node {node} reports partition-id = {pid!r}: must be an integer in "
-            f"0..{num_clients - 1} (num-clients = {num_clients})")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
+        raise DiscoveryError(f"node {node} reports partition-id = {pid!r}: must be an "
+                             "integer >= 0 (the run uses those in 0..num-clients - 1)")
     return pid
 
 
