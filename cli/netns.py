@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 import re
 import shutil
@@ -46,6 +47,7 @@ NETNS_RUN = Path("/run/netns")
 NETNS_ETC = Path("/etc/netns")
 CLONE_NEWNET = 0x40000000
 _TAG = re.compile(rf"^{PREFIX}(\d+)x(\d+)")
+_NETWORKS = itertools.count(1)
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
@@ -239,7 +241,8 @@ class Network:
         if reason:
             raise NetnsError(reason)
         remove_stale()
-        self.tag = own_tag()
+        k = next(_NETWORKS)  # a second network of this process gets names of its own
+        self.tag = own_tag() + (f"-{k}-" if k > 1 else "")
         self.domain = domain
         self.hosts: dict[str, Host] = {}
         self.switch = f"{self.tag}sw"
