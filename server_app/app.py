@@ -22,10 +22,12 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from server_app.config import RunConfig
+from server_app.config.profile import CALIBRATE_COMMAND
 from server_app.config.tasks import check_task, load_run_data
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
+from server_app.rounds.costs import CostModel
 from server_app.rounds.federation import assign_shards, discover
 from server_app.rounds.loop import RoundLoop
 from server_app.run.catalog import RunLog
@@ -99,6 +101,7 @@ class Prepared:
     folder: RunFolder
     catalog: RunLog
     evaluator: CentralEvaluator
+    costs: CostModel
 
     def connect(self, grid: Grid) -> RunContext:
         """Find the nodes on ``grid``; the run's context with its round loop."""
@@ -106,7 +109,7 @@ class Prepared:
         node_of = discover(grid, data.num_clients, timeout=cfg.training.round_timeout)
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
-                         samples=self.samples, link_rate_mbps=cfg.training.link_rate_mbps)
+                         samples=self.samples, costs=self.costs)
         shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
         return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
                           self.data_dir, self.samples, shards, node_of, self.notes,
@@ -153,8 +156,36 @@ def prepare(run_config) -> Prepared:
     RunContext.log(f"results: {folder.path}{' (resumed)' if catalog.resumed else ''}")
     evaluator = CentralEvaluator(cfg.task(), task, data.test_samples or None,
                                  cfg.training.device)
+    costs = cost_model(cfg, evaluator.num_classes, notes)
     return Prepared(cfg, data_dir, notes, samples, requests, noops, folder, catalog,
-                    evaluator)
+                    evaluator, costs)
+
+
+def cost_model(cfg: RunConfig, num_classes: int, notes: list[str]) -> CostModel:
+    """The run's prices: its task on its device profile (run-config ``device-profile``).
+
+    A task the profile lacks (a plug-in not calibrated) is priced by the
+    profile's per-parameter fallback; a note in ``notes`` (and the log) says so
+    and names the command that calibrates it.
+
+    Raises
+    ------
+    ConfigError
+        The profile cannot be read (one line naming ``device-profile``).
+    """
+    profile, task = cfg.training.profile(), cfg.task()
+    parameters = 0 if task.name in profile.tasks else sum(
+        p.numel() for p in task.model(num_classes).parameters())
+    costs = CostModel.of(profile, task.name, cfg.training.link_rate_mbps, parameters)
+    if costs.estimated:
+        note = (f"device-profile {profile.name!r} has no per-sample cost for task "
+                f"{task.name!r}: its modelled training time is estimated from its "
+                f"{parameters} parameters; measure it with {CALIBRATE_COMMAND} "
+                f"--tasks {cfg.data.task_spec} --out PROFILE.toml and pass "
+                "device-profile = PROFILE.toml")
+        notes.append(note)
+        RunContext.log(note)
+    return costs
 
 
 def finish(ctx: RunContext, summary: RunSummary) -> None:
