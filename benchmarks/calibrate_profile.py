@@ -162,7 +162,8 @@ def toml_profile(name: str, tasks: list[dict], server: dict, calibration: dict) 
         "# Written by benchmarks/calibrate_profile.py: measured, not edited by hand.",
         f"name = {_toml(name)}",
         'description = "One core of the machine named in [calibration], measured by '
-        'benchmarks/calibrate_profile.py (one thread, alone)"',
+        'benchmarks/calibrate_profile.py on one thread; load_average_* say how busy '
+        'the machine was"',
         "measured = true", "",
         "[calibration]",
         *(f"{k} = {_toml(v)}" for k, v in calibration.items()), "",
