@@ -15,7 +15,7 @@ way (``fisher_s_per_sample``). The server's costs are timed on NumPy arrays of t
 largest task's size: FedAvg's weighted step (``aggregate_s_per_param``, per
 parameter of each update, with FedEraser's calibration of each update), a model's
 copy into a message (``configure_s_per_param``) and an erasure decoding of coded
-slices (``decode_s_per_op``, per slice value x block).
+slices (``decode_s_per_op``, per slice value x block), each the best of seven.
 
 Run it alone (nothing else busy): it prints each number and the machine's load
 average before and after, and records the machine, command, commit, date and load
@@ -50,6 +50,7 @@ from task.tasks import BUILTIN_TASKS  # noqa: E402
 from task.train import fisher_preconditioner  # noqa: E402
 
 REPEATS = 3
+SERVER_REPEATS = 7  # memory-bound NumPy steps vary more on a shared machine
 
 
 def best_of(fn, repeats: int = REPEATS) -> float:
@@ -106,9 +107,9 @@ def time_server(parameters: int, updates: int = 10) -> dict:
         weighted_step(base, [calibrate(u, ups[0]) for u in ups], [1.0] * updates)
 
     aggregate()
-    aggregate_s = best_of(aggregate) / (parameters * updates)
-    configure_s = best_of(lambda: [base["w"].copy() for _ in range(updates)]) \
-        / (parameters * updates)
+    aggregate_s = best_of(aggregate, SERVER_REPEATS) / (parameters * updates)
+    configure_s = best_of(lambda: [base["w"].copy() for _ in range(updates)],
+                          SERVER_REPEATS) / (parameters * updates)
     decode_s = time_decode()
     print(f"server: {aggregate_s * 1e9:.3f} ns/param aggregate, {configure_s * 1e9:.3f} "
           f"ns/param configure, {decode_s * 1e9:.3f} ns/op decode", flush=True)
@@ -123,8 +124,8 @@ def time_decode(k: int = 8, block_len: int = 20_000) -> float:
     omegas = np.arange(1, k + 1, dtype=np.int64)
     alphas = np.arange(k + 1, 3 * k + 1, dtype=np.int64)
     decode_erasures(slices, alphas[:k], omegas)  # warm-up (compilation)
-    return best_of(lambda: decode_erasures(slices, alphas[:k], omegas)) / (
-        slices.size * k)
+    return best_of(lambda: decode_erasures(slices, alphas[:k], omegas),
+                   SERVER_REPEATS) / (slices.size * k)
 
 
 def git_commit() -> str:
@@ -213,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__, "threads": 1, "batch_size": args.batch_size,
         "timed_batches": args.batches, "warmup_batches": args.warmup,
-        "repeats": REPEATS, "load_average_before": [round(x, 2) for x in load_before],
+        "repeats": REPEATS, "server_repeats": SERVER_REPEATS,
+        "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after]}
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
           f"({os.cpu_count()} cores)", flush=True)
