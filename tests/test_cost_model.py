@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,45 @@ def test_modelled_times_do_not_move_with_the_machines_load(run_server):
         profile.tasks["mnist"].train_s_per_sample
     se = busy["frameworks"]["SE"]["wall_breakdown"]
     assert se["retrieval_s"] > 0  # coded: the slices' transfer and decoding, modelled
+
+
+# ---- the calibration benchmark writes a profile the runs read ------------------------
+def _calibrate_module():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import calibrate_profile
+
+    return calibrate_profile
+
+
+def test_the_calibration_benchmark_writes_a_profile_runs_can_use(tmp_path):
+    bench = _calibrate_module()
+    tasks = [{"name": "a", "spec": "pkg.a:task", "train_s_per_sample": 1e-4,
+              "fisher_s_per_sample": 1e-3, "parameters": 1000},
+             {"name": "b", "spec": "pkg.b:task", "train_s_per_sample": 4e-4,
+              "fisher_s_per_sample": 2e-3, "parameters": 2000}]
+    server = {"configure_s_per_param": 1e-10, "aggregate_s_per_param": 2e-9,
+              "decode_s_per_op": 3e-9}
+    out = tmp_path / "mine.toml"
+    out.write_text(bench.toml_profile("mine", tasks, server, {
+        "machine": 'a "quoted" CPU', "command": "python x", "commit": "abc",
+        "load_average_before": [0.1, 0.2, 0.3]}))
+    profile = load_profile(str(out))
+    assert profile.name == "mine" and profile.measured
+    assert profile.tasks["b"] == TaskCost(4e-4, 2e-3)
+    assert profile.server == server
+    assert profile.calibration["machine"] == 'a "quoted" CPU'
+    assert profile.fallback["train_s_per_param_sample"] == pytest.approx(2e-7)
+
+
+@pytest.mark.slow
+def test_the_calibration_benchmark_times_a_plugin_task(tmp_path):
+    out = tmp_path / "digits.toml"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate_profile.py"
+    subprocess.run([sys.executable, str(script), "--tasks",
+                    "examples.digits:task", "--batches", "2", "--warmup", "1",
+                    "--name", "digits-here", "--out", str(out)], check=True,
+                   capture_output=True, timeout=300)
+    profile = load_profile(str(out))
+    cost, estimated = profile.task_cost("digits", 0)
+    assert not estimated and cost.train_s_per_sample > 0 and cost.fisher_s_per_sample > 0
+    assert "examples.digits:task" in profile.calibration["command"]
