@@ -216,3 +216,14 @@ def test_the_calibration_benchmark_times_a_plugin_task(tmp_path):
     cost, estimated = profile.task_cost("digits", 0)
     assert not estimated and cost.train_s_per_sample > 0 and cost.fisher_s_per_sample > 0
     assert "examples.digits:task" in profile.calibration["command"]
+
+
+def test_the_command_hands_the_serverapp_a_profile_path_resolved(tmp_path, monkeypatch):
+    from cli import config
+    from cli.simulation import absolute_paths
+
+    monkeypatch.chdir(tmp_path)
+    merged = config.resolve(None, ["device-profile='mine.toml'"])
+    assert absolute_paths(merged).config["device-profile"] == str(tmp_path / "mine.toml")
+    named = config.resolve(None, ["device-profile='phone-slow'"])
+    assert absolute_paths(named).config["device-profile"] == "phone-slow"
