@@ -113,13 +113,17 @@ def run_folder_paths(merged: config.Merged) -> config.Merged:
 
 
 def absolute_paths(merged: config.Merged) -> config.Merged:
-    """``data-dir`` and ``results-dir`` made absolute against the current folder.
+    """``data-dir``, ``results-dir`` and a profile file made absolute here.
 
     The ServerApp runs in another working directory, so a relative path given
-    here must reach it resolved.
+    here must reach it resolved (``device-profile``: when it names a ``.toml``
+    file, not a shipped profile).
     """
     fixed = {key: str(Path(str(merged.config[key])).expanduser().resolve())
              for key in ("data-dir", "results-dir") if merged.config.get(key)}
+    profile = str(merged.config.get("device-profile") or "")
+    if profile.endswith(".toml"):
+        fixed["device-profile"] = str(Path(profile).expanduser().resolve())
     return config.Merged({**merged.config, **fixed}, {**merged.overrides, **fixed})
 
 

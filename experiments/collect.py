@@ -37,7 +37,8 @@ COLUMNS = [
     "clients_per_round", "num_rounds", "local_epochs", "retrain_ratio",
     "client_samples", "storage", "request_mode", "request_distribution",
     "num_requests", "requests", "framework", "metric", "accuracy", "loss",
-    "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "client_epochs",
+    "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "measured_train_s",
+    "measured_wall_s", "device_profile", "client_epochs",
     "client_rounds", "comm_time_s", "calibration_interval", "calibration_final",
     "replay_refill", "recovery_refill", "recovery_estimates", "rounds_to_target",
     "target_compute_s", "target_modelled_wall_s", "rounds_replayed",
@@ -61,7 +62,8 @@ _CONFIG_COLUMNS = {
     "recovery_refill": "recovery-refill", "recovery_estimates": "recovery-estimates",
 }
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
-            "rounds_to_target", "rounds_replayed", "client_epochs", "client_rounds",
+            "measured_train_s", "measured_wall_s", "rounds_to_target", "rounds_replayed",
+            "client_epochs", "client_rounds",
             "comm_time_s", "server_storage_bytes", "mia_f1", "mia_precision",
             "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
             "mia_lira_signal", "backdoor_asr",
@@ -82,7 +84,9 @@ def summary_rows(experiment: str, run: str, summary: RunSummary, wall_s: float |
             "requests": json.dumps(summary.unlearning.requests
                                    if summary.unlearning else []),
             "learning_compute_s": summary.learning.compute_s,
-            "learning_wall_s": summary.learning.wall_time_s}
+            "learning_wall_s": summary.learning.wall_time_s,
+            # the profile that priced modelled_wall_s (None: made before the cost model)
+            "device_profile": (summary.cost_model or {}).get("profile")}
     base.update({col: cfg.get(key) for col, key in _CONFIG_COLUMNS.items()})
     if cfg.get("task"):  # a plug-in task (or a built-in named by task): its name
         base["dataset"] = cfg["task"]

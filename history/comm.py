@@ -11,8 +11,9 @@ BASE_DELAY_S = 0.1
 """Fixed cost of one transfer, seconds."""
 
 
-def transfer_seconds(nbytes: int, link_rate_mbps: float) -> float:
-    """Modelled time of one transfer: 0.1 s + bits / (rate in Mbit/s * 1e6).
+def transfer_seconds(nbytes: int, link_rate_mbps: float,
+                     base_delay_s: float = BASE_DELAY_S) -> float:
+    """Modelled time of one transfer: base delay + bits / (rate in Mbit/s * 1e6).
 
     Parameters
     ----------
@@ -20,10 +21,13 @@ def transfer_seconds(nbytes: int, link_rate_mbps: float) -> float:
         Bytes carried by the transfer.
     link_rate_mbps : float
         Link rate, Mbit/s (> 0).
+    base_delay_s : float
+        Fixed seconds of a transfer (default: the paper's 0.1 s; a device
+        profile may set its own, :mod:`server_app.config.profile`).
 
     Returns
     -------
     float
         Seconds.
     """
-    return BASE_DELAY_S + 8.0 * nbytes / (link_rate_mbps * 1e6)
+    return base_delay_s + 8.0 * nbytes / (link_rate_mbps * 1e6)

@@ -23,11 +23,13 @@ from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from server_app.config import RunConfig
+from server_app.config.profile import CALIBRATE_COMMAND
 from server_app.config.tasks import check_task, load_run_data
 from server_app.config.values import bad
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.preflight import check_partition, check_stored, validate_run_config
+from server_app.rounds.costs import CostModel
 from server_app.rounds.engine import Engine, TrainedNodes, engine_of
 from server_app.rounds.federation import (
     NODE_RULE,
@@ -112,6 +114,7 @@ class Prepared:
     folder: RunFolder
     catalog: RunLog
     evaluator: CentralEvaluator
+    costs: CostModel
 
     def connect(self, grid: Grid, engine: Engine | None = None) -> RunContext:
         """Find the nodes on ``grid``; the run's context with its round loop.
@@ -141,7 +144,7 @@ class Prepared:
             check_own_records(cfg, samples)
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
-                         samples=samples, link_rate_mbps=cfg.training.link_rate_mbps)
+                         samples=samples, costs=self.costs)
         shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
         engine = engine or engine_of(grid)
         self.catalog.record_once("engine", json.dumps(engine.to_json()))  # the run's
@@ -221,8 +224,36 @@ def prepare(run_config) -> Prepared:
     RunContext.log(f"results: {folder.path}{' (resumed)' if catalog.resumed else ''}")
     evaluator = CentralEvaluator(cfg.task(), task, data.test_samples or None,
                                  cfg.training.device)
+    costs = cost_model(cfg, evaluator.num_classes, notes)
     return Prepared(cfg, data_dir, notes, samples, requests, noops, folder, catalog,
-                    evaluator)
+                    evaluator, costs)
+
+
+def cost_model(cfg: RunConfig, num_classes: int, notes: list[str]) -> CostModel:
+    """The run's prices: its task on its device profile (run-config ``device-profile``).
+
+    A task the profile lacks (a plug-in not calibrated) is priced by the
+    profile's per-parameter fallback; a note in ``notes`` (and the log) says so
+    and names the command that calibrates it.
+
+    Raises
+    ------
+    ConfigError
+        The profile cannot be read (one line naming ``device-profile``).
+    """
+    profile, task = cfg.training.profile(), cfg.task()
+    parameters = 0 if task.name in profile.tasks else sum(
+        p.numel() for p in task.model(num_classes).parameters())
+    costs = CostModel.of(profile, task.name, cfg.training.link_rate_mbps, parameters)
+    if costs.estimated:
+        note = (f"device-profile {profile.name!r} has no per-sample cost for task "
+                f"{task.name!r}: its modelled training time is estimated from its "
+                f"{parameters} parameters; measure it with {CALIBRATE_COMMAND} "
+                f"--tasks {cfg.data.task_spec} --out PROFILE.toml and pass "
+                "device-profile = PROFILE.toml")
+        notes.append(note)
+        RunContext.log(note)
+    return costs
 
 
 def finish(ctx: RunContext, summary: RunSummary) -> None:

@@ -8,6 +8,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, Re
 from history.comm import transfer_seconds
 from history.files import read_arrays
 from history.store import HistoryStore
+from server_app.config.profile import TaskCost
+from server_app.rounds.costs import CostModel
 from server_app.rounds.loop import CostMeter, RoundOutcome
 from server_app.unlearning.frameworks import rebuild_shard_model
 from server_app.unlearning.target import TargetWatch
@@ -27,35 +29,54 @@ def _sent(node):
 
 
 def _reply(sent, seconds):
+    """A reply that trained ``10 x seconds`` samples for one epoch in ``seconds``."""
     reply = Message(RecordDict({"arrays": _arrays(), "metrics": MetricRecord(
-        {"train-seconds": seconds, "local-epochs": 1.0})}), reply_to=sent)
+        {"train-seconds": seconds, "local-epochs": 1.0,
+         "num-examples": int(round(10 * seconds))})}), reply_to=sent)
     reply.metadata.__dict__["_src_node_id"] = sent.metadata.dst_node_id
     return reply
+
+
+# 0.1 s a sample: each reply's modelled training equals its measured seconds
+COSTS = CostModel(TaskCost(0.1, 0.0), link_rate_mbps=10.0, configure_s_per_param=1e-6,
+                  aggregate_s_per_param=2e-6)
 
 
 def test_modelled_wall_is_the_slowest_participant_plus_its_transfers():
     sent = [_sent(n) for n in (1, 2, 3)]
     by_shard = [[_reply(sent[0], 1.0), _reply(sent[1], 3.0)], [_reply(sent[2], 2.0)]]
     assert [r.metadata.src_node_id for s in by_shard for r in s] == [1, 2, 3]
-    meter = CostMeter(link_rate_mbps=10.0)
-    meter.on_round(RoundOutcome(1, sent, by_shard, [], [], 0.5, 0.0))
-    meter.on_round(RoundOutcome(2, [], [[], []], [], [], 0.25, 0.0))  # preparation
+    meter = CostMeter(COSTS)
+    models = [_arrays(), _arrays()]
+    meter.on_round(RoundOutcome(1, sent, by_shard, models, models, 0.5, 0.0,
+                                sent_by_shard=[2, 1]))
+    meter.on_round(RoundOutcome(2, [], [[], []], models, models, 0.25, 0.0))  # preparation
     one = transfer_seconds(_arrays().count_bytes(), 10.0)
-    assert meter.modelled_wall_s == pytest.approx(0.5 + 3.0 + 2 * one + 0.25)
+    server = 2 * 1000 * 1e-6 + 2 * 1000 * 2e-6  # shard 0: 2 models sent, 2 combined
+    assert meter.modelled_wall_s == pytest.approx(3.0 + 2 * one + server)
+    # the measured seconds, beside it: the server's clock instead of its sizes
+    assert meter.measured_wall_s == pytest.approx(0.5 + 3.0 + 2 * one + 0.25)
     assert meter.compute_s == pytest.approx(6.0 + 0.75)  # the sum, for contrast
+    assert meter.measured_train_s == pytest.approx(6.0)
 
 
 def test_modelled_wall_splits_along_the_critical_path():
     """Issue 42, item 2: training, transfers, configure and aggregate seconds."""
     sent = [_sent(n) for n in (1, 2, 3)]
     by_shard = [[_reply(sent[0], 1.0), _reply(sent[1], 3.0)], [_reply(sent[2], 2.0)]]
-    meter = CostMeter(link_rate_mbps=10.0)
-    meter.on_round(RoundOutcome(1, sent, by_shard, [], [], 0.5, 0.0, aggregate_s=0.2))
-    meter.on_round(RoundOutcome(2, [], [[], []], [], [], 0.25, 0.0, aggregate_s=0.05))
+    meter = CostMeter(COSTS)
+    models = [_arrays(), _arrays()]
+    meter.on_round(RoundOutcome(1, sent, by_shard, models, models, 0.5, 0.0,
+                                aggregate_s=0.2, sent_by_shard=[2, 1]))
+    # SE's preparation: no message; shard 1 combined 3 stored updates
+    meter.on_round(RoundOutcome(2, [], [[], []], models, models, 0.25, 0.0,
+                                aggregate_s=0.05,
+                                metrics=MetricRecord({"shard1/clients": 3})))
     one = transfer_seconds(_arrays().count_bytes(), 10.0)
     assert meter.wall_parts == pytest.approx({
-        "client_training_s": 3.0, "transfer_s": 2 * one, "server_configure_s": 0.3 + 0.2,
-        "server_aggregate_s": 0.25, "retrieval_s": 0.0})
+        "client_training_s": 3.0, "transfer_s": 2 * one,
+        "server_configure_s": 2 * 1000 * 1e-6,
+        "server_aggregate_s": (2 + 3) * 1000 * 2e-6, "retrieval_s": 0.0})
     assert sum(meter.wall_parts.values()) == pytest.approx(meter.modelled_wall_s)
 
 

@@ -185,7 +185,9 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         -------
         dict or None
             None if nothing was fetched; else ``shards``, ``bytes``,
-            ``transfers``, ``comm_time_s``, ``decode_s``, ``wall_s``, and per
+            ``transfers``, ``comm_time_s``, ``decode_s`` (measured seconds),
+            ``decode_ops`` (the decoding's multiply-adds: slice values used x
+            blocks decoded, what the cost model prices), ``wall_s``, and per
             shard the counts of ``absent``, ``refused``, ``silent``,
             ``tag_failures``, ``malformed``, ``damaged`` (acknowledged slices
             whose file the client reports damaged), ``lost`` (acknowledged,
@@ -199,7 +201,8 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         if not pending:
             return None
         total = {key: sum(p[key] for p in pending)
-                 for key in ("bytes", "transfers", "comm_time_s", "decode_s", "wall_s")}
+                 for key in ("bytes", "transfers", "comm_time_s", "decode_s", "wall_s",
+                             "decode_ops")}
         return {**total, "shards": pending}
 
     def retrievals(self) -> list[dict]:
@@ -266,7 +269,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
                  "absent": len(holders) - len(reachable), "refused": 0,
                  "silent": 0, "tag_failures": 0, "malformed": 0, "corrected": 0,
                  "damaged": 0, "lost": 0, "losses": [],
-                 "bytes": 0, "transfers": 0, "comm_time_s": 0.0}
+                 "bytes": 0, "transfers": 0, "comm_time_s": 0.0, "decode_ops": 0}
         self._acked = self.acked_rounds()
         self._stale = self.stale_holders(shard)
         received: dict[int, dict[int, np.ndarray]] = {r: {} for r in rounds}
@@ -387,6 +390,7 @@ class CodedHistory(CodedCatalog, TrainingHistory):
             pids = pids[:self.k]
         y = np.stack([got[p] for p in pids]).astype(np.int64)
         alphas = self.alphas[pids]
+        stats["decode_ops"] += int(y.size) * len(self.omegas)
         if self.verify_tags:
             blocks = decode_erasures(y, alphas, self.omegas)
         else:

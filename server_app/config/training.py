@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from server_app.config.data import DataConfig
+from server_app.config.profile import DeviceProfile, ProfileError, load_profile
 from server_app.config.section import Section
 from server_app.config.values import MAX_LR, MAX_SERVER_LR, ConfigError, bad
 from strategies.factory import SERVER_DEFAULTS
@@ -56,7 +57,12 @@ class TrainingConfig(Section):
     round_timeout : float
         Seconds to wait for a round's replies.
     link_rate_mbps : float
-        Link rate of the communication model (Mbit/s).
+        Link rate of the communication model (Mbit/s); a device profile with
+        its own link rate replaces it in the modelled times.
+    device_profile : str
+        The device profile pricing the modelled times
+        (:mod:`server_app.config.profile`): ``""`` (the calibrated
+        ``cpu-core``), a shipped profile's name, or a profile file's path.
     device : str
         Where local training, central evaluation and the audit run: ``auto``
         (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N`` (:mod:`task.device`);
@@ -80,6 +86,7 @@ class TrainingConfig(Section):
     server_momentum: float = -1.0  # -1: the shard strategy's own
     round_timeout: float = 600.0
     link_rate_mbps: float = 100.0
+    device_profile: str = ""
     device: str = "auto"
     client_gpus: float = 0.0
 
@@ -95,6 +102,20 @@ class TrainingConfig(Section):
             check_device(self.device)
         except ValueError as err:  # one line naming 'device'
             raise ConfigError(str(err)) from None
+        self.profile()
+
+    def profile(self) -> DeviceProfile:
+        """The run's device profile (:func:`server_app.config.profile.load_profile`).
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``device-profile``, its value and what is allowed.
+        """
+        try:
+            return load_profile(self.device_profile)
+        except ProfileError as err:
+            raise bad("device-profile", self.device_profile, str(err)) from None
 
     def _validate_topology(self, num_clients: int) -> None:
         if self.num_shards > num_clients:

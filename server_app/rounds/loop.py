@@ -3,26 +3,28 @@
 One round: the strategy configures its messages, the grid delivers them, replies
 are screened (:mod:`server_app.rounds.screening`), the strategy aggregates the accepted
 ones, and the round's outcome goes to each observer once: the history recorder
-(learning), the cost meter (compute seconds, client-epochs, modelled transfer
-time) and the evaluator. The shard models stay packed in one ``ArrayRecord``
+(learning), the cost meter (modelled times from the run's cost model,
+:mod:`server_app.rounds.costs`, beside the measured seconds; client-epochs) and
+the evaluator. The shard models stay packed in one ``ArrayRecord``
 between rounds; each round unpacks them once for the observers.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Protocol
 
-from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from history.comm import transfer_seconds
+from server_app.rounds.costs import CostModel
 from server_app.rounds.screening import MAX_TRAIN_SECONDS, FaultLog, ReplyLimits, screen
-from strategies.sharded import ShardedStrategy, pack_shards, unpack_shards
+from strategies.sharded import ShardedStrategy, pack_shards, shard_prefix, unpack_shards
 
 WALL_PARTS = ("client_training_s", "transfer_s", "server_configure_s",
               "server_aggregate_s", "retrieval_s")
@@ -53,6 +55,11 @@ class RoundOutcome:
     aggregate_s : float
         The part of ``server_s`` spent aggregating (SE: calibrating); the rest
         was spent configuring (sampling, SE: reading the stored history).
+    metrics : MetricRecord or None
+        What the strategy's aggregation returned (``shard<s>/clients``: updates
+        a shard combined, where its strategy says).
+    sent_by_shard : list[int]
+        Models sent to each shard's clients (empty: not split by shard).
     """
 
     rnd: int
@@ -64,6 +71,8 @@ class RoundOutcome:
     started: float
     warnings: list[str] = field(default_factory=list)
     aggregate_s: float = 0.0
+    metrics: MetricRecord | None = None
+    sent_by_shard: list[int] = field(default_factory=list)
 
     @property
     def participants(self) -> int:
@@ -80,16 +89,32 @@ class RoundObserver(Protocol):
 
 @dataclass
 class CostMeter:
-    """Costs of a run of rounds: compute, client-epochs and modelled transfers.
+    """Costs of a run of rounds: modelled times, measured seconds, client-epochs.
+
+    Modelled times come from :attr:`costs` (:class:`server_app.rounds.costs.CostModel`:
+    samples, epochs, bytes and sizes priced by the run's device profile), so they
+    are the same whatever the machine's load; measured seconds are this
+    machine's clock, kept beside them.
 
     Attributes
     ----------
-    link_rate_mbps : float
-        Link rate of the communication model (:func:`history.comm.transfer_seconds`).
+    costs : CostModel
+        The run's prices (default: transfers only, every compute price 0).
+    partition_of : Mapping[int, int]
+        Node id -> partition id (a client's straggler draw; a node not listed
+        is drawn by its node id).
     compute_s : float
-        Clients' training seconds plus the server's configure / aggregate seconds.
+        Measured on this machine: clients' training seconds plus the server's
+        configure / aggregate seconds.
     server_s : float
-        The server's part of ``compute_s``.
+        The server's part of ``compute_s`` (measured).
+    measured_train_s : float
+        The clients' part of ``compute_s``: their replies' ``train-seconds``.
+    measured_wall_s : float
+        :meth:`round_wall_s`'s critical path with measured seconds instead of
+        modelled ones (the slowest reply's ``train-seconds`` + its modelled
+        transfers + the server's measured seconds), summed over rounds: what
+        ``modelled_wall_s`` was before the cost model, on this machine.
     client_epochs : float
         Local epochs reported by the accepted replies.
     transfers : int
@@ -103,7 +128,7 @@ class CostMeter:
         alone: SE's preparation round, SE-R's estimated rounds, unless a
         ``replay-refill`` / ``recovery-refill`` substitute trains there).
     shard_compute_s : dict[int, float]
-        Clients' training seconds per shard.
+        Clients' measured training seconds per shard.
     contacted : list[int]
         Node ids messaged, in order (for isolation checks).
     warnings : list[str]
@@ -111,7 +136,7 @@ class CostMeter:
     accepted : int
         Client replies accepted (screened and aggregated) over all rounds.
     wall_s : float
-        Wall seconds, set by whoever drives the rounds.
+        Wall seconds, set by whoever drives the rounds (measured).
     modelled_wall_s : float
         Modelled wall time of a real federation (:meth:`round_wall_s`, summed
         over rounds): clients train in parallel, shards in parallel, each
@@ -119,14 +144,17 @@ class CostMeter:
     wall_parts : dict[str, float]
         ``modelled_wall_s`` split along each round's critical path, in seconds:
         ``client_training_s`` and ``transfer_s`` of the slowest participant,
-        ``server_configure_s`` (sampling, reading stored history) and
-        ``server_aggregate_s`` (aggregation, calibration); a coded retrieval
-        adds ``retrieval_s``. The parts sum to ``modelled_wall_s``.
+        ``server_configure_s`` (models sent) and ``server_aggregate_s`` (updates
+        combined: aggregation, calibration, estimation); a coded retrieval adds
+        ``retrieval_s``. The parts sum to ``modelled_wall_s``.
     """
 
-    link_rate_mbps: float = 100.0
+    costs: CostModel = field(default_factory=CostModel)
+    partition_of: Mapping[int, int] = field(default_factory=dict)
     compute_s: float = 0.0
     server_s: float = 0.0
+    measured_train_s: float = 0.0
+    measured_wall_s: float = 0.0
     client_epochs: float = 0.0
     transfers: int = 0
     comm_time_s: float = 0.0
@@ -142,13 +170,12 @@ class CostMeter:
         WALL_PARTS, 0.0))
 
     def on_round(self, outcome: RoundOutcome) -> None:
-        """Add the round's sent models, accepted replies and server seconds."""
-        self.modelled_wall_s += self.round_wall_s(outcome)
-        train, up, down = self._critical_path(outcome)
-        for key, seconds in (("client_training_s", train), ("transfer_s", up + down),
-                             ("server_configure_s", outcome.server_s - outcome.aggregate_s),
-                             ("server_aggregate_s", outcome.aggregate_s)):
+        """Add the round's modelled parts, sent models, accepted replies, seconds."""
+        parts = self.round_parts(outcome)
+        self.modelled_wall_s += sum(parts.values())
+        for key, seconds in parts.items():
             self.wall_parts[key] += seconds
+        self.measured_wall_s += self._measured_wall_s(outcome)
         for message in outcome.messages:
             self.contacted.append(message.metadata.dst_node_id)
             self._transfer(message.content["arrays"])
@@ -158,6 +185,7 @@ class CostMeter:
                 metrics = reply.content["metrics"]
                 seconds = float(metrics["train-seconds"])
                 self.compute_s += seconds
+                self.measured_train_s += seconds
                 self.shard_compute_s[s] = self.shard_compute_s.get(s, 0.0) + seconds
                 self.client_epochs += float(metrics.get("local-epochs", 0.0))
                 self._transfer(reply.content["arrays"])
@@ -170,39 +198,97 @@ class CostMeter:
     def round_wall_s(self, outcome: RoundOutcome) -> float:
         """Modelled wall seconds of one round in a real federation.
 
-        ``server_s + max over accepted replies m of (down_m + train_m + up_m)``,
-        where ``train_m`` is the reply's ``train-seconds``, ``down_m`` the
-        modelled transfer (:func:`history.comm.transfer_seconds`) of the model
-        sent to m and ``up_m`` that of m's reply. Clients of a shard train in
-        parallel and shards run in parallel, so the round lasts as long as its
-        slowest participant, plus the server's measured configure / aggregate
-        seconds. A round that contacts no client (SE's preparation without
-        refilled slots) costs its
-        server seconds only; clients that did not answer are not waited for
-        (the timeout is not counted).
+        ``max over accepted replies m of (down_m + train_m + up_m)`` + the
+        slowest shard server's configure seconds + the slowest shard server's
+        aggregate seconds (:meth:`round_parts`), where ``train_m`` is
+        :meth:`CostModel.train_s` of m's samples (``num-examples``) and local
+        epochs (``local-epochs``), ``down_m`` / ``up_m`` the modelled transfers
+        of the model sent to m and of m's reply. Clients of a shard train in
+        parallel and shards (each its own server) run in parallel. A round that
+        contacts no client (SE's preparation without refilled slots) costs its
+        server work only; clients that did not answer are not waited for.
         """
-        train, up, down = self._critical_path(outcome)
-        return outcome.server_s + (train + up + down)
+        return sum(self.round_parts(outcome).values())
 
-    def _critical_path(self, outcome: RoundOutcome) -> tuple[float, float, float]:
-        """(training, upload, download) seconds of the slowest accepted participant."""
-        sent = {m.metadata.dst_node_id: m.content["arrays"].count_bytes()
-                for m in outcome.messages}
-        slowest, longest = (0.0, 0.0, 0.0), 0.0
+    def round_parts(self, outcome: RoundOutcome) -> dict[str, float]:
+        """The round's modelled seconds by :data:`WALL_PARTS` key (no retrieval)."""
+        train, up, down = self._critical_path(outcome)
+        params = _parameters(outcome)
+        sent = outcome.sent_by_shard or [len(outcome.messages)]
+        combined = [_updates_combined(outcome, s) for s in range(len(outcome.by_shard))]
+        return {"client_training_s": train, "transfer_s": up + down,
+                "server_configure_s": max((self.costs.configure_s(n, params)
+                                           for n in sent), default=0.0),
+                "server_aggregate_s": max((self.costs.aggregate_s(n, params)
+                                           for n in combined), default=0.0)}
+
+    def _paths(self, outcome: RoundOutcome):
+        """(modelled training, measured training, upload, download) of each reply."""
+        sent = {m.metadata.dst_node_id: m for m in outcome.messages}
         for replies in outcome.by_shard:
             for reply in replies:
-                down = sent.get(reply.metadata.src_node_id, 0)
-                path = (float(reply.content["metrics"]["train-seconds"]),
-                        transfer_seconds(reply.content["arrays"].count_bytes(),
-                                         self.link_rate_mbps),
-                        transfer_seconds(down, self.link_rate_mbps) if down else 0.0)
-                if path[0] + path[1] + path[2] > longest:
-                    slowest, longest = path, path[0] + path[1] + path[2]
+                node = reply.metadata.src_node_id
+                message = sent.get(node)
+                metrics = reply.content["metrics"]
+                down = self.costs.transfer_s(message.content["arrays"].count_bytes()) \
+                    if message is not None else 0.0
+                modelled = self.costs.train_s(
+                    self.partition_of.get(node, node),
+                    float(metrics.get("num-examples", 0)),
+                    float(metrics.get("local-epochs", 0.0)), _fisher_samples(message))
+                yield (modelled, float(metrics["train-seconds"]),
+                       self.costs.transfer_s(reply.content["arrays"].count_bytes()), down)
+
+    def _critical_path(self, outcome: RoundOutcome) -> tuple[float, float, float]:
+        """(training, upload, download) modelled seconds of the slowest participant."""
+        slowest, longest = (0.0, 0.0, 0.0), 0.0
+        for train, _, up, down in self._paths(outcome):
+            if train + up + down > longest:
+                slowest, longest = (train, up, down), train + up + down
         return slowest
+
+    def _measured_wall_s(self, outcome: RoundOutcome) -> float:
+        """The round's critical path with measured training and server seconds."""
+        return outcome.server_s + max((measured + up + down for _, measured, up, down
+                                       in self._paths(outcome)), default=0.0)
 
     def _transfer(self, arrays: ArrayRecord) -> None:
         self.transfers += 1
-        self.comm_time_s += transfer_seconds(arrays.count_bytes(), self.link_rate_mbps)
+        self.comm_time_s += self.costs.transfer_s(arrays.count_bytes())
+
+
+def _parameters(outcome: RoundOutcome) -> int:
+    """Parameters of one shard's model (the model before the round, else one sent)."""
+    record = outcome.before[0] if outcome.before else (
+        outcome.messages[0].content["arrays"] if outcome.messages else None)
+    if record is None:
+        return 0
+    return sum(int(math.prod(array.shape)) for array in record.values())
+
+
+def _updates_combined(outcome: RoundOutcome, shard: int) -> int:
+    """Updates shard ``shard``'s server combined this round.
+
+    A strategy that reads stored updates reports how many it combined as its
+    ``clients`` metric (SE, FE: the stored and retrained updates; SE-R, FRec:
+    the estimated and exact ones); otherwise the shard's accepted replies.
+    """
+    reported = outcome.metrics.get(f"{shard_prefix(shard)}clients") \
+        if outcome.metrics else None
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool) \
+            and math.isfinite(reported) and reported >= 0:
+        return int(reported)
+    return len(outcome.by_shard[shard])
+
+
+def _fisher_samples(message: Message | None) -> int:
+    """Per-sample gradients of a Fisher estimate the message asks for (0: none)."""
+    if message is None or "config" not in message.content:
+        return 0
+    config = message.content["config"]
+    if config.get("precondition") != "fisher":
+        return 0
+    return int(config.get("fisher-samples", 0))
 
 
 @dataclass
@@ -226,8 +312,9 @@ class RoundLoop:
         Node id -> partition id (readable fault entries).
     samples : Mapping[int, int]
         Partition id -> samples the client holds (bounds ``num-examples``).
-    link_rate_mbps : float
-        Link rate of the communication model (:class:`CostMeter`).
+    costs : CostModel
+        The run's prices of modelled time (:class:`CostMeter`; default:
+        transfers only at 100 Mbit/s, for tests of the loop).
     """
 
     grid: Grid
@@ -235,7 +322,11 @@ class RoundLoop:
     faults: FaultLog = field(default_factory=FaultLog)
     partition_of: Mapping[int, int] = field(default_factory=dict)
     samples: Mapping[int, int] = field(default_factory=dict)
-    link_rate_mbps: float = 100.0
+    costs: CostModel = field(default_factory=CostModel)
+
+    def meter(self) -> CostMeter:
+        """A fresh :class:`CostMeter` with the run's prices and node map."""
+        return CostMeter(self.costs, self.partition_of)
 
     def run(self, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
             num_rounds: int, config: ConfigRecord, *, label: str = "round",
@@ -250,7 +341,7 @@ class RoundLoop:
         None: unbounded). See :func:`run_rounds` for the other parameters.
         """
         limits = ReplyLimits(self.samples, self.timeout or MAX_TRAIN_SECONDS, max_update)
-        meter = meter if meter is not None else CostMeter(self.link_rate_mbps)
+        meter = meter if meter is not None else self.meter()
         t_start = time.perf_counter()
         models = run_rounds(self.grid, strategy, initial, num_rounds, config,
                             timeout=self.timeout, faults=self.faults, label=label,
@@ -319,18 +410,28 @@ def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRec
         for warning in warnings:
             log(WARNING, "%s", warning)
         t0 = time.perf_counter()
-        aggregated, _ = strategy.aggregate_train(rnd, accepted)
+        aggregated, metrics = strategy.aggregate_train(rnd, accepted)
         aggregate_s = time.perf_counter() - t0
         server_s += aggregate_s
         if aggregated is not None:
             arrays = aggregated
         new = unpack_shards(arrays, strategy.num_shards)
         outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted), models,
-                               new, server_s, started, warnings, aggregate_s)
+                               new, server_s, started, warnings, aggregate_s, metrics,
+                               _sent_by_shard(strategy, messages))
         for observer in observers:
             observer.on_round(outcome)
         models = new
     return models
+
+
+def _sent_by_shard(strategy: ShardedStrategy, messages: Sequence[Message]) -> list[int]:
+    """Models sent to each shard's nodes this round."""
+    sent = [0] * strategy.num_shards
+    shard_of = getattr(strategy, "node_shard", {})
+    for message in messages:
+        sent[shard_of.get(message.metadata.dst_node_id, 0)] += 1
+    return sent
 
 
 def shard_warnings(strategy: ShardedStrategy, messages: Sequence[Message],

@@ -104,7 +104,8 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
                      "staged run (not staged yet)")
     return RunSummary(config=cfg.as_dict(), data_dir=ctx.data_dir,
                       shards=run.federation.shards, shard_strategy=strategy,
-                      notes=notes, learning=None, data=data, task=task.describe())
+                      notes=notes, learning=None, data=data, task=task.describe(),
+                      cost_model=ctx.loop.costs.describe())
 
 
 def _run_one_stage(run: RunState, summary: RunSummary) -> None:

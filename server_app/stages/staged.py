@@ -42,7 +42,7 @@ def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Memb
     cfg = ctx.cfg
     models = [ctx.initial_model()] * len(baseline.shards)
     loop = erasing_loop(ctx.loop, erasure)
-    total = CostMeter(loop.link_rate_mbps)
+    total = loop.meter()
     for member in members:
         present = [p for p in member.present if p not in forgotten]
         strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of,

@@ -17,17 +17,22 @@ clients' slices: its modelled transfer time, decoding seconds and wall seconds
 are added to SE's ``comm_time_s``, ``compute_s`` and ``wall_s`` and reported per
 request under ``slice_retrieval``.
 
-Two time measures (the paper does not define its own): ``retrain_compute_s`` sums
-every client's training seconds (so the paper's SE / FR is about 1 / (S r)
-whatever the data; refilled slots add L-epoch substitutes on top);
-``modelled_wall_s`` models a real federation, where clients and shards
-train in parallel: per round the slowest participant's download + training +
-upload, plus the server's seconds
+Time measures (the paper does not define its own): ``modelled_wall_s`` models a
+real federation from the run's cost model (:mod:`server_app.rounds.costs`: samples
+x epochs x the device profile's seconds per sample, bytes over the link, server
+work by its sizes), where clients and shards train in parallel: per round the
+slowest participant's download + training + upload, plus the slowest shard
+server's configure and aggregate work
 (:meth:`server_app.rounds.loop.CostMeter.round_wall_s`), summed over rounds (a coded
-retrieval adds one slice transfer and the decoding). FR and RR also report
-``to_target``: the first round whose test loss reached the original model's,
-with the costs up to it (:class:`server_app.unlearning.target.TargetWatch`); they still run
-their G rounds.
+retrieval adds one slice transfer and the decoding). It does not depend on the
+machine's load. Measured on this machine, beside it: ``retrain_compute_s`` sums
+every client's training seconds and the server's (so the paper's SE / FR is
+about 1 / (S r) whatever the data; refilled slots add L-epoch substitutes on
+top), ``measured_train_s`` the clients' part, ``measured_wall_s`` the same
+critical path with measured seconds, ``retrain_wall_s`` the elapsed seconds.
+FR and RR also report ``to_target``: the first round whose test loss reached the
+original model's, with the costs up to it
+(:class:`server_app.unlearning.target.TargetWatch`); they still run their G rounds.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from flwr.app import ArrayRecord
 
 from server_app.config.methods import MethodInfo
 from server_app.config.methods import info as method_info
+from server_app.rounds.costs import CostModel
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.rounds.stopped import RunStoppedError
@@ -107,7 +113,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
     described = method_info(name, stage.settings.methods)
     loop = erasing_loop(loop, erasure)  # each message names what its client lost
     per_request: list[RequestCost] = []
-    total = CostMeter(loop.link_rate_mbps)
+    total = loop.meter()
     models: list[ArrayRecord] = []
     for k, batch in enumerate(batches):
         if not batch and not (erasure and erasure.erasing):  # all forgotten: a no-op
@@ -119,7 +125,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
                                     erasing=erasure.erasing if erasure else None)
         label = f"{name} request {k}"
         _log_unchanged(framework, label, log_fn)
-        meter = CostMeter(loop.link_rate_mbps)
+        meter = loop.meter()
         watch = TargetWatch(evaluate, stage.target_loss, meter) \
             if described.from_scratch and stage.target_loss is not None else None
         models, stats = loop.run(framework.strategy, framework.initial,
@@ -181,16 +187,19 @@ def _request_cost(k: int, batch: Sequence[int], framework: Framework,
     """
     retrieval = _slice_retrieval(stage) if not described.on_baseline else None
     if retrieval:  # coded storage: the history was fetched and decoded first
-        stats.comm_time_s += retrieval["comm_time_s"]
+        stats.comm_time_s += stats.costs.transfers_s(retrieval["transfers"],
+                                                      retrieval["bytes"])
         stats.compute_s += retrieval["decode_s"]
         stats.wall_s += retrieval["wall_s"]
-        seconds = _retrieval_wall_s(retrieval)
+        stats.measured_wall_s += _retrieval_wall_s(retrieval, stats.costs, measured=True)
+        seconds = _retrieval_wall_s(retrieval, stats.costs)
         stats.modelled_wall_s += seconds
         stats.wall_parts["retrieval_s"] += seconds
     return RequestCost(
         k, sorted(batch), impacted_shards=framework.impacted,
         compute_s=stats.compute_s, wall_s=stats.wall_s,
-        modelled_wall_s=stats.modelled_wall_s,
+        modelled_wall_s=stats.modelled_wall_s, measured_train_s=stats.measured_train_s,
+        measured_wall_s=stats.measured_wall_s,
         client_epochs=stats.client_epochs, client_rounds=stats.client_rounds,
         comm_time_s=stats.comm_time_s, shard_compute_s=stats.shard_compute_s,
         warnings=stats.warnings, wall_breakdown=wall_breakdown(stats),
@@ -218,7 +227,8 @@ def _framework_summary(described: MethodInfo, stage: Stage, metrics: dict,
         accuracy=metrics["accuracy"], loss=metrics["loss"],
         shard_accuracy=metrics["shard_accuracy"],
         retrain_compute_s=total.compute_s, retrain_wall_s=total.wall_s,
-        modelled_wall_s=total.modelled_wall_s,
+        modelled_wall_s=total.modelled_wall_s, measured_train_s=total.measured_train_s,
+        measured_wall_s=total.measured_wall_s,
         client_epochs=total.client_epochs, client_rounds=total.client_rounds,
         comm_time_s=total.comm_time_s,
         server_storage_bytes=store.total_bytes() if store else 0,
@@ -275,21 +285,27 @@ def _replay_total(per_request: Sequence[RequestCost]) -> dict:
                                         for s in (c.replay or {}).get("unchanged", [])})}
 
 
-def _retrieval_wall_s(retrieval: dict) -> float:
-    """Modelled wall seconds of a coded retrieval.
+def _retrieval_wall_s(retrieval: dict, costs: CostModel, measured: bool = False
+                      ) -> float:
+    """Wall seconds of a coded retrieval: one slice transfer, then the decoding.
 
-    Slices arrive in parallel (one transfer's modelled time, the mean of those
-    made) and are then decoded.
+    Slices arrive in parallel: one transfer of the mean slice size (bytes /
+    transfers), priced by ``costs``; the decoding is ``costs.decode_s`` of its
+    multiply-adds (``decode_ops``: slice values x blocks), or, ``measured``, the
+    decoding seconds measured on this machine (``decode_s``).
     """
-    per = retrieval["comm_time_s"] / retrieval["transfers"] if retrieval["transfers"] \
-        else 0.0
-    return per + retrieval["decode_s"]
+    transfers = retrieval["transfers"]
+    per = costs.transfer_s(retrieval["bytes"] / transfers) if transfers else 0.0
+    decode = retrieval["decode_s"] if measured else \
+        costs.decode_s(retrieval.get("decode_ops", 0))
+    return per + decode
 
 
 def accumulate(total: CostMeter, stats: CostMeter) -> None:
     """Add the costs, contacts, accepted replies and warnings of ``stats`` to ``total``."""
     for key in ("compute_s", "server_s", "wall_s", "client_epochs", "transfers",
-                "comm_time_s", "modelled_wall_s", "accepted", "client_rounds", "rounds"):
+                "comm_time_s", "modelled_wall_s", "accepted", "client_rounds", "rounds",
+                "measured_train_s", "measured_wall_s"):
         setattr(total, key, getattr(total, key) + getattr(stats, key))
     for key, seconds in stats.wall_parts.items():
         total.wall_parts[key] += seconds

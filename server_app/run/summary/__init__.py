@@ -206,6 +206,9 @@ class RunSummary:
     verification: dict | None = None  # backdoor settings, forgotten clients' rounds
     stages: list[StageSummary] | None = None
     """Staged runs: one entry per stage (:mod:`server_app.stages.pipeline`)."""
+    cost_model: dict | None = None
+    """Which device profile priced the modelled times (name, SHA-256 digest) and
+    the prices used (:meth:`server_app.rounds.costs.CostModel.describe`)."""
     task: dict | None = None
     """What the run's task says about itself (:meth:`task.interface.Task.describe`:
     ``name``, ``metric``, ``classes``, ``perplexity``); absent in summaries written

@@ -19,6 +19,7 @@ class RequestCost:
 
     A request whose clients were all forgotten before is a no-op: only
     ``request``, ``clients`` (empty) and ``noop`` are set. ``modelled_wall_s``,
+    ``measured_train_s``, ``measured_wall_s``,
     ``to_target`` (FR, RR), ``rounds_replayed`` and ``replay`` (SE) are as in
     :class:`FrameworkSummary`, for this request alone.
     """
@@ -41,6 +42,8 @@ class RequestCost:
     rounds_replayed: int | None = None
     replay: dict | None = None
     wall_breakdown: dict | None = None
+    measured_train_s: float | None = None
+    measured_wall_s: float | None = None
 
     def to_json(self) -> dict:
         """The JSON dict (None fields left out)."""
@@ -127,7 +130,16 @@ class FrameworkSummary:
         True when every request was a no-op (no model was produced).
     modelled_wall_s : float, optional
         Modelled wall seconds of a real federation
-        (:meth:`server_app.rounds.loop.CostMeter.round_wall_s`, summed).
+        (:meth:`server_app.rounds.loop.CostMeter.round_wall_s`, summed), from the
+        run's cost model (summary.json ``cost_model``): the same whatever the
+        machine's load.
+    measured_train_s : float, optional
+        Measured on this machine: the clients' training seconds (their replies'
+        ``train-seconds``), the clients' part of ``retrain_compute_s``.
+    measured_wall_s : float, optional
+        Measured on this machine: ``modelled_wall_s``'s critical path with the
+        measured training and server seconds (what ``modelled_wall_s`` was
+        before the cost model; it moves with the machine's load).
     to_target : dict, optional
         FR, RR: :meth:`server_app.unlearning.target.TargetWatch.result` of the last request.
     rounds_to_target : int, optional
@@ -184,6 +196,8 @@ class FrameworkSummary:
     backdoor_asr: float | None = None
     backdoor_asr_ensemble: float | None = None
     wall_breakdown: dict | None = None
+    measured_train_s: float | None = None
+    measured_wall_s: float | None = None
 
     erased_label_accuracy: float | None = None
     kept_label_accuracy: float | None = None
