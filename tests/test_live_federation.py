@@ -174,3 +174,15 @@ def test_a_run_may_use_fewer_clients_than_are_connected(make_grid, tmp_path, sha
     finally:
         inbox.close()
     assert nodes["left_out"] == [4] and "0..num-clients - 1" in nodes["rule"]
+
+
+def test_a_run_made_before_a_key_existed_still_takes_later_requests(tmp_path):
+    """A key added since, at its default, is no settings mismatch; another value is."""
+    from server_app.run.catalog import SettingsMismatchError
+
+    full = {**SETTINGS, "results-dir": str(tmp_path)}
+    older = {k: v for k, v in full.items() if k != "device-profile"}
+    RunLog(tmp_path / "run.sqlite", older).close()
+    RunLog(tmp_path / "run.sqlite", full).close()  # the same run
+    with pytest.raises(SettingsMismatchError, match=r"\['device-profile'\]"):
+        RunLog(tmp_path / "run.sqlite", {**full, "device-profile": "gpu-assumed"})

@@ -38,6 +38,20 @@ class SettingsMismatchError(RunLogError):
     """The run folder belongs to a run with other settings (the keys that differ named)."""
 
 
+def settings_diff(old: dict, new: dict) -> list[str]:
+    """The keys whose values differ between stored settings ``old`` and ``new``.
+
+    A key the run did not record (one added to the app since) counts as equal
+    when ``new`` has it at ``pyproject.toml``'s default: it changes nothing the
+    run did, so a run made by an earlier version still takes later requests.
+    """
+    from task.config import default_run_config
+
+    defaults = default_run_config()
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)
+                  and not (k not in old and k in defaults and new.get(k) == defaults[k]))
+
+
 class RunLog(SQLiteCatalog):
     """Progress catalog of one run folder.
 
@@ -79,9 +93,8 @@ class RunLog(SQLiteCatalog):
         if stored is None and not read_only:
             with self._conn:
                 self.set_meta("settings", text)
-        elif stored is not None and stored != text:
-            old, new = json.loads(stored), settings
-            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        elif stored is not None and stored != text and (
+                diff := settings_diff(json.loads(stored), settings)):
             self.close()
             raise SettingsMismatchError(
                 f"{self.path.parent} holds a run with other settings ({diff}; the "
