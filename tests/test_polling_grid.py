@@ -127,8 +127,8 @@ from flwr.superlink.grid.http_grid import HttpGrid
 seen = []
 class Stop(Exception):
     pass
-def stop(grid, run_config):
-    seen.append(grid)
+def stop(grid, run_config, engine=None):
+    seen.append(grid._grid)  # inside the receipts' TrainedNodes (server_app.rounds.engine)
     raise Stop
 server.open_run = stop
 deployed = HttpGrid.__new__(HttpGrid)

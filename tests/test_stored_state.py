@@ -183,7 +183,7 @@ def test_a_garbled_history_blob_is_refused(stored, run_folder, tmp_path, capsys)
 def test_other_settings_and_edited_results_are_refused(
         stored, run_folder, tmp_path, capsys):
     _refused(["run"], stored, tmp_path, capsys, run_folder,
-             "holds a run with other settings (['lr'])", items={**stored[0], "lr": 0.01})
+             "holds a run with other settings (['lr'];", items={**stored[0], "lr": 0.01})
     with sqlite3.connect(run_folder / "run.sqlite") as conn:
         conn.execute("UPDATE stages SET result='{\"x\": 1}' WHERE name='unlearn:SE'")
     _refused(["run"], stored, tmp_path, capsys, run_folder,

@@ -60,11 +60,14 @@ def test_the_servers_record_is_the_learning_keys():
     from server_app.run.context import train_config
 
     cfg = RunConfig.of(lr=0.1, local_epochs=3, optimizer="adam", momentum=0.0, seed=7)
+    from task.config import RUN_CONFIG_KEY, client_settings
+
     record = train_config(cfg, "/data")
-    assert list(record) == list(LEARNING_KEYS)
+    assert list(record) == [*LEARNING_KEYS, RUN_CONFIG_KEY]  # and the run's for clients
     assert dict(record) == {"lr": 0.1, "local-epochs": 3.0, "batch-size": 32,
                             "optimizer": "adam", "momentum": 0.0, "seed": 7,
-                            "data-dir": "/data"}
+                            "data-dir": "/data",
+                            RUN_CONFIG_KEY: client_settings(cfg.as_dict())}
     assert TrainingSettings.from_record(record) == cfg.training.local_settings(7, "/data")
 
 
