@@ -99,7 +99,9 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="se-later-bench.") as tmp:
         work = Path(tmp)
-        os.environ.update({"FLWR_HOME": str(work / "flwr_home"),
+        os.environ.update({"PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                   f"{os.environ['PATH']}",  # flower-superlink, flwr
+                           "FLWR_HOME": str(work / "flwr_home"),
                            "SE_RESULTS_DIR": str(work / "results"),
                            "SE_DATA_DIR": os.environ.get("SE_DATA_DIR") or
                            str(ROOT.parent / "shared" / "data"),

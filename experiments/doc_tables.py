@@ -40,6 +40,10 @@ HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` fro
                    "edit by hand -->")
 HEADLINE_END = "<!-- end of headline -->"
 NO_RUNS = "No shipped runs committed yet.\n"
+SPREAD = ("Spreads, here and in every table of this page made from several seeds: mean "
+          "± sample standard deviation (n - 1) over the seeds the caption lists, for the "
+          "ratios over FR too (each seed's ratio first).")
+"""The one spread convention of the generated tables, said once."""
 """A generated block's text while no run file is committed."""
 SE = methods.proposed()
 """The proposed method (SE), as shipped."""
@@ -98,7 +102,8 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
     if iid:
         parts.append(paper_scale_iid_tables(iid))
     if shipped:
-        parts.append("### At a smaller scale, three seeds\n\n" + summary_tables(shipped))
+        parts.append("### At a smaller scale, three seeds\n\n" + SPREAD + "\n\n"
+                     + summary_tables(shipped))
     return "\n".join(parts) if parts else NO_RUNS
 
 
@@ -302,9 +307,9 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
     Rows: the model before forgetting, the registered methods in the registry's
     order, then the variants a file describes (with their settings). Columns:
     test accuracy in % (test loss in nats where the task is read by its loss)
-    as mean ± standard deviation
-    over the seeds; modelled wall time and retraining compute over FR's (means
-    of the per-seed ratios); client rounds (mean); server storage of its history
+    as mean ± sample standard deviation (:data:`SPREAD`) over the seeds;
+    modelled wall time and retraining compute over FR's (the per-seed ratios'
+    mean ± spread); client rounds (mean); server storage of its history
     in MB. The caption gives the cell, its scale, the seeds and the commits;
     ``notes(dataset, runs)``, where given, the lines that follow each table;
     ``suffix`` follows the dataset in each table's heading.
@@ -358,12 +363,12 @@ def _machines(runs: list[dict]) -> str:
 
 
 def _spread(values: list[float], digits: int) -> str:
-    """Mean ± population standard deviation; the value alone for one seed."""
-    from statistics import mean, pstdev
+    """Mean ± sample standard deviation (n - 1, :data:`SPREAD`); one value alone."""
+    from statistics import mean, stdev
 
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
-    return f"{mean(values):.{digits}f} ± {pstdev(values):.{digits}f}"
+    return f"{mean(values):.{digits}f} ± {stdev(values):.{digits}f}"
 
 
 def _datasets(runs: list[dict]) -> list[str]:
@@ -384,13 +389,11 @@ def _requests(cfg: dict) -> str:
 
 
 def _ratio(fw: list[dict], frs: list[dict], key: str) -> str:
-    """Mean over the seeds of ``key`` over FR's, or blank where a file lacks it."""
-    from statistics import mean
-
+    """Mean ± spread over the seeds of ``key`` over FR's; blank where a file lacks it."""
     pairs = [(f.get(key), r.get(key)) for f, r in zip(fw, frs, strict=True)]
     if any(a is None or not b for a, b in pairs):
         return ""
-    return f"{mean(a / b for a, b in pairs):.2f}"
+    return _spread([a / b for a, b in pairs], 2)  # the ratio's spread over the seeds
 
 
 def _label(name: str, run: dict) -> str:

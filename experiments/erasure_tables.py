@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from statistics import mean, pstdev
+from statistics import mean, stdev
 
 from server_app.config import methods
 
@@ -41,7 +41,10 @@ def _load(pattern: str) -> list[dict]:
 
 
 def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
-    return f"{mean(values) * scale:.{digits}f} ± {pstdev(values) * scale:.{digits}f}"
+    """Mean ± sample standard deviation (n - 1; :data:`experiments.doc_tables.SPREAD`)."""
+    if len(values) == 1:
+        return f"{values[0] * scale:.{digits}f}"
+    return f"{mean(values) * scale:.{digits}f} ± {stdev(values) * scale:.{digits}f}"
 
 
 def verify_table(records: list[dict], full: list[dict]) -> list[str]:

@@ -82,11 +82,15 @@ def test_summary_rows_are_every_framework_with_spread_and_ratios():
     assert len(rows) == 1 + len(runs[0]["frameworks"])  # the original first
     assert rows[0].startswith("| original (before forgetting) |")
     fr = next(row for row in rows if row.startswith("| FR |"))
-    assert "| 1.00 |" in fr  # FR over itself
+    assert "| 1.00 ± 0.00 |" in fr  # FR over itself, each seed's ratio 1
     assert all(" ± " in row for row in rows)
     assert all(row.count("|") == 7 for row in rows)
     seeds = sorted(r["seed"] for r in runs)
     assert f"seeds {', '.join(map(str, seeds))}" in table
+    from statistics import stdev  # the one convention: sample sd, n - 1
+
+    se = [r["frameworks"]["SE"]["accuracy"] * 100 for r in runs]
+    assert f" ± {stdev(se):.2f} |" in next(row for row in rows if row.startswith("| SE |"))
 
 
 def test_experiments_pareto_draws_one_figure_per_dataset(tmp_path, monkeypatch):
