@@ -2,7 +2,7 @@
 
 Usage (from the project root)::
 
-    python benchmarks/later_live_bench.py [--nodes 4] [--requests 3]
+    python benchmarks/later_live_bench.py [--nodes 8] [--requests 3]
         [--run-config "k=v ..."] [--out FILE.json]
 
 Starts a SuperLink and N SuperNodes on 127.0.0.1 (with warm executors, as
@@ -30,9 +30,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DEFAULT = ("dataset='mnist' num-clients=4 num-shards=2 clients-per-round=4 "
-           "num-rounds=3 local-epochs=2 client-samples=500 test-samples=1000 "
-           "frameworks='none' mia=false")
+DEFAULT = ("dataset='mnist' num-shards=2 clients-per-round=4 num-rounds=3 "
+           "local-epochs=2 client-samples=500 test-samples=1000 frameworks='none' "
+           "mia=false")
+"""The run's settings; ``num-clients`` is ``--nodes``."""
 GOAL = 1.3
 
 
@@ -90,11 +91,12 @@ def _learn_live(children, work: Path, name: str, run_config: str) -> None:
 def main() -> int:
     """Run the benchmark; print the table and the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--requests", type=int, default=3)
     parser.add_argument("--run-config", default=DEFAULT)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    args.run_config += f" num-clients={args.nodes}"  # one client per SuperNode
     from cli.procs import Children
 
     with tempfile.TemporaryDirectory(prefix="se-later-bench.") as tmp:
@@ -133,8 +135,11 @@ def main() -> int:
           f"ratio {ratio:.2f} (goal: at most {GOAL}; "
           f"{'reached' if ratio <= GOAL else 'not reached'})")
     if args.out:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                                capture_output=True).stdout.strip()
         Path(args.out).write_text(json.dumps({
-            "rows": rows, "mean_live_s": live, "mean_simulation_s": sim,
+            "command": " ".join(["python", *sys.argv]), "commit": commit,
+            "machine": f"{os.cpu_count()} cores", "rows": rows, "mean_live_s": live, "mean_simulation_s": sim,
             "ratio": ratio, "goal": GOAL, "nodes": args.nodes,
             "run_config": args.run_config}, indent=2) + "\n")
     return 0
