@@ -139,7 +139,8 @@ def main() -> int:
                                 capture_output=True).stdout.strip()
         Path(args.out).write_text(json.dumps({
             "command": " ".join(["python", *sys.argv]), "commit": commit,
-            "machine": f"{os.cpu_count()} cores", "rows": rows, "mean_live_s": live, "mean_simulation_s": sim,
+            "machine": f"{os.cpu_count()} cores", "rows": rows, "mean_live_s": live,
+            "mean_simulation_s": sim,
             "ratio": ratio, "goal": GOAL, "nodes": args.nodes,
             "run_config": args.run_config}, indent=2) + "\n")
     return 0
