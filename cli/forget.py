@@ -138,7 +138,7 @@ def submit_records(name: str, client: str | None, ids: str | None,
                                   "of one client")
             records, wanted = {owner[0]: _parse(option, ids)}, []
         check = _erasure_check(settings, versions[-1] if finished else None, records,
-                               wanted)
+                               wanted, _reported_sizes(inbox, settings))
         try:
             return inbox.submit_records(records, wanted, check).id
         except InboxError as err:
@@ -147,19 +147,36 @@ def submit_records(name: str, client: str | None, ids: str | None,
             raise ConfigError(f"{what}: {err}; nothing was recorded") from None
 
 
+def _reported_sizes(inbox, settings: dict) -> dict[int, int] | None:
+    """A ``client-data = true`` run's client sizes, as its nodes reported them.
+
+    None: another run, or none recorded yet
+    (:data:`server_app.run.catalog.CLIENT_RECORDS`).
+    """
+    from server_app.run.catalog import CLIENT_RECORDS
+
+    text = inbox.get_meta(CLIENT_RECORDS) if settings.get("client-data") else None
+    return None if text is None else {int(p): n for p, n in json.loads(text).items()}
+
+
 def _erasure_check(settings: dict, latest: ModelVersion | None,
-                   records: dict[int, list[int]], labels: list[int]):
+                   records: dict[int, list[int]], labels: list[int],
+                   sizes: dict[int, int] | None = None):
     """The check :meth:`RequestInbox.submit_records` runs in its transaction.
 
     ``latest``: a finished run's latest model version (None: a staged run still
     going, whose later joins its boundary checks). The requests ahead of this
     one (pending or claimed) count as done: they are carried out first.
+    ``sizes``: a ``client-data = true`` run's reported client sizes (its
+    holdings; nothing of the dataset is read, :meth:`Holdings.of_run`).
     """
     from server_app.config.tasks import data_folder
     from server_app.stages.erasures import Holdings, erasure_refusal, in_force_of
 
     cfg = RunConfig.from_run_config(settings)
-    held = Holdings.of_run(cfg, data_folder(cfg))  # the data, before the transaction
+    # the data (or, client-data = true, the reported sizes), before the transaction
+    held = Holdings.of_run(cfg, "" if cfg.data.client_data else data_folder(cfg),
+                           sizes)
 
     def check(requests: list) -> str | None:
         ahead = [r for r in requests if r.state in ("pending", "claimed")]

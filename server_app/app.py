@@ -38,7 +38,7 @@ from server_app.rounds.federation import (
     find_nodes,
 )
 from server_app.rounds.loop import RoundLoop
-from server_app.run.catalog import RunLog
+from server_app.run.catalog import CLIENT_RECORDS, RunLog
 from server_app.run.context import RunContext
 from server_app.run.folder import RunFolder
 from server_app.run.forget_run import stored_run_config
@@ -130,7 +130,7 @@ class Prepared:
         cfg, data = self.cfg, self.cfg.data
         found = find_nodes(grid, data.num_clients, timeout=cfg.training.round_timeout,
                            config=ConfigRecord({RUN_CONFIG_KEY: client_settings(
-                               cfg.as_dict())}))
+                               cfg.as_dict())}), own_data=data.client_data)
         node_of = found.node_of
         if found.left_out:  # a long-lived federation may have more nodes than the run
             self.notes.append(f"nodes used: {NODE_RULE}; left out: partition ids "
@@ -142,6 +142,9 @@ class Prepared:
         if found.records:
             RunContext.log(_own_data_note(found.records, self.samples, samples))
             check_own_records(cfg, samples)
+        if data.client_data:  # what the `forget` command checks record ids against
+            self.catalog.record(CLIENT_RECORDS, json.dumps(
+                {str(p): n for p, n in sorted(samples.items())}))
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
                          samples=samples, costs=self.costs)
@@ -174,9 +177,11 @@ def check_own_records(cfg: RunConfig, samples: dict[int, int]) -> None:
 def _own_data_note(reported: dict[int, int], cut: dict[int, int],
                    used: dict[int, int]) -> str:
     """One log line: how many clients read their own folders, and any size that moved."""
-    moved = [p for p in sorted(reported) if cut.get(p) != used[p]]
+    moved = [p for p in sorted(reported) if cut and cut.get(p) != used[p]]
     line = (f"client data: {len(reported)} of {len(used)} clients read their own "
             "folders (num-examples bounded by the records they reported)")
+    if not cut:  # client-data = true: the server cut nothing
+        return line + "; the server read only the test split (client-data = true)"
     if moved:
         p = moved[0]
         line += (f"; {len(moved)} differ from the partition the run would cut "
@@ -202,12 +207,15 @@ def prepare(run_config) -> Prepared:
     data_dir = str(cfg.task().locate(data.data_dir))  # DatasetNotFoundError: no data
     task = load_run_data(cfg, data_dir)  # the run's task's data: fail early
     check_task(cfg, cfg.task(), task)  # its number of classes bounds some keys
-    # what needs the data: the partition (once); the rest was checked just above
-    notes = baseline_sampling_notes(cfg, requests) + check_partition(cfg, task)
+    # what needs the data: the partition (once); the rest was checked just above.
+    # client-data = true: the server holds the test split alone; each client's
+    # size is what its node reports at discovery (Prepared.connect)
+    notes = baseline_sampling_notes(cfg, requests) + (
+        [] if data.client_data else check_partition(cfg, task))
     for note in notes:
         RunContext.log(note)
     # what each client holds bounds the num-examples its replies may claim
-    samples = dict(enumerate(partition_sizes(
+    samples = {} if data.client_data else dict(enumerate(partition_sizes(
         task, data.num_clients, data.partition, cfg.seed, data.client_samples,
         data.partition_alpha, data.classes_per_client)))
     later = cfg.stages.later_requests

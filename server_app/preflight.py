@@ -19,7 +19,10 @@ settings but neither nodes nor (unless given) the dataset:
   (:func:`largest_scale_bits`; integer buffers are coded exactly);
 - an explicit ``data-dir`` holds the dataset, and ``run-name`` does not name a
   finished run (``files=True``);
-- with the loaded task: the partition can be built for ``num-clients``;
+- with the loaded task: the partition can be built for ``num-clients`` (not with
+  ``client-data = true``: each client reads its own folder, the server holds
+  the test split alone, and ``forget-records`` is checked against the counts
+  the nodes report at discovery);
 - what the run folder holds can be resumed (:func:`check_stored`: catalog,
   settings, stage results, models, history stores; also run by the ServerApp).
 
@@ -122,7 +125,7 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
         check_coded_range(cfg, initial_magnitude(cfg.task(), num_classes, cfg.seed))
     if files:
         _check_files(cfg)
-    if task is not None:
+    if task is not None and not cfg.data.client_data:  # else: the clients' own data
         notes += check_partition(cfg, task)
     return notes
 

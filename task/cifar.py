@@ -138,13 +138,16 @@ def _decode_cifar_jpeg(images: Path, files: dict[str, Path]) -> None:
              time.perf_counter() - start)
 
 
-def load_cifar_jpeg(tar_path: Path) -> tuple[torch.Tensor, ...]:
+def load_cifar_jpeg(tar_path: Path, test_only: bool = False) -> tuple[torch.Tensor, ...]:
     """CIFAR-10 from the JPEG copy, via a .npy cache decoded once.
 
     Parameters
     ----------
     tar_path : Path
         ``cifar10-jpeg/cifar10-jpg.tar.gz``.
+    test_only : bool
+        Read only the test split's cache files (the archive, if not decoded
+        yet, is decoded whole first); returns ``(test_x, test_y)``.
 
     Returns
     -------
@@ -170,18 +173,20 @@ def load_cifar_jpeg(tar_path: Path) -> tuple[torch.Tensor, ...]:
         with _file_lock(cache.parent / f".{cache.name}.lock"):
             if not cached():
                 _decode_cifar_jpeg(extract_cifar_jpeg(tar_path), files)
-    arrays = [np.load(files[key]) for key in ("train_x", "train_y", "test_x", "test_y")]
+    splits = ("test",) if test_only else ("train", "test")
+    arrays = [np.load(files[f"{split}_{part}"]) for split in splits for part in "xy"]
     # ImageFolder lists the images class by class; a fixed shuffle (seed 0) puts
     # the samples in a mixed order like the canonical files, so a cap such as
     # test-samples or client-samples does not pick a single class.
     out = []
-    for x, y in ((arrays[0], arrays[1]), (arrays[2], arrays[3])):
+    for x, y in zip(arrays[0::2], arrays[1::2], strict=True):
         order = np.random.default_rng(0).permutation(len(y))
         out += [torch.from_numpy(x[order]), torch.from_numpy(y[order])]
     return tuple(out)
 
 
-def load_cifar10(folder: Path) -> tuple[tuple[torch.Tensor, ...], str]:
+def load_cifar10(folder: Path, test_only: bool = False
+                 ) -> tuple[tuple[torch.Tensor, ...], str]:
     """CIFAR-10 from a data folder: the canonical pickles where present, else the JPEGs.
 
     Parameters
@@ -189,6 +194,9 @@ def load_cifar10(folder: Path) -> tuple[tuple[torch.Tensor, ...], str]:
     folder : Path
         A folder holding ``cifar-10-batches-py/`` or ``cifar10-jpeg/cifar10-jpg.tar.gz``
         (see :func:`task.locate.resolve_data_dir`).
+    test_only : bool
+        Only the test split: ``tensors`` is ``(test_x, test_y)`` (the pickles:
+        torchvision ``train=False`` reads ``test_batch`` alone).
 
     Returns
     -------
@@ -206,16 +214,18 @@ def load_cifar10(folder: Path) -> tuple[tuple[torch.Tensor, ...], str]:
     if (folder / CIFAR_PICKLES / "data_batch_1").is_file():
         import torchvision
 
-        train = torchvision.datasets.CIFAR10(str(folder), train=True, download=False)
-        test = torchvision.datasets.CIFAR10(str(folder), train=False, download=False)
-
         def to_nchw(data: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.ascontiguousarray(data.transpose(0, 3, 1, 2)))
 
+        test = torchvision.datasets.CIFAR10(str(folder), train=False, download=False)
         log.info("CIFAR-10: canonical pickles at %s", folder / CIFAR_PICKLES)
+        if test_only:
+            return (to_nchw(test.data), torch.as_tensor(test.targets, dtype=torch.int64)
+                    ), str(folder / CIFAR_PICKLES)
+        train = torchvision.datasets.CIFAR10(str(folder), train=True, download=False)
         return (to_nchw(train.data), torch.as_tensor(train.targets, dtype=torch.int64),
                 to_nchw(test.data), torch.as_tensor(test.targets, dtype=torch.int64)
                 ), str(folder / CIFAR_PICKLES)
     tar_path = folder / CIFAR_TAR
     log.info("CIFAR-10: JPEG copy (quality ~75, not bit-identical) at %s", tar_path)
-    return load_cifar_jpeg(tar_path), str(tar_path)
+    return load_cifar_jpeg(tar_path, test_only), str(tar_path)

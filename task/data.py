@@ -123,6 +123,25 @@ class TaskData:
                              f" for num_classes = {classes}")
         return cls(xs[0], ys[0], xs[1], ys[1], classes, source, kind)
 
+    @property
+    def has_train(self) -> bool:
+        """Whether the training split was loaded (False: :meth:`test_only`)."""
+        return len(self.train_x) > 0
+
+    @classmethod
+    def test_only(cls, test_x: torch.Tensor, test_y: torch.Tensor, num_classes: int,
+                  source: str, kind: str) -> TaskData:
+        """The test split alone: training arrays of 0 rows, shaped and typed as the test's.
+
+        What a task's ``load_test`` returns (:class:`task.interface.Task`): the
+        server of a run whose clients read their own folders (run-config
+        ``client-data = true``) holds no training sample. ``train_x`` is
+        ``test_x[:0]`` (shape (0, ...), the test dtype), ``train_y`` likewise, so
+        :attr:`has_classes` still reads the targets' shape.
+        """
+        return cls(test_x[:0].clone(), test_y[:0].clone(), test_x, test_y, num_classes,
+                   source, kind)
+
     @classmethod
     def from_datasets(cls, train, test, features: str = "x", label: str = "label",
                       num_classes: int | None = None, source: str = "",

@@ -163,6 +163,12 @@ class Task:
         ``settings.data_dir`` is the folder ``locate`` found. Called once per
         process and settings (cached), in the ServerApp and every ClientApp, so
         it must give the same data every time.
+    load_test : callable or None
+        ``load_test(settings: TaskConfig) -> TaskData``: the test split alone, for
+        a server whose clients each read their own data folder (run-config
+        ``client-data = true``): a :class:`TaskData` whose training arrays have 0
+        rows (:meth:`TaskData.test_only`), so nothing of the training split is
+        held. None (a plug-in's default): such a run is refused naming ``task``.
     model : callable
         ``model(num_classes: int) -> torch.nn.Module``: a fresh model. The
         ServerApp builds W^0 with it right after ``torch.manual_seed(seed)``.
@@ -205,6 +211,9 @@ class Task:
     provenance : callable or None
         ``provenance(folder) -> dict`` with ``format``, ``files`` and ``sha256``
         (summary.json ``data``); None: the task's name only.
+    provenance_test : callable or None
+        The same over the test split's files alone, for a server that reads only
+        them (run-config ``client-data = true``); None: ``provenance``'s.
     perplexity : bool
         The loss is nats per token: the summary adds ``perplexity`` = exp(loss).
     metric : {"accuracy", "loss"} or None
@@ -225,6 +234,7 @@ class Task:
     name: str
     load: Callable[[TaskConfig], TaskData]
     model: Callable[[int], nn.Module]
+    load_test: Callable[[TaskConfig], TaskData] | None = None
     train: TrainFn = local_train
     predict: PredictFn = predict_proba
     score: ScoreFn = score_proba
@@ -237,6 +247,7 @@ class Task:
     locate: Callable[[str], str] = given_folder
     holds: Callable[[str], bool] = is_folder
     provenance: Callable[[str], dict] | None = None
+    provenance_test: Callable[[str], dict] | None = None
     perplexity: bool = False
     num_classes: int | None = None
     metric: str | None = None
@@ -321,8 +332,14 @@ class Task:
                                  f"[0, {data.num_classes})")
         return data
 
-    def provenance_of(self, folder: str) -> dict:
-        """summary.json ``data``: :attr:`provenance`'s, or the task's name alone."""
+    def provenance_of(self, folder: str, test_only: bool = False) -> dict:
+        """summary.json ``data``: :attr:`provenance`'s, or the task's name alone.
+
+        ``test_only`` (run-config ``client-data = true``): :attr:`provenance_test`'s
+        where the task has one (the test split's files alone are hashed).
+        """
+        if test_only and self.provenance_test is not None:
+            return self.provenance_test(folder)
         if self.provenance is not None:
             return self.provenance(folder)
         return {"dataset": self.name, "folder": folder,

@@ -283,6 +283,36 @@ def load_data(task: Task, settings: TaskConfig, folder: str) -> TaskData:
     return _load(task, replace(settings, data_dir=folder, device="auto"))
 
 
+def load_test_data(task: Task, settings: TaskConfig, folder: str) -> TaskData:
+    """The task's test split alone read from ``folder`` (:attr:`Task.load_test`).
+
+    What the server of a run whose clients read their own folders reads
+    (run-config ``client-data = true``): a :class:`TaskData` whose training
+    arrays have 0 rows (:meth:`TaskData.test_only`), checked as :func:`load_data`'s.
+
+    Raises
+    ------
+    ValueError
+        The task has no ``load_test`` (one line naming ``task`` and
+        ``client-data``), or as the loader.
+    FileNotFoundError
+        As the loader.
+    """
+    if task.load_test is None:
+        raise ValueError(f"task {task.name!r} has no test-only loader (Task.load_test): "
+                         "with run-config client-data = true the server reads only "
+                         "the test split; give the task a load_test, or set "
+                         "client-data = false")
+    settings = replace(settings, data_dir=folder,
+                       device=settings.device if is_builtin(task) else "auto")
+    data = task.check_data(task.load_test(settings))
+    if data.has_train:
+        raise ValueError(f"task {task.name!r}: load_test returned {len(data.train_x)} "
+                         "training rows; it must return the test split alone "
+                         "(TaskData.test_only)")
+    return data
+
+
 def node_folder(task: Task, explicit: str, server: str) -> str:
     """A client node's data folder.
 

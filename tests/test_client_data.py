@@ -414,3 +414,157 @@ def test_records_to_forget_are_checked_against_the_folders_count(run_server, fol
                    node_config={2: {"client-data": str(tmp_path / "own-2")}})
     assert "client 2 holds 40 records (ids 0..39); 45 is not one (as its own data " \
         "folder reports)" in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- client-data = true: the server reads only its test set -----------------------
+def _refuse_train(monkeypatch):
+    """Any read of a training split on this process fails (the clients' own folders
+    are read by the ClientApp, never through these)."""
+    import torchvision
+
+    import server_app.config.tasks as server_tasks
+    from task.data import load_files
+
+    whole = torchvision.datasets.MNIST.__init__
+
+    def test_split_only(self, root, train=True, **kwargs):
+        if train:
+            raise AssertionError("the server read MNIST's training split")
+        whole(self, root, train=train, **kwargs)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the server loaded the whole task (train and test)")
+
+    load_files.cache_clear()  # nothing read before this test is served from memory
+    monkeypatch.setattr(torchvision.datasets.MNIST, "__init__", test_split_only)
+    monkeypatch.setattr(server_tasks, "load_data", refuse)
+
+
+@pytest.mark.parametrize("name", ["mnist", "fmnist", "shakespeare"])
+def test_a_builtin_task_loads_its_test_split_alone(shared_data, monkeypatch, name):
+    """0 training rows, shaped and typed as the test split; the test split is the
+    whole loader's, and MNIST's training files are not opened."""
+    from task.config import TaskConfig, fused_run_config
+    from task.registry import get_task, load_data, load_test_data
+
+    task = get_task(name)
+    cfg = TaskConfig.from_run_config(fused_run_config({"dataset": name}))
+    folder = task.locate(str(shared_data))
+    whole = load_data(task, cfg, folder)
+    with monkeypatch.context() as patch:
+        _refuse_train(patch)
+        test = load_test_data(task, cfg, folder)
+    assert not test.has_train and test.has_classes == whole.has_classes
+    assert test.train_x.shape == (0, *whole.test_x.shape[1:])
+    assert test.train_x.dtype == whole.test_x.dtype
+    assert test.train_y.shape == (0, *whole.test_y.shape[1:])
+    assert torch_equal(test.test_x, whole.test_x) and torch_equal(test.test_y,
+                                                                  whole.test_y)
+    assert test.num_classes == whole.num_classes
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def _config(**values):
+    from server_app.config import RunConfig
+    from task.config import fused_run_config
+
+    return RunConfig.from_run_config(fused_run_config({"client-data": True, **values}))
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"mia": True}, "mia"),
+    ({"mia": True, "mia-shadows": 2}, "mia"),
+    ({"mia": False, "forget-labels": "7", "frameworks": "SE"}, "forget-labels"),
+])
+def test_settings_needing_the_clients_training_data_are_refused(values, key):
+    from server_app.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _config(**values)
+    line = str(err.value)
+    assert line.startswith(f"run-config '{key}' = ") and "\n" not in line
+    assert "off with client-data = true" in line
+    _config(**{**values, "client-data": False})  # the same without it: allowed
+
+
+def test_a_plugin_task_without_a_test_only_loader_is_refused():
+    from server_app.config import ConfigError
+    from server_app.config.tasks import check_task
+    from task.interface import Task
+    from task.model import CNN
+
+    plug = Task(name="plug", load=lambda settings: None,
+                model=lambda classes: CNN(1, 28, classes))
+    with pytest.raises(ConfigError) as err:
+        check_task(_config(mia=False), plug)
+    line = str(err.value)
+    assert line.startswith("run-config 'client-data' = True is not allowed") and \
+        "no test-only loader (Task.load_test)" in line and "'task'" in line
+    assert "\n" not in line
+    check_task(_config(mia=False, **{"client-data": False}), plug)
+
+
+def test_with_client_data_a_node_without_a_folder_fails_discovery():
+    from experiments.grid import InProcessGrid
+    from server_app.rounds.federation import DiscoveryError, find_nodes
+
+    def client(message, context):
+        pid = context.node_config["partition-id"]
+        info = {"partition-id": pid, **({"num-records": 9} if pid != 1 else {})}
+        return Message(RecordDict({"info": ConfigRecord(info)}), reply_to=message)
+
+    assert find_nodes(InProcessGrid(client, 2, {}), 2, timeout=1).records == {0: 9}
+    with pytest.raises(DiscoveryError) as err:
+        find_nodes(InProcessGrid(client, 2, {}), 2, timeout=1, own_data=True)
+    assert str(err.value).startswith("node 1001 (partition-id 1) reports no "
+                                     "num-records: run-config client-data = true")
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.inprocess
+def test_with_client_data_the_server_reads_only_its_test_set(run_server, folders,
+                                                            monkeypatch, tmp_path):
+    """The run learns, forgets records planned and later, and its models are the
+    run's that reads the dataset too (client-data = false), bit for bit; any read
+    of a training split on the server fails."""
+    import client_app.app as client_module
+    from cli.forget import submit_records
+    from server_app.config import ConfigError
+    from server_app.run.inbox import RequestInbox
+
+    overrides = {"forget-records": "3:0-9", "frameworks": "SE", "mia": False}
+    own = {p: {"client-data": str(folders / f"client-{p}")} for p in range(8)}
+    reads, _ = run_server(overrides, run_name="reads", node_config=own)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a client with its own folder read the whole dataset")
+
+    monkeypatch.setattr(client_module, "cached_client_data", refuse)
+    _refuse_train(monkeypatch)
+    mine, _ = run_server({**overrides, "client-data": True}, run_name="own",
+                         node_config=own)
+    assert mine["learning"]["accuracy"] == reads["learning"]["accuracy"] > 0.3
+    assert _digests(tmp_path / "own") == _digests(tmp_path / "reads")
+    assert [f["path"] for f in mine["data"]["files"]] == [
+        "MNIST/raw/t10k-images-idx3-ubyte", "MNIST/raw/t10k-labels-idx1-ubyte"]
+    # a later records request, checked against the counts the nodes reported
+    with pytest.raises(ConfigError) as err:
+        submit_records("own", "3", "7499-7500", str(tmp_path))
+    assert "client 3 holds 64 records (ids 0..63)" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        submit_records("own", None, None, str(tmp_path), labels="7")
+    assert "with client-data = true the server holds none" in str(err.value)
+    assert "\n" not in str(err.value)
+    rid = submit_records("own", "3", "20-29", str(tmp_path))
+    run_server({**overrides, "client-data": True, "later-requests": True},
+               run_name="own", node_config=own)
+    inbox = RequestInbox(tmp_path / "own" / "run.sqlite")
+    try:
+        versions = inbox.versions()
+    finally:
+        inbox.close()
+    assert versions[-1].requests == [rid] and len(versions) == 3
+    assert (tmp_path / "own" / "receipts" / f"{rid}.json").is_file()

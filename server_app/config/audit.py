@@ -82,6 +82,10 @@ class AuditConfig(Section):
         """
         self.check_positive("mia-samples", "mia-nonmembers")
         self.check_bounds()
+        if self.mia:  # shadow models, LiRA and U-LiRA need mia = true
+            data.refuse_without_train(
+                "mia", self.mia, "the membership audit (and its shadow models, LiRA, "
+                "U-LiRA) reads the clients' training rows on the server")
         if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
             raise bad("backdoor-trigger", self.backdoor_trigger,
                       f"0 (off) or a square side in pixels, 1..{MAX_TRIGGER}")

@@ -39,6 +39,13 @@ class DataConfig(Section):
         Samples per client / test samples (0 = all).
     block_size : int
         Characters per text sample (Tiny Shakespeare; the task checks its range).
+    client_data : bool
+        Every client reads its own data folder (node-config ``client-data``,
+        docs/DEPLOY.md): the server then reads only the task's test split
+        (:func:`server_app.config.tasks.load_run_data`), takes each client's size
+        from the ``num-records`` its node reports at discovery, and the settings
+        that need the clients' training data on the server are refused
+        (:meth:`refuse_without_train`).
     """
 
     task: str = ""
@@ -51,6 +58,7 @@ class DataConfig(Section):
     client_samples: int = 0
     test_samples: int = 0
     block_size: int = 64
+    client_data: bool = False
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on the first bad value (naming key and value)."""
@@ -99,3 +107,19 @@ class DataConfig(Section):
             raise bad("classes-per-client", self.classes_per_client,
                       "a positive integer, at most the task's classes (10), used by "
                       "partition='pathological'")
+
+    def refuse_without_train(self, key: str, value: object, why: str) -> None:
+        """Refuse ``key`` = ``value`` when ``client-data`` is true.
+
+        The server then holds no client's training data; ``why``: what the
+        setting reads.
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``key``, ``client-data`` and ``why``.
+        """
+        if self.client_data:
+            raise bad(key, value, f"off with client-data = true: {why}, and the "
+                      "server holds no client's training data (every client reads "
+                      "its own folder)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from server_app.config.values import ConfigError, bad
 from task.data import TaskData
 from task.interface import Task
-from task.registry import get_task, load_data
+from task.registry import get_task, load_data, load_test_data
 
 
 def resolve_task(spec: str) -> Task:
@@ -52,13 +52,19 @@ def data_folder(cfg) -> str:
 def load_run_data(cfg, folder: str) -> TaskData:
     """The run's data from ``folder`` (:func:`task.registry.load_data`, cached).
 
+    With run-config ``client-data = true`` the test split alone
+    (:func:`task.registry.load_test_data`: training arrays of 0 rows): every
+    client reads its own folder, and the server never reads the training split.
+
     Raises
     ------
     ConfigError
-        The task's loader fails, or its data contradicts the task (one line).
+        The task's loader fails, or its data contradicts the task, or (with
+        ``client-data``) the task has no test-only loader (one line).
     """
+    load = load_test_data if cfg.data.client_data else load_data
     try:
-        return load_data(cfg.task(), cfg.task_settings(), folder)
+        return load(cfg.task(), cfg.task_settings(), folder)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"run-config 'task' = {cfg.data.task_spec!r}: its data "
                           f"cannot be loaded: {_first_line(err)}") from err
@@ -142,6 +148,10 @@ def check_task(cfg, task: Task, data: TaskData | None = None) -> None:
         ``data``, also :func:`check_model`'s refusal.
     """
     audit, who = cfg.audit, f"task {task.name!r}"
+    if cfg.data.client_data and task.load_test is None:
+        raise bad("client-data", True, f"false with {who}, which has no test-only "
+                  "loader (Task.load_test): with client-data = true the server reads "
+                  "only the test split (run-config 'task')")
     try:  # the settings a ClientApp builds, then the task's checks of them
         task.check_settings(cfg.task_settings())
     except ValueError as err:

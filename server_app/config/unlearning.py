@@ -113,6 +113,10 @@ class UnlearningConfig(Section):
             raise bad("recovery-estimates", self.recovery_estimates,
                       f"one of {', '.join(RECOVERY_ESTIMATES)}")
         self.check_bounds()
+        if self.forget_labels:
+            data.refuse_without_train(
+                "forget-labels", self.forget_labels, "a class request is checked "
+                "against every client's labels (each must keep a record)")
         if self.request_distribution not in REQUEST_DISTRIBUTIONS:
             raise bad("request-distribution", self.request_distribution,
                       f"one of {', '.join(REQUEST_DISTRIBUTIONS)}")

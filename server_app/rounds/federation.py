@@ -84,12 +84,15 @@ def discover(grid: Grid, num_clients: int, timeout: float = 120.0) -> dict[int, 
 
 
 def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
-               config: ConfigRecord | None = None) -> Discovered:
+               config: ConfigRecord | None = None, own_data: bool = False
+               ) -> Discovered:
     """Ask every node for its ``partition-id`` (and ``num-records``, if it has them).
 
     ``config``: sent with the question (the run's client settings,
     :func:`task.config.client_settings`), which a node with its own data folder
-    checks the folder against.
+    checks the folder against. ``own_data`` (run-config ``client-data = true``):
+    every node of the run must report ``num-records`` (the server cut no
+    partition to fall back on).
 
     Waits up to ``timeout`` seconds for ``num_clients`` nodes to connect. Every
     answer must be one reply per node asked, holding a ConfigRecord ``info``
@@ -103,7 +106,8 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
         Too few nodes, a node without an answer, an error reply (e.g. a node
         whose own data folder does not fit the run), a reply from a node not
         asked or a second reply, a malformed, out-of-range or duplicate
-        partition id, a malformed record count. The message is one line naming
+        partition id, a malformed record count, a node without its own data
+        folder when ``own_data``. The message is one line naming
         the node and the value.
     """
     deadline = time.monotonic() + timeout  # more nodes may be connected: NODE_RULE
@@ -139,6 +143,11 @@ def find_nodes(grid: Grid, num_clients: int, timeout: float = 120.0,
         held = records_of(reply)
         if held is not None:
             records[pid] = held
+        elif own_data:
+            raise DiscoveryError(
+                f"node {node} (partition-id {pid}) reports no num-records: run-config "
+                "client-data = true needs every node to read its own data folder "
+                "(node-config client-data)")
     if len(node_of) != num_clients:
         missing = sorted(set(range(num_clients)) - set(node_of))[:10]
         raise DiscoveryError(

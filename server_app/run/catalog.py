@@ -30,6 +30,11 @@ REQUEST_STATES = ("received", "in_progress", "done")
 T = TypeVar("T")
 
 
+CLIENT_RECORDS = "client-records"
+"""Catalog fact of a ``client-data = true`` run: partition id -> records its node
+reported at discovery (``client-samples`` applied), JSON; the latest process's."""
+
+
 class RunLogError(RuntimeError):
     """The run folder belongs to a run with other settings, or its record is damaged."""
 
@@ -117,6 +122,11 @@ class RunLog(SQLiteCatalog):
             if stored is None:
                 self.set_meta(key, value)
         return value if stored is None else stored
+
+    def record(self, key: str, value: str) -> None:
+        """Store the fact ``key`` (replacing an earlier value: the latest process's)."""
+        with self._conn:
+            self.set_meta(key, value)
 
     def has_table(self, name: str) -> bool:
         """Whether the catalog has the table ``name`` (e.g. a staged run's ``inbox``)."""

@@ -23,7 +23,7 @@ from functools import cache
 
 import numpy as np
 
-from server_app.config import RunConfig
+from server_app.config import ConfigError, RunConfig
 from server_app.run.inbox import Request
 from server_app.stages.state import RunState
 from server_app.unlearning.erasure import Erasure, planned_erasure
@@ -48,22 +48,39 @@ class Holdings:
         ``() -> (TaskData, rows)``: the task's data and each client's training
         rows (a list of int arrays, partition-id order). Called only for a class
         request (labels), so a records request needs the sizes alone.
+    own_data : bool
+        Run-config ``client-data = true``: every client reads its own folder,
+        ``sizes`` are the counts the nodes reported at discovery, and the server
+        holds no label: a class request is refused (:func:`erasure_refusal`).
     """
 
     spec: str
     sizes: Mapping[int, int]
     load: Callable[[], tuple]
+    own_data: bool = False
 
     @classmethod
     def of_run(cls, cfg: RunConfig, data_dir: str,
                sizes: Mapping[int, int] | None = None) -> Holdings:
         """A run's holdings from its settings and data folder (the data loaded once).
 
+        With ``client-data = true`` the server holds no client's rows: ``sizes``
+        (the counts the nodes reported) are required, and nothing is loaded.
+
         Raises
         ------
         ConfigError
-            The data cannot be loaded (one line naming ``task``).
+            The data cannot be loaded (one line naming ``task``), or
+            ``client-data = true`` without ``sizes`` (the run has not reported
+            its clients' counts yet).
         """
+        if cfg.data.client_data:
+            if sizes is None:
+                raise ConfigError(
+                    "run-config 'client-data' = True: the run has no record counts "
+                    "of its clients yet (they are reported at discovery); a records "
+                    "request is checked once its nodes have answered")
+            return cls(cfg.data.task_spec, dict(sizes), _no_rows, own_data=True)
         from server_app.config.tasks import load_run_data
         from server_app.evaluation.mia_sets import client_rows
 
@@ -75,6 +92,10 @@ class Holdings:
         if sizes is None:
             sizes = dict(enumerate(map(len, load()[1])))
         return cls(cfg.data.task_spec, dict(sizes), load)
+
+
+def _no_rows() -> tuple:
+    raise AssertionError("client-data = true: the server holds no client's rows")
 
 
 def erasure_refusal(records: Mapping[int, Iterable[int]], labels: Sequence[int],
@@ -111,6 +132,10 @@ def erasure_refusal(records: Mapping[int, Iterable[int]], labels: Sequence[int],
         ``("records" | "labels", one-line reason)``, or None.
     """
     records = {int(p): list(ids) for p, ids in records.items()}
+    if labels and held.own_data:
+        return "labels", ("a class request is checked against every client's labels, "
+                          "and with client-data = true the server holds none (each "
+                          "client reads its own folder); name records (--records)")
     late = sorted(p for p in records if joined is not None and p >= joined)
     if late:
         return "records", f"client(s) {late} have not joined yet"

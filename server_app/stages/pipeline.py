@@ -95,7 +95,7 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
                 **server_settings(cfg.training.shard_strategy, options["server_lr"],
                                   options["server_momentum"])}
     task = cfg.task()
-    data = task.provenance_of(ctx.data_dir)
+    data = task.provenance_of(ctx.data_dir, test_only=cfg.data.client_data)
     ctx.log(f"data: {data['format']}; sha256 {data['sha256'][:16]} over "
             f"{len(data['files'])} file(s) in {ctx.data_dir}")
     notes = list(ctx.notes)

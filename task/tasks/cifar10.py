@@ -66,6 +66,18 @@ def load(settings: TaskConfig) -> TaskData:
     return load_files(SOURCE, read, settings.data_dir or None)
 
 
+def read_test(folder: Path, block_size: int) -> TaskData:
+    """The test split alone (:func:`task.cifar.load_cifar10` ``test_only``)."""
+    del block_size
+    (test_x, test_y), source = load_cifar10(folder, test_only=True)
+    return TaskData.test_only(test_x, test_y, 10, source, "image")
+
+
+def load_test(settings: TaskConfig) -> TaskData:
+    """The test split alone (``client-data = true``), once per process."""
+    return load_files(SOURCE, read_test, settings.data_dir or None)
+
+
 def model(num_classes: int, **kw) -> nn.Module:
     """The CNN for 3x32x32 images; ``kw`` overrides :class:`CNN`'s options."""
     mean, std = NORMALISATION
@@ -78,11 +90,16 @@ def locate(data_dir: str) -> str:
     return str(resolve_data_dir(SOURCE, data_dir or None))
 
 
-def provenance(folder: str | Path) -> dict:
-    """The pickles where present (what :func:`read` reads), else the JPEG archive."""
+def provenance(folder: str | Path, test_only: bool = False) -> dict:
+    """The pickles where present (what :func:`read` reads), else the JPEG archive.
+
+    ``test_only``: the pickles' ``test_batch`` alone (the archive holds both
+    splits in one file).
+    """
     folder = Path(folder)
     if (folder / CIFAR_PICKLES / "data_batch_1").is_file():
-        fmt, files = FORMATS["pickles"], sorted((folder / CIFAR_PICKLES).glob("*_batch*"))
+        pattern = "test_batch*" if test_only else "*_batch*"
+        fmt, files = FORMATS["pickles"], sorted((folder / CIFAR_PICKLES).glob(pattern))
     else:
         fmt, files = FORMATS["jpeg"], [folder / CIFAR_TAR]
     return files_provenance(NAME, folder, fmt, files)
@@ -91,9 +108,9 @@ def provenance(folder: str | Path) -> dict:
 _SUITES = ("quick", "trained", "paper")
 
 task = Task(
-    name=NAME, load=load, model=model, stamp=stamp, locate=locate,
+    name=NAME, load=load, load_test=load_test, model=model, stamp=stamp, locate=locate,
     holds=partial(holds_dataset, SOURCE), provenance=provenance,
-    num_classes=10,
+    provenance_test=partial(provenance, test_only=True), num_classes=10,
     experiments=ExperimentFacts(
         roles=dict.fromkeys(_SUITES, ("single", "concurrent")),
         client_samples={"quick": 64, "tiny": 32},

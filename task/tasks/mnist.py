@@ -99,12 +99,28 @@ def _read(reader: str, folder: Path, block_size: int) -> TaskData:
         num_classes=10, source=str(Path(train.raw_folder)), kind="image")
 
 
+def _read_test(reader: str, folder: Path, block_size: int) -> TaskData:
+    """The test split alone (torchvision ``train=False``: only the t10k files)."""
+    import torchvision
+
+    test = getattr(torchvision.datasets, reader)(str(folder), train=False,
+                                                 download=False)
+    return TaskData.test_only(test.data.unsqueeze(1).contiguous(),
+                              test.targets.to(torch.int64), 10,
+                              str(Path(test.raw_folder)), "image")
+
+
 _READERS = {idx.reader: partial(_read, idx.reader) for idx in (MNIST, FMNIST)}
+_TEST_READERS = {idx.reader: partial(_read_test, idx.reader) for idx in (MNIST, FMNIST)}
 
 
 def _load(idx: Idx, settings: TaskConfig) -> TaskData:
     # one reader object per dataset: it is part of task.data's cache key
     return load_files(idx.source, _READERS[idx.reader], settings.data_dir or None)
+
+
+def _load_test(idx: Idx, settings: TaskConfig) -> TaskData:
+    return load_files(idx.source, _TEST_READERS[idx.reader], settings.data_dir or None)
 
 
 def _model(idx: Idx, num_classes: int, **kw) -> nn.Module:
@@ -118,9 +134,10 @@ def _locate(idx: Idx, data_dir: str) -> str:
     return str(resolve_data_dir(idx.source, data_dir or None))
 
 
-def _provenance(idx: Idx, folder: str | Path) -> dict:
+def _provenance(idx: Idx, folder: str | Path, test_only: bool = False) -> dict:
     raw = Path(folder) / idx.folder / "raw"
-    return files_provenance(idx.name, folder, idx.format, sorted(raw.glob("*-ubyte")))
+    pattern = "t10k-*-ubyte" if test_only else "*-ubyte"  # t10k: the test split
+    return files_provenance(idx.name, folder, idx.format, sorted(raw.glob(pattern)))
 
 
 _SUITES = ("quick", "trained", "paper")
@@ -128,9 +145,11 @@ _SUITES = ("quick", "trained", "paper")
 
 def _task(idx: Idx, experiments: ExperimentFacts) -> Task:
     return Task(name=idx.name, load=partial(_load, idx), model=partial(_model, idx),
+                load_test=partial(_load_test, idx),
                 stamp=stamp, locate=partial(_locate, idx),
                 holds=partial(holds_dataset, idx.source),
-                provenance=partial(_provenance, idx), num_classes=10,
+                provenance=partial(_provenance, idx),
+                provenance_test=partial(_provenance, idx, test_only=True), num_classes=10,
                 experiments=experiments)
 
 

@@ -71,6 +71,24 @@ def read(folder: Path, block_size: int) -> TaskData:
                     num_classes=corpus.vocab_size, source=str(path), kind="text")
 
 
+def read_test(folder: Path, block_size: int) -> TaskData:
+    """The test blocks alone (the corpus' last 10%).
+
+    The corpus is one file, so it is read whole; its training ids are dropped
+    before they are cut into blocks.
+    """
+    path = folder / FILE
+    corpus = text_task.load_corpus(path)
+    test_x, test_y = text_task.blocks(corpus.test_ids, block_size)
+    return TaskData.test_only(test_x, test_y, corpus.vocab_size, str(path), "text")
+
+
+def load_test(settings: TaskConfig) -> TaskData:
+    """The test split alone (``client-data = true``), once per process and block size."""
+    check_block_size(settings.block_size)
+    return load_files(SOURCE, read_test, settings.data_dir or None, settings.block_size)
+
+
 def load(settings: TaskConfig) -> TaskData:
     """The whole task, read once per process and block size.
 
@@ -115,7 +133,7 @@ def provenance(folder: str | Path) -> dict:
 _SUITES = ("quick", "trained", "paper")
 
 task = Task(
-    name=NAME, load=load, model=model, classes=False, stamp=None,
+    name=NAME, load=load, load_test=load_test, model=model, classes=False, stamp=None,
     tokenize=partial(text_task.encode, vocab=VOCAB), check=check, locate=locate,
     holds=partial(holds_dataset, SOURCE), provenance=provenance, perplexity=True,
     num_classes=VOCABULARY,
