@@ -568,3 +568,24 @@ def test_with_client_data_the_server_reads_only_its_test_set(run_server, folders
         inbox.close()
     assert versions[-1].requests == [rid] and len(versions) == 3
     assert (tmp_path / "own" / "receipts" / f"{rid}.json").is_file()
+
+
+def test_with_client_data_the_commands_checks_read_only_the_test_set(shared_data,
+                                                                    monkeypatch):
+    """``run``'s preflight (before any engine) loads the test split alone."""
+    from conftest import TINY
+
+    from cli.simulation import preflight
+    from server_app.config import ConfigError
+    from task.config import fused_run_config
+
+    _refuse_train(monkeypatch)
+    config = fused_run_config({**TINY, "data-dir": str(shared_data), "mia": False,
+                               "client-data": True, "forget-records": "3:0-9",
+                               "frameworks": "SE"})
+    cfg, _ = preflight(config)
+    assert cfg.data.client_data
+    with pytest.raises(ConfigError) as err:
+        preflight({**config, "mia": True})
+    assert str(err.value).startswith("run-config 'mia' = True is not allowed: off "
+                                     "with client-data = true")
