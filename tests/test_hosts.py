@@ -420,7 +420,8 @@ def own_fed(fed, tmp_path_factory, shared_data):
 
     ``cli client-data`` writes one folder per client; on SuperNode host i a mount
     namespace shows client i's folder alone: the folders' root and the dataset are
-    empty there (the SuperLink host keeps the dataset: the test set).
+    empty there. The SuperLink host keeps the dataset folder, of which the run
+    (``client-data = true``) reads only the test split.
     """
     from cli.deploy_parts import Place
     from cli.hosts import Federation
@@ -455,13 +456,16 @@ def own_fed(fed, tmp_path_factory, shared_data):
         yield federation
 
 
-OWN_RUN = {**CONFIG, "storage": "uncoded", "forget-clients": "", "frameworks": "none"}
+OWN_RUN = {**CONFIG, "storage": "uncoded", "forget-clients": "", "frameworks": "none",
+           "client-data": True}
+"""Every client reads its own folder; the ServerApp reads only the test split."""
 
 
 def test_a_later_request_is_carried_out_by_the_runs_own_supernodes(own_fed):
     """Learned with ``flwr run . <federation>``, forgotten with ``forget --run R``.
 
-    Every SuperNode host sees only its own client's folder. ``forget`` on the run
+    Every SuperNode host sees only its own client's folder; the ServerApp reads only
+    the test split. ``forget`` on the run
     goes back to its federation: the live SuperNodes train (their logs show the
     messages), the receipt names the engine, the federation and the partitions that
     trained; with the SuperLink down the next request stays pending, exit 1.
