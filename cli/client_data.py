@@ -19,6 +19,7 @@ status 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from cli import config
@@ -109,9 +110,10 @@ def _first_line(err: BaseException) -> str:
 
 def _check_out(out: Path, num_clients: int) -> None:
     """Refuse an ``--out`` that is a file or holds a client's folder (ConfigError)."""
-    if out.exists() and not out.is_dir():
+    if os.path.lexists(out) and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r} is a file, not a folder")
-    taken = [p for p in range(num_clients) if (out / folder_name(p)).exists()]
+    taken = [p for p in range(num_clients)  # a dangling link is taken too
+             if os.path.lexists(out / folder_name(p))]
     if taken:
         raise ConfigError(f"--out {str(out)!r} already holds {folder_name(taken[0])} "
                           f"({len(taken)} of the {num_clients} client folders): remove "

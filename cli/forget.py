@@ -40,6 +40,7 @@ from server_app.run.catalog import RunLog, RunLogError
 from server_app.run.folder import ModelsFileError
 from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.receipts import (
+    differing_files,
     list_receipts,
     missing_files,
     receipt_detail,
@@ -446,6 +447,7 @@ def main_receipts(argv: list[str], prog: str) -> int:
     except ValueError as err:  # a damaged receipt file: one line naming it
         raise ConfigError(str(err)) from None
     missing = missing_files(folder, kept)  # written again where it can be
+    edited = differing_files(folder, kept)  # the catalog's copy is shown, not the file
     if args.json:
         print(json.dumps(receipts, indent=2))
         return 0
@@ -456,6 +458,11 @@ def main_receipts(argv: list[str], prog: str) -> int:
         if receipt["request_id"] in missing:
             print(f"    its file is missing ({missing[receipt['request_id']]}); the "
                   f"receipt is kept in {folder / 'run.sqlite'}")
+        if receipt["request_id"] in edited:
+            mismatch = True
+            print(f"    NOT VERIFIED: its file {folder / 'receipts'}/"
+                  f"{receipt['request_id']}.json differs from the receipt kept in "
+                  f"{folder / 'run.sqlite'} (shown here); restore the file")
         if args.detail:
             verdict = _verify_receipt(folder, receipt, versions, checked)
             mismatch |= verdict.startswith("NOT VERIFIED")

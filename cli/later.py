@@ -115,6 +115,12 @@ def later_config(folder: Path, settings: dict) -> RunConfig:
         One line naming what the engine could not use; nothing is written.
     """
     cfg = validate_run_config({**settings, "later-requests": True}, files=False)
+    named = str(settings.get("run-name", ""))
+    if named != folder.name:  # a copy or a renamed folder: the engine opens `named`
+        raise ConfigError(f"--run {folder.name!r}: its catalog records run-name "
+                          f"{named!r} (a copied or renamed run folder?): a later "
+                          f"request on it would change run {named!r}; a run folder "
+                          "cannot be renamed or copied")
     recorded = Path(str(settings.get("results-dir", ""))).resolve()
     if recorded != folder.parent.resolve():
         raise ConfigError(f"--run {folder.name!r}: its catalog records results-dir "

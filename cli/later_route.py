@@ -51,7 +51,13 @@ HERE = Route(SIMULATION)
 
 
 def recorded_engine(folder: Path) -> dict:
-    """The engine the run in ``folder`` recorded (``{}``: a run from before it did)."""
+    """The engine the run in ``folder`` recorded (``{}``: a run from before it did).
+
+    Raises
+    ------
+    ConfigError
+        The catalog's entry is not such an object (one line).
+    """
     try:
         conn = sqlite3.connect(f"file:{folder / 'run.sqlite'}?mode=ro", uri=True)
     except sqlite3.Error:
@@ -62,7 +68,18 @@ def recorded_engine(folder: Path) -> dict:
         row = None
     finally:
         conn.close()
-    return json.loads(row[0]) if row else {}
+    if not row:
+        return {}
+    try:
+        engine = json.loads(row[0])
+    except (TypeError, ValueError):
+        engine = None
+    if not (isinstance(engine, dict) and isinstance(engine.get("kind"), str)
+            and isinstance(engine.get("federation", ""), str)):
+        raise ConfigError(f"{folder / 'run.sqlite'}: its 'engine' entry is not "
+                          f"{{\"kind\": str, \"federation\": str}} ({str(row[0])[:60]!r}): "
+                          "a damaged run catalog; restore it")
+    return engine
 
 
 def route(folder: Path, engine: str | None, federation: str | None) -> Route:

@@ -60,6 +60,6 @@ def main_show(argv: list[str], prog: str) -> int:
 
         try:
             print(render(RunSummary.load(folder / SUMMARY)))
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except Exception as err:  # any damage: one line (forget refuses it alike)
             raise ConfigError(f"{folder / SUMMARY} cannot be read: {err}") from None
     return 0 if finished else 1

@@ -167,6 +167,13 @@ def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
     ConfigError
         One line naming what stops the run (exit status 2).
     """
+    later = str(merged.config.get("forget-run") or "")
+    if later:  # a finished run's requests: not a run of this command's
+        raise ConfigError(
+            f"run-config 'forget-run' = {later!r} is not allowed here: it asks a "
+            "ServerApp submitted to a federation (`flwr run . <federation> --run-config "
+            f"\"forget-run='{later}'\"`) to carry out that run's requests; from here: "
+            f"`forget --run {later} --pending`")
     cfg, data_dir = preflight(merged.config)
     if not merged.config.get("run-name"):
         name = {"run-name": cfg.resolved_run_name()}

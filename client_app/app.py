@@ -264,13 +264,33 @@ def replace_slice_part(message: Message, context: Context) -> Message:
 @app.train()
 def train(message: Message, context: Context) -> Message:
     """Learning: local training from the received model (``train`` messages)."""
-    return _train(message, context, "learn")
+    return _own_data_guard(message, context, "learn")
 
 
 @app.train("unlearn")
 def unlearn(message: Message, context: Context) -> Message:
     """Unlearning: calibrated retraining steps (``train.unlearn`` messages)."""
-    return _train(message, context, "unlearn")
+    return _own_data_guard(message, context, "unlearn")
+
+
+def _own_data_guard(message: Message, context: Context, phase: str) -> Message:
+    """:func:`_train`; a node's own folder that cannot be trained on: an error reply.
+
+    A folder consistent with its manifest may still hold what the model cannot
+    take (labels outside its classes, images of another shape): the training
+    step's error comes back as the folder's one-line refusal, which the server
+    records as the client's fault, not as a crash of the ClientApp.
+    """
+    try:
+        return _train(message, context, phase)
+    except (IndexError, RuntimeError, ValueError) as err:
+        own = context.node_config.get(CLIENT_DATA)
+        if not own:
+            raise
+        line = (str(err).splitlines() or [type(err).__name__])[0][:300]
+        return _refused(message, ClientDataError(
+            f"client-data folder {own} cannot be trained on: {type(err).__name__}: "
+            f"{line}"))
 
 
 @app.evaluate()

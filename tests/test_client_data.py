@@ -240,6 +240,19 @@ def test_a_folder_whose_classes_do_not_fit_the_model_is_an_error_reply(folders,
     assert "\n" not in reply.error.reason
 
 
+def test_a_folder_the_model_cannot_train_on_is_an_error_reply(folders, tmp_path):
+    """Consistent with its manifest, wrong for the model: labels past its classes."""
+    from client_app.app import DATA_REFUSED, app
+
+    x, y, _ = read_client_folder(folders / "client-3")
+    write_client_folder(tmp_path / "c3", x, np.full_like(np.asarray(y), 50), "mnist", 3,
+                        10)
+    reply = app(_train_message(_tiny()), _node(3, _tiny(), tmp_path / "c3"))
+    assert reply.has_error() and reply.error.code == DATA_REFUSED
+    assert "cannot be trained on: IndexError" in reply.error.reason
+    assert "\n" not in reply.error.reason
+
+
 def test_a_damaged_folder_is_an_error_reply_the_server_records(tmp_path, folders):
     """The server stops at discovery with one line naming the node and the folder."""
     import shutil

@@ -314,3 +314,62 @@ def test_a_full_disk_before_recording_is_exit_5_and_records_nothing(run, monkeyp
     assert "disk is full" in err and "Traceback" not in err
     monkeypatch.undo()
     assert _states(run) == {}
+
+
+# ---- found by an attack on the new surfaces ---------------------------------------
+@pytest.mark.inprocess
+def test_a_copied_run_folder_takes_no_request(run, tmp_path, capsys):  # noqa: F811
+    """A copy would send its request to the run its catalog names: refused."""
+    from tests.test_later import _forget_command
+
+    copy = run.parent / "copy"
+    shutil.copytree(run, copy)
+    line = _forget_command([*_where(copy), "--clients", "3", "--record-only"], copy,
+                           tmp_path, capsys)
+    assert f"records run-name {NAME!r}" in line and "copied or renamed" in line, line
+
+
+def test_records_a_labels_request_erases_already_are_refused():
+    before = Erasure({}, (1,), (0, 1, 2))  # label 1 erased: client 0's id 1 with it
+    what, reason = erasure_refusal({0: [1]}, [], _holdings(), before)
+    assert (what, "erased already" in reason) == ("records", True), reason
+    assert erasure_refusal({0: [0, 1]}, [], _holdings(), before) is None  # id 0: new
+
+
+@pytest.mark.inprocess
+def test_forget_run_is_refused_by_the_run_command_before_any_engine(capsys):
+    from cli.main import main as cli_main
+
+    capsys.readouterr()
+    assert cli_main(["--run-config", "forget-run='a1'"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "forget --run a1 --pending" in err[0], err
+
+
+@pytest.mark.inprocess
+def test_a_garbled_engine_entry_is_one_line(run, capsys):  # noqa: F811
+    from cli.main import main as cli_main
+
+    with sqlite3.connect(run / "run.sqlite") as conn:
+        conn.execute("INSERT OR REPLACE INTO settings VALUES ('engine', 'garbage')")
+    conn.close()
+    for argv in (["show", *_where(run)], ["forget", *_where(run), "--clients", "3",
+                                          "--record-only"]):
+        capsys.readouterr()
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "'engine' entry" in err[0], err
+    assert _states(run) == {}
+
+
+@pytest.mark.inprocess
+def test_a_receipt_file_edited_by_hand_is_flagged(run, engine, capsys):  # noqa: F811
+    from cli.main import main as cli_main
+
+    assert _forget(run, capsys, "--clients", "3")[0] == 0
+    path = run / "receipts" / "r0001.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "clients": [4]}))
+    capsys.readouterr()
+    assert cli_main(["receipts", *_where(run)]) == 1
+    shown = capsys.readouterr().out
+    assert "clients [3]" in shown and "NOT VERIFIED: its file" in shown, shown

@@ -258,6 +258,23 @@ def missing_files(run_folder: Path, kept: Sequence[dict]) -> dict[str, OSError]:
     return missing
 
 
+def differing_files(run_folder: Path, kept: Sequence[dict]) -> list[str]:
+    """Request ids whose receipt file holds another receipt than the catalog's copy.
+
+    A file that is not there is :func:`missing_files`' matter; one that does not
+    read is :func:`list_receipts`'.
+    """
+    out = []
+    for receipt in kept:
+        path = Path(run_folder) / RECEIPTS_DIR / f"{receipt['request_id']}.json"
+        try:
+            if path.is_file() and json.loads(path.read_text()) != receipt:
+                out.append(receipt["request_id"])
+        except (OSError, ValueError):
+            out.append(receipt["request_id"])
+    return out
+
+
 def receipt_line(receipt: dict) -> str:
     """One line per receipt for the ``receipts`` command.
 

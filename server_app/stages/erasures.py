@@ -145,7 +145,7 @@ def erasure_refusal(records: Mapping[int, Iterable[int]], labels: Sequence[int],
     why = check_against_sizes(records, held.sizes)  # the ids alone, then with the rest
     if why:
         return "records", why
-    new_ids = any(set(ids) - set(before.records.get(p, ())) for p, ids in records.items())
+    new_ids = any(set(ids) - _erased(held, before, p) for p, ids in records.items())
     if not new_ids and not set(labels) - set(before.labels):
         what = "labels" if labels and not records else "records"
         return what, "every record it names is erased already (by an earlier request)"
@@ -157,6 +157,17 @@ def erasure_refusal(records: Mapping[int, Iterable[int]], labels: Sequence[int],
         return None
     why = label_refusal(held, after, labels)
     return ("labels", why) if why else None
+
+
+def _erased(held: Holdings, before: Erasure, p: int) -> set[int]:
+    """Client ``p``'s record ids ``before`` erases: named, or of an erased label."""
+    erased = set(before.records.get(p, ()))
+    if not before.labels:
+        return erased
+    task, rows = held.load()
+    part = np.asarray(rows[p])
+    keep = keep_mask(len(part), np.asarray(task.train_y)[part], (), before.labels)
+    return erased | {int(i) for i in np.flatnonzero(~keep)}
 
 
 def label_refusal(held: Holdings, after: Erasure, labels: Sequence[int]) -> str | None:
