@@ -178,7 +178,7 @@ class InProcessGrid(Grid):
             set_task_identity()
 
 
-def run_in_process(run_config: Mapping[str, object]) -> Path:
+def run_in_process(run_config: Mapping[str, object], client_app=None) -> Path:
     """Run one experiment configuration through the real ServerApp, in process.
 
     Parameters
@@ -187,6 +187,9 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
         Kebab-case run-config keys (as ``--run-config``), over ``pyproject.toml``'s
         defaults; must name ``results-dir`` and ``run-name`` so the summary can be
         found.
+    client_app : flwr.clientapp.ClientApp, optional
+        The app every node runs (default: ``client_app.app:app``; the cost-only
+        runs of :mod:`experiments.costing` pass theirs).
 
     Returns
     -------
@@ -200,14 +203,14 @@ def run_in_process(run_config: Mapping[str, object]) -> Path:
     server_app.config.ConfigError
         A key that is not in pyproject.toml.
     """
-    from client_app.app import app as client_app
+    from client_app.app import app as real_app
     from server_app.app import main
 
     # every key, as a Flower run's context.run_config has: pyproject's defaults
     # < ``run_config`` (an unknown key is a ConfigError)
     config = cli_config.merge(cli_config.defaults(), [run_config]).config
     set_task_identity()
-    grid = InProcessGrid(client_app, int(config["num-clients"]), config)
+    grid = InProcessGrid(client_app or real_app, int(config["num-clients"]), config)
     main(grid, Context(run_id=RUN_ID, node_id=SERVER_NODE_ID, node_config={},
                        state=RecordDict(), run_config=config))
     path = Path(str(config["results-dir"])) / str(config["run-name"]) / "summary.json"

@@ -1,0 +1,122 @@
+"""SE's modelled time saved for every client of a paper-scale federation (issue 52).
+
+Usage: ``.venv/bin/python -m experiments.time_saved DATASET [--reference N]``
+
+For each client c of the paper suite's non-IID single-request cell of ``DATASET``
+(presets/paper.toml: C = 100, S = 4, 20 clients a round, L = 10, G = 30, seed 0;
+SE as it ships), one cost-only run (:mod:`experiments.costing`: the real
+ServerApp and strategies, clients that report what training would but do not
+train) forgets c with SE and gives SE's modelled seconds. FR and SISA, whose
+time hardly depends on which client asks, run for ``N`` clients drawn by
+``random.Random(52)`` before any run (default 5); SE's saving for client c is
+``1 - SE(c) / mean FR``. Modelled seconds use the run's device profile
+(``cpu-core``), so they are the same on any machine under any load.
+
+Writes ``docs/results/time-saved/<DATASET>.json`` after every client (a killed
+sweep resumes where it stopped): per client its SE seconds and rounds replayed,
+the reference runs, and the mean, sample SD (n - 1), min and max of the saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "results" / "time-saved"
+PAPER_REDUCTION = {"mnist": 66.41, "fmnist": 66.39, "cifar10": 65.16,
+                   "shakespeare": 87.62}
+"""The paper's time reduction of SE against FR, percent (its Sec. 5)."""
+PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
+
+
+def cell_config(dataset: str) -> dict:
+    """The paper suite's non-IID single-request config of ``dataset``, SE as shipped."""
+    from experiments.suites import single_runs
+
+    spec = next(s for s in single_runs("paper", (dataset,))
+                if s.tags.get("partition") == "noniid" and s.tags.get("seed") == 0
+                and s.name.startswith("single-"))
+    cfg = {k: v for k, v in spec.config.items() if k not in PAPER_SE_KEYS}
+    return {**cfg, "test-samples": 100,
+            "data-dir": str(ROOT.parent / "shared" / "data")}
+
+
+def modelled(cfg: dict, client: int, frameworks: str) -> dict:
+    """Cost-only run forgetting ``client``: ``{framework: (seconds, replayed)}``."""
+    from experiments.costing import cost_only_summary
+
+    with tempfile.TemporaryDirectory(prefix="se-cost.") as folder:
+        summary = cost_only_summary({**cfg, "frameworks": frameworks,
+                                     "forget-clients": str(client)}, Path(folder))
+    return {name: {"modelled_wall_s": fw["modelled_wall_s"],
+                   "client_epochs": fw["client_epochs"],
+                   "rounds_replayed": fw.get("rounds_replayed")}
+            for name, fw in summary["frameworks"].items()}
+
+
+def spread(values: list[float]) -> dict:
+    """Mean, sample SD (n - 1), min, max and n of ``values``."""
+    return {"mean": statistics.fmean(values),
+            "sd": statistics.stdev(values) if len(values) > 1 else None,
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def main(dataset: str, references: int = 5) -> Path:
+    """Sweep every client of ``dataset``'s cell; returns the file written."""
+    cfg = cell_config(dataset)
+    clients = int(cfg["num-clients"])
+    path = OUT / f"{dataset}.json"
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip()
+    result = {"dataset": dataset, "commit": commit,
+              "command": f".venv/bin/python -m experiments.time_saved {dataset}",
+              "config": {k: v for k, v in cfg.items() if k != "data-dir"},
+              "paper_reduction_pct": PAPER_REDUCTION.get(dataset),
+              "reference_clients": sorted(random.Random(52).sample(range(clients),
+                                                                   references)),
+              "reference": done.get("reference", {}), "se": done.get("se", {})}
+    OUT.mkdir(parents=True, exist_ok=True)
+    for c in result["reference_clients"]:
+        if str(c) not in result["reference"]:
+            result["reference"][str(c)] = modelled(cfg, c, "FR,SISA")
+            path.write_text(json.dumps(result, indent=1) + "\n")
+    for c in range(clients):
+        if str(c) not in result["se"]:
+            result["se"][str(c)] = modelled(cfg, c, "SE")["SE"]
+            result["summary"] = summarize(result)
+            path.write_text(json.dumps(result, indent=1) + "\n")
+            seconds = result["se"][str(c)]["modelled_wall_s"]
+            print(f"{dataset} client {c}: SE {seconds:.2f} s", flush=True)
+    result["summary"] = summarize(result)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
+
+
+def summarize(result: dict) -> dict:
+    """FR and SISA seconds over the reference clients; SE's saving over all clients."""
+    fr = [r["FR"]["modelled_wall_s"] for r in result["reference"].values()]
+    sisa = [r["SISA"]["modelled_wall_s"] for r in result["reference"].values()]
+    fr_mean = statistics.fmean(fr)
+    saved = [100.0 * (1.0 - r["modelled_wall_s"] / fr_mean)
+             for r in result["se"].values()]
+    return {"fr_s": spread(fr), "sisa_s": spread(sisa),
+            "se_s": spread([r["modelled_wall_s"] for r in result["se"].values()]),
+            "se_saved_pct": spread(saved),
+            "sisa_saved_pct": 100.0 * (1.0 - statistics.fmean(sisa) / fr_mean),
+            "clients_swept": len(saved)}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset")
+    parser.add_argument("--reference", type=int, default=5)
+    args = parser.parse_args()
+    sys.exit(print(main(args.dataset, args.reference)))

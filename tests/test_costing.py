@@ -1,0 +1,39 @@
+"""Cost-only runs (experiments.costing) model the same seconds as real runs.
+
+The per-client time-saved sweep (experiments/time_saved.py) rests on this: a
+client that does not train but reports what a trained one would gives every
+framework the same modelled wall time, to 1e-9, as the real run of the same
+config, because the cost model reads sizes, not weights.
+"""
+
+import json
+
+import pytest
+
+from experiments.costing import app as cost_app
+from experiments.grid import run_in_process
+
+FRAMEWORKS = ("FR", "SISA", "SE", "SE-R", "FE", "RR", "FRec")
+
+
+def _modelled(config: dict, folder, client_app=None) -> dict:
+    path = run_in_process({**config, "results-dir": str(folder)}, client_app=client_app)
+    summary = json.loads(path.read_text())
+    return {name: (fw["modelled_wall_s"], fw["client_epochs"])
+            for name, fw in summary["frameworks"].items()}
+
+
+@pytest.mark.parametrize("forget", ["6", "1,4"])
+def test_a_cost_only_run_models_the_seconds_of_the_real_run(tmp_path, shared_data, forget):
+    config = {"dataset": "mnist", "num-clients": 8, "num-shards": 2,
+              "clients-per-round": 4, "num-rounds": 4, "local-epochs": 2,
+              "client-samples": 64, "test-samples": 100, "batch-size": 16,
+              "mia": False, "retrain-ratio": 2.0, "frameworks": ",".join(FRAMEWORKS),
+              "forget-clients": forget, "data-dir": str(shared_data), "run-name": "r"}
+    real = _modelled(config, tmp_path / "real")
+    cost = _modelled(config, tmp_path / "cost", cost_app)
+    assert set(real) == set(FRAMEWORKS)
+    for name in FRAMEWORKS:
+        assert real[name][0] > 0
+        assert cost[name][0] == pytest.approx(real[name][0], abs=1e-9), name
+        assert cost[name][1] == real[name][1], name
