@@ -28,12 +28,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from experiments.doc_tables import _paper_claim
+from server_app.config import methods
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "time-saved"
-PAPER_REDUCTION = {"mnist": 66.41, "fmnist": 66.39, "cifar10": 65.16,
-                   "shakespeare": 87.62}
-"""The paper's time reduction of SE against FR, percent (its Sec. 5)."""
 PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
+
+
+SE = methods.proposed()
 
 
 def cell_config(dataset: str) -> dict:
@@ -79,18 +82,19 @@ def main(dataset: str, references: int = 5) -> Path:
     result = {"dataset": dataset, "commit": commit,
               "command": f".venv/bin/python -m experiments.time_saved {dataset}",
               "config": {k: v for k, v in cfg.items() if k != "data-dir"},
-              "paper_reduction_pct": PAPER_REDUCTION.get(dataset),
+              "paper_reduction_pct": 100.0 * (_paper_claim(dataset) or 0.0),
               "reference_clients": sorted(random.Random(52).sample(range(clients),
                                                                    references)),
               "reference": done.get("reference", {}), "se": done.get("se", {})}
     OUT.mkdir(parents=True, exist_ok=True)
     for c in result["reference_clients"]:
         if str(c) not in result["reference"]:
-            result["reference"][str(c)] = modelled(cfg, c, "FR,SISA")
+            result["reference"][str(c)] = modelled(
+                cfg, c, f"{methods.reference()},{methods.shard_reference()}")
             path.write_text(json.dumps(result, indent=1) + "\n")
     for c in range(clients):
         if str(c) not in result["se"]:
-            result["se"][str(c)] = modelled(cfg, c, "SE")["SE"]
+            result["se"][str(c)] = modelled(cfg, c, SE)[SE]
             result["summary"] = summarize(result)
             path.write_text(json.dumps(result, indent=1) + "\n")
             seconds = result["se"][str(c)]["modelled_wall_s"]
@@ -102,8 +106,9 @@ def main(dataset: str, references: int = 5) -> Path:
 
 def summarize(result: dict) -> dict:
     """FR and SISA seconds over the reference clients; SE's saving over all clients."""
-    fr = [r["FR"]["modelled_wall_s"] for r in result["reference"].values()]
-    sisa = [r["SISA"]["modelled_wall_s"] for r in result["reference"].values()]
+    fr = [r[methods.reference()]["modelled_wall_s"] for r in result["reference"].values()]
+    sisa = [r[methods.shard_reference()]["modelled_wall_s"]
+            for r in result["reference"].values()]
     fr_mean = statistics.fmean(fr)
     saved = [100.0 * (1.0 - r["modelled_wall_s"] / fr_mean)
              for r in result["se"].values()]
