@@ -66,6 +66,28 @@ def modelled(cfg: dict, client: int, frameworks: str) -> dict:
             for name, fw in summary["frameworks"].items()}
 
 
+SHAPING = ("server_app/rounds", "server_app/config/profile.py",
+           "server_app/config/device_profiles", "server_app/unlearning", "strategies",
+           "experiments/costing.py", "task/train.py")
+"""The code that shapes a sweep's numbers (the cost model, the round loop, the
+methods and their strategies, the cost-only client): its :func:`fingerprint`."""
+
+
+def fingerprint(root: Path = ROOT) -> str:
+    """SHA-256 over the files of :data:`SHAPING` (paths and bytes, sorted)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for entry in SHAPING:
+        base = root / entry
+        files = sorted(base.rglob("*")) if base.is_dir() else [base]
+        for path in files:
+            if path.is_file() and path.suffix in (".py", ".toml"):
+                digest.update(str(path.relative_to(root)).encode() + b"\0")
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def spread(values: list[float]) -> dict:
     """Mean, sample SD (n - 1), min, max and n of ``values``."""
     return {"mean": statistics.fmean(values),
@@ -79,9 +101,12 @@ def main(dataset: str, references: int = 3) -> Path:
     clients = int(cfg["num-clients"])
     path = OUT / f"{dataset}.json"
     done = json.loads(path.read_text()) if path.is_file() else {}
+    if done.get("fingerprint") != fingerprint():  # made by other code: start over
+        done = {}
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
                             capture_output=True).stdout.strip()
-    result = {"dataset": dataset, "commit": commit,
+    result = {"dataset": dataset, "commit": done.get("commit", commit),
+              "fingerprint": fingerprint(),
               "command": f".venv/bin/python -m experiments.time_saved {dataset}",
               "config": {k: v for k, v in cfg.items() if k != "data-dir"},
               "paper_reduction_pct": 100.0 * (_paper_claim(dataset) or 0.0),
@@ -122,9 +147,36 @@ def summarize(result: dict) -> dict:
             "clients_swept": len(saved)}
 
 
+def table(folder: Path = OUT) -> str:
+    """The markdown table of every ``<dataset>.json`` in ``folder`` (docs/RESULTS.md).
+
+    ``.venv/bin/python -m experiments.time_saved --table``.
+    """
+    rows = ["| dataset (non-IID) | clients swept | SE: time saved, mean ± SD [min, max] "
+            "| SISA: time saved | FR, modelled s (n) | SE, modelled s | paper | commit |",
+            "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(folder.glob("*.json")):
+        r = json.loads(path.read_text())
+        s = r.get("summary")
+        if not s:
+            continue
+        saved, fr, se = s["se_saved_pct"], s["fr_s"], s["se_s"]
+        sd = f" ± {saved['sd']:.1f}" if saved["sd"] is not None else ""
+        rows.append(
+            f"| {r['dataset']} | {s['clients_swept']} of {r['config']['num-clients']} "
+            f"| {saved['mean']:.1f}%{sd} [{saved['min']:.1f}, {saved['max']:.1f}] "
+            f"| {s['sisa_saved_pct']:.1f}% | {fr['mean']:.2f} ({fr['n']}) "
+            f"| {se['mean']:.2f} | {r['paper_reduction_pct']:.2f}% | {r['commit'][:7]} |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dataset")
+    parser.add_argument("dataset", nargs="?")
     parser.add_argument("--reference", type=int, default=3)
+    parser.add_argument("--table", action="store_true",
+                        help="print the table of the files written so far")
     args = parser.parse_args()
+    if args.table or not args.dataset:
+        sys.exit(print(table()))
     sys.exit(print(main(args.dataset, args.reference)))

@@ -312,3 +312,20 @@ def test_the_records_tables_are_what_their_files_make():
     assert table.BEGIN in text and table.END in text
     assert text.split(table.BEGIN, 1)[1].split(table.END, 1)[0] == \
         f"\n\n{table.block()}\n", "python -m experiments.erasure_tables --write"
+
+
+def test_the_time_saved_table_is_what_its_files_make_with_todays_code():
+    """RESULTS' per-client time-saved table (issue 52) is generated from files
+    whose code fingerprint is today's: a file made by code that changed since is
+    stale and fails here (remake it with ``python -m experiments.time_saved D``)."""
+    from experiments import time_saved
+
+    files = sorted(time_saved.OUT.glob("*.json"))
+    assert files, "no docs/results/time-saved/*.json"
+    today = time_saved.fingerprint()
+    for path in files:
+        made = json.loads(path.read_text()).get("fingerprint")
+        assert made == today, f"{path.name} was made by other code ({made} != {today})"
+    text = " ".join((ROOT / "docs/RESULTS.md").read_text().split())
+    for line in time_saved.table().splitlines():
+        assert " ".join(line.split()) in text, f"docs/RESULTS.md lacks {line!r}"
