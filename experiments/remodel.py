@@ -1,0 +1,111 @@
+"""The paper-scale cells' times remade under the cost model (issue 52, item 2).
+
+Usage: ``.venv/bin/python -m experiments.remodel [--folder FOLDER] [NAME ...]``
+
+Each ``explore-*-s*.json`` of ``FOLDER`` (default ``docs/results/paper-scale/``;
+also ``docs/results/wall/`` and its ``shipped/``), or the NAMEs given, holds one
+real run of a cell: its accuracies, and modelled wall times
+made before the cost model from seconds measured on a shared machine. One
+cost-only run of the file's config and frameworks (:mod:`experiments.costing`:
+the real ServerApp and strategies, clients that report what training would
+but do not train; the file's schedule variants registered as the file did)
+prices the same schedule by the run's device profile, so the times no longer
+move with the machine's load. Written to ``modelled/<NAME>`` beside it: the
+commit, the code :func:`~experiments.time_saved.fingerprint`, the command and,
+per framework, its modelled seconds, their breakdown, its client-epochs, and
+``same_schedule``: whether those client-epochs and rounds equal the file's (the
+schedule its training ran). :func:`experiments.pareto.load` reads the times
+from there, the accuracies from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from experiments.pareto import PAPER_SCALE
+from experiments.time_saved import fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELLED = "modelled"
+"""The sub-folder of a results folder holding its files' remade times."""
+KEPT = ("modelled_wall_s", "wall_breakdown", "client_epochs", "client_rounds",
+        "rounds_replayed")
+"""What a remade framework entry keeps of the cost-only summary."""
+
+
+def remodel(source: Path) -> dict:
+    """One cost-only run of ``source``'s cell; the remade file's content.
+
+    Raises
+    ------
+    server_app.config.ConfigError, RuntimeError
+        As :func:`experiments.costing.cost_only_summary` (the file's config no
+        longer runs).
+    """
+    from experiments.costing import cost_only_summary
+
+    real = json.loads(source.read_text())
+    _register(real.get("variants", {}))
+    cfg = {k: v for k, v in real["config"].items() if k not in ("run-name", "results-dir")}
+    cfg["data-dir"] = str(ROOT.parent / "shared" / "data")
+    with tempfile.TemporaryDirectory(prefix="se-remodel.") as folder:
+        summary = cost_only_summary(cfg, Path(folder))
+    frameworks = {}
+    for name, fw in summary["frameworks"].items():
+        entry = {k: fw.get(k) for k in KEPT}
+        was = real["frameworks"].get(name, {})
+        entry["same_schedule"] = (was.get("client_epochs") == fw.get("client_epochs")
+                                  and was.get("client_rounds") == fw.get("client_rounds"))
+        frameworks[name] = entry
+    return {"source": source.name, "source_commit": real["commit"], "commit": _head(),
+            "fingerprint": fingerprint(),
+            "command": (".venv/bin/python -m experiments.remodel --folder "
+                        f"{source.parent.relative_to(ROOT)} {source.name}"),
+            "cost_model": summary.get("cost_model"), "frameworks": frameworks}
+
+
+def _register(variants: dict) -> None:
+    """Register ``docs/results/wall/explore.py``'s schedule variants a file ran."""
+    from server_app.config import methods
+
+    wall = ROOT / "docs" / "results" / "wall"
+    for folder in (wall, ROOT / "docs" / "results" / "recovery"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    for name in variants:
+        if methods.registered(name) is None:
+            methods.register(methods.MethodInfo(name=name, builder="explore:build"))
+
+
+def _head() -> str:
+    """The checkout's commit."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True, check=False).stdout.strip()
+
+
+def main(names: list[str], folder: Path = PAPER_SCALE) -> list[Path]:
+    """Remake ``names`` (default: every ``explore-*-s*.json`` of ``folder``)."""
+    sources = [folder / n for n in names] or sorted(folder.glob("explore-*-s*.json"))
+    out = folder / MODELLED
+    out.mkdir(exist_ok=True)
+    written = []
+    for source in sources:
+        path = out / source.name
+        path.write_text(json.dumps(remodel(source), indent=1) + "\n")
+        print(path, flush=True)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="file names in FOLDER (default: all)")
+    parser.add_argument("--folder", type=Path, default=PAPER_SCALE)
+    args = parser.parse_args()
+    main(args.names, args.folder.resolve())
