@@ -26,12 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.pareto import PAPER_SCALE
+from experiments.pareto import MODELLED, PAPER_SCALE
 from experiments.time_saved import fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELLED = "modelled"
-"""The sub-folder of a results folder holding its files' remade times."""
 KEPT = ("modelled_wall_s", "wall_breakdown", "client_epochs", "client_rounds",
         "rounds_replayed")
 """What a remade framework entry keeps of the cost-only summary."""
@@ -51,7 +49,8 @@ def remodel(source: Path) -> dict:
     real = json.loads(source.read_text())
     _register(real.get("variants", {}))
     cfg = {k: v for k, v in real["config"].items() if k not in ("run-name", "results-dir")}
-    cfg["data-dir"] = str(ROOT.parent / "shared" / "data")
+    # 100 test samples: the server's evaluation is not priced, only slow
+    cfg.update({"data-dir": str(ROOT.parent / "shared" / "data"), "test-samples": 100})
     with tempfile.TemporaryDirectory(prefix="se-remodel.") as folder:
         summary = cost_only_summary(cfg, Path(folder))
     frameworks = {}
