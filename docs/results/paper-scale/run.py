@@ -14,6 +14,12 @@ SE-paper, SE-R, all forgetting from the same learned shards, in one process
 an unsharded federation learned beside the shards, which doubles a cell's time
 (the MNIST cells of ``docs/results/paper-preset/`` have them).
 
+``--clients K`` runs instead, once each, the first K clients of the order
+``random.Random(52)`` draws (issue 52, item 3: accuracy over forgotten clients
+drawn before any run; :mod:`experiments.time_saved` sweeps its clients in the same
+order), each forgotten by SISA, SE, SE-paper and SE-R, FR beside them for the first
+two; files ``clients/explore-paper-<DATASET>-<PARTITION>-c<C>-s<SEED>.json``.
+
 Writes ``explore-paper-<DATASET>-<PARTITION>-s<SEED>.json`` here, in the format of the
 schedule files (:mod:`experiments.pareto` reads both); ``run.sh`` skips the files
 that exist. The run itself lives in ``RUNS/<DATASET>/s<SEED>`` (``RUNS``: the
@@ -54,8 +60,13 @@ def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
             "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
 
 
-def main(dataset: str, seed: int = 0, partition: str = "noniid") -> Path:
-    """Run the cell and write its file; returns the file's path."""
+def main(dataset: str, seed: int = 0, partition: str = "noniid",
+         drawn_index: int | None = None) -> Path:
+    """Run the cell and write its file; its path.
+
+    ``drawn_index`` i: forget the i-th client :func:`drawn` (from 0), FR only for
+    the first two.
+    """
     from explore import record
 
     if partition not in ("noniid", "iid"):
@@ -65,13 +76,42 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid") -> Path:
     command += "" if partition == "noniid" else f" {partition}"
     runs = Path(os.environ.get("PAPER_SCALE_RUNS", ROOT.parent / "paper-scale-runs"))
     folder = runs / (dataset if partition == "noniid" else f"{dataset}-{partition}")
-    result = record(cell, cell_config(dataset, seed, partition), ["SE-paper", "SE-R"],
-                    command, results_dir=folder)
-    path = HERE / f"explore-{cell}-s{seed}.json"
+    cfg, out = cell_config(dataset, seed, partition), HERE
+    if drawn_index is not None:  # one of the clients drawn before any run
+        client = drawn(drawn_index + 1)[-1]
+        names = [n for n in FRAMEWORKS if drawn_index < 2 or n != "FR"]
+        cfg.update({"forget-clients": str(client), "frameworks": ",".join(names),
+                    "mia": False,  # accuracy only: the audits train models of their own
+                    "run-name": f"c{client}-s{seed}"})
+        cell, out = f"{cell}-c{client}", HERE / "clients"
+        command += f" --clients {drawn_index + 1}  # its last: client {client}"
+    result = record(cell, cfg, ["SE-paper", "SE-R"], command, results_dir=folder)
+    out.mkdir(exist_ok=True)
+    path = out / f"explore-{cell}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
 
 
+def drawn(k: int, clients: int = 100) -> list[int]:
+    """The first ``k`` clients of the order ``random.Random(52)`` draws."""
+    import random
+
+    return random.Random(52).sample(range(clients), clients)[:k]
+
+
 if __name__ == "__main__":
-    print(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0,
-               *sys.argv[3:4]))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset")
+    parser.add_argument("seed", nargs="?", type=int, default=0)
+    parser.add_argument("partition", nargs="?", default="noniid")
+    parser.add_argument("--clients", type=int, default=0,
+                        help="run the first K drawn clients, one run each (FR: first 2)")
+    args = parser.parse_args()
+    if not args.clients:
+        print(main(args.dataset, args.seed, args.partition))
+    for i, c in enumerate(drawn(args.clients)):
+        name = f"explore-paper-{args.dataset}-{args.partition}-c{c}-s{args.seed}.json"
+        if not (HERE / "clients" / name).is_file():  # resumable: a file is not rerun
+            print(main(args.dataset, args.seed, args.partition, i))
