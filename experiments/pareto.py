@@ -38,12 +38,18 @@ the paper's SE (``docs/results/paper-scale/run.py``): the README's headline and 
 first tables of the summary."""
 MARKERS = "osD^v<>"
 """A marker shape per cell of a figure."""
+MODELLED = "modelled"
+"""The sub-folder of a results folder holding its files' times remade under the cost
+model (:mod:`experiments.remodel`), one file of the same name each."""
 WALL_GOAL = 0.35
 """Issue 42's goal for SE: modelled wall time at most this fraction of FR's."""
 
 
 def load(folder: Path = FILES) -> list[dict]:
     """Every ``explore-*-s*.json`` of ``folder``, sorted by file name.
+
+    Each file's times are the cost model's where ``folder/modelled/`` remade them
+    (:func:`remade`); ``data["times"]`` says which.
 
     Raises
     ------
@@ -56,8 +62,54 @@ def load(folder: Path = FILES) -> list[dict]:
         key, ref = metric(data)[0], methods.reference()
         if key not in data["frameworks"].get(ref, {}):
             raise ValueError(f"{path.name}: no {ref} {key} to compare against")
+        remade(data, folder / MODELLED / path.name)
         runs.append(data)
     return runs
+
+
+def remade(data: dict, path: Path) -> None:
+    """Put the cost model's times of ``path`` (:mod:`experiments.remodel`) into ``data``.
+
+    In place: each framework's ``modelled_wall_s`` and ``wall_breakdown`` become
+    the remade ones, where the cost-only run trained the file's schedule (the
+    same client-epochs and rounds); a framework whose cost-only schedule differs
+    (the code changed it since, or, like FedRecover, the method picks its rounds
+    from the updates' values, which cost-only clients do not compute) keeps no
+    time (``None``) and is marked ``"stale": True``, so its accuracy is not set
+    beside a time of another schedule. ``data["times"]``:
+    ``{"source": "cost model", "commit", "fingerprint"}``, or ``{"source":
+    "measured"}`` where ``path`` does not exist (seconds measured on the machine
+    that ran the file, before the cost model).
+    """
+    if not path.is_file():
+        data["times"] = {"source": "measured"}
+        return
+    model = json.loads(path.read_text())
+    for name, fw in data["frameworks"].items():
+        new = model["frameworks"].get(name)
+        fresh = bool(new and new["same_schedule"])
+        fw["modelled_wall_s"] = new["modelled_wall_s"] if fresh else None
+        fw["wall_breakdown"] = new["wall_breakdown"] if fresh else None
+        fw["stale"] = not fresh
+    data["times"] = {"source": "cost model", "commit": model["commit"],
+                     "fingerprint": model["fingerprint"]}
+
+
+TIMES = ("Wall / FR: the cost model's times, where `modelled/` remade the file "
+         "(`python -m experiments.remodel`), else the file's own, measured on a shared "
+         "machine before the cost model; *stale*: the cost-only run did not train the "
+         "file's schedule for that framework (the code changed it since, or the method "
+         "picks its rounds from the updates' values, as FedRecover does), so no time is "
+         "set beside its accuracy.")
+"""What the tables say once about their times."""
+
+
+def times(data: dict) -> str:
+    """Where ``data``'s times come from, in words (:func:`remade`)."""
+    t = data.get("times", {})
+    if t.get("source") == "cost model":
+        return f"times: cost model, commit {t['commit'][:7]}"
+    return "times: measured before the cost model"
 
 
 def metric(data: dict) -> tuple[str, float, str]:
@@ -76,7 +128,8 @@ def table(runs: Iterable[dict]) -> str:
            "Made by `explore.py` (its docstring says how). Accuracy in points minus "
            "SISA's (the exact shard reference); modelled wall time over FR's. The "
            "original's row says how far the model before forgetting already is: a "
-           "cell where it is within the bound tells little about a schedule.", ""]
+           "cell where it is within the bound tells little about a schedule. "
+           + TIMES, ""]
     ref, exact = methods.reference(), methods.shard_reference()
     for data in runs:
         fw = data["frameworks"]
@@ -85,6 +138,7 @@ def table(runs: Iterable[dict]) -> str:
         learned = data[f"learned_{key}"]
         out += [f"## {data['cell']}, seed {data['seed']}", "",
                 f"Commit {data['commit'][:10]}, {data['machine'].get('cpu', '')}; "
+                f"{times(data)}; "
                 f"test {key}: original {learned:.4f}, {ref} {fw[ref][key]:.4f}, "
                 f"{exact} {sisa:.4f}.", "",
                 f"| framework | {key} | - {exact} ({unit}) | client-epochs "
@@ -92,9 +146,11 @@ def table(runs: Iterable[dict]) -> str:
                 f"| original (before forgetting) | {learned:.4f} | "
                 f"{(learned - sisa) * scale:+.2f} | | | |"]
         for name, f in fw.items():
+            wall = ("stale" if f["modelled_wall_s"] is None
+                    else f"{f['modelled_wall_s'] / fr:.2f}")
             out.append(f"| {name} | {f[key]:.4f} | "
                        f"{(f[key] - sisa) * scale:+.2f} | {f['client_epochs']:.0f} | "
-                       f"{f['client_rounds']} | {f['modelled_wall_s'] / fr:.2f} |")
+                       f"{f['client_rounds']} | {wall} |")
         out.append("")
     return "\n".join(out)
 
@@ -111,6 +167,8 @@ def points(runs: Iterable[dict]) -> dict[str, dict[str, dict[str, list]]]:
         cell = found.setdefault(data["config"]["dataset"], {}).setdefault(
             data.get("label") or data["cell"], {})
         for name, f in fw.items():
+            if f["modelled_wall_s"] is None:  # stale: no time of this schedule
+                continue
             cell.setdefault(name, []).append((
                 f["modelled_wall_s"] / fr["modelled_wall_s"],
                 (f[key] - fr[key]) * scale))
@@ -140,8 +198,10 @@ def figures(runs: list[dict], folder: Path = FIGURES) -> list[Path]:
             for name, xy in by_name.items():
                 xs, ys = [p[0] for p in xy], [p[1] for p in xy]
                 mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-                ax.errorbar(mx, my, xerr=[[mx - min(xs)], [max(xs) - mx]],
-                            yerr=[[my - min(ys)], [max(ys) - my]], fmt=marker,
+                # max(0, ...): equal values can average a rounding off their min
+                ax.errorbar(mx, my, xerr=[[max(0, mx - min(xs))], [max(0, max(xs) - mx)]],
+                            yerr=[[max(0, my - min(ys))], [max(0, max(ys) - my)]],
+                            fmt=marker,
                             color=colour[name], alpha=0.8)
         ax.axhline(0, color="#999", lw=0.8)
         ax.axvline(WALL_GOAL, color="#d62728", lw=0.8, ls=":")

@@ -170,6 +170,25 @@ def table(folder: Path = OUT) -> str:
     return "\n".join(rows)
 
 
+def shortfall(folder: Path = OUT) -> str:
+    """Per swept dataset: SE's mean saving, its SD, the clients and the gap to the paper.
+
+    The line RESULTS' goals print (``tests/test_docs_claims.py`` checks it).
+    """
+    parts = []
+    for path in sorted(folder.glob("*.json")):
+        r = json.loads(path.read_text())
+        if not r.get("summary"):
+            continue
+        saved, paper = r["summary"]["se_saved_pct"], r["paper_reduction_pct"]
+        gap = paper - saved["mean"]
+        parts.append(f"{r['dataset']} {saved['mean']:.1f}% (SD {saved['sd']:.1f}, "
+                     f"{saved['n']} of {r['config']['num-clients']} clients) against "
+                     f"{paper:.2f}%, {abs(gap):.1f} points "
+                     + ("short" if gap > 0 else "over"))
+    return "; ".join(parts)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", nargs="?")

@@ -163,3 +163,61 @@ def test_an_iid_paper_scale_cell_gets_its_own_tables_and_stays_out_of_the_headli
     assert f"Cell `{iid['cell']}`" not in both
     assert doc_tables.headline_block([], [*noniid, iid]) == \
         doc_tables.headline_block([], noniid)
+
+
+def _cell(tmp_path, epochs: dict[str, float], remade: dict | None) -> list[dict]:
+    """A one-file results folder whose frameworks trained ``epochs``; maybe remade."""
+    fw = {n: {"accuracy": 0.9, "client_epochs": e, "client_rounds": 3,
+              "modelled_wall_s": 100.0 + e, "wall_breakdown": {}}
+          for n, e in epochs.items()}
+    name = "explore-c-s0.json"
+    (tmp_path / name).write_text(json.dumps({"cell": "c", "seed": 0, "frameworks": fw,
+                                             "config": {"dataset": "mnist"}}))
+    if remade is not None:
+        (tmp_path / pareto.MODELLED).mkdir()
+        (tmp_path / pareto.MODELLED / name).write_text(json.dumps(
+            {"commit": "abc1234", "fingerprint": "f", "frameworks": remade}))
+    return pareto.load(tmp_path)
+
+
+def test_remade_times_replace_the_measured_ones_where_the_schedule_is_the_same(tmp_path):
+    """Issue 52, item 2: a file's times are the cost model's once remade; a framework
+    whose schedule the code changed keeps no time beside its old accuracy."""
+    same = {"modelled_wall_s": 7.5, "wall_breakdown": {"rounds": 3},
+            "same_schedule": True}
+    changed = {"modelled_wall_s": 2.0, "wall_breakdown": {}, "same_schedule": False}
+    [run] = _cell(tmp_path, {"FR": 60.0, "SISA": 15.0, "SE": 10.0, "SE-R": 8.0},
+                  {"FR": same, "SISA": same, "SE": {**same, "modelled_wall_s": 3.0},
+                   "SE-R": changed})
+    fw = run["frameworks"]
+    assert (fw["FR"]["modelled_wall_s"], fw["SE"]["modelled_wall_s"]) == (7.5, 3.0)
+    assert fw["SE-R"]["modelled_wall_s"] is None and fw["SE-R"]["stale"]
+    assert run["times"]["source"] == "cost model"
+    assert "| SE-R | 0.9000 | +0.00 | 8 | 3 | stale |" in pareto.table([{
+        **run, "machine": {}, "commit": "abc", "learned_accuracy": 0.9}])
+    assert doc_tables._saved([run], "SE-R") == "stale"
+    assert doc_tables._saved([run], "SE") == "60.0%"
+
+
+def test_a_file_not_remade_says_its_times_were_measured(tmp_path):
+    [run] = _cell(tmp_path, {"FR": 60.0, "SE": 10.0}, None)
+    assert run["times"] == {"source": "measured"}
+    assert run["frameworks"]["FR"]["modelled_wall_s"] == 160.0
+    assert pareto.times(run) == "times: measured before the cost model"
+
+
+@pytest.mark.parametrize("folder", [pareto.PAPER_SCALE, pareto.FILES,
+                                    pareto.FILES / pareto.SHIPPED],
+                         ids=["paper-scale", "wall", "shipped"])
+def test_every_remade_file_is_of_todays_code_and_its_source(folder):
+    """Issue 52, item 6: a remade file made by code that changed since fails here
+    (remake: ``python -m experiments.remodel --folder F``)."""
+    from experiments.time_saved import fingerprint
+
+    today = fingerprint()
+    for path in sorted((folder / pareto.MODELLED).glob("*.json")):
+        made = json.loads(path.read_text())
+        assert made["fingerprint"] == today, f"{path}: made by other code; remake it"
+        source = json.loads((folder / made["source"]).read_text())
+        assert made["source_commit"] == source["commit"], f"{path}: its source changed"
+        assert set(made["frameworks"]) == set(source["frameworks"]), path

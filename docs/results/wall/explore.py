@@ -142,8 +142,9 @@ def rule() -> list[str]:
     qualifying ones the lowest mean wall / FR (over every tuning cell and seed)
     is chosen, ties to fewer client-epochs.
     """
-    runs = [json.loads(p.read_text()) for p in sorted(HERE.glob("explore-*-s*.json"))]
-    runs = [r for r in runs if r["cell"] in TUNING]
+    from experiments.pareto import load
+
+    runs = [r for r in load(HERE) if r["cell"] in TUNING]  # times: the cost model's
     out = ["## The rule applied to the tuning files", "",
            f"{len(runs)} tuning runs ({', '.join(TUNING)}).", "",
            "| candidate | worst cell: mean - SISA (points) | qualifies | mean wall / FR "
