@@ -195,7 +195,11 @@ if __name__ == "__main__":
     parser.add_argument("--reference", type=int, default=3)
     parser.add_argument("--table", action="store_true",
                         help="print the table of the files written so far")
+    parser.add_argument("--fingerprint", action="store_true",
+                        help="print today's code fingerprint (a results folder records it)")
     args = parser.parse_args()
+    if args.fingerprint:
+        sys.exit(print(fingerprint()))
     if args.table or not args.dataset:
         sys.exit(print(table()))
     sys.exit(print(main(args.dataset, args.reference)))

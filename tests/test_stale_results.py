@@ -58,3 +58,18 @@ def test_a_changed_default_is_found():
     config.pop("forget-labels", None)  # added at an off default: the run did the same
     assert stale_keys(config, None) == {"calibration-final": (0, 2),
                                         "replay-refill": ("<absent>", True)}
+
+
+def test_the_default_run_was_made_by_todays_code():
+    """Issue 52, item 6: the default run's folder records the code fingerprint it was
+    made with; code that shapes its numbers changed since makes it stale."""
+    import re
+
+    from experiments.time_saved import fingerprint
+
+    text = (ROOT / "docs/results/default-run/README.md").read_text()
+    found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", text, re.S)
+    assert found, "docs/results/default-run/README.md records no code fingerprint"
+    assert found.group(1) == fingerprint(), (
+        "docs/results/default-run/ was made by code that has changed since: remake it "
+        "with `./simulate.sh` and record `python -m experiments.time_saved --fingerprint`")
