@@ -41,6 +41,16 @@ HEADLINE_BEGIN = ("<!-- headline: made by `./simulate.sh experiments pareto` fro
                    "docs/results/paper-scale/ (else docs/results/wall/shipped/); do not "
                    "edit by hand -->")
 HEADLINE_END = "<!-- end of headline -->"
+FORGOTTEN_HEAD = (
+    "### At the paper's scale, forgotten clients drawn before the runs\n\n"
+    "The non-IID cell of each dataset above, forgetting in one run each the first "
+    "clients of the order `random.Random(52)` draws (SISA, SE, the paper's SE and SE-R "
+    "from the same learned shards; FR beside them for the first two): each score "
+    "minus SISA's paired per client, mean ± sample SD (n - 1) over the clients. "
+    "Command: `docs/results/paper-scale/run.py DATASET 0 --clients 5` (files "
+    "`docs/results/paper-scale/clients/`, their times remade by `python -m "
+    "experiments.remodel --folder docs/results/paper-scale/clients`).\n\n")
+"""The caption of :func:`experiments.forgotten.table` in RESULTS' summary."""
 SWEEPS = ROOT / "docs" / "results" / "time-saved"
 """SE's time saved over every client, per dataset (:mod:`experiments.time_saved`)."""
 NO_RUNS = "No shipped runs committed yet.\n"
@@ -99,10 +109,14 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
     :func:`paper_scale_tables`, then :func:`summary_tables`; :data:`NO_RUNS` where
     both lists are empty.
     """
+    from experiments import forgotten
+
     parts = []
     noniid, iid = _by_partition(paper)
     if noniid:
         parts.append(paper_scale_tables(noniid))
+    if forgotten.by_dataset():
+        parts.append(FORGOTTEN_HEAD + forgotten.table() + "\n")
     if iid:
         parts.append(paper_scale_iid_tables(iid))
     if shipped:
@@ -298,7 +312,15 @@ def paper_headline(runs: list[dict], sweeps: Path = SWEEPS) -> str:
         "The price of isolation (SISA - FR) and of approximation (SE - SISA), in "
         "accuracy points (test loss in nats, lower is better, on a task read by its "
         "loss): " + "; ".join(prices) + ".",
-        *_verdict(runs, sweeps)]) + "\n"
+        *_verdict(runs, sweeps), *_clients_line()]) + "\n"
+
+
+def _clients_line() -> list[str]:
+    """:func:`experiments.forgotten.goal_line`, where its files exist."""
+    from experiments import forgotten
+
+    line = forgotten.goal_line()
+    return [line] if line else []
 
 
 def _sweep(sweeps: Path, dataset: str) -> dict | None:
