@@ -198,7 +198,7 @@ def _saved_lines(dataset: str, mine: list[dict], paper: str = "") -> list[str]:
 
 def _claim_lines(dataset: str, mine: list[dict]) -> list[str]:
     """Time saved against FR by SE and the paper's SE, beside the paper's figure."""
-    claim = _paper_claim(dataset)
+    claim = paper_claim(dataset)
     return _saved_lines(dataset, mine, f"; the paper reports {claim * 100:.4g}% less "
                         "retraining time than FR" if claim else "")
 
@@ -224,7 +224,7 @@ def _saved_fraction(runs: list[dict], name: str) -> float:
                     / r["frameworks"][ref]["modelled_wall_s"] for r in runs)
 
 
-def _paper_claim(dataset: str) -> float | None:
+def paper_claim(dataset: str) -> float | None:
     """The retraining-time reduction the paper reports for ``dataset`` (None: none).
 
     The dataset's own figure where its facts give one
@@ -290,7 +290,7 @@ def paper_headline(runs: list[dict], sweeps: Path = SWEEPS) -> str:
             f"time saved, {who}: {SE}", exact, "paper's SE", "the paper reports"]
     rows, prices = [], []
     for dataset, mine, key, unit, value in _per_dataset(runs):
-        claim, sweep = _paper_claim(dataset), _sweep(sweeps, dataset)
+        claim, sweep = paper_claim(dataset), _sweep(sweeps, dataset)
         shown = "accuracy %" if key == "accuracy" else f"loss ({unit}, lower is better)"
         rows.append([f"{dataset}, {shown}", value(ref), value(exact), value(SE),
                      value(PAPER_SE), _swept(sweep),
@@ -396,10 +396,10 @@ def _verdict(runs: list[dict], sweeps: Path = SWEEPS) -> list[str]:
     SE as shipped on average over the clients swept; SE and the paper's SE for
     the files' forgotten client.
     """
-    claimed = {d for d in _datasets(runs) if _paper_claim(d)}
+    claimed = {d for d in _datasets(runs) if paper_claim(d)}
     swept = {d: s for d in claimed if (s := _sweep(sweeps, d))}
     met = [d for d, s in swept.items()
-           if s["se_saved_pct"]["mean"] >= 100 * _paper_claim(d) - 1e-9]
+           if s["se_saved_pct"]["mean"] >= 100 * paper_claim(d) - 1e-9]
     out = [f"{SE} as shipped saves at least the paper's reduction on average over the "
            f"clients on {len(met)} of the {len(swept)} datasets swept"
            f"{' (' + ', '.join(met) + ')' if met else ''}."]
@@ -409,7 +409,7 @@ def _verdict(runs: list[dict], sweeps: Path = SWEEPS) -> list[str]:
         by = {d: [r for r in have if r["config"]["dataset"] == d]
               for d in _datasets(have) if d in claimed}
         hit = [d for d, mine in by.items()
-               if _saved_fraction(mine, name) >= _paper_claim(d)]
+               if _saved_fraction(mine, name) >= paper_claim(d)]
         out.append(f"{label} saves at least the paper's reduction on {len(hit)} of "
                    f"{len(by)} datasets{' (' + ', '.join(hit) + ')' if hit else ''}"
                    + ("." if name == PAPER_SE else ","))

@@ -71,7 +71,8 @@ def table(folder: Path = CLIENTS) -> str:
     for dataset, runs in by_dataset(folder).items():
         key, scale, unit = metric(runs[0])
         digits = 2 if key == "accuracy" else 3
-        for name in (ref, methods.shard_reference(), methods.proposed(), PAPER_SE, "SE-R"):
+        first = [ref, methods.shard_reference(), methods.proposed(), PAPER_SE]
+        for name in first + [n for n in runs[0]["frameworks"] if n not in first]:
             have = [r for r in runs if name in r["frameworks"]]
             if not have:
                 continue

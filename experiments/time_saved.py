@@ -30,26 +30,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.doc_tables import _paper_claim
+from experiments.doc_tables import paper_claim
+from experiments.suites import paper_cell
 from server_app.config import methods
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "time-saved"
-PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
 
 
 SE = methods.proposed()
 
 
 def cell_config(dataset: str) -> dict:
-    """The paper suite's non-IID single-request config of ``dataset``, SE as shipped."""
-    from experiments.suites import single_runs
+    """The paper suite's non-IID single-request config of ``dataset``, SE as shipped.
 
-    spec = next(s for s in single_runs("paper", (dataset,))
-                if s.tags.get("partition") == "noniid" and s.tags.get("seed") == 0
-                and s.name.startswith("single-"))
-    cfg = {k: v for k, v in spec.config.items() if k not in PAPER_SE_KEYS}
-    return {**cfg, "test-samples": 100,
+    :func:`experiments.suites.paper_cell`, evaluated on 100 test samples (the
+    server's evaluation is not priced).
+    """
+    return {**paper_cell(dataset), "test-samples": 100,
             "data-dir": str(ROOT.parent / "shared" / "data")}
 
 
@@ -109,7 +107,7 @@ def main(dataset: str, references: int = 3) -> Path:
               "fingerprint": fingerprint(),
               "command": f".venv/bin/python -m experiments.time_saved {dataset}",
               "config": {k: v for k, v in cfg.items() if k != "data-dir"},
-              "paper_reduction_pct": 100.0 * (_paper_claim(dataset) or 0.0),
+              "paper_reduction_pct": 100.0 * (paper_claim(dataset) or 0.0),
               "reference_clients": sorted(random.Random(52).sample(range(clients),
                                                                    references)),
               "reference": done.get("reference", {}), "se": done.get("se", {})}

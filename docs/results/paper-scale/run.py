@@ -41,22 +41,17 @@ WALL = ROOT / "docs/results/wall"
 sys.path[:0] = [str(ROOT), str(WALL), str(ROOT / "docs/results/recovery")]
 
 FRAMEWORKS = ("FR", "SISA", "SE", "SE-paper", "SE-R")
-PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
-"""presets/paper.toml's keys that make SE the paper's; dropped so SE ships as is."""
 
 
 def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
     """The paper suite's single-request config of ``dataset`` at the defaults.
 
-    Raises StopIteration where the suite has no ``partition`` cell of ``dataset``.
+    Raises StopIteration where the suite has no ``partition`` cell of ``dataset``
+    (:func:`experiments.suites.paper_cell`).
     """
-    from experiments.suites import single_runs
+    from experiments.suites import paper_cell
 
-    spec = next(s for s in single_runs("paper", (dataset,))
-                if s.tags.get("partition") == partition and s.tags.get("seed") == 0
-                and s.name.startswith("single-"))
-    cfg = {k: v for k, v in spec.config.items() if k not in PAPER_SE_KEYS}
-    return {**cfg, "seed": seed, "frameworks": ",".join(FRAMEWORKS),
+    return {**paper_cell(dataset, seed, partition), "frameworks": ",".join(FRAMEWORKS),
             "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
 
 
