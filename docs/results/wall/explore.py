@@ -106,8 +106,9 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
     from server_app.config import methods
 
     variants = [n for n in names if n in VARIANTS]
-    for name in variants:
-        methods.register(methods.MethodInfo(name=name, builder="explore:build"))
+    for name in variants:  # once a process (run.py --clients records several runs)
+        if methods.registered(name) is None:
+            methods.register(methods.MethodInfo(name=name, builder="explore:build"))
     if results_dir is None:
         summary = summary_in_scratch(cfg)
     else:
