@@ -25,9 +25,9 @@ from pathlib import Path
 from cli import config
 from server_app.config import ConfigError
 from task.client_folder import ClientDataError, Manifest, write_client_folder
-from task.config import TaskConfig
+from task.config import TaskConfig, task_spec
 from task.data import TaskData, client_data, partitions
-from task.registry import load_data, task_of, task_spec
+from task.registry import load_data, task_of
 
 
 def folder_name(partition_id: int) -> str:

@@ -179,7 +179,8 @@ def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
     """
     with open_inbox(folder) as inbox:
         settings = inbox.settings()
-    from task.registry import get_task, task_spec  # the tensors' architecture
+    from task.config import task_spec
+    from task.registry import get_task  # the tensors' architecture
 
     spec = task_spec(str(settings.get("task", "") or ""), str(settings.get("dataset", "")))
     num_classes = _num_classes(settings)

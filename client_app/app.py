@@ -61,11 +61,11 @@ from task.client_folder import (
     load_own_data,
     read_client_folder,
 )
-from task.config import TaskConfig, run_config_of
+from task.config import TaskConfig, run_config_of, task_spec
 from task.device import resolve_device
 from task.node_cache import cached_client_data
 from task.records import LABELS_KEY, RECORDS_KEY, keep_mask
-from task.registry import task_of, task_spec
+from task.registry import task_of
 from task.text_backdoor import TextBackdoor, implant
 from task.train import fisher_preconditioner
 from task.training_settings import TrainingSettings, data_dir_of

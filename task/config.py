@@ -1,4 +1,4 @@
-"""The task's settings: the allowed choices, their checks, and :class:`TaskConfig`.
+"""The task's settings: the choices, their checks, :class:`DataConfig`, :class:`TaskConfig`.
 
 One list of choices for both apps: :data:`DATASETS`, :data:`PARTITIONS` and
 :data:`OPTIMIZERS` are defined here only; the ServerApp's run config
@@ -14,8 +14,9 @@ of ``pyproject.toml`` defaults and overrides.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ import numpy as np
 from flwr.common.config import flatten_dict, fuse_dicts, get_project_config
 
 from task.device import check_device
+from task.section import Section
 from task.tasks import BUILTIN_TASKS
-from task.values import coerce
+from task.values import MAX_CLIENTS, ConfigError, bad, coerce
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 """The project root (parent of ``task/``, holding ``pyproject.toml``)."""
@@ -48,8 +50,41 @@ OPTIMIZERS = ("sgd", "adam")
 """Run-config ``optimizer``: local optimizers of :func:`task.train.local_train`."""
 
 
+PLUGIN_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+"""Run-config ``task`` naming a plug-in: ``package.module:attribute``."""
+
+
 # --------------------------------------------------------------------------
 # Checks of single settings
+
+
+def task_spec(task: str, dataset: str) -> str:
+    """The task a run names: run-config ``task``, or ``dataset`` when it is ``""``."""
+    return task or dataset
+
+
+def is_plugin(spec: str) -> bool:
+    """Whether ``spec`` names a plug-in (``package.module:attribute``)."""
+    return ":" in spec
+
+
+def check_spec(spec: str, key: str = "task", builtins: tuple[str, ...] | None = None
+               ) -> None:
+    """Refuse a malformed spec (without importing anything).
+
+    Raises
+    ------
+    ValueError
+        One line naming ``key``: neither one of ``builtins`` (default: the
+        built-in tasks registered now) nor ``package.module:attribute``.
+    """
+    builtins = tuple(BUILTIN_TASKS) if builtins is None else builtins
+    if spec in builtins or PLUGIN_SPEC.fullmatch(spec):
+        return
+    raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: one of "
+                     f"{', '.join(builtins)}, or 'package.module:attribute' importable "
+                     "by the ServerApp and the ClientApps (docs/TASKS.md)")
+
 
 
 def is_int(value: object) -> bool:
@@ -69,7 +104,7 @@ def check_dataset(dataset: str) -> None:
 
 def check_split(partition: str, num_clients: int, partition_id: int | None = None,
                 block_size: int | None = None) -> None:
-    """Check the settings that split a task over clients (see :func:`validate_data_args`).
+    """Check the settings that split a task over clients (a client's partition id too).
 
     Raises
     ------
@@ -108,33 +143,6 @@ def check_block_size(block_size: object) -> None:
                          "(run-config 'block-size')")
 
 
-def validate_data_args(dataset: str, partition: str, num_clients: int,
-                       partition_id: int | None = None,
-                       block_size: int | None = None) -> None:
-    """Check data settings early, naming the run-config key of a bad value.
-
-    Parameters
-    ----------
-    dataset : str
-        One of :data:`DATASETS` (key ``dataset``).
-    partition : str
-        One of :data:`PARTITIONS` (key ``partition``).
-    num_clients : int
-        Number of clients >= 1 (key ``num-clients``).
-    partition_id : int, optional
-        Client index in ``[0, num_clients)`` (key ``partition-id``).
-    block_size : int, optional
-        Text block length >= 2 (key ``block-size``).
-
-    Raises
-    ------
-    ValueError
-        Naming the key, the bad value and what is allowed.
-    """
-    check_dataset(dataset)
-    check_split(partition, num_clients, partition_id, block_size)
-
-
 # --------------------------------------------------------------------------
 # The task's part of the run config
 
@@ -156,70 +164,157 @@ def require_keys(run_config: Mapping[str, object], keys) -> None:
                              "those defaults into every run config)")
 
 @dataclass(frozen=True)
-class TaskConfig:
-    """The run-config keys that define the learning task (what a client trains on).
+class DataConfig(Section):
+    """The learning task and its data (keys ``task``, ``dataset`` ... ``block-size``).
 
     Attributes
     ----------
+    task : str
+        ``""`` (the built-in task named by ``dataset``), a built-in name, or
+        ``package.module:factory`` (:mod:`task.registry`); only its form is
+        checked here, the import and the task's parts in
+        :func:`server_app.preflight.check_run`.
     dataset : str
-        ``dataset``: one of :data:`DATASETS`.
+        A built-in task's name (:data:`task.tasks.BUILTIN_TASKS`, read when
+        ``task`` is ``""``); default: the registry's first, as pyproject.toml's.
+    data_dir : str
+        Where the dataset is ('' = looked up, :func:`task.locate.resolve_data_dir`).
     partition : str
-        ``partition``: one of :data:`PARTITIONS`.
+        One of :data:`task.config.PARTITIONS`.
+    partition_alpha : float
+        Dirichlet concentration of ``partition = 'dirichlet'``.
+    classes_per_client : int
+        Classes per client of ``partition = 'pathological'``.
     num_clients : int
-        ``num-clients``: clients the training set is split over (>= 1).
+        C, every client that ever exists (one SuperNode each).
+    client_samples, test_samples : int
+        Samples per client / test samples (0 = all).
+    block_size : int
+        Characters per text sample (Tiny Shakespeare; the task checks its range).
+    client_data : bool
+        Every client reads its own data folder (node-config ``client-data``,
+        docs/DEPLOY.md): the server then reads only the task's test split
+        (:func:`server_app.config.tasks.load_run_data`), takes each client's size
+        from the ``num-records`` its node reports at discovery, and the settings
+        that need the clients' training data on the server are refused
+        (:meth:`refuse_without_train`).
+
+    The ServerApp reads it as its run config's ``data`` section; the ClientApp
+    as part of :class:`TaskConfig`: one schema, one type per key, one check.
+    """
+
+    task: str = ""
+    dataset: str = DATASETS[0] if DATASETS else ""
+    data_dir: str = ""
+    partition: str = "iid"
+    partition_alpha: float = 0.5
+    classes_per_client: int = 2
+    num_clients: int = 100
+    client_samples: int = 0
+    test_samples: int = 0
+    block_size: int = 64
+    client_data: bool = False
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on the first bad value (naming key and value)."""
+        names = tuple(BUILTIN_TASKS)  # the registry as it is now
+        if self.dataset not in names:
+            raise bad("dataset", self.dataset, f"one of {', '.join(names)}")
+        try:
+            check_spec(self.task_spec, builtins=names)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if self.partition not in PARTITIONS:
+            raise bad("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
+        self.check_positive("num-clients", "block-size")
+        for key in ("client-samples", "test-samples"):
+            value = getattr(self, key.replace("-", "_"))
+            if value < 0:
+                raise bad(key, value, "0 (all) or a positive integer")
+        self.check_bounds()
+        if self.num_clients > MAX_CLIENTS:
+            raise bad("num-clients", self.num_clients,
+                      f"at most {MAX_CLIENTS} (one SuperNode and at least one "
+                      "training sample each)")
+        self._validate_partition()
+
+    @property
+    def task_spec(self) -> str:
+        """The task the run names: ``task``, or ``dataset`` when ``task`` is ``""``."""
+        return task_spec(self.task, self.dataset)
+
+    @property
+    def plugin(self) -> bool:
+        """Whether the task is a plug-in (``package.module:factory``)."""
+        return is_plugin(self.task_spec)
+
+    @property
+    def task_label(self) -> str:
+        """The task's spec as a folder-name part (``:`` becomes ``.``)."""
+        return self.task_spec.replace(":", ".")
+
+    def _validate_partition(self) -> None:
+        if not 0 < self.partition_alpha <= MAX_PARTITION_ALPHA:
+            raise bad("partition-alpha", self.partition_alpha,
+                      f"a finite number in (0, {MAX_PARTITION_ALPHA:g}] (Dirichlet "
+                      "concentration of partition='dirichlet'; smaller = more skewed)")
+        if self.classes_per_client < 1:
+            raise bad("classes-per-client", self.classes_per_client,
+                      "a positive integer, at most the task's classes (10), used by "
+                      "partition='pathological'")
+
+    def refuse_without_train(self, key: str, value: object, why: str) -> None:
+        """Refuse ``key`` = ``value`` when ``client-data`` is true.
+
+        The server then holds no client's training data; ``why``: what the
+        setting reads.
+
+        Raises
+        ------
+        ConfigError
+            One line naming ``key``, ``client-data`` and ``why``.
+        """
+        if self.client_data:
+            raise bad(key, value, f"off with client-data = true: {why}, and the "
+                      "server holds no client's training data (every client reads "
+                      "its own folder)")
+
+
+@dataclass(frozen=True)
+class TaskConfig(DataConfig):
+    """What a client trains on: the run's :class:`DataConfig`, its seed and device.
+
+    Attributes
+    ----------
     seed : int
         ``seed``: the partition seed.
-    data_dir : str
-        ``data-dir``: explicit data folder, ``""`` = look in the usual places
-        (:func:`task.locate.resolve_data_dir`).
-    block_size : int
-        ``block-size``: text block length in characters. Only its type is
-        checked here: which values a task takes is the task's
-        (:meth:`task.interface.Task.check_settings`: >= 2 for a task with
-        per-position targets; tasks with class labels ignore it).
-    client_samples : int
-        ``client-samples``: cap on a client's training samples, 0 = all (>= 0).
-    partition_alpha : float
-        ``partition-alpha``: Dirichlet concentration of ``dirichlet``, in
-        (0, :data:`MAX_PARTITION_ALPHA`].
-    classes_per_client : int
-        ``classes-per-client``: classes per client of ``pathological``, >= 1
-        (at most the task's classes, checked with the data).
-    task : str
-        ``task``: ``""`` (the built-in task named by ``dataset``), a built-in
-        name, or ``package.module:factory`` (:mod:`task.registry`).
     device : str
         ``device``: where this process trains and evaluates (``auto``, ``cpu``,
         ``cuda``, ``cuda:N``; :mod:`task.device`).
+
+    The data keys are :class:`DataConfig`'s (checked by its ``validate`` at
+    construction). ``block-size``'s range beyond that is the task's
+    (:meth:`task.interface.Task.check_settings`).
+
+    Raises
+    ------
+    ConfigError
+        At construction, one line naming the first bad key and value.
     """
 
-    dataset: str
-    partition: str
-    num_clients: int
-    seed: int
-    data_dir: str
-    block_size: int
-    client_samples: int
-    partition_alpha: float = 0.5
-    classes_per_client: int = 2
-    task: str = ""
+    seed: int = 0
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        # block-size's range is the task's (Task.check_settings), not the name's
-        validate_data_args(self.dataset, self.partition, self.num_clients)
-        if not is_int(self.block_size):
-            raise ValueError(f"block-size={self.block_size!r} must be an integer "
-                             "(run-config 'block-size')")
-        if not is_int(self.seed):
-            raise ValueError(f"seed={self.seed!r} must be an integer")
-        if not is_int(self.client_samples) or self.client_samples < 0:
-            raise ValueError(f"client-samples={self.client_samples!r} must be an "
-                             "integer >= 0 (0: all of the partition)")
-        check_partition_args(self.partition_alpha, self.classes_per_client)
-        if not isinstance(self.task, str):
-            raise ValueError(f"task={self.task!r} must be a string")
-        check_device(self.device)
+        # every value read as the ServerApp reads it (types), then DataConfig's checks
+        for key, name in self.keys().items():
+            kind = type(next(f for f in dataclasses.fields(self) if f.name == name).default)
+            object.__setattr__(self, name, coerce(key, getattr(self, name), kind))
+        self.validate()
+        try:
+            check_device(self.device)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> TaskConfig:
@@ -229,52 +324,20 @@ class TaskConfig:
         ``[tool.flwr.app.config]``, so a missing key means the run config was
         built without them (use :func:`fused_run_config`).
 
-        Parameters
-        ----------
-        run_config : Mapping[str, object]
-            Kebab-case keys; other keys are ignored.
-
-        Returns
-        -------
-        TaskConfig
-
         Raises
         ------
         ValueError
             One line naming a missing key, or a key whose value has the wrong
-            type or is not allowed (:class:`task.values.ConfigError` for a
-            wrong type: values are read as the ServerApp reads them,
-            :func:`task.values.coerce`).
+            type or is not allowed (:class:`task.values.ConfigError`; values
+            are read as the ServerApp reads them, :func:`task.values.coerce`).
         """
-        def get(key: str, kind: type) -> object:
-            require_keys(run_config, (key,))
-            return coerce(key, run_config[key], kind)
+        require_keys(run_config, cls.keys())
+        return super().from_run_config(run_config)
 
-        return cls(dataset=get("dataset", str), partition=get("partition", str),
-                   num_clients=get("num-clients", int), seed=get("seed", int),
-                   data_dir=get("data-dir", str), block_size=get("block-size", int),
-                   client_samples=get("client-samples", int),
-                   partition_alpha=get("partition-alpha", float),
-                   classes_per_client=get("classes-per-client", int),
-                   task=get("task", str), device=get("device", str))
-
-
-def check_partition_args(alpha: object, classes_per_client: object) -> None:
-    """Check ``partition-alpha`` and ``classes-per-client`` (every scheme checks both).
-
-    Raises
-    ------
-    ValueError
-        One line naming the key, the value and the allowed range.
-    """
-    ok = isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(
-        alpha, bool) and math.isfinite(alpha) and 0 < alpha <= MAX_PARTITION_ALPHA
-    if not ok:
-        raise ValueError(f"partition-alpha={alpha!r} must be a finite number in "
-                         f"(0, {MAX_PARTITION_ALPHA:g}]")
-    if not is_int(classes_per_client) or classes_per_client < 1:
-        raise ValueError(f"classes-per-client={classes_per_client!r} must be an "
-                         "integer >= 1")
+    @classmethod
+    def of(cls, data: DataConfig, seed: int, device: str) -> TaskConfig:
+        """The run's :class:`DataConfig` with its seed and device."""
+        return cls(**dataclasses.asdict(data), seed=seed, device=device)
 
 
 # --------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def cached_client_data(cfg: TaskConfig, partition_id: int, server_data_dir: str 
 def cache_key(cfg: TaskConfig, partition_id: int, folder: str | Path) -> str:
     """Hex digest of the settings and data files that decide a client's rows."""
     folder = Path(folder)
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items()
+                if k not in ("device", "test_samples", "client_data")}  # rows unchanged
     ident = {"format": FORMAT, "task": settings,
              "partition-id": int(partition_id), "folder": str(folder.resolve()),
              "files": _fingerprint(folder)}

@@ -28,41 +28,13 @@ from pathlib import Path
 
 import torch
 
-from task.config import TaskConfig
+from task.config import PLUGIN_SPEC, TaskConfig, check_spec, task_spec
 from task.data import TaskData, client_data
 from task.interface import ExperimentFacts, Task
 from task.tasks import BUILTIN_TASKS
 
-TASKS = BUILTIN_TASKS  # check_spec's default names (a snapshot at import)
+TASKS = BUILTIN_TASKS  # the built-in tasks (the registry itself, not a copy)
 
-_PLUGIN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-
-
-def task_spec(task: str, dataset: str) -> str:
-    """The task a run names: run-config ``task``, or ``dataset`` when it is ``""``."""
-    return task or dataset
-
-
-def is_plugin(spec: str) -> bool:
-    """Whether ``spec`` names a plug-in (``package.module:attribute``)."""
-    return ":" in spec
-
-
-def check_spec(spec: str, key: str = "task", builtins: tuple[str, ...] = tuple(TASKS)
-               ) -> None:
-    """Refuse a malformed spec (without importing anything).
-
-    Raises
-    ------
-    ValueError
-        One line naming ``key``: neither one of ``builtins`` nor
-        ``package.module:attribute``.
-    """
-    if spec in builtins or _PLUGIN.fullmatch(spec):
-        return
-    raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: one of "
-                     f"{', '.join(builtins)}, or 'package.module:attribute' importable "
-                     "by the ServerApp and the ClientApps (docs/TASKS.md)")
 
 
 OURS = Path(__file__).resolve().parents[1]
@@ -164,7 +136,7 @@ def import_object(spec: str, key: str, *, builtin: bool = False) -> object:
         shadows a user's module, a module that cannot be imported (with its
         error), or a missing attribute.
     """
-    if not _PLUGIN.fullmatch(spec):
+    if not PLUGIN_SPEC.fullmatch(spec):
         raise ValueError(f"run-config '{key}' = {spec!r} is not allowed: "
                          "'package.module:attribute'")
     if not builtin:

@@ -1,6 +1,6 @@
 """Run-config values: one converter for both apps.
 
-The ServerApp's run-config sections (:mod:`server_app.config.section`), the
+The ServerApp's run-config sections (:mod:`task.section`), the
 ClientApp's :class:`task.config.TaskConfig` and the train messages'
 :class:`task.training_settings.TrainingSettings` all read a raw value through
 :func:`coerce`, so a value means the same on either side of a message: strings
@@ -24,6 +24,27 @@ VERBATIM = frozenset({"backdoor-phrase", "backdoor-continuation"})
 
 class ConfigError(ValueError):
     """A run-config value that is not allowed; the message names key and value."""
+
+
+def bad(key: str, value: object, allowed: str) -> ConfigError:
+    """The one-line error for ``key = value``, saying what is allowed."""
+    return ConfigError(f"run-config '{key}' = {value!r} is not allowed: {allowed}")
+
+
+MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images);
+# the ServerApp refines it with the data (server_app.preflight.check_partition)
+# Largest value of each integer key (sanity ceilings, far above any useful run).
+MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
+           "block-size": 2**16, "client-samples": 2**31 - 1,
+           "test-samples": 2**31 - 1,
+           "calibration-interval": 100_000, "mia-samples": 10_000_000,
+           "mia-nonmembers": 10_000_000,
+           "blocks-per-shard": 100_000, "recovery-warmup": 100_000,
+           "recovery-correction": 100_000, "recovery-final": 100_000,
+           "recovery-memory": 1000}
+# Range of each float key (sanity ranges; lr and momentum have their own checks).
+FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
+               "link-rate-mbps": (1e-3, 1e9), "client-gpus": (0.0, 1024.0)}
 
 
 def _mistyped(key: str, raw: object, allowed: str, source: str) -> ConfigError:

@@ -393,7 +393,8 @@ def test_the_command_writes_one_folder_per_client(tmp_path, shared_data):
 @pytest.mark.subprocess
 @pytest.mark.parametrize("args, words", [
     ([], "--out DIR is required"),
-    (["--out", "o", "--run-config", "num-clients=0"], "num-clients=0 must be an integer"),
+    (["--out", "o", "--run-config", "num-clients=0"],
+     "'num-clients' = 0 is not allowed: a positive integer"),
     (["--out", "o", "--run-config", "num-clientz=2"], "'num-clientz' is not known"),
     (["--out", "o", "--run-config", "dataset='mnist' data-dir='/nowhere'"],
      "'data-dir' = '/nowhere' is not allowed"),

@@ -69,9 +69,9 @@ def test_infeasible_split_names_its_key(scheme, kwargs, key):
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("partition_alpha", 0.0, "partition-alpha=0.0"),
-    ("partition_alpha", float("inf"), "partition-alpha=inf"),
-    ("classes_per_client", 0, "classes-per-client=0"),
+    ("partition_alpha", 0.0, "'partition-alpha' = 0.0 is not allowed"),
+    ("partition_alpha", float("inf"), "'partition-alpha' = inf must be a finite number"),
+    ("classes_per_client", 0, "'classes-per-client' = 0 is not allowed"),
 ])
 def test_task_config_checks_partition_keys(field, value, words):
     base = dict(dataset="mnist", partition="dirichlet", num_clients=8, seed=0,

@@ -2,8 +2,9 @@
 
 ``RunConfig`` (:mod:`server_app.config.run_config`) holds the run's seed and one
 frozen section per concern, each validating its own keys: ``data``
-(:mod:`~server_app.config.data`), ``training``, ``unlearning``, ``storage``,
-``stages``, ``audit`` and ``output``. ``ConfigError`` is the one error type.
+(:class:`task.config.DataConfig`: the schema both apps read), ``training``,
+``unlearning``, ``storage``, ``stages``, ``audit`` and ``output``. ``ConfigError``
+is the one error type.
 """
 
 from server_app.config.run_config import RunConfig

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import server_app.config.methods as registry
-from server_app.config.data import DataConfig
-from server_app.config.section import Section
 from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import bad
 from task.backdoor import MAX_TRIGGER
+from task.config import DataConfig
+from task.section import Section
 from task.text_backdoor import MAX_PHRASE
 
 #: Most reference models of the likelihood-ratio attack (``mia-references``).

@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from server_app.config.section import Section
 from server_app.config.values import RUN_NAME, bad
+from task.section import Section
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from server_app.config.audit import AuditConfig
-from server_app.config.data import DataConfig
 from server_app.config.output import OutputConfig
 from server_app.config.stages import StagesConfig
 from server_app.config.storage import StorageConfig
@@ -25,7 +24,7 @@ from server_app.config.tasks import check_task, resolve_task
 from server_app.config.training import TrainingConfig
 from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import MAX_SEED, bad, coerce
-from task.config import TaskConfig
+from task.config import DataConfig, TaskConfig
 from task.interface import Task
 
 SECTIONS = {"data": DataConfig, "training": TrainingConfig,
@@ -131,14 +130,7 @@ class RunConfig:
 
     def task_settings(self) -> TaskConfig:
         """The task's settings, as every ClientApp reads them from the run config."""
-        data = self.data
-        return TaskConfig(
-            dataset=data.dataset, partition=data.partition,
-            num_clients=data.num_clients, seed=self.seed, data_dir=data.data_dir,
-            block_size=data.block_size, client_samples=data.client_samples,
-            partition_alpha=data.partition_alpha,
-            classes_per_client=data.classes_per_client, task=data.task,
-            device=self.training.device)
+        return TaskConfig.of(self.data, self.seed, self.training.device)
 
     @property
     def retrain_epochs(self) -> float:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import server_app.config.methods as registry
 from server_app.config.audit import AuditConfig
-from server_app.config.data import DataConfig
-from server_app.config.section import Section
 from server_app.config.storage import StorageConfig
 from server_app.config.training import TrainingConfig
 from server_app.config.unlearning import UnlearningConfig
 from server_app.config.values import bad
+from task.config import DataConfig
+from task.section import Section
 
 MAX_STAGES = 1000
 

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 
 from history.coded.catalog import auto_blocks_per_shard
-from server_app.config.section import Section
 from server_app.config.values import bad
+from task.section import Section
 
 STORAGE_MODES = ("uncoded", "coded")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from server_app.config.data import DataConfig
 from server_app.config.profile import DeviceProfile, ProfileError, load_profile
-from server_app.config.section import Section
 from server_app.config.values import MAX_LR, MAX_SERVER_LR, ConfigError, bad
 from strategies.factory import SERVER_DEFAULTS
-from task.config import OPTIMIZERS
+from task.config import OPTIMIZERS, DataConfig
 from task.device import check_device
+from task.section import Section
 from task.training_settings import TrainingSettings
 
 # Stock Flower strategies a shard may use as its aggregator (run-config

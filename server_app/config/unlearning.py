@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import server_app.config.methods as registry
-from server_app.config.data import DataConfig
-from server_app.config.section import Section
 from server_app.config.training import TrainingConfig
 from server_app.config.values import EPOCHS_PER_RATIO, bad
 from task import records
-from task.registry import check_spec, is_plugin
+from task.config import DataConfig, check_spec, is_plugin
+from task.section import Section
 
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")

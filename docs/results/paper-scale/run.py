@@ -14,6 +14,9 @@ SE-paper, SE-R, all forgetting from the same learned shards, in one process
 an unsharded federation learned beside the shards, which doubles a cell's time
 (the MNIST cells of ``docs/results/paper-preset/`` have them).
 
+``--baselines`` runs instead the same cell (the same request) with FR, FE, RR,
+FRec and SE (FE, RR and FRec on an unsharded federation learned beside the
+shards), into ``baselines/explore-paper-<DATASET>-<PARTITION>-s<SEED>.json``.
 ``--clients K`` runs instead, once each, the first K clients of the order
 ``random.Random(52)`` draws (issue 52, item 3: accuracy over forgotten clients
 drawn before any run; :mod:`experiments.time_saved` sweeps its clients in the same
@@ -41,6 +44,8 @@ WALL = ROOT / "docs/results/wall"
 sys.path[:0] = [str(ROOT), str(WALL), str(ROOT / "docs/results/recovery")]
 
 FRAMEWORKS = ("FR", "SISA", "SE", "SE-paper", "SE-R")
+BASELINES = ("FR", "FE", "RR", "FRec", "SE")
+"""``--baselines``: the unsharded methods beside FR and SE (issue 52, item 4)."""
 
 
 def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
@@ -56,11 +61,11 @@ def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
 
 
 def main(dataset: str, seed: int = 0, partition: str = "noniid",
-         drawn_index: int | None = None) -> Path:
+         drawn_index: int | None = None, baselines: bool = False) -> Path:
     """Run the cell and write its file; its path.
 
     ``drawn_index`` i: forget the i-th client :func:`drawn` (from 0), FR only for
-    the first two.
+    the first two; ``baselines``: :data:`BASELINES` instead of :data:`FRAMEWORKS`.
     """
     from explore import record
 
@@ -80,7 +85,11 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid",
                     "run-name": f"c{client}-s{seed}"})
         cell, out = f"{cell}-c{client}", HERE / "clients"
         command += f" --clients {drawn_index + 1}  # its last: client {client}"
-    result = record(cell, cfg, ["SE-paper", "SE-R"], command, results_dir=folder)
+    elif baselines:
+        cfg.update({"frameworks": ",".join(BASELINES), "run-name": f"baselines-s{seed}"})
+        out, command = HERE / "baselines", command + " --baselines"
+    variants = [] if baselines else ["SE-paper", "SE-R"]
+    result = record(cell, cfg, variants, command, results_dir=folder)
     out.mkdir(exist_ok=True)
     path = out / f"explore-{cell}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
@@ -103,9 +112,11 @@ if __name__ == "__main__":
     parser.add_argument("partition", nargs="?", default="noniid")
     parser.add_argument("--clients", type=int, default=0,
                         help="run the first K drawn clients, one run each (FR: first 2)")
+    parser.add_argument("--baselines", action="store_true",
+                        help="FR, FE, RR, FRec and SE on the cell (issue 52, item 4)")
     args = parser.parse_args()
     if not args.clients:
-        print(main(args.dataset, args.seed, args.partition))
+        print(main(args.dataset, args.seed, args.partition, baselines=args.baselines))
     for i, c in enumerate(drawn(args.clients)):
         name = f"explore-paper-{args.dataset}-{args.partition}-c{c}-s{args.seed}.json"
         if not (HERE / "clients" / name).is_file():  # resumable: a file is not rerun

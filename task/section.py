@@ -4,7 +4,7 @@ Users type flat keys (``[tool.flwr.app.config]``, ``--run-config``); each sectio
 a frozen dataclass whose fields are its keys (``num-clients`` -> ``num_clients``;
 a field's ``metadata["key"]`` names another key, e.g. ``storage`` -> ``mode``).
 :meth:`Section.from_run_config` takes the section's keys of Flower's flat mapping
-and coerces each to its field's type (:func:`server_app.config.values.coerce`);
+and coerces each to its field's type (:func:`task.values.coerce`);
 the section's own ``validate`` checks its values in one place.
 """
 
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TypeVar
 
-from server_app.config.values import FLOAT_RANGE, MAX_INT, bad, coerce
+from task.values import FLOAT_RANGE, MAX_INT, bad, coerce
 
 S = TypeVar("S", bound="Section")
 
@@ -58,8 +58,8 @@ class Section:
     def check_bounds(self) -> None:
         """Each numeric key of this section in its sanity range.
 
-        :data:`~server_app.config.values.MAX_INT` and
-        :data:`~server_app.config.values.FLOAT_RANGE` name the ranges.
+        :data:`~task.values.MAX_INT` and
+        :data:`~task.values.FLOAT_RANGE` name the ranges.
         """
         for key, name in self.keys().items():
             value = getattr(self, name)
