@@ -115,7 +115,7 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
     noniid, iid = _by_partition(paper)
     if noniid:
         parts.append(paper_scale_tables(noniid))
-    if forgotten.by_dataset():
+    if noniid and forgotten.by_dataset():
         parts.append(FORGOTTEN_HEAD + forgotten.table() + "\n")
     if iid:
         parts.append(paper_scale_iid_tables(iid))
