@@ -163,6 +163,7 @@ def require_keys(run_config: Mapping[str, object], keys) -> None:
                              "[tool.flwr.app.config] defines it; Flower merges "
                              "those defaults into every run config)")
 
+
 @dataclass(frozen=True)
 class DataConfig(Section):
     """The learning task and its data (keys ``task``, ``dataset`` ... ``block-size``).
@@ -204,7 +205,7 @@ class DataConfig(Section):
     """
 
     task: str = ""
-    dataset: str = DATASETS[0] if DATASETS else ""
+    dataset: str = DATASETS[0]
     data_dir: str = ""
     partition: str = "iid"
     partition_alpha: float = 0.5
@@ -307,9 +308,9 @@ class TaskConfig(DataConfig):
 
     def __post_init__(self) -> None:
         # every value read as the ServerApp reads it (types), then DataConfig's checks
+        kinds = {f.name: type(f.default) for f in dataclasses.fields(self)}
         for key, name in self.keys().items():
-            kind = type(next(f for f in dataclasses.fields(self) if f.name == name).default)
-            object.__setattr__(self, name, coerce(key, getattr(self, name), kind))
+            object.__setattr__(self, name, coerce(key, getattr(self, name), kinds[name]))
         self.validate()
         try:
             check_device(self.device)
