@@ -48,8 +48,9 @@ FORGOTTEN_HEAD = (
     "from the same learned shards; FR beside them for the first two): each score "
     "minus SISA's paired per client, mean ± sample SD (n - 1) over the clients. "
     "Command: `docs/results/paper-scale/run.py DATASET 0 --clients 5` (files "
-    "`docs/results/paper-scale/clients/`, their times remade by `python -m "
-    "experiments.remodel --folder docs/results/paper-scale/clients`).\n\n")
+    "`docs/results/paper-scale/clients/`; each run's times are the cost model's, its "
+    "file recording the code's fingerprint). Wall time over FR's: over the mean of "
+    "FR's runs, which the cost model prices alike whoever asks.\n\n")
 """The caption of :func:`experiments.forgotten.table` in RESULTS' summary."""
 SWEEPS = ROOT / "docs" / "results" / "time-saved"
 """SE's time saved over every client, per dataset (:mod:`experiments.time_saved`)."""

@@ -77,12 +77,16 @@ def remade(data: dict, path: Path) -> None:
     from the updates' values, which cost-only clients do not compute) keeps no
     time (``None``) and is marked ``"stale": True``, so its accuracy is not set
     beside a time of another schedule. ``data["times"]``:
-    ``{"source": "cost model", "commit", "fingerprint"}``, or ``{"source":
-    "measured"}`` where ``path`` does not exist (seconds measured on the machine
-    that ran the file, before the cost model).
+    ``{"source": "cost model", "commit", "fingerprint"}``. Where ``path`` does
+    not exist: the same of the file's own, if it records the ``fingerprint`` of
+    the code that ran it (a run of the cost-model code, its times the model's,
+    every framework's schedule its own), else ``{"source": "measured"}``
+    (seconds measured on the machine that ran the file, before the cost model).
     """
     if not path.is_file():
-        data["times"] = {"source": "measured"}
+        own = data.get("fingerprint")  # a run of the cost-model code: its own times
+        data["times"] = ({"source": "cost model", "commit": data["commit"],
+                          "fingerprint": own} if own else {"source": "measured"})
         return
     model = json.loads(path.read_text())
     for name, fw in data["frameworks"].items():

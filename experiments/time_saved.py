@@ -86,6 +86,26 @@ def fingerprint(root: Path = ROOT) -> str:
     return digest.hexdigest()
 
 
+def fingerprint_at(commit: str, root: Path = ROOT) -> str:
+    """:func:`fingerprint` of the :data:`SHAPING` code at ``commit`` (``git archive``).
+
+    Raises
+    ------
+    subprocess.CalledProcessError
+        ``commit`` is not in the checkout's history.
+    """
+    import tarfile
+
+    with tempfile.TemporaryDirectory(prefix="se-fingerprint.") as folder:
+        tar = subprocess.run(["git", "archive", commit, *SHAPING], cwd=root, check=True,
+                             capture_output=True).stdout
+        tar_path = Path(folder) / "shaping.tar"
+        tar_path.write_bytes(tar)
+        with tarfile.open(tar_path) as archive:
+            archive.extractall(folder, filter="data")
+        return fingerprint(Path(folder))
+
+
 def spread(values: list[float]) -> dict:
     """Mean, sample SD (n - 1), min, max and n of ``values``."""
     return {"mean": statistics.fmean(values),

@@ -199,11 +199,56 @@ def test_remade_times_replace_the_measured_ones_where_the_schedule_is_the_same(t
     assert doc_tables._saved([run], "SE") == "60.0%"
 
 
+def test_a_run_of_the_cost_model_code_keeps_its_own_times_for_every_framework(tmp_path):
+    """A file that records the fingerprint of the code that ran it (explore.record)
+    was priced by the cost model itself: its times stand, SE-R's data-dependent
+    schedule included, and no cost-only run is needed."""
+    fw = {n: {"accuracy": 0.9, "client_epochs": e, "client_rounds": 3,
+              "modelled_wall_s": e / 10, "wall_breakdown": {}}
+          for n, e in {"FR": 600.0, "SISA": 150.0, "SE-R": 42.0}.items()}
+    (tmp_path / "explore-c-s0.json").write_text(json.dumps(
+        {"cell": "c", "seed": 0, "commit": "abc1234", "fingerprint": "f" * 64,
+         "frameworks": fw, "config": {"dataset": "mnist"}}))
+    [run] = pareto.load(tmp_path)
+    assert run["times"] == {"source": "cost model", "commit": "abc1234",
+                            "fingerprint": "f" * 64}
+    assert run["frameworks"]["SE-R"]["modelled_wall_s"] == 4.2
+    assert not any(f.get("stale") for f in run["frameworks"].values())
+    assert pareto.times(run) == "times: cost model, commit abc1234"
+
+
 def test_a_file_not_remade_says_its_times_were_measured(tmp_path):
     [run] = _cell(tmp_path, {"FR": 60.0, "SE": 10.0}, None)
     assert run["times"] == {"source": "measured"}
     assert run["frameworks"]["FR"]["modelled_wall_s"] == 160.0
     assert pareto.times(run) == "times: measured before the cost model"
+
+
+@pytest.mark.parametrize("folder", [pareto.PAPER_SCALE, pareto.PAPER_SCALE / "clients",
+                                    pareto.PAPER_SCALE / "baselines", pareto.FILES,
+                                    pareto.FILES / pareto.SHIPPED],
+                         ids=["paper-scale", "clients", "baselines", "wall", "shipped"])
+def test_every_file_priced_by_its_own_run_is_of_todays_code(folder):
+    """Issue 52, item 6: a file that records its own fingerprint (its times the cost
+    model's of that code) fails here once the code changed since; its fingerprint is
+    the code at its recorded commit (``remodel --stamp`` cannot label a file made by
+    other code). Remake: rerun it, or ``python -m experiments.remodel --folder F``."""
+    import subprocess
+
+    from experiments.time_saved import fingerprint, fingerprint_at
+
+    today, checked = fingerprint(), {}
+    for path in sorted(folder.glob("explore-*-s*.json")):
+        made = json.loads(path.read_text())
+        if "fingerprint" not in made or (folder / pareto.MODELLED / path.name).is_file():
+            continue
+        assert made["fingerprint"] == today, f"{path}: made by other code; remake it"
+        known = subprocess.run(["git", "cat-file", "-e", made["commit"]], cwd=pareto.ROOT,
+                               capture_output=True, check=False).returncode == 0
+        if known and made["commit"] not in checked:  # absent from a shallow clone
+            checked[made["commit"]] = fingerprint_at(made["commit"])
+        if known:
+            assert checked[made["commit"]] == made["fingerprint"], path
 
 
 @pytest.mark.parametrize("folder", [pareto.PAPER_SCALE, pareto.FILES,

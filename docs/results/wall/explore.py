@@ -95,14 +95,16 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
     In a scratch folder, removed afterwards; or in ``results_dir``, kept, so
     the same call after a kill resumes the run (learning after its last finished
     round, then the frameworks not done yet). Returns the file's content:
-    ``cell``, the seed, commit, machine, ``command``, the variants' settings, the
-    config, the learned model's accuracy and loss, the storage, the metric and
-    each framework's :data:`KEYS`.
+    ``cell``, the seed, commit, the code's
+    :func:`~experiments.time_saved.fingerprint`, machine, ``command``, the
+    variants' settings, the config, the learned model's accuracy and loss, the
+    storage, the metric and each framework's :data:`KEYS`.
     """
     from breakdown import head_commit
 
     from experiments.grid import run_in_process, summary_in_scratch
     from experiments.run import machine
+    from experiments.time_saved import fingerprint
     from server_app.config import methods
 
     variants = [n for n in names if n in VARIANTS]
@@ -115,6 +117,7 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
         path = run_in_process({**cfg, "results-dir": str(results_dir)})
         summary = json.loads(path.read_text())
     return {"cell": cell, "seed": cfg["seed"], "commit": head_commit(),
+            "fingerprint": fingerprint(),  # the code its modelled seconds came from
             "machine": machine(), "command": command,
             "variants": {n: {"builder": VARIANTS[n][0], "settings": VARIANTS[n][1],
                              "recovery": VARIANTS[n][2]} for n in variants},
