@@ -50,4 +50,8 @@ fi
 
 export PATH="$VENV/bin:$PATH"
 export SE_CLI_PROG="${SE_CLI_PROG:-./simulate.sh}"
+if [ "${1:-}" = experiments ]; then  # a program above the app (experiments/run.py)
+    shift
+    exec "$VENV/bin/python" -m experiments.run "$@"
+fi
 exec "$VENV/bin/python" -m cli "$@"

@@ -1,4 +1,4 @@
-"""The project's command line: ``python -m cli run|test|deploy|experiments``.
+"""The project's command line: ``python -m cli run|test|deploy|forget|...``.
 
 ``./simulate.sh`` sets up ``.venv`` and calls it. Modules: :mod:`cli.config`
 (run-config merging with Flower's parser), :mod:`cli.procs` (process groups and

@@ -83,3 +83,16 @@ def show_flower_lines(verbose: bool, environ: dict | None = None) -> None:
 
     if verbose:
         (os.environ if environ is None else environ)[VERBOSE_ENV] = "1"
+
+
+def back_to_caller(stays: bool = False) -> None:
+    """Work in the folder ``./simulate.sh`` was called from (``$SE_CALLER_DIR``).
+
+    ``simulate.sh`` changes to the project folder to install it; the paths a user
+    types are relative to their own folder, and every process the command starts
+    is given the project folder itself. ``stays``: keep to the project folder (the
+    test suite), only clearing the variable.
+    """
+    caller = os.environ.pop("SE_CALLER_DIR", "")
+    if caller and not stays and os.path.isdir(caller):
+        os.chdir(caller)

@@ -1,4 +1,9 @@
-"""Dispatch: ``run`` (the default), ``test``, ``deploy``, ``experiments`` and the rest."""
+"""Dispatch: ``run`` (the default), ``test``, ``deploy`` and the rest.
+
+The paper's experiments are a program of their own above the app
+(``python -m experiments.run``; ``./simulate.sh experiments`` starts it): they drive
+the app as a user does and import this package, never the other way round.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import os
 import sqlite3
 import sys
 
-from cli.env import setup_env
+from cli.env import back_to_caller, setup_env
 from cli.procs import exit_on_signals
 from server_app.config import ConfigError
 from server_app.failures import disk_error, expected
@@ -17,9 +22,6 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep] [--hosts]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
               [--verbose]
-       {prog} experiments single|concurrent|storage|all [--suite quick|trained|paper]
-              [--jobs N] ...
-       {prog} experiments pareto
        {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
               [--lost-nodes IDS] [--federation NAME | --engine simulation]
               [--results-dir DIR]
@@ -34,8 +36,6 @@ run          learn and unlearn in Flower's simulation engine, one SuperNode per
 test         the test suite (pytest; --fast: the fast tier, between edits)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1 (--hosts:
              separate network hosts with TLS and node keys; root)
-experiments  the paper's experiments: runs, CSV, figures, report.md (pareto:
-             redraw the speed/accuracy figures from the committed schedule files)
 forget       ask a run to forget clients: a live staged run at its next stage
              boundary; a finished run at once, from its stored history, as a new
              model version (--record-only: later, with --pending), on the engine
@@ -57,8 +57,8 @@ stops the command before anything starts: one line on stderr, exit status 2.
 --verbose: also Flower's per-shard strategy lines (configure_train, aggregate_train).
 `{prog} COMMAND --help` for a command's options.
 """
-COMMANDS = ("run", "test", "deploy", "experiments", "forget", "receipts", "models",
-            "export", "show", "client-data")
+COMMANDS = ("run", "test", "deploy", "forget", "receipts", "models", "export", "show",
+            "client-data")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,15 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE.format(prog=prog), end="")
         return 0
+    if argv[:1] == ["experiments"]:  # a program above the app, not one of its commands
+        print(f"{prog}: experiments is not a command of {prog}: run "
+              "`./simulate.sh experiments ...` or `python -m experiments.run ...`",
+              file=sys.stderr)
+        return 2
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS \
         else ("run", argv)
-    _back_to_caller(command)
+    back_to_caller(stays=command == "test")
     setup_env()
-    if command in ("test", "experiments"):  # programs of their own, signals included
-        module = "pytest" if command == "test" else "experiments.run"
-        if command == "test":
-            rest = _test_workers(rest)
-        os.execv(sys.executable, [sys.executable, "-m", module, *rest])
+    if command == "test":  # a program of its own, signals included
+        os.execv(sys.executable, [sys.executable, "-m", "pytest", *_test_workers(rest)])
     exit_on_signals(prog)
     try:
         return _dispatch(command, rest, f"{prog} {command}" if argv[:1] == [command]
@@ -114,18 +116,6 @@ def _test_workers(args: list[str]) -> list[str]:
     if chosen or workers == "0" or importlib.util.find_spec("xdist") is None:
         return args
     return ["-n", workers, *args]
-
-
-def _back_to_caller(command: str) -> None:
-    """Work in the folder ``./simulate.sh`` was called from (``$SE_CALLER_DIR``).
-
-    ``simulate.sh`` changes to the project folder to install it; the paths a user
-    types are relative to their own folder, and every process the command starts
-    is given the project folder itself. The test suite stays in the project.
-    """
-    caller = os.environ.pop("SE_CALLER_DIR", "")
-    if caller and command != "test" and os.path.isdir(caller):
-        os.chdir(caller)
 
 
 def _dispatch(command: str, rest: list[str], prog: str) -> int:

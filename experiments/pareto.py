@@ -11,7 +11,7 @@ reads those files and nothing else:
   against test accuracy (or loss) minus FR's (y), mean over the seeds with their
   range as bars, one marker shape per cell.
 
-``python -m cli experiments pareto`` (``./simulate.sh experiments pareto``) redraws
+``python -m experiments.run pareto`` (``./simulate.sh experiments pareto``) redraws
 both from the files, and the tables :mod:`experiments.doc_tables` writes into
 docs/RESULTS.md and the README; it runs nothing.
 """

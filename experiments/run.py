@@ -35,6 +35,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from cli.env import back_to_caller, setup_env
 from cli.procs import exit_on_signals
 from experiments import suites
 from experiments.engines import QuietFlower, dataset_available, default_data_dir, run_one
@@ -300,7 +301,8 @@ def _write_json(path: Path, data: dict) -> None:
 def _parser() -> argparse.ArgumentParser:
     """The ``experiments`` command line."""
     ap = argparse.ArgumentParser(
-        prog=f"{os.environ.get('SE_CLI_PROG', 'python -m cli')} experiments",
+        prog=("./simulate.sh experiments" if os.environ.get("SE_CLI_PROG")
+              else "python -m experiments.run"),
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", choices=[*suites.EXPERIMENTS, "all", "pareto"])
@@ -391,5 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    back_to_caller()  # ./simulate.sh experiments: --out and --data-dir are the caller's
+    setup_env()
     exit_on_signals("experiments")  # a signal stops the runs it started (Children)
     raise SystemExit(main())

@@ -369,17 +369,16 @@ def test_typed_paths_are_the_callers_and_children_get_them_absolute(tmp_path,
     """simulate.sh installs from the project folder; the command then works in the
     caller's folder (an export's --out lands there) and hands its children absolute
     paths, since they run in the project folder."""
-    from cli.env import setup_env
-    from cli.main import _back_to_caller
+    from cli.env import back_to_caller, setup_env
 
     caller = tmp_path / "mine"
     caller.mkdir()
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("SE_CALLER_DIR", str(caller))
-    _back_to_caller("test")  # the suite stays in the project
+    back_to_caller(stays=True)  # the test suite stays in the project
     assert Path.cwd() == ROOT and "SE_CALLER_DIR" not in os.environ
     monkeypatch.setenv("SE_CALLER_DIR", str(caller))
-    _back_to_caller("export")
+    back_to_caller()
     assert Path.cwd() == caller
     env = setup_env({"PYTHONPATH": f"plug{os.pathsep}/abs/x", "SE_RESULTS_DIR": "out",
                      "FLWR_HOME": str(tmp_path / "home"), "RAY_TMPDIR": "ray"})
@@ -425,3 +424,14 @@ def test_a_plugin_that_ours_would_shadow_is_one_line_before_any_engine(
     assert len(lines) == 1 and "'task'" in lines[0], proc.stderr
     assert str(ROOT / ours) in lines[0] and str(mine / theirs) in lines[0], lines[0]
     assert not record.exists()  # no engine was started
+
+
+def test_experiments_are_not_a_command_of_the_cli(capsys):
+    """Issue 53: the experiments are a program above the app (``python -m
+    experiments.run``; ``./simulate.sh experiments`` starts it); the CLI refuses
+    the name in one line rather than start it."""
+    from cli.main import main
+
+    assert main(["experiments", "pareto"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "python -m experiments.run" in err

@@ -103,9 +103,21 @@ def test_dependencies_flow_one_way():
         "history": {"server_app", "client_app", "experiments"},
         "strategies": {"server_app", "client_app", "task", "experiments"},
         "coding": set(PACKAGES) - {"coding"},
+        "cli": {"experiments"},  # the experiments drive the app through cli, not back
     }
     bad = sorted((m, t) for m, targets in _graph().items() for t in targets
                  if _top(t) in forbidden.get(_top(m), set()))
+    assert bad == []
+
+
+def test_cli_starts_no_experiments_module():
+    """Issue 53: ``cli`` and ``experiments`` depend one way; a module started by its
+    name (``python -m experiments.run``) is a dependency the import graph misses."""
+    bad = sorted((name, node.value) for name, path in _modules().items()
+                 if _top(name) == "cli" for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                 and node.value.split(".")[0] == "experiments" and "." in node.value
+                 and " " not in node.value)
     assert bad == []
 
 
