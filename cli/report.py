@@ -140,7 +140,7 @@ FRAMEWORK_COLUMNS = [
 
 
 #: The membership-inference columns: one ``MIA`` column saying "no signal" instead
-#: when the audit has none (:func:`server_app.evaluation.audit.with_signal`).
+#: when the audit has none (:func:`audits.audit.with_signal`).
 MIA_COLUMNS = ("mia_f1", "mia_auc", "mia_tpr_at_1fpr")
 NO_SIGNAL = "no signal"
 

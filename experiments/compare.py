@@ -12,12 +12,12 @@ import statistics
 from collections.abc import Sequence
 
 from experiments.collect import baselines, frameworks
+from experiments.facts import facts_of
 from history.storage import FE_KEY, STORAGE_ROWS
 from server_app.config import methods
 from server_app.rounds.federation import assign_shards
 from server_app.run.summary import RequestCost
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
-from task.registry import builtin_experiments
 from task.tasks import BUILTIN_TASKS
 
 
@@ -25,13 +25,13 @@ def paper_time_claims() -> tuple[tuple[str, float, tuple[str, ...]], ...]:
     """The paper's retraining-time claims: (claim, its reduction, the built-in tasks).
 
     Each built-in task's module names the claim it belongs to
-    (:attr:`~task.interface.ExperimentFacts.paper_claim`); claims in the order of
+    (:attr:`~experiments.facts.ExperimentFacts.paper_claim`); claims in the order of
     their first task in the registry. Built-in tasks, not kinds of task: a plug-in
     image or text task is not one of the paper's datasets (:func:`headline`).
     """
     claims: dict[tuple[str, float], list[str]] = {}
     for name in BUILTIN_TASKS:
-        facts = builtin_experiments(name)
+        facts = facts_of(name)
         if facts is not None and facts.paper_claim is not None:
             claims.setdefault(tuple(facts.paper_claim), []).append(name)
     return tuple((claim, paper, tuple(names))
@@ -203,7 +203,7 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     """Issue 6's MNIST check: FR's F1 below the original's, SE within 0.05 of FR.
 
     Only the cells of the built-in task whose module says the check applies
-    (:attr:`~task.interface.ExperimentFacts.mia_check`: MNIST): issue 6 asks this
+    (:attr:`~experiments.facts.ExperimentFacts.mia_check`: MNIST): issue 6 asks this
     of the paper's MNIST runs, and a row's ``dataset`` is a built-in name only
     where the run used that built-in task (:func:`summary_rows`).
 
@@ -216,7 +216,7 @@ def mnist_mia_check(rows: Sequence[dict]) -> list[dict]:
     stab = mia_stability(rows)
     out = []
     for (dataset, partition), fw in single_cells(rows).items():
-        facts = builtin_experiments(dataset)
+        facts = facts_of(dataset)
         if facts is None or not facts.mia_check:  # the paper's claim, not a kind
             continue
         f1 = {n: (fw.get(n) or {}).get("mia_f1") for n in ("original", *frameworks())}

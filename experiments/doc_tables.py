@@ -155,7 +155,7 @@ def paper_scale_tables(runs: list[dict]) -> str:
 
     As :func:`summary_tables`, each followed by the time SE, as shipped and as the
     paper ran it, saves against FR beside the reduction the paper reports for that
-    dataset (:attr:`task.interface.ExperimentFacts.paper_claim`).
+    dataset (:attr:`experiments.facts.ExperimentFacts.paper_claim`).
     """
     missing = _not_run(runs)
     head = ["### At the paper's scale", "",
@@ -229,11 +229,11 @@ def paper_claim(dataset: str) -> float | None:
     """The retraining-time reduction the paper reports for ``dataset`` (None: none).
 
     The dataset's own figure where its facts give one
-    (:attr:`~task.interface.ExperimentFacts.paper_reduction`), else its claim's.
+    (:attr:`~experiments.facts.ExperimentFacts.paper_reduction`), else its claim's.
     """
-    from task.registry import builtin_experiments
+    from experiments.facts import facts_of
 
-    facts = builtin_experiments(dataset)
+    facts = facts_of(dataset)
     if facts and facts.paper_reduction is not None:
         return facts.paper_reduction
     return facts.paper_claim[1] if facts and facts.paper_claim else None

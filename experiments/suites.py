@@ -41,10 +41,9 @@ from pathlib import Path
 import tomllib
 
 from cli import config as cli_config
+from experiments.facts import ExperimentFacts, facts_of
 from server_app.config import methods as registry
 from task.config import fused_run_config
-from task.interface import ExperimentFacts
-from task.registry import builtin_experiments
 from task.tasks import BUILTIN_TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +54,7 @@ baselines and SISA, the exact shard reference (SE's distance to it is the price 
 its approximation, its distance to FR the price of isolation)."""
 SUITES = ("quick", "trained", "paper", "tiny")
 # Which datasets each experiment runs, their caps, extra keys, goals and costs are
-# the built-in tasks' facts (task.interface.ExperimentFacts, in each task's module);
+# the built-in tasks' facts (experiments.facts.BUILTIN_FACTS);
 # None below marks where _settings fills them in, in this order.
 _NO_FACTS = ExperimentFacts()
 
@@ -188,7 +187,7 @@ _SETTINGS = {
 
 def _facts(dataset: str) -> ExperimentFacts:
     """A run's dataset's facts (a built-in's; none for any other task)."""
-    return builtin_experiments(dataset) or _NO_FACTS
+    return facts_of(dataset) or _NO_FACTS
 
 
 def _builtins() -> list[tuple[str, ExperimentFacts]]:
@@ -235,7 +234,7 @@ def quality_goal(dataset: str) -> tuple[str, float] | None:
     """What a trained model of ``dataset`` must reach: (metric, bound), or None.
 
     Accuracy at least, or the test loss (nats) at most; the built-in task's
-    :attr:`~task.interface.ExperimentFacts.goal`.
+    :attr:`~experiments.facts.ExperimentFacts.goal`.
     """
     return _facts(dataset).goal
 

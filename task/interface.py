@@ -31,8 +31,8 @@ the experiment report and figures read it there, never a dataset name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -69,83 +69,6 @@ def given_folder(data_dir: str) -> str:
 def is_folder(folder: str) -> bool:
     """Whether ``folder`` names an existing folder (a plug-in task's ``holds``)."""
     return bool(folder) and Path(folder).expanduser().is_dir()
-
-
-EXPERIMENT_ROLES = ("single", "mia", "concurrent", "storage")
-""":attr:`ExperimentFacts.roles`: the experiments of a suite a task runs in
-(``mia``: the membership-audit stability configuration, IID, over seeds;
-``storage``: the Fig. 5 storage runs)."""
-
-
-@dataclass(frozen=True, eq=False)
-class ExperimentFacts:
-    """What the experiment suites (:mod:`experiments`) know of a task.
-
-    Compared and hashed by identity (it holds dicts), so a :class:`Task` holding
-    it stays hashable.
-
-    Attributes
-    ----------
-    roles : Mapping[str, tuple[str, ...]]
-        Per suite (``quick``, ``trained``, ``paper``, ``tiny``): the experiments
-        it runs this task in, of :data:`EXPERIMENT_ROLES`; a suite not named
-        runs none.
-    client_samples : Mapping[str, int]
-        Per suite: run-config ``client-samples`` of this task's runs (a suite
-        not named: every client's whole share).
-    config : Mapping[str, Mapping[str, object]]
-        Per suite: run-config keys of every run of this task (e.g. more rounds).
-    preset : str
-        A run preset (presets/NAME.toml) whose ``preset_keys`` every run of this
-        task takes (``""``: none); ``preset_default`` where the preset lacks them.
-    preset_keys : tuple[str, ...]
-        See ``preset``.
-    preset_default : Mapping[str, object]
-        See ``preset``.
-    goal : (str, float) or None
-        What a trained model must reach: ``("accuracy", at least)`` or
-        ``("loss", at most, in nats)``; None: no goal.
-    cost : float
-        Relative training seconds per sample-epoch (a text task: per block),
-        measured in the trained suite's first rounds (MNIST's CNN = 1, about
-        0.15 ms; for the time-left estimate only).
-    train_size : int
-        Training samples a client's share is cut from (time-left estimate only).
-    paper_claim : (str, float) or None
-        The paper's non-IID retraining-time claim this task belongs to: the
-        claim's words and the reduction it states; None: none.
-    paper_reduction : float or None
-        The retraining-time reduction the paper reports for SE on this
-        dataset's own non-IID cell (its Sec. 5: 0.6641 MNIST, 0.6639
-        Fashion-MNIST, 0.6516 CIFAR-10, 0.8762 Tiny Shakespeare), set beside
-        the paper-scale runs; None: ``paper_claim``'s figure stands for it.
-    mia_check : bool
-        Issue 6's check of the paper's MNIST runs applies (FR's membership F1
-        below the original's, SE within 0.05 of FR).
-    """
-
-    roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    client_samples: Mapping[str, int] = field(default_factory=dict)
-    config: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    preset: str = ""
-    preset_keys: tuple[str, ...] = ()
-    preset_default: Mapping[str, object] = field(default_factory=dict)
-    goal: tuple[str, float] | None = None
-    cost: float = 1.0
-    train_size: int = 60000
-    paper_claim: tuple[str, float] | None = None
-    paper_reduction: float | None = None
-    mia_check: bool = False
-
-    def __post_init__(self) -> None:
-        for suite, roles in self.roles.items():
-            unknown = set(roles) - set(EXPERIMENT_ROLES)
-            if unknown:
-                raise ValueError(f"ExperimentFacts.roles[{suite!r}]: {sorted(unknown)}"
-                                 f" are not of {EXPERIMENT_ROLES}")
-        if self.goal is not None and self.goal[0] not in METRICS:
-            raise ValueError(f"ExperimentFacts.goal = {self.goal!r}: the metric must "
-                             f"be one of {METRICS}")
 
 
 @dataclass(frozen=True)
@@ -225,10 +148,6 @@ class Task:
         Classes known without loading the data (checks of ``backdoor-target``
         and ``classes-per-client`` before any engine starts); None: taken from
         the loaded data.
-    experiments : ExperimentFacts or None
-        What the experiment suites run of the task, its quality goal and the
-        paper's claims about it (a built-in's; None: the suites plan no runs of
-        it and its rows have no goal or claim).
     """
 
     name: str
@@ -251,7 +170,6 @@ class Task:
     perplexity: bool = False
     num_classes: int | None = None
     metric: str | None = None
-    experiments: ExperimentFacts | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

@@ -3,7 +3,7 @@
 The default of :attr:`task.interface.Task.membership`: a task gives the audit its
 predictions (softmax outputs) and targets, and these functions turn them into one
 row of attack features per sample (Shokri et al., IEEE S&P 2017; the features of
-:mod:`server_app.evaluation.mia`). numpy only.
+:mod:`audits.mia`). numpy only.
 """
 
 from __future__ import annotations

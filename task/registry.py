@@ -30,7 +30,7 @@ import torch
 
 from task.config import PLUGIN_SPEC, TaskConfig, check_spec, task_spec
 from task.data import TaskData, client_data
-from task.interface import ExperimentFacts, Task
+from task.interface import Task
 from task.tasks import BUILTIN_TASKS
 
 TASKS = BUILTIN_TASKS  # the built-in tasks (the registry itself, not a copy)
@@ -197,25 +197,6 @@ def get_task(spec: str) -> Task:
 def is_builtin(task: Task) -> bool:
     """Whether ``task`` is the built-in registered under its name (not a look-alike)."""
     return task.name in BUILTIN_TASKS and get_task(task.name) is task
-
-
-def builtin_experiments(name: str) -> ExperimentFacts | None:
-    """What the experiment suites know of the built-in task ``name``.
-
-    Parameters
-    ----------
-    name : str
-        A row's or a run's ``dataset``: a built-in name, or a plug-in's spec
-        (never imported here).
-
-    Returns
-    -------
-    ExperimentFacts or None
-        The built-in's :attr:`Task.experiments`; None for any other name.
-    """
-    if name not in BUILTIN_TASKS:
-        return None
-    return get_task(name).experiments
 
 
 def task_of(settings: TaskConfig) -> Task:

@@ -27,7 +27,7 @@ import numpy as np
 from torch import nn
 
 from task.data import TaskData
-from task.interface import ExperimentFacts, Task
+from task.interface import Task
 
 
 def load(settings):
@@ -41,10 +41,7 @@ def model(num_classes):
     return nn.Linear(8, num_classes)
 
 
-task = Task(name="toy", load=load, model=model, num_classes=3,
-            experiments=ExperimentFacts(roles={"tiny": ("single",)},
-                                        client_samples={"tiny": 16},
-                                        goal=("accuracy", 0.5)))
+task = Task(name="toy", load=load, model=model, num_classes=3)
 '''
 
 RUN = {"dataset": "toy", "num-clients": 4, "num-shards": 2, "clients-per-round": 4,
@@ -55,9 +52,14 @@ RUN = {"dataset": "toy", "num-clients": 4, "num-shards": 2, "clients-per-round":
 
 @pytest.fixture()
 def toy(tmp_path, monkeypatch):
-    """toytask.py on sys.path and one registry line: ``"toy": "toytask:task"``."""
+    """toytask.py on sys.path, one registry line (``"toy": "toytask:task"``) and,
+    for the suites, the toy's facts (:data:`experiments.facts.BUILTIN_FACTS`)."""
+    from experiments.facts import BUILTIN_FACTS, ExperimentFacts
+
     (tmp_path / "toytask.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(BUILTIN_FACTS, "toy", ExperimentFacts(
+        roles={"tiny": ("single",)}, client_samples={"tiny": 16}, goal=("accuracy", 0.5)))
     monkeypatch.setitem(BUILTIN_TASKS, "toy", "toytask:task")
     yield
     get_task.cache_clear()  # forget the toy; the shipped built-ins stay imported
@@ -74,7 +76,9 @@ def test_the_shipped_built_ins_are_their_modules_tasks():
     assert list(BUILTIN_TASKS) == list(shipped)
     for name, task in shipped.items():
         assert get_task(name) is task and task.name == name and is_builtin(task)
-        assert task.experiments is not None
+    from experiments.facts import BUILTIN_FACTS  # the suites' facts, one per built-in
+
+    assert list(BUILTIN_FACTS) == list(BUILTIN_TASKS)
 
 
 def test_a_new_built_in_is_accepted_by_the_run_config_checks(toy):

@@ -129,7 +129,7 @@ def _paper_noniid() -> list[dict]:
 
 def _paper_scale_saving() -> str:
     """RESULTS' goal line: the time each SE saves at the paper's scale, per dataset."""
-    from task.registry import builtin_experiments
+    from experiments.facts import facts_of
     from task.tasks import BUILTIN_TASKS
 
     runs = {r["config"]["dataset"]: r for r in _paper_noniid()}
@@ -149,7 +149,7 @@ def _paper_scale_saving() -> str:
         return (fw[methods.proposed()][key] - fw["SE-paper"][key]) / (
             fw[methods.reference()][key] if key == "modelled_wall_s" else 1)
 
-    paper = [f"{builtin_experiments(d).paper_reduction * 100:.4g}%" for d in names]
+    paper = [f"{facts_of(d).paper_reduction * 100:.4g}%" for d in names]
     cost = [100 * gap(d, "modelled_wall_s") for d in names]
     images = [100 * gap(d, "accuracy") for d in names if d != "shakespeare"]
     forgotten = runs[names[0]]["frameworks"][methods.proposed()]["requests"][0]["clients"]

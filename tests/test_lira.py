@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import norm
 from sklearn.metrics import roc_auc_score
 
-from server_app.evaluation.lira import (
+from audits.lira import (
     MIN_FALSE_POSITIVES,
     PHI_FLOOR,
     bootstrap_metrics,
@@ -20,7 +20,7 @@ from server_app.evaluation.lira import (
     roc_auc,
     tpr_at_fpr,
 )
-from server_app.evaluation.shadow import tpr_at_fpr as sklearn_tpr_at_fpr
+from audits.shadow import tpr_at_fpr as sklearn_tpr_at_fpr
 
 
 def _softmax(logits: np.ndarray, dtype=np.float64) -> np.ndarray:

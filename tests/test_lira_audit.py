@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from audits.lira_audit import LiraAudit, LiraSamples
+from audits.mia_sets import MiaSets, check_disjoint, match_by_class
 from cli.report import render
 from server_app.config import ConfigError, RunConfig
-from server_app.evaluation.lira_audit import LiraAudit, LiraSamples
-from server_app.evaluation.mia_sets import MiaSets, check_disjoint, match_by_class
+from server_app.stages.audit import audited_run
 from task.config import fused_run_config
 
 
@@ -169,14 +170,14 @@ def test_experiment_report_lists_lira_of_the_runs_that_have_it():
 
 
 def _sets(shared_data, **overrides):
-    from server_app.evaluation.mia_sets import choose_sets
+    from audits.mia_sets import choose_sets
     from task.builtin import load_task_data
     from tests.conftest import TINY
     cfg = RunConfig.from_run_config(fused_run_config(
         {**TINY, "forget-clients": "3", "mia-shadows": 2, "mia-references": 2,
          **overrides}))
     task = load_task_data("mnist", str(shared_data))
-    return choose_sets(cfg, task, [3], shadow_in=4 * 64), task
+    return choose_sets(audited_run(cfg), task, [3], shadow_in=4 * 64), task
 
 
 def test_lira_non_members_are_class_matched_free_rows_apart_from_every_set(shared_data):

@@ -1,12 +1,12 @@
-"""Tests of server_app.evaluation.mia: the membership inference attack (Shokri 2017)."""
+"""Tests of audits.mia: the membership inference attack (Shokri 2017)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from server_app.evaluation.audit import with_signal
-from server_app.evaluation.mia import (
+from audits.audit import with_signal
+from audits.mia import (
     Z_95,
     MembershipAttack,
     attack_metrics,

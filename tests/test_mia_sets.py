@@ -10,15 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server_app.config import RunConfig
-from server_app.evaluation import mia_sets
-from server_app.evaluation.mia_sets import (
+from audits import mia_sets
+from audits.mia_sets import (
     FREE_TRAIN,
     MiaSets,
     check_disjoint,
     choose_sets,
     pair_by_class,
 )
+from server_app.config import RunConfig
+from server_app.stages.audit import audited_run
 from task.builtin import load_task_data
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -30,7 +31,7 @@ def _cfg(**overrides) -> RunConfig:
 
 def _assert_sound(sets: MiaSets, task, cfg: RunConfig, targets) -> None:
     """Targets are the targets' rows; non-members and shadows no client's, all disjoint."""
-    rows = mia_sets.client_rows(cfg, task)
+    rows = mia_sets.client_rows(cfg.data, cfg.seed, task)
     held = np.concatenate(rows)
     assert set(sets.target) <= set(np.concatenate([rows[p] for p in targets]))
     assert all(r in set(rows[o]) for r, o in zip(sets.target, sets.owner, strict=True))
@@ -51,7 +52,7 @@ def _assert_sound(sets: MiaSets, task, cfg: RunConfig, targets) -> None:
 def test_non_members_are_free_training_images_apart_from_the_shadow_pool(shared_data):
     cfg = _cfg(**{"forget-clients": "3,5"})
     task = load_task_data("mnist", str(shared_data))
-    sets = choose_sets(cfg, task, [3, 5], shadow_in=4 * 64)
+    sets = choose_sets(audited_run(cfg), task, [3, 5], shadow_in=4 * 64)
     assert sets.heldout_split == "train" and sets.shadow_split == "train"
     assert sets.shadow_source == FREE_TRAIN and len(sets.target) == 128
     assert (sets.partner >= 0).all()
@@ -61,7 +62,7 @@ def test_non_members_are_free_training_images_apart_from_the_shadow_pool(shared_
 def test_mia_samples_caps_the_targets(shared_data):
     cfg = _cfg(**{"forget-clients": "3", "mia-samples": 10})
     task = load_task_data("mnist", str(shared_data))
-    sets = choose_sets(cfg, task, [3], shadow_in=256)
+    sets = choose_sets(audited_run(cfg), task, [3], shadow_in=256)
     assert len(sets.target) == len(sets.partner) == 10
     _assert_sound(sets, task, cfg, [3])
 
@@ -77,7 +78,7 @@ def test_every_training_image_held_falls_back_to_the_test_set(monkeypatch):
     monkeypatch.setattr(mia_sets, "partitions", parts)
     cfg = _cfg(**{"num-clients": 2, "num-shards": 1, "clients-per-round": 1,
                   "client-samples": 0})
-    sets = choose_sets(cfg, task, [1], shadow_in=3)
+    sets = choose_sets(audited_run(cfg), task, [1], shadow_in=3)
     assert sets.heldout_split == "test" and "test set" in sets.heldout_source
     assert sets.shadow_split == "test" and set(sets.shadow) == set(range(6))
     assert set(sets.partner[sets.partner >= 0]) <= set(range(6, 12))
@@ -101,7 +102,8 @@ def test_sets_are_disjoint_for_any_partition(sizes, cap, free, classes, seed, sh
         cfg = _cfg(**{"num-clients": len(sizes), "num-shards": 1, "clients-per-round": 1,
                       "client-samples": cap, "seed": seed})
         targets = [0, len(sizes) - 1]
-        _assert_sound(choose_sets(cfg, task, targets, shadow_in), task, cfg, targets)
+        sets = choose_sets(audited_run(cfg), task, targets, shadow_in)
+        _assert_sound(sets, task, cfg, targets)
 
 
 def test_pairs_are_distinct_same_class_and_minus_one_when_short():

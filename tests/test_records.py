@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from server_app.config import ConfigError, RunConfig
+from server_app.stages.audit import audited_run
 from server_app.unlearning.erasure import Erasure
 from task.config import fused_run_config
 from task.records import check_against_sizes, keep_mask, parse_ids, parse_records
@@ -228,9 +229,9 @@ def test_a_records_request_replays_from_coded_slices(run_server, monkeypatch):
 
 def test_the_audit_targets_of_a_records_request_are_the_erased_records(shared_data):
     """choose_sets with records: exactly the erased rows of each owner, in order."""
+    from audits.mia_sets import choose_sets, client_rows
     from server_app.config import RunConfig
     from server_app.config.tasks import load_run_data
-    from server_app.evaluation.mia_sets import choose_sets, client_rows
     from task.config import fused_run_config
     from tests.conftest import TINY
 
@@ -238,8 +239,8 @@ def test_the_audit_targets_of_a_records_request_are_the_erased_records(shared_da
         **TINY, "data-dir": str(shared_data), "frameworks": "SE",
         "forget-records": "3:0-9; 5:2,7"}))
     task = load_run_data(cfg, str(shared_data))
-    rows = client_rows(cfg, task)
-    sets = choose_sets(cfg, task, [3, 5], 64, {3: list(range(10)), 5: [2, 7]})
+    rows = client_rows(cfg.data, cfg.seed, task)
+    sets = choose_sets(audited_run(cfg), task, [3, 5], 64, {3: list(range(10)), 5: [2, 7]})
     assert sets.target.tolist() == rows[3][:10].tolist() + rows[5][[2, 7]].tolist()
     assert sets.owner.tolist() == [3] * 10 + [5] * 2
     kept = np.concatenate([rows[3][10:], rows[5][[0, 1, 3, 4, 5, 6]]])

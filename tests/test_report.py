@@ -85,8 +85,8 @@ def _lira(auc_ci, tpr_ci, signal):
 
 
 def test_lira_without_signal_says_so_instead_of_its_scores():
+    from audits.audit import lira_signal
     from cli.report import lira_table
-    from server_app.evaluation.audit import lira_signal
 
     quiet = _lira([0.46, 0.55], [0.0, 0.03], False)
     assert lira_signal(quiet) is False
@@ -99,8 +99,8 @@ def test_lira_without_signal_says_so_instead_of_its_scores():
 
 
 def test_lira_with_signal_shows_its_scores():
+    from audits.audit import lira_signal
     from cli.report import lira_table
-    from server_app.evaluation.audit import lira_signal
 
     loud = _lira([0.46, 0.55], [0.015, 0.07], True)  # TPR above chance alone
     assert lira_signal(loud) is True

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from audits.shadow import ShadowAttack, shadow_splits, tpr_at_fpr
 from cli.report import render
 from server_app.config import ConfigError, RunConfig
-from server_app.evaluation.shadow import ShadowAttack, shadow_splits, tpr_at_fpr
 from task.config import fused_run_config
 
 

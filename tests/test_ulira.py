@@ -7,31 +7,33 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from server_app.config import ConfigError, RunConfig
-from server_app.config.audit import ulira_methods
-from server_app.evaluation.lira import roc_auc
-from server_app.evaluation.reference_unlearning import (
-    learn_with_history,
-    learning_seed,
-    local_update,
-    recover,
-    se_unlearn,
-)
-from server_app.evaluation.ulira import (
+from audits.lira import roc_auc
+from audits.ulira import (
     balanced_halves,
     challenge_scores,
     fit_in_out,
     leave_one_out,
     log_ratio,
 )
-from server_app.evaluation.ulira_audit import (
+from audits.ulira_audit import (
     ReferenceShape,
     ShadowPoolTooSmallError,
     _reference_parts,
     reference_shapes,
     train_references,
-    unlearning_rules,
 )
+from server_app.config import ConfigError, RunConfig
+from server_app.config.audit import ulira_methods
+from server_app.evaluation.reference_unlearning import (
+    learn_with_history,
+    learning_seed,
+    local_update,
+    recipe,
+    recover,
+    rules,
+    se_unlearn,
+)
+from server_app.stages.audit import audited_run
 from strategies.calibration import calibrate, refill_slots, weighted_step
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -229,16 +231,24 @@ def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec(
     sets = type("S", (), {"owner": owners})()
     shards = [[0, 1, 2, 3], [4, 5, 6, 7]]
     cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FR"}))
-    shapes = reference_shapes(cfg, sets, shards, pool=30, client_size=10)
+    shapes = reference_shapes(_with_references(cfg), sets, shards, pool=30, client_size=10)
     assert list(shapes) == ["shard"]
     assert shapes["shard"] == ReferenceShape(4, 2, 2, 10, 8)  # f = 2 (clients 1, 3)
-    cfg = RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,FRec"}))
-    fed = reference_shapes(cfg, sets, shards, pool=30, client_size=10)["federation"]
+    run = _with_references(RunConfig.from_run_config(fused_run_config(
+        {**TINY, "frameworks": "SE,FRec"})))
+    fed = reference_shapes(run, sets, shards, pool=30, client_size=10)["federation"]
     assert fed == ReferenceShape(8, 3, 4, 10, 5)
     # FE / FRec on a baseline federation of 2 shards: one of those, 2 a round
-    fed = reference_shapes(cfg, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
+    fed = reference_shapes(run, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
     assert fed["federation"] == ReferenceShape(4, 3, 2, 10, 5)
-    assert set(ulira_methods()) == set(unlearning_rules())
+    assert set(ulira_methods()) == set(rules(cfg))
+
+
+def _with_references(cfg: RunConfig):
+    """The audits' view of ``cfg`` with U-LiRA's recipe, whatever its k."""
+    import dataclasses
+
+    return dataclasses.replace(audited_run(cfg), references=recipe(cfg))
 
 
 def test_a_shadow_pool_too_small_is_refused_before_any_reference_trains():
@@ -252,11 +262,12 @@ def test_a_shadow_pool_too_small_is_refused_before_any_reference_trains():
     # shard shape: 4 clients x 10 = 40 samples, 10 of them targets -> 30 from the
     # pool (40 rows: enough); FE's federation: 8 x 10 - 10 = 70 (too many)
     with pytest.raises(ShadowPoolTooSmallError, match="needs 70 shadow-pool samples"):
-        train_references(cfg, task, sets, [[0, 1, 2, 3], [4, 5, 6, 7]], client_size=10)
+        train_references(audited_run(cfg), task, sets, [[0, 1, 2, 3], [4, 5, 6, 7]],
+                         client_size=10)
 
 
 def test_u_lira_with_no_targets_is_skipped_and_said():
-    from server_app.evaluation.audit import _ulira
+    from audits.audit import _ulira
 
     cfg = RunConfig.from_run_config(fused_run_config(
         {**TINY, "mia-shadows": 2, "mia-unlearn-references": 6}))

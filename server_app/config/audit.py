@@ -1,23 +1,21 @@
-"""Run-config section ``audit``: membership inference and the backdoor check."""
+"""The ``audit`` section against the ``unlearning`` section: what only the server knows.
+
+The section itself, and what it checks alone, is the audits' own
+(:class:`audits.config.AuditConfig`); which methods U-LiRA references and which
+request the backdoor's poisoned clients are is the method registry's and the
+unlearning section's, so it is checked here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import server_app.config.methods as registry
+from audits.config import AuditConfig
 from server_app.config.unlearning import UnlearningConfig
-from server_app.config.values import bad
-from task.backdoor import MAX_TRIGGER
-from task.config import DataConfig
-from task.section import Section
-from task.text_backdoor import MAX_PHRASE
-
-#: Most reference models of the likelihood-ratio attack (``mia-references``).
-MAX_REFERENCES = 256
+from task.values import bad
 
 
 def ulira_methods() -> list[str]:
-    """The methods the U-LiRA audit references (``server_app.evaluation.ulira_audit``).
+    """The methods the U-LiRA audit references (:mod:`audits.ulira_audit`).
 
     The approximate ones: a method that retrains is exact by construction, so its
     game is chance.
@@ -25,140 +23,18 @@ def ulira_methods() -> list[str]:
     return [m.name for m in registry.builtins() if m.ulira]
 
 
-@dataclass(frozen=True)
-class AuditConfig(Section):
-    """How forgetting is verified (Shokri et al. 2017; Halimi et al. 2022).
+def check_against(audit: AuditConfig, unlearning: UnlearningConfig) -> None:
+    """Raise :class:`task.values.ConfigError`: U-LiRA's methods, the backdoor's request.
 
-    Attributes
-    ----------
-    mia : bool
-        Run the membership-inference audit.
-    mia_samples : int
-        Samples of each side (members, non-members) the attack scores.
-    mia_shadows : int
-        k >= 1 shadow models fit the attack instead of the original model.
-    mia_references : int
-        k >= 2 reference models of the offline likelihood-ratio attack (LiRA;
-        the shadow models, more trained where k exceeds ``mia_shadows``); 0: off.
-    mia_nonmembers : int
-        Non-members LiRA scores each model on (class-matched to the targets).
-    mia_unlearn_references : int
-        k (even, >= 6) reference shards that learn and then unlearn with SE for
-        U-LiRA (Hayes et al. 2025); 0: off.
-    backdoor_trigger : int
-        Side of the square trigger in pixels (0: no backdoor check).
-    backdoor_fraction : float
-        Share of a poisoned client's images that carry the trigger.
-    backdoor_target : int
-        Class the trigger points to.
-    backdoor_phrase : str
-        The text backdoor's trigger phrase ("": no text backdoor).
-    backdoor_continuation : str
-        What the phrase should bring (the text backdoor's target).
+    After :meth:`AuditConfig.validate`: ``mia-unlearn-references`` needs
+    ``mia-shadows`` >= 1, a method U-LiRA references and, with a calibrated one,
+    ``calibration-interval = 1``; a backdoor needs ``forget-clients`` (or, the
+    image trigger, ``forget-records``) to name the poisoned clients.
     """
-
-    mia: bool = True
-    mia_samples: int = 2000
-    mia_shadows: int = 0
-    mia_references: int = 0
-    mia_nonmembers: int = 10000
-    mia_unlearn_references: int = 0
-    backdoor_trigger: int = 0
-    backdoor_fraction: float = 0.5
-    backdoor_target: int = 0
-    backdoor_phrase: str = ""
-    backdoor_continuation: str = ""
-
-    @property
-    def backdoor(self) -> bool:
-        """Whether a backdoor check runs (the image trigger or the text phrase)."""
-        return bool(self.backdoor_trigger or self.backdoor_phrase)
-
-    def validate(self, data: DataConfig, unlearning: UnlearningConfig) -> None:
-        """Raise :class:`ConfigError`; the backdoor needs ``forget-clients``.
-
-        What needs the task (a trigger, classes, the audit's features, the
-        number of classes) is :func:`server_app.config.tasks.check_task`'s.
-        """
-        self.check_positive("mia-samples", "mia-nonmembers")
-        self.check_bounds()
-        if self.mia:  # shadow models, LiRA and U-LiRA need mia = true
-            data.refuse_without_train(
-                "mia", self.mia, "the membership audit (and its shadow models, LiRA, "
-                "U-LiRA) reads the clients' training rows on the server")
-        if not 0 <= self.backdoor_trigger <= MAX_TRIGGER:
-            raise bad("backdoor-trigger", self.backdoor_trigger,
-                      f"0 (off) or a square side in pixels, 1..{MAX_TRIGGER}")
-        if not 0.0 <= self.backdoor_fraction <= 1.0:
-            raise bad("backdoor-fraction", self.backdoor_fraction,
-                      "a share of a poisoned client's images in [0, 1]")
-        if self.backdoor_target < 0:
-            raise bad("backdoor-target", self.backdoor_target,
-                      "a class index >= 0, below the task's number of classes")
-        if not 0 <= self.mia_shadows <= 32:
-            raise bad("mia-shadows", self.mia_shadows,
-                      "0 (attack fit on the original model) or 1..32 shadow models")
-        if self.mia_shadows and not self.mia:
-            raise bad("mia-shadows", self.mia_shadows,
-                      "0 unless mia = true and the task has classes")
-        self._validate_phrase(data)
-        self._validate_references()
-        self._validate_unlearn_references(unlearning)
-        if not self.backdoor:
-            return
-        key, value = (("backdoor-trigger", self.backdoor_trigger) if self.backdoor_trigger
-                      else ("backdoor-phrase", self.backdoor_phrase))
-        if self.backdoor_phrase and unlearning.forget_records.strip():
-            raise bad(key, value, "'' with forget-records (the text backdoor poisons "
-                      "whole clients; the records variant is the image trigger's)")
-        if not unlearning.forget_client_list and not unlearning.forget_records.strip():
-            raise bad(key, value, f"{'0' if self.backdoor_trigger else repr('')} unless "
-                      "forget-clients names the poisoned clients (the clients of the "
-                      "one unlearning request) or forget-records the poisoned records")
-
-    def _validate_phrase(self, data: DataConfig) -> None:
-        """The text backdoor's strings: lengths, both or neither, fit in a block."""
-        phrase, continuation = self.backdoor_phrase, self.backdoor_continuation
-        if len(phrase) > MAX_PHRASE:
-            raise bad("backdoor-phrase", phrase, f"'' (off) or 1..{MAX_PHRASE} characters")
-        if not phrase:
-            if continuation:
-                raise bad("backdoor-continuation", continuation,
-                          "'' unless backdoor-phrase is set")
-            return
-        if not 1 <= len(continuation) <= MAX_PHRASE:
-            raise bad("backdoor-continuation", continuation,
-                      f"1..{MAX_PHRASE} characters with backdoor-phrase set")
-        if self.backdoor_trigger:
-            raise bad("backdoor-phrase", phrase, "'' with backdoor-trigger > 0 (one "
-                      "backdoor a run: the image trigger or the text phrase)")
-        if len(phrase) + len(continuation) >= data.block_size:
-            raise bad("backdoor-phrase", phrase,
-                      f"a phrase that, with its continuation ({len(continuation)} "
-                      f"characters), is shorter than block-size={data.block_size}")
-
-    def _validate_references(self) -> None:
-        """``mia-references``: 0 or 2..MAX_REFERENCES, inside the shadow audit."""
-        if self.mia_references == 0:
-            return
-        if not 2 <= self.mia_references <= MAX_REFERENCES:
-            raise bad("mia-references", self.mia_references,
-                      f"0 (no LiRA) or 2..{MAX_REFERENCES} reference models")
-        if not self.mia_shadows:
-            raise bad("mia-references", self.mia_references,
-                      "0 unless mia-shadows >= 1 (LiRA runs in the shadow-model "
-                      "audit, on its disjoint targets, non-members and pool)")
-
-    def _validate_unlearn_references(self, unlearning: UnlearningConfig) -> None:
-        """``mia-unlearn-references``: 0 or even 6..MAX_REFERENCES, U-LiRA."""
-        k = self.mia_unlearn_references
-        if k == 0:
-            return
-        if not (6 <= k <= MAX_REFERENCES and k % 2 == 0):
-            raise bad("mia-unlearn-references", k,
-                      f"0 (no U-LiRA) or an even number in 6..{MAX_REFERENCES}")
+    k = audit.mia_unlearn_references
+    if k:
         referenced = [m for m in unlearning.method_infos if m.ulira]
-        if not self.mia_shadows or not referenced:
+        if not audit.mia_shadows or not referenced:
             raise bad("mia-unlearn-references", k,
                       "0 unless mia-shadows >= 1 and frameworks has one of "
                       f"{', '.join(ulira_methods())} (the others retrain: exact by "
@@ -168,3 +44,14 @@ class AuditConfig(Section):
             raise bad("mia-unlearn-references", k,
                       "0 unless calibration-interval = 1 when frameworks has "
                       f"{' or '.join(calibrated)} (the references replay every round)")
+    if not audit.backdoor:
+        return
+    key, value = (("backdoor-trigger", audit.backdoor_trigger) if audit.backdoor_trigger
+                  else ("backdoor-phrase", audit.backdoor_phrase))
+    if audit.backdoor_phrase and unlearning.forget_records.strip():
+        raise bad(key, value, "'' with forget-records (the text backdoor poisons "
+                  "whole clients; the records variant is the image trigger's)")
+    if not unlearning.forget_client_list and not unlearning.forget_records.strip():
+        raise bad(key, value, f"{'0' if audit.backdoor_trigger else repr('')} unless "
+                  "forget-clients names the poisoned clients (the clients of the "
+                  "one unlearning request) or forget-records the poisoned records")

@@ -16,7 +16,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from server_app.config.audit import AuditConfig
+from audits.config import AuditConfig
+from server_app.config.audit import check_against
 from server_app.config.output import OutputConfig
 from server_app.config.stages import StagesConfig
 from server_app.config.storage import StorageConfig
@@ -111,7 +112,8 @@ class RunConfig:
         self.training.validate(self.data)
         self.unlearning.validate(self.data, self.training)
         self.storage.validate(self.data.num_clients)
-        self.audit.validate(self.data, self.unlearning)
+        self.audit.validate(self.data)
+        check_against(self.audit, self.unlearning)
         self.stages.validate(self.data, self.training, self.unlearning, self.storage,
                              self.audit)
         self.output.validate()

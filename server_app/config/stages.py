@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import server_app.config.methods as registry
-from server_app.config.audit import AuditConfig
+from audits.config import AuditConfig
 from server_app.config.storage import StorageConfig
 from server_app.config.training import TrainingConfig
 from server_app.config.unlearning import UnlearningConfig

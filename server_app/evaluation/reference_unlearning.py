@@ -1,6 +1,6 @@
 """References learned and unlearned in process, as the run learns and unlearns.
 
-For U-LiRA (:mod:`server_app.evaluation.ulira_audit`): a reference federation (or
+For U-LiRA (:mod:`audits.ulira_audit`): a reference federation (or
 shard) of given clients is learned with FedAvg and the run's local training (the
 task's ``train``), keeping the history SE and SE-R read (each round's W^(g-1) and
 every participant's update U); then it unlearns with SE's (FE's) calibrated
@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import torch
 
-from server_app.config import RunConfig
+from audits.run import ReferenceRecipe, Rule
+from audits.ulira_audit import Arrays, Part
+from server_app.config import RunConfig, methods
 from server_app.config.unlearning import se_r_schedule
 from strategies.calibration import (
     calibrate,
@@ -27,9 +30,6 @@ from strategies.calibration import (
 )
 from strategies.recovery_replay import RecoveryReplay
 from task.device import resolve_device
-
-Arrays = dict[str, np.ndarray]
-Part = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -275,3 +275,33 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
         new = replay.finish(k, exact, {c: len(parts[c][1]) for c in exact})
         state = state if new is None else new
     return state
+
+
+def rules(cfg: RunConfig) -> dict[str, Rule]:
+    """Every registered method with a ``ulira`` rule, its references' unlearning.
+
+    A method on SE's shards is referenced by shard-shaped references that replay
+    from the forgotten clients' first round; a baseline one by federation-shaped
+    references that replay from round 1 (:mod:`server_app.config.methods`).
+    """
+    return {m.name: Rule("federation" if m.on_baseline else "shard",
+                         partial(globals()[m.ulira], cfg), not m.on_baseline)
+            for m in methods.builtins() if m.ulira}
+
+
+def recipe(cfg: RunConfig) -> ReferenceRecipe:
+    """How U-LiRA's references learn and unlearn as the run ``cfg`` does."""
+    known = rules(cfg)
+    training, unlearning = cfg.training, cfg.unlearning
+    refills = "".join(f"; {m.name} refills forgotten slots (L epochs)"
+                      for m in unlearning.method_infos
+                      if m.refill_key and cfg.as_dict().get(m.refill_key))
+    text = (f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} local "
+            f"epochs; SE / FE replay L / r = "
+            f"{training.local_epochs / unlearning.retrain_ratio:g} epochs (SE's last "
+            f"{unlearning.calibration_final} round(s) L epochs, uncalibrated); SE-R / "
+            "FRec recovery with the run's recovery-* settings" + refills)
+    return ReferenceRecipe(
+        learn=partial(learn_with_history, cfg), rules=known,
+        frameworks=tuple(n for n in unlearning.framework_list if n in known),
+        exact=tuple(unlearning.with_fields(exact=True)), text=text)

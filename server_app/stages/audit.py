@@ -1,19 +1,22 @@
 """The audit step of a one-stage run: is the forgotten clients' data forgotten.
 
 With ``mia`` the membership-inference audit scores the original and every
-unlearned model on the forgotten clients' data (:mod:`server_app.evaluation.audit`;
+unlearned model on the forgotten clients' data (:mod:`audits.audit`;
 with ``mia-shadows`` each model is attacked on its own by shadow models); with
 ``backdoor-trigger`` (or the text one, ``backdoor-phrase``) the backdoor check
 measures the attack success rate of every model
-(:mod:`server_app.evaluation.backdoor`). The scores go into the summary
+(:mod:`audits.backdoor`). The scores go into the summary
 beside each model's accuracy.
 """
 
 from __future__ import annotations
 
+from audits.audit import membership_audit, shadow_audit
+from audits.backdoor import backdoor_probe, participation
+from audits.run import AuditedRun
+from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
-from server_app.evaluation.audit import membership_audit, shadow_audit
-from server_app.evaluation.backdoor import backdoor_probe, participation
+from server_app.evaluation import reference_unlearning
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
@@ -58,21 +61,35 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
         _backdoor(run, summary, baseline_models, results)
 
 
+def audited_run(cfg: RunConfig) -> AuditedRun:
+    """What the audits know of the run ``cfg`` (:mod:`audits.run`)."""
+    training = cfg.training
+    references = (reference_unlearning.recipe(cfg)
+                  if cfg.audit.mia_unlearn_references else None)
+    return AuditedRun(task=cfg.task(), data=cfg.data, seed=cfg.seed,
+                      device=training.device, local=training.local_settings(cfg.seed),
+                      clients_per_round=training.clients_per_round,
+                      num_shards=training.num_shards, num_rounds=training.num_rounds,
+                      local_epochs=training.local_epochs, audit=cfg.audit,
+                      references=references)
+
+
 def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dict
                 ) -> dict[str, dict[str, float]]:
     ctx = run.ctx
     cfg, shards = ctx.cfg, run.federation.shards
+    audited, data = audited_run(cfg), load_run_data(cfg, ctx.data_dir)
     if cfg.audit.mia_shadows:
         on_baseline = cfg.unlearning.with_fields(on_baseline=True)
         models = {"original": (run.models, shards),
                   **{n: (m, run.baseline.shards if n in on_baseline else shards)
                      for n, m in unlearned.items()}}
         records = cfg.unlearning.erased_records or None  # a records request
-        scores, summary.verification["mia"] = shadow_audit(cfg, ctx.data_dir, rounds,
+        scores, summary.verification["mia"] = shadow_audit(audited, data, rounds,
                                                            models, records)
         return scores
     forget = sorted({p for r in ctx.requests for p in r})
-    return membership_audit(cfg, ctx.data_dir, shards, forget, run.models, unlearned,
+    return membership_audit(audited, data, shards, forget, run.models, unlearned,
                             cfg.audit.mia_samples)
 
 
@@ -80,7 +97,8 @@ def _backdoor(run: RunState, summary: RunSummary, baseline_models,
               results: dict[str, FrameworkResult]) -> None:
     """ASR of the original, FE's own original and every framework (``backdoor_*``)."""
     ctx = run.ctx
-    probe = backdoor_probe(ctx.cfg, load_run_data(ctx.cfg, ctx.data_dir))
+    probe = backdoor_probe(audited_run(ctx.cfg), load_run_data(ctx.cfg, ctx.data_dir),
+                           ctx.cfg.as_dict())
     summary.original.set_backdoor(probe.scores(run.models, run.federation.shards))
     if baseline_models is not None:
         summary.baseline_learning.backdoor_asr = probe.scores(

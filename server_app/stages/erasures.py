@@ -81,13 +81,13 @@ class Holdings:
                     "of its clients yet (they are reported at discovery); a records "
                     "request is checked once its nodes have answered")
             return cls(cfg.data.task_spec, dict(sizes), _no_rows, own_data=True)
+        from audits.mia_sets import client_rows
         from server_app.config.tasks import load_run_data
-        from server_app.evaluation.mia_sets import client_rows
 
         @cache
         def load() -> tuple:
             task = load_run_data(cfg, data_dir)
-            return task, client_rows(cfg, task)
+            return task, client_rows(cfg.data, cfg.seed, task)
 
         if sizes is None:
             sizes = dict(enumerate(map(len, load()[1])))

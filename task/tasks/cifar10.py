@@ -18,11 +18,10 @@ from task.backdoor import stamp
 from task.cifar import CIFAR_PICKLES, CIFAR_TAR, load_cifar10
 from task.config import TaskConfig
 from task.data import TaskData, load_files
-from task.interface import ExperimentFacts, Task
+from task.interface import Task
 from task.locate import DataSource, holds_dataset, resolve_data_dir
 from task.model import CNN
 from task.provenance import files_provenance
-from task.tasks.mnist import PAPER_IMAGE_CLAIM
 
 NAME = "cifar10"
 
@@ -105,16 +104,8 @@ def provenance(folder: str | Path, test_only: bool = False) -> dict:
     return files_provenance(NAME, folder, fmt, files)
 
 
-_SUITES = ("quick", "trained", "paper")
-
 task = Task(
     name=NAME, load=load, load_test=load_test, model=model, stamp=stamp, locate=locate,
     holds=partial(holds_dataset, SOURCE), provenance=provenance,
-    provenance_test=partial(provenance, test_only=True), num_classes=10,
-    experiments=ExperimentFacts(
-        roles=dict.fromkeys(_SUITES, ("single", "concurrent")),
-        client_samples={"quick": 64, "tiny": 32},
-        # measured: 49% after 8 rounds (2 local epochs, 8 of 20 clients a round)
-        goal=("accuracy", 0.45), cost=3.2, train_size=50000,
-        paper_claim=PAPER_IMAGE_CLAIM, paper_reduction=0.6516))
+    provenance_test=partial(provenance, test_only=True), num_classes=10)
 """CIFAR-10 (run-config ``dataset = "cifar10"``)."""

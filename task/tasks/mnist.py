@@ -21,15 +21,10 @@ from torch import nn
 from task.backdoor import stamp
 from task.config import TaskConfig
 from task.data import TaskData, load_files
-from task.interface import ExperimentFacts, Task
+from task.interface import Task
 from task.locate import DataSource, holds_dataset, resolve_data_dir
 from task.model import CNN
 from task.provenance import files_provenance
-
-PAPER_IMAGE_CLAIM = ("Retraining time, SE vs baselines, non-IID MNIST / FMNIST / "
-                     "CIFAR-10", 0.66)
-"""The paper's retraining-time claim over its three image datasets (this family's
-and :mod:`task.tasks.cifar10`'s ``paper_claim``)."""
 
 CNN_CHANNELS = (16, 32)
 """Convolution channels of the CNN for 1x28x28 images."""
@@ -140,34 +135,17 @@ def _provenance(idx: Idx, folder: str | Path, test_only: bool = False) -> dict:
     return files_provenance(idx.name, folder, idx.format, sorted(raw.glob(pattern)))
 
 
-_SUITES = ("quick", "trained", "paper")
-
-
-def _task(idx: Idx, experiments: ExperimentFacts) -> Task:
+def _task(idx: Idx) -> Task:
     return Task(name=idx.name, load=partial(_load, idx), model=partial(_model, idx),
                 load_test=partial(_load_test, idx),
                 stamp=stamp, locate=partial(_locate, idx),
                 holds=partial(holds_dataset, idx.source),
                 provenance=partial(_provenance, idx),
-                provenance_test=partial(_provenance, idx, test_only=True), num_classes=10,
-                experiments=experiments)
+                provenance_test=partial(_provenance, idx, test_only=True), num_classes=10)
 
 
-mnist = _task(MNIST, ExperimentFacts(
-    roles={**dict.fromkeys(_SUITES, ("single", "mia", "storage")),
-           "tiny": ("single", "mia", "concurrent", "storage")},
-    client_samples={"quick": 64, "tiny": 32},
-    # measured (2 local epochs, 8 of 20 clients a round): non-IID 97.4% after 10 rounds
-    config={"trained": {"num-rounds": 12}},
-    goal=("accuracy", 0.97), cost=1.0, train_size=60000,
-    paper_claim=PAPER_IMAGE_CLAIM, paper_reduction=0.6641, mia_check=True))
+mnist = _task(MNIST)
 """MNIST (run-config ``dataset = "mnist"``)."""
 
-fmnist = _task(FMNIST, ExperimentFacts(
-    roles=dict.fromkeys(_SUITES, ("single",)),
-    client_samples={"quick": 64, "tiny": 32},
-    # measured as MNIST's: non-IID 86.2% after 10 rounds
-    config={"trained": {"num-rounds": 12}},
-    goal=("accuracy", 0.85), cost=1.0, train_size=60000,
-    paper_claim=PAPER_IMAGE_CLAIM, paper_reduction=0.6639))
+fmnist = _task(FMNIST)
 """Fashion-MNIST (run-config ``dataset = "fmnist"``)."""

@@ -19,7 +19,7 @@ from torch import nn
 from task import text as text_task
 from task.config import TaskConfig, check_block_size
 from task.data import TaskData, load_files
-from task.interface import ExperimentFacts, Task
+from task.interface import Task
 from task.locate import DataSource, download_file, holds_dataset, resolve_data_dir
 from task.nanogpt import CharGPT, GPTConfig
 from task.provenance import files_provenance
@@ -46,11 +46,6 @@ VOCAB = "\n !$&',-.3:;?" + string.ascii_uppercase + string.ascii_lowercase
 """Tiny Shakespeare's vocabulary (:func:`task.text.build_vocab` of ``input.txt``):
 character ``VOCAB[i]`` has id ``i`` (``tests/test_text_backdoor.py`` checks it
 against the file)."""
-
-PRESET_KEYS = ("optimizer", "lr", "batch-size", "block-size")
-"""Local-training keys of presets/shakespeare.toml every suite run takes (the
-character model trains with Adam; SGD barely moves it); topology keys there are
-left to the experiment."""
 
 
 def _download(root: Path) -> None:
@@ -130,24 +125,9 @@ def provenance(folder: str | Path) -> dict:
     return files_provenance(NAME, folder, FORMAT, [Path(folder) / FILE])
 
 
-_SUITES = ("quick", "trained", "paper")
-
 task = Task(
     name=NAME, load=load, load_test=load_test, model=model, classes=False, stamp=None,
     tokenize=partial(text_task.encode, vocab=VOCAB), check=check, locate=locate,
     holds=partial(holds_dataset, SOURCE), provenance=provenance, perplexity=True,
-    num_classes=VOCABULARY,
-    experiments=ExperimentFacts(
-        roles=dict.fromkeys(_SUITES, ("single", "concurrent")),
-        client_samples={"quick": 32, "tiny": 8},
-        # the character model costs more per sample: fewer epochs, test blocks
-        config={"quick": {"local-epochs": 2, "test-samples": 200},
-                "trained": {"test-samples": 500}},
-        preset=NAME, preset_keys=PRESET_KEYS,
-        preset_default={"optimizer": "adam", "lr": 0.01, "batch-size": 8},
-        # measured: 2.15 nats/char after 8 rounds
-        goal=("loss", 2.3), cost=4.7, train_size=15600,
-        paper_claim=("Retraining time, SE vs baselines, non-IID Tiny Shakespeare",
-                     0.8762),
-        paper_reduction=0.8762))
+    num_classes=VOCABULARY)
 """Tiny Shakespeare (run-config ``dataset = "shakespeare"``)."""

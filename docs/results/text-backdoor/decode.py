@@ -16,9 +16,10 @@ from pathlib import Path
 import tomllib
 from flwr.app import Array, ArrayRecord
 
+from audits.backdoor import TextBackdoorProbe
 from history.files import read_arrays
 from server_app.config import RunConfig
-from server_app.evaluation.backdoor import TextBackdoorProbe
+from server_app.stages.audit import audited_run
 from task.builtin import SHAKESPEARE_VOCAB
 from task.config import fused_run_config
 from task.registry import load_data
@@ -33,7 +34,9 @@ def main(seed: int, folder: Path, names: list[str]) -> None:
     data_dir = os.environ.get("SE_DATA_DIR", str(root.parent / "shared" / "data"))
     cfg = RunConfig.from_run_config(fused_run_config(
         {**preset, "seed": seed, "data-dir": data_dir}))
-    probe = TextBackdoorProbe(cfg, load_data(cfg.task(), cfg.task_settings(), data_dir))
+    probe = TextBackdoorProbe(audited_run(cfg),
+                              load_data(cfg.task(), cfg.task_settings(), data_dir),
+                              cfg.as_dict())
     for name in names:
         arrays = read_arrays(folder / "models" / f"{name}.npz")
         for shard in sorted({k.split("/")[0] for k in arrays}):
