@@ -1,7 +1,7 @@
 """``forget`` and ``receipts``: requests to forget clients, and what was done.
 
 ``forget --run NAME --clients 3,17`` records one request (the clients' partition
-ids) in the run's catalog (:class:`server_app.run.inbox.RequestInbox`) and prints
+ids) in the run's catalog (:class:`runstore.inbox.RequestInbox`) and prints
 its id. A staged run that is still going takes it at its next stage boundary; a
 finished run takes it at once (:mod:`cli.later`: the engine restarts on the run's
 stored history and writes a new model version), or with ``--record-only`` later,
@@ -33,21 +33,16 @@ from pathlib import Path
 
 from cli.later import carry_out, check_later
 from cli.later_route import ENGINES, HERE, route
+from cli.receipts import receipt_detail, receipt_line
 from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
 from history.catalog import StoreError
+from runstore.catalog import RunLog, RunLogError
+from runstore.folder import ModelsFileError
+from runstore.inbox import InboxError, RequestInbox
+from runstore.receipts import differing_files, list_receipts, missing_files
+from runstore.versions import ModelVersion, verify_version
 from server_app.config import ConfigError, RunConfig
-from server_app.run.catalog import RunLog, RunLogError
-from server_app.run.folder import ModelsFileError
-from server_app.run.inbox import InboxError, RequestInbox
-from server_app.run.receipts import (
-    differing_files,
-    list_receipts,
-    missing_files,
-    receipt_detail,
-    receipt_line,
-)
 from server_app.run.summary import StageSummary
-from server_app.run.versions import ModelVersion, verify_version
 from server_app.stages.churn import later_refusal, run_shards
 from server_app.stages.erasures import asked
 
@@ -152,9 +147,9 @@ def _reported_sizes(inbox, settings: dict) -> dict[int, int] | None:
     """A ``client-data = true`` run's client sizes, as its nodes reported them.
 
     None: another run, or none recorded yet
-    (:data:`server_app.run.catalog.CLIENT_RECORDS`).
+    (:data:`runstore.catalog.CLIENT_RECORDS`).
     """
-    from server_app.run.catalog import CLIENT_RECORDS
+    from runstore.catalog import CLIENT_RECORDS
 
     text = inbox.get_meta(CLIENT_RECORDS) if settings.get("client-data") else None
     return None if text is None else {int(p): n for p, n in json.loads(text).items()}
@@ -388,7 +383,7 @@ def _verify_receipt(folder: Path, receipt: dict, versions: dict,
 
     Each model version the receipt names must be recorded with the receipt's
     models digest (and file digest), and its file's arrays must still hash to
-    it (:func:`server_app.run.versions.verify_version`, once per version).
+    it (:func:`runstore.versions.verify_version`, once per version).
     """
     named = receipt.get("version") or {}
     digests = receipt.get("models_sha256") or {}

@@ -3,7 +3,7 @@
 The run's own settings, as its catalog recorded them, go back to the engine with
 ``later-requests = true`` (:mod:`server_app.stages.later`): Flower's simulation
 engine with one SuperNode per client, as ``./simulate.sh`` ran it. The command
-prints one line per request handled (:func:`server_app.run.receipts.receipt_line`)
+prints one line per request handled (:func:`runstore.receipts.receipt_line`)
 and exits 0 when every pending request is done or refused, 1 when one is still
 pending (the engine failed: see its log; run ``forget --pending`` again).
 
@@ -21,14 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cli.later_route import HERE, SIMULATION, Route, submit_to, unreachable
+from cli.receipts import receipt_line
 from cli.runs import open_inbox, parse_clients
 from cli.terminal import TerminalFilter
+from runstore.folder import COMMAND_LOGS
+from runstore.lock import RunLock
+from runstore.receipts import missing_files
 from server_app.config import ConfigError, RunConfig
 from server_app.failures import DISK as DISK_ERRNOS
 from server_app.preflight import validate_run_config
-from server_app.run.folder import COMMAND_LOGS
-from server_app.run.lock import RunLock
-from server_app.run.receipts import missing_files, receipt_line
 from server_app.run.stored import (
     check_finished_run,
     check_node_folders,

@@ -172,7 +172,7 @@ def submit_to(folder: Path, federation: str, terminal) -> tuple[Path, int | None
     from cli import config
     from cli.deploy_parts import follow_run, stage_app
     from cli.procs import Children
-    from server_app.run.folder import COMMAND_LOGS
+    from runstore.folder import COMMAND_LOGS
 
     logs = folder / COMMAND_LOGS
     logs.mkdir(parents=True, exist_ok=True)

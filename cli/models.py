@@ -1,6 +1,6 @@
 """``models`` and ``export``: a run's model versions, and one written for serving.
 
-``models --run NAME`` lists the versions (:mod:`server_app.run.versions`): v1
+``models --run NAME`` lists the versions (:mod:`runstore.versions`): v1
 after learning, then one per handled request or batch, each with its time, what
 made it (the requests it reflects), the clients forgotten in it, its test
 accuracy and the full SHA-256 digest of its models, as a receipt names it.
@@ -14,7 +14,7 @@ latest) in a standard format a serving stack loads without this project:
 
 Both print the version's models digest (as its receipt names it) and the file's
 SHA-256. The version's file is checked against its recorded SHA-256 first, and
-its arrays against the recorded models digest (:func:`server_app.run.versions.
+its arrays against the recorded models digest (:func:`runstore.versions.
 verify_version`): ``models`` says ``verified`` or names the mismatch on each
 line, ``export`` refuses a version that does not verify.
 """
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from cli.runs import open_inbox, run_folder
 from history.files import atomic_write, readable_mode
+from runstore.folder import ModelsFileError
+from runstore.versions import ModelVersion, verify_version
 from server_app.config import ConfigError
-from server_app.run.folder import ModelsFileError
-from server_app.run.versions import ModelVersion, verify_version
 
 FORMAT = "sharding-eraser/shard-ensemble-1"
 ENSEMBLE = "mean of the shard models' softmax outputs (SISA); one model when S = 1"
@@ -159,7 +159,7 @@ def _load(folder: Path, version: ModelVersion) -> list[dict]:
     ------
     ConfigError
         The file or its arrays do not match the version's records
-        (:func:`server_app.run.versions.verify_version`; one line).
+        (:func:`runstore.versions.verify_version`; one line).
     """
     try:
         records = verify_version(folder, version)
@@ -174,7 +174,7 @@ def metadata(folder: Path, version: ModelVersion) -> dict[str, str]:
     ``factory`` rebuilds the architecture: ``task.registry.get_task(task).model(
     num_classes)`` with ``factory_args`` (the run's task: a built-in or a plug-in).
     ``layers`` is the model's own order of its ``state_dict`` (a ``.safetensors``
-    file sorts its tensors): the order :func:`server_app.run.receipts.models_sha256`
+    file sorts its tensors): the order :func:`runstore.receipts.models_sha256`
     hashes them in, so the models digest can be recomputed from the file.
     """
     with open_inbox(folder) as inbox:
@@ -246,6 +246,6 @@ def canonical_safetensors(blob: bytes) -> bytes:
 
 
 def _utc(seconds: float) -> str:
-    from server_app.run.receipts import utc
+    from runstore.receipts import utc
 
     return utc(seconds)

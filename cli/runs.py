@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from history.catalog import StoreError
+from runstore.inbox import InboxError, RequestInbox
 from server_app.config import ConfigError
 from server_app.config.output import OutputConfig
 from server_app.config.values import RUN_NAME
-from server_app.run.inbox import InboxError, RequestInbox
 
 SUMMARY = "summary.json"
 

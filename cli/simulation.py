@@ -24,9 +24,9 @@ from cli.env import VERBOSE_HELP, free_ports, show_flower_lines
 from cli.procs import Children, run_processes, tag_run, tee
 from cli.progress import output_sink
 from cli.terminal import SUMMARY, TerminalFilter, help_text
+from runstore.folder import COMMAND_LOGS
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import check_stored, validate_run_config
-from server_app.run.folder import COMMAND_LOGS
 
 # flwr gives its local SuperLink 15 s to start; on a loaded machine that can pass
 NO_SUPERLINK = b"Failed to start local SuperLink"

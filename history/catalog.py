@@ -3,7 +3,7 @@
 Every catalog file of the project is a :class:`SQLiteCatalog`: the uncoded
 history store's and the coded store's ``catalog.sqlite``
 (:class:`ParticipationCatalog`, who took part in which round) and the run's
-progress log ``run.sqlite`` (``server_app.run.catalog``). A subclass names its schema
+progress log ``run.sqlite`` (``runstore.catalog``). A subclass names its schema
 (``SCHEMA``, which creates the key/value table ``META_TABLE`` among its tables)
 and the pragmas every connection runs first (``PRAGMAS``); the base connects,
 creates the schema and reads and writes the key/value facts.

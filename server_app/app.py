@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from runstore.catalog import CLIENT_RECORDS, RunLog
+from runstore.folder import RunFolder
 from server_app.config import RunConfig
 from server_app.config.profile import CALIBRATE_COMMAND
 from server_app.config.tasks import check_task, load_run_data
@@ -38,9 +40,7 @@ from server_app.rounds.federation import (
     find_nodes,
 )
 from server_app.rounds.loop import RoundLoop
-from server_app.run.catalog import CLIENT_RECORDS, RunLog
 from server_app.run.context import RunContext
-from server_app.run.folder import RunFolder
 from server_app.run.forget_run import stored_run_config
 from server_app.run.stored import check_node_folders, run_settings
 from server_app.run.summary import RunSummary
@@ -221,9 +221,10 @@ def prepare(run_config) -> Prepared:
     later = cfg.stages.later_requests
     if not later:  # what a resume reads back, as the command checked it (blobs: later)
         check_stored(cfg, data_dir, verify_blobs=False)
-    else:  # the node folders a later request decodes, as `forget` checked them
-        check_node_folders(cfg, cfg.output.resolved_results_dir() / cfg.resolved_run_name())
-    folder = RunFolder.reopen(cfg) if later else RunFolder.start(cfg)
+    results, name = cfg.output.resolved_results_dir(), cfg.resolved_run_name()
+    if later:  # the node folders a later request decodes, as `forget` checked them
+        check_node_folders(cfg, results / name)
+    folder = RunFolder.reopen(results / name) if later else RunFolder.start(results, name)
     # resolved paths: another spelling of the same folders is the same run; the
     # later-requests switch says what this process does, not what the run is
     catalog = RunLog(folder.runlog_path, run_settings(cfg, data_dir))

@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from history import CodedHistoryError, HoldersUnreachableError, StoreError
+from runstore.catalog import RunLogError, SettingsMismatchError
+from runstore.folder import ModelsFileError
 from server_app.config import ConfigError
 from server_app.rounds.stopped import RunStoppedError
-from server_app.run.catalog import RunLogError, SettingsMismatchError
-from server_app.run.folder import ModelsFileError
 
 MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
 """The marked line: its exit status and its one line."""

@@ -23,10 +23,10 @@ from cli import config
 from cli.deploy import deploy_config
 from cli.deploy_parts import niced, start_superlink
 from cli.procs import Children, marked_processes
+from runstore.catalog import RunLog
+from runstore.folder import RunFolder
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
-from server_app.run.catalog import RunLog
-from server_app.run.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = ("num-clients=8 num-shards=2 clients-per-round=4 num-rounds=1 "
@@ -232,11 +232,11 @@ HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
     from server_app.config import RunConfig
-    from server_app.run.folder import RunFolder
-    from server_app.run.catalog import RunLog
+    from runstore.folder import RunFolder
+    from runstore.catalog import RunLog
     cfg = RunConfig.of(results_dir={results!r}, run_name="live", num_clients=8,
                     num_shards=2, clients_per_round=4)
-    folder = RunFolder.start(cfg)
+    folder = RunFolder.start(cfg.output.resolved_results_dir(), cfg.resolved_run_name())
     RunLog(folder.runlog_path, cfg.as_dict())
     print("locked", flush=True)
     time.sleep(120)
@@ -254,7 +254,7 @@ def test_a_live_run_is_not_joined_and_a_killed_one_resumes(tmp_path):
         cfg = RunConfig.of(results_dir=str(results), run_name="live", num_clients=8,
                         num_shards=2, clients_per_round=4)
         with pytest.raises(ConfigError, match=f"still going \\(pid {holder.pid} "):
-            RunFolder.start(cfg)
+            RunFolder.start(cfg.output.resolved_results_dir(), cfg.resolved_run_name())
         # the command line refuses it too, before any engine starts
         proc, record = _cli(["--run-config", TINY_RUN + " run-name='live'"], tmp_path,
                             {"SE_RESULTS_DIR": str(results)})
@@ -262,7 +262,8 @@ def test_a_live_run_is_not_joined_and_a_killed_one_resumes(tmp_path):
         assert not record.exists()
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
-        folder = RunFolder.start(cfg)  # the killed run resumes in its folder
+        # the killed run resumes in its folder
+        folder = RunFolder.start(cfg.output.resolved_results_dir(), cfg.resolved_run_name())
         assert folder.path == results / "live"
         assert RunLog(folder.runlog_path, cfg.as_dict()).resumed
         assert not list(results.glob("live.failed-*"))

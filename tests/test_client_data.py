@@ -546,8 +546,8 @@ def test_with_client_data_the_server_reads_only_its_test_set(run_server, folders
     of a training split on the server fails."""
     import client_app.app as client_module
     from cli.forget import submit_records
+    from runstore.inbox import RequestInbox
     from server_app.config import ConfigError
-    from server_app.run.inbox import RequestInbox
 
     overrides = {"forget-records": "3:0-9", "frameworks": "SE", "mia": False}
     own = {p: {"client-data": str(folders / f"client-{p}")} for p in range(8)}

@@ -18,7 +18,7 @@ from history.storage import (
     StorageSettings,
 )
 from history.store import CorruptBlobError, HistoryStore, StoreError
-from server_app.run.catalog import RunLog
+from runstore.catalog import RunLog
 from strategies.unlearning import HistoryReader
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,8 +25,8 @@ from process_tree import GROUP_CHILD, in_groups, running
 from cli import config
 from cli.procs import RUN_TAG, command_processes, run_processes
 from cli.simulation import checked_run
+from runstore.lock import RunLock
 from server_app.config import ConfigError
-from server_app.run.lock import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.skipif(not Path("/proc/self/environ").exists(),

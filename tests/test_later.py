@@ -10,9 +10,9 @@ from flwr.app import Context, RecordDict
 
 from cli.forget import submit
 from history.files import read_arrays
+from runstore.inbox import RequestInbox
 from server_app.app import main
 from server_app.rounds.federation import assign_shards
-from server_app.run.inbox import RequestInbox
 from server_app.stages.churn import lineage_shards
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -91,7 +91,7 @@ def test_models_lists_versions_and_export_loads_each_in_plain_torch(
 
     from cli.models import main_export, main_models
     from history.files import readable_mode
-    from server_app.run.receipts import models_sha256, utc
+    from runstore.receipts import models_sha256, utc
     from task.registry import get_task
 
     learned = _config(tmp_path, shared_data, "e", frameworks="none")

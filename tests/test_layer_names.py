@@ -29,8 +29,8 @@ from history.coded.reader import CodedHistory
 from history.coded.recorder import CodedRecorder
 from history.files import DamagedFileError, decode_arrays, encode_arrays, read_arrays
 from history.store import HistoryStore
+from runstore.folder import RunFolder
 from server_app.rounds.federation import Federation
-from server_app.run.folder import RunFolder
 from strategies.sharded import (
     IsolationError,
     pack_shards,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("server_app", "client_app", "task", "history", "strategies", "coding",
-            "audits", "experiments", "cli")
+            "audits", "runstore", "experiments", "cli")
 MAX_FUNCTION_LINES = 60
 # The ServerApp's wings (sub-packages of server_app/) and the wings each may import:
 # config < rounds < evaluation < run < unlearning < stages; the modules at the top
@@ -106,6 +106,8 @@ def test_dependencies_flow_one_way():
         "cli": {"experiments"},  # the experiments drive the app through cli, not back
         # observers of a run: the ServerApp feeds them (audits.run.AuditedRun)
         "audits": {"server_app", "client_app", "strategies", "cli", "experiments"},
+        # below both apps: the CLI and the ServerApp share it
+        "runstore": {"server_app", "client_app", "audits", "cli", "experiments"},
     }
     bad = sorted((m, t) for m, targets in _graph().items() for t in targets
                  if _top(t) in forbidden.get(_top(m), set()))
@@ -121,6 +123,26 @@ def test_cli_starts_no_experiments_module():
                  and node.value.split(".")[0] == "experiments" and "." in node.value
                  and " " not in node.value)
     assert bad == []
+
+
+CLI_SERVER_IMPORTS = {  # issue 53: what of the ServerApp's wings the CLI still reads
+    "server_app.rounds.engine",  # the engine names a run records
+    "server_app.rounds.loop",  # WALL_PARTS, the summary printer's columns
+    "server_app.run.summary",  # typed summary.json: moves with the method batch
+    "server_app.run.stored",  # the stored-run checks a later request runs first
+    "server_app.stages.churn",  # later_refusal, run_shards: the ServerApp's own checks
+    "server_app.stages.erasures",  # erasure_refusal, the same
+}
+
+
+def test_the_cli_reads_the_server_apps_wings_only_where_listed():
+    """Issue 53 (a ratchet): the CLI imports the run config, the preflight checks and
+    the run store; of the ServerApp's wings only :data:`CLI_SERVER_IMPORTS`, each
+    leaving this list when it moves below both apps. A new one fails here."""
+    wings = set(WING_IMPORTS) - {"config"}
+    found = {t for m, targets in _graph().items() if _top(m) == "cli" for t in targets
+             if _wing(t) in wings}
+    assert found <= CLI_SERVER_IMPORTS, sorted(found - CLI_SERVER_IMPORTS)
 
 
 def test_coding_knows_nothing_of_flower_or_torch():

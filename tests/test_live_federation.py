@@ -11,8 +11,8 @@ import json
 import pytest
 
 from cli.later_route import HERE, Route, flwr_error, route, unreachable
+from runstore.catalog import RunLog
 from server_app.config import ConfigError
-from server_app.run.catalog import RunLog
 from server_app.run.forget_run import stored_run_config
 from task.config import default_run_config, fused_run_config
 from tests.conftest import TINY
@@ -166,7 +166,7 @@ def test_a_run_may_use_fewer_clients_than_are_connected(make_grid, tmp_path, sha
                        run_config=config))
     summary = json.loads((tmp_path / "few" / "summary.json").read_text())
     assert any("left out: partition ids [4]" in n for n in summary["notes"])
-    from server_app.run.inbox import RequestInbox
+    from runstore.inbox import RequestInbox
 
     inbox = RequestInbox(tmp_path / "few" / "run.sqlite", read_only=True)
     try:
@@ -178,7 +178,7 @@ def test_a_run_may_use_fewer_clients_than_are_connected(make_grid, tmp_path, sha
 
 def test_a_run_made_before_a_key_existed_still_takes_later_requests(tmp_path):
     """A key added since, at its default, is no settings mismatch; another value is."""
-    from server_app.run.catalog import SettingsMismatchError
+    from runstore.catalog import SettingsMismatchError
 
     full = {**SETTINGS, "results-dir": str(tmp_path)}
     older = {k: v for k, v in full.items() if k != "device-profile"}

@@ -264,7 +264,7 @@ def _forget(folder, capsys, *argv) -> tuple[int, str, str]:
 
 
 def _states(folder) -> dict[str, str]:
-    from server_app.run.inbox import RequestInbox
+    from runstore.inbox import RequestInbox
 
     inbox = RequestInbox(folder / "run.sqlite")
     try:
@@ -334,7 +334,7 @@ def test_holders_that_did_not_answer_leave_the_request_pending(run, engine,
 
 def test_two_forget_commands_racing_each_say_what_became_of_their_request(
         run, engine, monkeypatch, capsys):
-    from server_app.run.lock import RunLock
+    from runstore.lock import RunLock
     from server_app.stages import later
 
     real, seen = later._handle, {}
@@ -385,9 +385,9 @@ def test_the_serverapp_marks_a_full_disk_as_one_line(tmp_path, make_grid, shared
 
     from flwr.app import Context, RecordDict
 
+    from runstore.folder import RunFolder
     from server_app.app import main
     from server_app.failures import MARK
-    from server_app.run.folder import RunFolder
     from tests.conftest import TINY
 
     def full(self, summary):

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 from cli.main import main as cli_main
+from cli.receipts import receipt_detail, receipt_line
 from history import HistoryStore
-from server_app.run.receipts import (
+from runstore.receipts import (
     erasure_counts,
     kept_history,
     list_receipts,
-    receipt_detail,
-    receipt_line,
     verification_figures,
     write_receipt,
 )
@@ -119,7 +118,7 @@ def test_one_line_names_the_evidence_and_the_detail_all_of_it():
 
 
 def test_the_receipts_command_prints_the_detail_or_json(tmp_path, capsys):
-    from server_app.run.inbox import RequestInbox
+    from runstore.inbox import RequestInbox
 
     folder = tmp_path / "run"
     folder.mkdir()

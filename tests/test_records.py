@@ -133,7 +133,7 @@ def test_no_training_after_a_records_request_sees_the_erased_records(run_server,
 def test_a_records_request_files_a_receipt_naming_the_records(run_server, tmp_path):
     import json
 
-    from server_app.run.receipts import receipt_line
+    from cli.receipts import receipt_line
 
     summary, _ = run_server({"forget-records": "3:0-9", "frameworks": "SE", "mia": True})
     assert any("membership audit not run" in n for n in summary["notes"])

@@ -16,7 +16,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from server_app.run.inbox import Request, RequestInbox
+from runstore.inbox import Request, RequestInbox
 from server_app.stages.erasures import (
     Holdings,
     erasure_refusal,
@@ -217,7 +217,7 @@ def test_a_receipt_whose_file_cannot_be_written_is_listed_and_written_later(
 
 def test_a_full_disk_while_filing_a_receipt_exits_5(tmp_path, monkeypatch, capsys):
     import cli.later
-    from server_app.run import receipts
+    from runstore import receipts
 
     folder = tmp_path / "run"
     folder.mkdir()
@@ -238,9 +238,9 @@ def test_a_full_disk_while_filing_a_receipt_exits_5(tmp_path, monkeypatch, capsy
 # ---- expected failures reach the boundary -----------------------------------------
 def test_every_expected_failure_has_its_one_line_and_status():
     from history import StoreError
+    from runstore.catalog import SettingsMismatchError
     from server_app.failures import expected, one_line
     from server_app.rounds.learning import LearningStalledError
-    from server_app.run.catalog import SettingsMismatchError
     from server_app.unlearning.driver import UnlearningDivergedError, UnlearningStalledError
 
     for err in (LearningStalledError("learning learned nothing: 2 rounds"),

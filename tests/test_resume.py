@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from history.files import read_arrays
-from server_app.run.catalog import RunLog
+from runstore.catalog import RunLog
 
 pytestmark = pytest.mark.subprocess  # each test kills and restarts a run
 
@@ -157,7 +157,7 @@ def test_killed_staged_run_resumes_at_its_stage_and_keeps_late_requests(
     from conftest import TINY
 
     from cli.forget import submit
-    from server_app.run.inbox import RequestInbox
+    from runstore.inbox import RequestInbox
 
     config = {**TINY, "num-clients": 12, "num-stages": 3, "joins-per-stage": 2,
               "leaves-per-stage": 1, "requests-per-stage": 1, "frameworks": "SE,FR",

@@ -1,6 +1,6 @@
 import pytest
 
-from server_app.run.catalog import RunLog, RunLogError
+from runstore.catalog import RunLog, RunLogError
 
 
 def test_requests_are_recorded_once_and_states_move(tmp_path):

@@ -22,10 +22,10 @@ from flwr.app import Context, RecordDict
 from cli.forget import submit
 from cli.main import main as cli_main
 from cli.report import render
+from runstore.inbox import RequestInbox
 from server_app.app import main
 from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
-from server_app.run.inbox import RequestInbox
 from server_app.stages import boundary, pipeline
 from server_app.stages.learn import stage_strategy
 from strategies.unlearning import FrozenShard

@@ -225,8 +225,8 @@ def test_a_deleted_node_folder_is_refused_before_a_later_request(
         coded_run, tmp_path, capsys):
     from client_app.app import app as client_app
     from experiments.grid import InProcessGrid
+    from runstore.inbox import RequestInbox
     from server_app.app import main
-    from server_app.run.inbox import RequestInbox
 
     run_config, folder = coded_run
     assert sorted(int(p.name) for p in (folder / "nodes").iterdir()) == list(range(8))

@@ -16,14 +16,14 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from runstore.catalog import RunLog
+from runstore.folder import RunFolder
 from server_app.config import RunConfig
 from server_app.evaluation.central import CentralEvaluator
 from server_app.rounds.engine import Engine
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog
-from server_app.run.catalog import RunLog
-from server_app.run.folder import RunFolder
 from task.config import RUN_CONFIG_KEY, client_settings
 
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from history.catalog import StoreError
+from runstore.inbox import InboxError, RequestInbox
 from server_app.config import ConfigError
 from server_app.config.output import OutputConfig
 from server_app.config.values import RUN_NAME
-from server_app.run.inbox import InboxError, RequestInbox
 
 FORGET_RUN = "forget-run"
 PER_PROCESS = frozenset({FORGET_RUN, "later-requests", "results-dir"})

@@ -1,7 +1,7 @@
 """A run folder's stored state, checked before any engine starts.
 
 A run started again with the same ``run-name`` resumes from what an earlier start
-stored (:mod:`server_app.run.catalog`). :func:`check_run_folder` reads all of it
+stored (:mod:`runstore.catalog`). :func:`check_run_folder` reads all of it
 back, changing nothing, and fails with one line on the first thing that a resume
 could not use:
 
@@ -37,12 +37,12 @@ from pathlib import Path
 
 from history import HistoryStore, StoreError
 from history.catalog import CATALOG_FILE, SQLiteCatalog
+from runstore.catalog import RunLog, RunLogError
+from runstore.folder import ModelsFileError, RunFolder
+from runstore.inbox import InboxError, RequestInbox
+from runstore.versions import verify_version
 from server_app.config import ConfigError, RunConfig
-from server_app.run.catalog import RunLog, RunLogError
-from server_app.run.folder import ModelsFileError, RunFolder
-from server_app.run.inbox import InboxError, RequestInbox
 from server_app.run.summary import FrameworkSummary, LearningSummary, StageSummary
-from server_app.run.versions import verify_version
 
 RESULTS = {"learn": LearningSummary, "unlearn": FrameworkSummary, "stage": StageSummary}
 """Typed form of a finished stage's result, by the stage name's prefix."""
@@ -91,7 +91,7 @@ def check_run_folder(cfg: RunConfig, settings: dict,
         One line: the folder may not be used, or the first stored thing that
         cannot be read back (:class:`StoredStateError`).
     """
-    path = RunFolder.check_free(cfg)
+    path = RunFolder.check_free(cfg.output.resolved_results_dir(), cfg.resolved_run_name())
     catalog = path / "run.sqlite"
     if not catalog.exists():
         return path

@@ -1,7 +1,7 @@
 """Requests at a stage boundary: what a staged run does with the requests it received.
 
 At the end of stage t the run binds every pending request of its inbox
-(:mod:`server_app.run.inbox`: those of the ``forget`` command) to the stage,
+(:mod:`runstore.inbox`: those of the ``forget`` command) to the stage,
 adds the stage's ``requests-per-stage`` seeded ones (drawn once, inserted in one
 transaction), and handles them one after the other, the command's first. Each is
 refused (a client that has not joined yet, one already forgotten, or a request
@@ -11,7 +11,7 @@ forgotten client took part (forgetting is cumulative, so the stored models befor
 that round never saw a forgotten client), and FR, if asked, retrains every stage
 so far from W^0 without the forgotten clients
 (:func:`server_app.stages.staged.retrain_stages`). Each request gets a receipt
-(:mod:`server_app.run.receipts`), stored with its final state in one
+(:mod:`runstore.receipts`), stored with its final state in one
 transaction, then written as a file.
 """
 
@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import time
 
-from server_app.config.methods import proposed, reference
-from server_app.run.inbox import Request
-from server_app.run.receipts import (
+from runstore.inbox import Request
+from runstore.receipts import (
     kept_history,
     receipt_cost,
     shard_digests,
     utc,
     write_receipt,
 )
+from server_app.config.methods import proposed, reference
 from server_app.run.summary import StageSummary
 from server_app.stages import erasures
 from server_app.stages.churn import Membership, present_shards

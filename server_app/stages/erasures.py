@@ -5,7 +5,7 @@ A records request erases some records of clients that stay
 the run: every later replay, retraining and learning round sends the owners the ids
 they no longer hold. The erasures in force are the run's planned one
 (``forget-records`` / ``forget-labels``) and every records request done since
-(the inbox keeps them: :class:`server_app.run.inbox.Request`'s ``erasure``), less
+(the inbox keeps them: :class:`runstore.inbox.Request`'s ``erasure``), less
 the records of clients forgotten since (gone with their clients).
 
 Whether a records or class request can be carried out is decided in one place,
@@ -23,8 +23,8 @@ from functools import cache
 
 import numpy as np
 
+from runstore.inbox import Request
 from server_app.config import ConfigError, RunConfig
-from server_app.run.inbox import Request
 from server_app.stages.state import RunState
 from server_app.unlearning.erasure import Erasure, planned_erasure
 from task.records import check_against_sizes, keep_mask
@@ -305,7 +305,7 @@ def merged_order(requests: Sequence[Request]) -> list[Request]:
 def honoured_fields(by: Sequence[Request], versions: Sequence = ()) -> dict:
     """A receipt's ``honoured_by``: the requests (and model version) that did it.
 
-    ``versions``: the run's model versions (:class:`server_app.run.versions.ModelVersion`;
+    ``versions``: the run's model versions (:class:`runstore.versions.ModelVersion`;
     none for a staged run's boundary), to name the one the last of ``by`` made.
     """
     ids = [r.id for r in by]

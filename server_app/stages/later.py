@@ -5,7 +5,7 @@ A finished run keeps its history store, its model versions and its catalog. The
 run used with ``later-requests = true``; the ServerApp then (:func:`serve_later`):
 
 1. takes back the run's state: SE's shard models of the latest version
-   (:mod:`server_app.run.versions`), every client forgotten so far, the shards and,
+   (:mod:`runstore.versions`), every client forgotten so far, the shards and,
    for a staged run, each stage's members;
 2. for each pending request, refuses it (one line in its receipt) when a client is
    unknown, already forgotten, or its removal would leave a shard without a
@@ -36,20 +36,20 @@ from history import (
     StoreError,
 )
 from history.coded.erasure import erase_coded
-from server_app.config.methods import reference
-from server_app.run.catalog import RunLogError
-from server_app.run.context import RunContext
-from server_app.run.folder import ModelsFileError
-from server_app.run.inbox import Request, RequestInbox
-from server_app.run.receipts import (
+from runstore.catalog import RunLogError
+from runstore.folder import ModelsFileError
+from runstore.inbox import Request, RequestInbox
+from runstore.receipts import (
     erasure_counts,
     kept_history,
     receipt_cost,
     utc,
     write_receipt,
 )
+from runstore.versions import ModelVersion, make_version
+from server_app.config.methods import reference
+from server_app.run.context import RunContext
 from server_app.run.summary import StageSummary
-from server_app.run.versions import ModelVersion, make_version
 from server_app.stages import erasures
 from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership, later_refusal
@@ -296,7 +296,7 @@ def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
     everything it erased; coded: every round they took part in is coded again
     without them on every holder (:func:`history.coded.erasure.erase_coded`).
     Returns what was erased, for the receipt, with its ``counts``
-    (:func:`server_app.run.receipts.erasure_counts`).
+    (:func:`runstore.receipts.erasure_counts`).
     """
     if isinstance(run.store, HistoryStore):
         key, catalog = f"erase:{request.id}", run.ctx.catalog

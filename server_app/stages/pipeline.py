@@ -26,9 +26,10 @@ from logging import WARNING
 from flwr.supercore import log
 
 from history import StorageSettings, storage_summary
+from runstore.inbox import RequestInbox
+from runstore.versions import make_version
 from server_app.config.methods import proposed, reference
 from server_app.run.context import RunContext
-from server_app.run.inbox import RequestInbox
 from server_app.run.summary import (
     FrameworkSummary,
     LearningSummary,
@@ -37,7 +38,6 @@ from server_app.run.summary import (
     StageSummary,
     UnlearningPlan,
 )
-from server_app.run.versions import make_version
 from server_app.stages import erasures
 from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership

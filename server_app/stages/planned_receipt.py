@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import time
 
-from server_app.config.methods import proposed
-from server_app.run.receipts import (
+from runstore.receipts import (
     kept_history,
     receipt_cost,
     utc,
     verification_figures,
     write_receipt,
 )
+from server_app.config.methods import proposed
 from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult

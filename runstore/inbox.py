@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from history.catalog import SQLiteCatalog
-from server_app.run.versions import VERSIONS_SCHEMA, ModelVersion
+from runstore.versions import VERSIONS_SCHEMA, ModelVersion
 
 _SCHEMA = VERSIONS_SCHEMA + """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -4,10 +4,10 @@ A run folder keeps every version of SE's shard models (the deployed ensemble):
 ``v1`` after learning, then one per handled request or batch (a one-stage run's
 planned requests, a staged run's stage ends, and each request a finished run
 takes later). A version is a models file ``models/<name>.npz`` with its SHA-256,
-the digest of its arrays (:func:`server_app.run.receipts.shard_digests`, what a
+the digest of its arrays (:func:`runstore.receipts.shard_digests`, what a
 receipt names), the requests it reflects, the clients forgotten in it, its test
 scores and the time it was made. The rows live in the table ``versions`` of the
-run catalog ``run.sqlite`` (:class:`server_app.run.inbox.RequestInbox`); a row is
+run catalog ``run.sqlite`` (:class:`runstore.inbox.RequestInbox`); a row is
 written after its file, in the same transaction as the request it closes, so a
 version is never half written.
 """
@@ -18,7 +18,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from server_app.run.receipts import shard_digests
+from runstore.receipts import shard_digests
 
 VERSIONS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (
@@ -48,7 +48,7 @@ class ModelVersion:
         S, shard models in the file.
     digests : dict
         ``{"models": hex, "shards": [hex, ...]}`` of the arrays
-        (:func:`server_app.run.receipts.shard_digests`; a receipt names these).
+        (:func:`runstore.receipts.shard_digests`; a receipt names these).
     requests : list[str]
         The requests handled to make it (ids; ``planned`` for a one-stage run's).
     forgotten : list[int]
@@ -92,9 +92,9 @@ def make_version(folder, number: int, models: list, scores: dict, requests: list
                  forgotten: list[int], note: str, name: str | None = None) -> ModelVersion:
     """Write ``models`` to ``models/<name>.npz`` (default ``v<number>``); its version.
 
-    ``folder`` is the run's :class:`~server_app.run.folder.RunFolder`; the file is
+    ``folder`` is the run's :class:`~runstore.folder.RunFolder`; the file is
     written atomically and the returned :class:`ModelVersion` is not recorded
-    yet (:meth:`server_app.run.inbox.RequestInbox.add_version` or ``finish``).
+    yet (:meth:`runstore.inbox.RequestInbox.add_version` or ``finish``).
     """
     name = name or f"v{number}"
     saved = folder.save_models(name, models)
@@ -106,7 +106,7 @@ def make_version(folder, number: int, models: list, scores: dict, requests: list
 def verify_version(folder, version: ModelVersion) -> list:
     """Version ``version``'s shard models, read back and checked against its records.
 
-    The file's SHA-256 (:meth:`server_app.run.folder.RunFolder.load_models`), then
+    The file's SHA-256 (:meth:`runstore.folder.RunFolder.load_models`), then
     the models digest recomputed from its arrays against ``digests["models"]``:
     a file swapped together with its recorded file digest still fails.
 
@@ -127,7 +127,7 @@ def verify_version(folder, version: ModelVersion) -> list:
     ModelsFileError
         One line naming the file and what does not match its record.
     """
-    from server_app.run.folder import ModelsFileError, RunFolder
+    from runstore.folder import ModelsFileError, RunFolder
 
     name = version.file.removeprefix("models/").removesuffix(".npz")
     models = RunFolder(folder).load_models(name, {"sha256": version.file_sha256,

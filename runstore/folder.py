@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from history.files import atomic_write, atomic_write_arrays, decode_arrays, readable_mode
-from server_app.config import ConfigError, RunConfig
-from server_app.run.lock import LOCK_NAME, RunLock, RunLockedError
+from runstore.lock import LOCK_NAME, RunLock, RunLockedError
+from task.values import ConfigError
 
 COMMAND_LOGS = "logs"
 """The folder of the command line's logs in a run folder (``logs/run-<pid>.log``);
@@ -34,13 +34,13 @@ class RunFolder:
     lock: RunLock | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def start(cls, cfg: RunConfig) -> RunFolder:
-        """Create or reopen the run folder and take its lock (:mod:`server_app.run.lock`).
+    def start(cls, results_dir: Path, run_name: str) -> RunFolder:
+        """Create or reopen ``results_dir/run_name`` and take its lock (:mod:`.lock`).
 
         A finished run of the same name is never overwritten, and a run that is
         still going (a live process holds the lock) is never joined. The folder
         of an unfinished run that has a run catalog (``run.sqlite``) is kept, so
-        the run resumes (see :mod:`server_app.run.catalog`); a folder that is not a
+        the run resumes (see :mod:`runstore.catalog`); a folder that is not a
         run folder of this app is never touched (:meth:`check_free`). The lock
         is held until :meth:`finish` or the end of the process.
 
@@ -49,7 +49,7 @@ class RunFolder:
         ConfigError
             ``run-name`` names a finished run, or a run that is still going.
         """
-        path = cls.check_free(cfg)
+        path = cls.check_free(results_dir, run_name)
         path.mkdir(parents=True, exist_ok=True)
         lock = _lock(path)
         try:
@@ -61,8 +61,8 @@ class RunFolder:
         return cls(path, lock)
 
     @classmethod
-    def reopen(cls, cfg: RunConfig) -> RunFolder:
-        """Lock a finished run's folder to take later requests (nothing is removed).
+    def reopen(cls, path: Path) -> RunFolder:
+        """Lock the finished run's folder ``path`` for later requests (nothing is removed).
 
         Raises
         ------
@@ -70,7 +70,6 @@ class RunFolder:
             No finished run of that name (no ``summary.json`` or no
             ``run.sqlite``), or a live process holds its lock.
         """
-        path = cfg.output.resolved_results_dir() / cfg.resolved_run_name()
         if not (path / "summary.json").is_file() or not (path / "run.sqlite").is_file():
             raise ConfigError(f"run-config 'later-requests' = True is not allowed: "
                               f"{path} holds no finished run (summary.json and "
@@ -78,8 +77,10 @@ class RunFolder:
         return cls(path, _lock(path))
 
     @staticmethod
-    def check_free(cfg: RunConfig) -> Path:
-        """The run folder's path, if a run may start there (nothing is created).
+    def check_free(results_dir: Path, run_name: str) -> Path:
+        """The run folder ``results_dir/run_name``, if a run may start there.
+
+        Nothing is created. ``results_dir``: the resolved run-config ``results-dir``.
 
         Raises
         ------
@@ -88,9 +89,8 @@ class RunFolder:
             ``results-dir`` is not a folder or lies inside a run folder; or the
             folder exists, is not empty and is no run folder of this app.
         """
-        root = cfg.output.resolved_results_dir()
-        _check_results_dir(root)
-        path = root / cfg.resolved_run_name()
+        _check_results_dir(results_dir)
+        path = results_dir / run_name
         _refuse_finished(path)
         _refuse_foreign(path)
         if (path / LOCK_NAME).exists() and not (path / LOCK_NAME).is_file():
