@@ -30,7 +30,7 @@ from runstore.receipts import missing_files
 from server_app.config import ConfigError, RunConfig
 from server_app.failures import DISK as DISK_ERRNOS
 from server_app.preflight import validate_run_config
-from server_app.run.stored import (
+from server_app.stored import (
     check_finished_run,
     check_node_folders,
     check_slice_budget,
@@ -50,7 +50,7 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     """What a later request on the finished run ``folder`` reads back is there.
 
     Every node folder the run's simulated clients wrote (a coded run with
-    ``node-dirs``, :func:`server_app.run.stored.check_node_folders`). Nothing
+    ``node-dirs``, :func:`server_app.stored.check_node_folders`). Nothing
     is changed on disk.
 
     Parameters
@@ -73,7 +73,7 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
     ConfigError
         The recorded settings fail :func:`later_config` (a plug-in that cannot
         be imported or built, a moved run folder, a missing data folder); the
-        run's stored state fails :func:`server_app.run.stored.check_finished_run`
+        run's stored state fails :func:`server_app.stored.check_finished_run`
         (its summary.json, its model versions' files and digests, its history);
         a missing node folder not named in ``lost``; ``lost`` is empty, names a
         client whose node folder is there, or a path that is not a folder (one

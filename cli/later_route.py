@@ -4,7 +4,7 @@ A run records where it ran (:mod:`server_app.rounds.engine`). A run learned in
 Flower's simulation engine takes its later requests there, as before
 (:func:`cli.later.carry_out`). A run learned on the deployment engine takes them on
 its own federation: ``forget`` submits ``flwr run <app> <federation>`` with
-``forget-run`` (:mod:`server_app.run.forget_run`), so the live SuperNodes train and
+``forget-run`` (:mod:`server_app.forget_run`), so the live SuperNodes train and
 read their own data and slices; the federation is the one the run recorded
 (``$SE_FEDERATION`` on its SuperLink host) or ``--federation NAME``. A deployed run
 is replayed in a private simulation on this machine (from this machine's copy of
@@ -161,7 +161,7 @@ def submit_to(folder: Path, federation: str, terminal) -> tuple[Path, int | None
 
     Submitted from this machine (the run's SuperLink host, where its folder is);
     the ServerApp there reads the run's stored settings
-    (:mod:`server_app.run.forget_run`). Output goes to ``terminal``
+    (:mod:`server_app.forget_run`). Output goes to ``terminal``
     (:class:`cli.terminal.TerminalFilter`) and to the run's command log. Returns
     the log's path and ``flwr``'s exit status (None: stopped by
     ``SE_DEPLOY_TIMEOUT``).

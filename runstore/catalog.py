@@ -69,7 +69,7 @@ class RunLog(SQLiteCatalog):
     read_only : bool
         Only read an existing catalog (every page checked, nothing created or
         written; :meth:`SQLiteCatalog.connect`): what the checks before a
-        resume use (:mod:`server_app.run.stored`).
+        resume use (:mod:`server_app.stored`).
 
     Raises
     ------

@@ -97,7 +97,7 @@ class RequestInbox(SQLiteCatalog):
     def __init__(self, path: Path, read_only: bool = False) -> None:
         super().__init__(Path(path), self.connect(path, read_only=read_only))
         self._conn.execute("PRAGMA busy_timeout = 30000")  # the other process writes
-        if read_only:  # the checks before a resume (server_app.run.stored)
+        if read_only:  # the checks before a resume (server_app.stored)
             return
         try:
             self.create_schema(self._conn)

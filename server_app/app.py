@@ -30,6 +30,7 @@ from server_app.config.tasks import check_task, load_run_data
 from server_app.config.values import bad
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
+from server_app.forget_run import stored_run_config
 from server_app.preflight import check_partition, check_stored, validate_run_config
 from server_app.rounds.costs import CostModel
 from server_app.rounds.engine import Engine, TrainedNodes, engine_of
@@ -41,11 +42,10 @@ from server_app.rounds.federation import (
 )
 from server_app.rounds.loop import RoundLoop
 from server_app.run.context import RunContext
-from server_app.run.forget_run import stored_run_config
-from server_app.run.stored import check_node_folders, run_settings
 from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
+from server_app.stored import check_node_folders, run_settings
 from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 from task.config import RUN_CONFIG_KEY, client_settings, default_run_config
 from task.data import partition_sizes

@@ -41,8 +41,8 @@ from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
 from server_app.config.tasks import check_model, check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
-from server_app.run.stored import check_run_folder, run_settings
 from server_app.stages.plan import check_stage_requests
+from server_app.stored import check_run_folder, run_settings
 from server_app.unlearning.methods import (
     NoHistory,
     UnlearningRequest,
@@ -133,7 +133,7 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
 def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True) -> Path:
     """What the run folder holds, if anything, can be resumed; return its path.
 
-    The checks of :func:`server_app.run.stored.check_run_folder` (lock, finished
+    The checks of :func:`server_app.stored.check_run_folder` (lock, finished
     run, catalog, settings, requests, stage results, models' SHA-256, history
     stores), with this run's settings and planned requests. Nothing is changed
     on disk.

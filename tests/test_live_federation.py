@@ -13,7 +13,7 @@ import pytest
 from cli.later_route import HERE, Route, flwr_error, route, unreachable
 from runstore.catalog import RunLog
 from server_app.config import ConfigError
-from server_app.run.forget_run import stored_run_config
+from server_app.forget_run import stored_run_config
 from task.config import default_run_config, fused_run_config
 from tests.conftest import TINY
 from tests.test_nothing_half_done import NAME, _where, finished, run  # noqa: F401

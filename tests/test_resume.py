@@ -128,9 +128,9 @@ def test_killed_learning_goes_on_after_its_last_round(tmp_path, shared_data):
 
 
 def _settings(config, run_name):
-    """What the ServerApp records (:func:`server_app.run.stored.run_settings`)."""
+    """What the ServerApp records (:func:`server_app.stored.run_settings`)."""
     from server_app.config import RunConfig
-    from server_app.run.stored import run_settings
+    from server_app.stored import run_settings
 
     cfg = RunConfig.from_run_config({**config, "run-name": run_name})
     return run_settings(cfg, cfg.data.data_dir)

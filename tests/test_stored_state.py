@@ -28,7 +28,7 @@ from cli import config
 from cli.main import main as cli_main
 from server_app.app import prepare
 from server_app.config import ConfigError
-from server_app.run.stored import StoredStateError
+from server_app.stored import StoredStateError
 from task.config import fused_run_config
 from tests.conftest import TINY
 from tests.test_cli import _cli

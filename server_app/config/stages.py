@@ -41,7 +41,7 @@ class StagesConfig(Section):
         history (set by the ``forget`` command; :mod:`server_app.stages.later`).
     forget_run : str
         A finished run whose pending requests this ServerApp carries out with the
-        settings the run recorded ('' = none; :mod:`server_app.run.forget_run`).
+        settings the run recorded ('' = none; :mod:`server_app.forget_run`).
     """
 
     num_stages: int = 1
