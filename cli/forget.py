@@ -40,9 +40,9 @@ from runstore.catalog import RunLog, RunLogError
 from runstore.folder import ModelsFileError
 from runstore.inbox import InboxError, RequestInbox
 from runstore.receipts import differing_files, list_receipts, missing_files
+from runstore.summary import StageSummary
 from runstore.versions import ModelVersion, verify_version
 from server_app.config import ConfigError, RunConfig
-from server_app.run.summary import StageSummary
 from server_app.stages.churn import later_refusal, run_shards
 from server_app.stages.erasures import asked
 

@@ -6,9 +6,9 @@ import sys
 
 from cli.tables import table
 from history.storage import STORAGE_ROWS
+from runstore.summary import RunSummary, StageSummary
 from server_app.config.methods import has, proposed, reference, shard_reference
 from server_app.rounds.loop import WALL_PARTS
-from server_app.run.summary import RunSummary, StageSummary
 
 WALL_COLUMNS = (*((k, k.removesuffix("_s").replace("_", " ")) for k in WALL_PARTS),
                 ("rounds", "rounds"), ("client_rounds", "client rounds"))
@@ -30,7 +30,7 @@ def _task(cfg: dict) -> str:
 def render(summary: RunSummary | dict) -> str:
     """The tables for one run's summary (learning, shards, storage), then warnings.
 
-    ``summary`` is a :class:`~server_app.run.summary.RunSummary` or the dict of a
+    ``summary`` is a :class:`~runstore.summary.RunSummary` or the dict of a
     ``summary.json`` (read back as one).
     """
     if isinstance(summary, dict):

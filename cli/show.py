@@ -56,7 +56,7 @@ def main_show(argv: list[str], prog: str) -> int:
           + "): " + config.describe(shown))
     if finished:
         from cli.report import render
-        from server_app.run.summary import RunSummary
+        from runstore.summary import RunSummary
 
         try:
             print(render(RunSummary.load(folder / SUMMARY)))

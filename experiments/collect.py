@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from runstore.summary import RequestCost, RunSummary
 from server_app.config import methods
-from server_app.run.summary import RequestCost, RunSummary
 
 #: Offline LiRA (``mia-references``): per example, per forgotten client; U-LiRA
 #: (``mia-unlearn-references``): the references' game, the run's model.

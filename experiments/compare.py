@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from experiments.collect import baselines, frameworks
 from experiments.facts import facts_of
 from history.storage import FE_KEY, STORAGE_ROWS
+from runstore.summary import RequestCost
 from server_app.config import methods
 from server_app.rounds.federation import assign_shards
-from server_app.run.summary import RequestCost
 from server_app.unlearning.requests import expected_impacted, simulated_impacted
 from task.tasks import BUILTIN_TASKS
 

@@ -24,6 +24,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from runstore.catalog import CLIENT_RECORDS, RunLog
 from runstore.folder import RunFolder
+from runstore.summary import RunSummary
 from server_app.config import RunConfig
 from server_app.config.profile import CALIBRATE_COMMAND
 from server_app.config.tasks import check_task, load_run_data
@@ -42,7 +43,6 @@ from server_app.rounds.federation import (
 )
 from server_app.rounds.loop import RoundLoop
 from server_app.run.context import RunContext
-from server_app.run.summary import RunSummary
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from server_app.stored import check_node_folders, run_settings

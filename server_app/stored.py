@@ -40,9 +40,9 @@ from history.catalog import CATALOG_FILE, SQLiteCatalog
 from runstore.catalog import RunLog, RunLogError
 from runstore.folder import ModelsFileError, RunFolder
 from runstore.inbox import InboxError, RequestInbox
+from runstore.summary import FrameworkSummary, LearningSummary, StageSummary
 from runstore.versions import verify_version
 from server_app.config import ConfigError, RunConfig
-from server_app.run.summary import FrameworkSummary, LearningSummary, StageSummary
 
 RESULTS = {"learn": LearningSummary, "unlearn": FrameworkSummary, "stage": StageSummary}
 """Typed form of a finished stage's result, by the stage name's prefix."""
@@ -160,7 +160,7 @@ def check_summary(path: Path) -> None:
         It cannot be read, is not JSON (truncated, edited), or is not a run
         summary (one line, naming the file).
     """
-    from server_app.run.summary import RunSummary
+    from runstore.summary import RunSummary
 
     try:
         RunSummary.from_json(json.loads(path.read_text()))

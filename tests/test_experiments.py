@@ -20,8 +20,8 @@ from experiments.engines import run_config_toml
 from experiments.report import requests as report_requests
 from experiments.report import storage as report_storage
 from experiments.run import Progress, execute, main, rebuild_report
+from runstore.summary import RequestCost
 from server_app.preflight import validate_run_config
-from server_app.run.summary import RequestCost
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -663,7 +663,7 @@ def _run_summary(task_config: dict, *, task: dict | None = None,
                  perplexity: float | None = None, accuracy: float = 0.5,
                  loss: float = 1.0):
     """A one-shard summary with its original's and SE's scores (no real run)."""
-    from server_app.run.summary import (
+    from runstore.summary import (
         FrameworkSummary,
         LearningSummary,
         ModelScores,

@@ -128,7 +128,6 @@ def test_cli_starts_no_experiments_module():
 CLI_SERVER_IMPORTS = {  # issue 53: what of the ServerApp's wings the CLI still reads
     "server_app.rounds.engine",  # the engine names a run records
     "server_app.rounds.loop",  # WALL_PARTS, the summary printer's columns
-    "server_app.run.summary",  # typed summary.json: moves with the method batch
     "server_app.stages.churn",  # later_refusal, run_shards: the ServerApp's own checks
     "server_app.stages.erasures",  # erasure_refusal, the same
 }

@@ -100,7 +100,7 @@ def test_the_registered_method_and_sisa_run_beside_se_and_fr(summary):
 def test_the_registered_method_reaches_the_csv_and_the_report(summary, tmp_path):
     from experiments import collect
     from experiments.report import requests as report_requests
-    from server_app.run.summary import RunSummary
+    from runstore.summary import RunSummary
 
     rows = collect.summary_rows("single", "reg", RunSummary.from_json(summary), 1.0)
     collect.write_csv(tmp_path / "results.csv", rows)

@@ -144,7 +144,7 @@ def test_a_plugin_calling_sys_exit_is_one_line_not_a_silent_exit(tmp_path, monke
 def test_own_method_lands_in_the_experiment_suite(summary):
     from experiments import collect, report, suites
     from experiments.report import requests as report_requests
-    from server_app.run.summary import RunSummary
+    from runstore.summary import RunSummary
 
     rows = collect.summary_rows("single", "own", RunSummary.from_json(summary), 1.0)
     assert collect.methods_in(rows) == ["FineTune"]
@@ -260,7 +260,7 @@ def test_a_tasks_headline_metric_is_its_own_declaration():
 
 
 def test_the_summary_records_the_task_and_reads_its_metric_back():
-    from server_app.run.summary import LearningSummary, RunSummary
+    from runstore.summary import LearningSummary, RunSummary
 
     learning = LearningSummary(0.4, 1.5, [0.4], [1.5], 1.0, 1.0, 1.0)
     summary = RunSummary(config={"task": "mytext:task"}, data_dir="", shards=[[0]],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cli.report import frameworks_table, render
-from server_app.run.summary import (
+from runstore.summary import (
     FrameworkSummary,
     LearningSummary,
     ModelScores,
@@ -122,7 +122,7 @@ def test_a_u_lira_not_run_says_why_in_the_tables():
 
 
 def test_the_retrained_shards_accuracy_shows_what_the_ensemble_hides():
-    from server_app.run.summary import RequestCost
+    from runstore.summary import RequestCost
 
     summary = _summary({"signal": True, "auc_low": 0.51, "auc_high": 0.55})
     summary.frameworks["SE"].shard_accuracy = [0.88, 0.1]  # shard 1: broken

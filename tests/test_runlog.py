@@ -39,7 +39,7 @@ def test_other_settings_are_refused(tmp_path):
 
 
 def test_a_damaged_stage_result_is_a_clear_error(tmp_path):
-    from server_app.run.summary import FrameworkSummary, RequestCost
+    from runstore.summary import FrameworkSummary, RequestCost
 
     log = RunLog(tmp_path / "run.sqlite", {})
     good = FrameworkSummary(requests=[RequestCost(0, [2])], noop=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from audits.audit import membership_audit, shadow_audit
 from audits.backdoor import backdoor_probe, participation
 from audits.run import AuditedRun
+from runstore.summary import RunSummary
 from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
 from server_app.evaluation import reference_unlearning
-from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
 

@@ -27,8 +27,8 @@ from runstore.receipts import (
     utc,
     write_receipt,
 )
+from runstore.summary import StageSummary
 from server_app.config.methods import proposed, reference
-from server_app.run.summary import StageSummary
 from server_app.stages import erasures
 from server_app.stages.churn import Membership, present_shards
 from server_app.stages.staged import retrain_stages

@@ -46,10 +46,10 @@ from runstore.receipts import (
     utc,
     write_receipt,
 )
+from runstore.summary import StageSummary
 from runstore.versions import ModelVersion, make_version
 from server_app.config.methods import reference
 from server_app.run.context import RunContext
-from server_app.run.summary import StageSummary
 from server_app.stages import erasures
 from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership, later_refusal

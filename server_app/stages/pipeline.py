@@ -16,7 +16,7 @@ A run with ``num-stages = 1`` is a run of one stage. Each stage t:
    same way, its requests included); a one-stage run keeps its learning and each
    framework as they finish.
 
-:func:`run_pipeline` returns the run's :class:`~server_app.run.summary.RunSummary`.
+:func:`run_pipeline` returns the run's :class:`~runstore.summary.RunSummary`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ from flwr.supercore import log
 
 from history import StorageSettings, storage_summary
 from runstore.inbox import RequestInbox
-from runstore.versions import make_version
-from server_app.config.methods import proposed, reference
-from server_app.run.context import RunContext
-from server_app.run.summary import (
+from runstore.summary import (
     FrameworkSummary,
     LearningSummary,
     ModelScores,
@@ -38,6 +35,9 @@ from server_app.run.summary import (
     StageSummary,
     UnlearningPlan,
 )
+from runstore.versions import make_version
+from server_app.config.methods import proposed, reference
+from server_app.run.context import RunContext
 from server_app.stages import erasures
 from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership

@@ -12,15 +12,15 @@ as soon as it finishes, so a killed run loses at most the framework in progress.
 from __future__ import annotations
 
 from history import CorruptBlobError
-from server_app.rounds.federation import assign_shards
-from server_app.run.context import RunContext
-from server_app.run.summary import (
+from runstore.summary import (
     FrameworkSummary,
     LearningSummary,
     ModelScores,
     RunSummary,
     UnlearningPlan,
 )
+from server_app.rounds.federation import assign_shards
+from server_app.run.context import RunContext
 from server_app.stages.audit import audit
 from server_app.stages.learn import learn_federation
 from server_app.stages.state import RunState

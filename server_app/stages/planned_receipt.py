@@ -24,8 +24,8 @@ from runstore.receipts import (
     verification_figures,
     write_receipt,
 )
+from runstore.summary import RunSummary
 from server_app.config.methods import proposed
-from server_app.run.summary import RunSummary
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
 from server_app.unlearning.erasure import planned_erasure

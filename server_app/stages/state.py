@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from flwr.app import ArrayRecord
 
 from runstore.inbox import RequestInbox
+from runstore.summary import StageSummary
 from server_app.rounds.federation import Federation
 from server_app.run.context import RunContext
-from server_app.run.summary import StageSummary
 from server_app.stages.churn import Churn, Membership
 
 

@@ -43,13 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ArrayRecord
 
+from runstore.summary import FrameworkSummary, RequestCost
 from server_app.config.methods import MethodInfo
 from server_app.config.methods import info as method_info
 from server_app.rounds.costs import CostModel
 from server_app.rounds.loop import CostMeter, RoundLoop
 from server_app.rounds.screening import FaultLog
 from server_app.rounds.stopped import RunStoppedError
-from server_app.run.summary import FrameworkSummary, RequestCost
 from server_app.unlearning.erasure import Erasure, erasing_loop
 from server_app.unlearning.frameworks import Framework, Stage, build_framework
 from server_app.unlearning.requests import expected_cost

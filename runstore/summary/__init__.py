@@ -8,8 +8,8 @@ The membership-inference scores of a model are kept in ``audit`` and written as
 flat ``mia_<metric>`` keys beside its accuracy.
 
 Here the run's document (learning, the requests, stages, the run); one
-framework's record in :mod:`~server_app.run.summary.framework`; the JSON helpers
-they share in :mod:`~server_app.run.summary.records`.
+framework's record in :mod:`~runstore.summary.framework`; the JSON helpers
+they share in :mod:`~runstore.summary.records`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from server_app.run.summary.framework import FrameworkSummary, ModelScores, RequestCost
-from server_app.run.summary.records import known_fields, perplexity, to_json_dict
+from runstore.summary.framework import FrameworkSummary, ModelScores, RequestCost
+from runstore.summary.records import known_fields, perplexity, to_json_dict
 
 __all__ = ["FrameworkSummary", "LearningSummary", "ModelScores", "RequestCost",
            "RunSummary", "StageSummary", "UnlearningPlan"]
-
-if TYPE_CHECKING:
-    from server_app.rounds.learning import LearningResult
 
 
 @dataclass
@@ -78,8 +74,13 @@ class LearningSummary:
         return cls(**known_fields(cls, data))
 
     @classmethod
-    def of(cls, result: LearningResult) -> LearningSummary:
-        """The summary of a learning stage's result (scores after its last round)."""
+    def of(cls, result) -> LearningSummary:
+        """The summary of a learning stage's result (scores after its last round).
+
+        ``result``: the ServerApp's :class:`server_app.rounds.learning.LearningResult`
+        (its ``rounds``, ``wall_time_s``, ``compute_s``, ``client_epochs`` and
+        ``warnings``; the run store imports no app).
+        """
         last = result.rounds[-1]
         return cls(accuracy=last["accuracy"], loss=last["loss"],
                    shard_accuracy=last["shard_accuracy"], shard_loss=last["shard_loss"],

@@ -2,7 +2,7 @@
 
 :class:`FrameworkSummary` holds a framework's scores after forgetting
 (:class:`ModelScores` for the learned model beside it), its costs and one
-:class:`RequestCost` per request; :mod:`server_app.run.summary` holds the run.
+:class:`RequestCost` per request; :mod:`runstore.summary` holds the run.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from server_app.run.summary.records import known_fields, to_json_dict
+from runstore.summary.records import known_fields, to_json_dict
 
 
 @dataclass
