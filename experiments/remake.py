@@ -1,0 +1,112 @@
+"""Which committed results were made by code that has changed since, and remaking them.
+
+Usage: ``.venv/bin/python -m experiments.remake [--run]``
+
+Every results file the docs read records the fingerprint of the code that shapes
+its numbers (:data:`experiments.time_saved.SHAPING`); the claims tests fail once
+today's differs. This lists, per kind, the files whose fingerprint is not today's:
+
+- ``modelled``: the cost-only remakes of the schedule and paper-scale files
+  (``docs/results/{paper-scale,wall,wall/shipped}/modelled/``;
+  :mod:`experiments.remodel`, about a minute each on one core);
+- ``own``: real runs that priced themselves (``paper-scale/clients/``,
+  ``paper-scale/baselines/``); remade by a cost-only run beside them
+  (``remodel --folder``), which marks a framework whose schedule depends on the
+  updates' values *stale* (SE-R, FRec) until the run itself is repeated;
+- ``sweep``: the time-saved sweeps (``docs/results/time-saved/``;
+  :mod:`experiments.time_saved`, 25-45 min a dataset on one core);
+- ``default-run``: ``docs/results/default-run/`` (``./simulate.sh`` on a quiet
+  machine, then its README's fingerprint line; printed, never run here).
+
+With ``--run`` it remakes the first three kinds in that order, one command at a
+time (each resumable: a killed sweep goes on where it stopped), and prints the
+command for the default run. Exit status: 0 when nothing is stale (after the
+remaking), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from experiments.time_saved import OUT, fingerprint
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+MODELLED = ("paper-scale", "wall", "wall/shipped")
+"""The folders whose ``modelled/`` files are cost-only remakes."""
+OWN = ("paper-scale/clients", "paper-scale/baselines")
+"""The folders of real runs that record their own fingerprint."""
+DEFAULT_RUN = RESULTS / "default-run" / "README.md"
+
+
+def _made_by(path: Path) -> str | None:
+    """The fingerprint a results file records (None: none)."""
+    return json.loads(path.read_text()).get("fingerprint")
+
+
+def stale(today: str | None = None) -> dict[str, list[Path]]:
+    """Per kind, the files made by code other than today's (see the module's list)."""
+    today = today or fingerprint()
+    out: dict[str, list[Path]] = {"modelled": [], "own": [], "sweep": [],
+                                  "default-run": []}
+    for folder in MODELLED:
+        remade = sorted((RESULTS / folder / "modelled").glob("*.json"))
+        out["modelled"] += [p for p in remade if _made_by(p) != today]
+    for folder in OWN:
+        for path in sorted((RESULTS / folder).glob("explore-*-s*.json")):
+            remade = path.parent / "modelled" / path.name
+            made = _made_by(remade) if remade.is_file() else _made_by(path)
+            if made is not None and made != today:
+                out["own"].append(path)
+    out["sweep"] = [p for p in sorted(OUT.glob("*.json")) if _made_by(p) != today]
+    found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", DEFAULT_RUN.read_text(),
+                      re.S)
+    if not found or found.group(1) != today:
+        out["default-run"].append(DEFAULT_RUN)
+    return out
+
+
+def commands(files: dict[str, list[Path]]) -> list[list[str]]:
+    """The commands that remake ``files`` (all kinds but the default run)."""
+    python = [sys.executable, "-m"]
+    out = []
+    for kind in ("modelled", "own"):
+        by_folder: dict[Path, list[str]] = {}
+        for path in files[kind]:
+            source = path.parent.parent if kind == "modelled" else path.parent
+            by_folder.setdefault(source, []).append(path.name)
+        out += [[*python, "experiments.remodel", "--folder", str(folder), *names]
+                for folder, names in by_folder.items()]
+    out += [[*python, "experiments.time_saved", path.stem] for path in files["sweep"]]
+    return out
+
+
+def main(run: bool = False) -> int:
+    """Print what is stale (and remake it with ``run``); 0 when nothing is left."""
+    files = stale()
+    for kind, paths in files.items():
+        print(f"{kind}: {len(paths)} stale" + "".join(
+            f"\n  {p.relative_to(ROOT)}" for p in paths))
+    todo = commands(files)
+    for command in todo:
+        print(("running: " if run else "to run: ") + " ".join(command[1:]), flush=True)
+        if run:
+            subprocess.run(command, cwd=ROOT, check=True)
+    if files["default-run"]:
+        print("then, on a quiet machine: ./simulate.sh, and record "
+              "`python -m experiments.time_saved --fingerprint` in "
+              f"{DEFAULT_RUN.relative_to(ROOT)}")
+    left = stale() if run else files
+    return 0 if not any(left.values()) else 1
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", action="store_true", help="remake what is stale")
+    sys.exit(main(parser.parse_args().run))
