@@ -285,6 +285,15 @@ def test_remake_lists_what_other_code_made_and_the_commands_that_remake_it():
                                 | {p.parent for p in files["own"]})
     assert [c[-1] for c in todo if "experiments.time_saved" in c] == [
         p.stem for p in files["sweep"]]
+    runs = [c for c in todo if "--into" in c]
+    assert files["verification"] and [c[-1] for c in runs] == [
+        str(p) for p in files["verification"]]
+    for command, path in zip(runs, files["verification"], strict=True):
+        stem, seed = path.stem.rsplit("seed", 1)
+        preset, *pairs = remake.VERIFIED[stem + "seed"]
+        assert command[2:3] == [preset] and f"seed={seed}" in command
+        assert all(pair in command for pair in pairs)
+    assert todo[-1][-2:] == ["experiments.verified_tables", "--write"]
     assert not any(remake.stale().values())
 
 
