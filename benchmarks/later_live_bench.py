@@ -73,7 +73,7 @@ def _federation(children, work: Path, nodes: int):
 def _learn_live(children, work: Path, name: str, run_config: str) -> None:
     """Learn run ``live`` on federation ``name`` with ``flwr run``."""
     from cli import config
-    from cli.deploy_parts import follow_run, stage_app
+    from cli.deploy_parts import RunWatch, follow_run, stage_app
     from task.config import fused_run_config
 
     values = {**config.parse_item(run_config), "run-name": "live",
@@ -83,7 +83,7 @@ def _learn_live(children, work: Path, name: str, run_config: str) -> None:
     path = work / "live.toml"
     path.write_text(config.to_toml(values))
     follow_run(children, stage_app(work / "app"), name, path, work / "logs" / "live.log",
-               [], timeout_s=0, start=time.monotonic())
+               RunWatch(time.monotonic(), 0))
     if b"summary: /" not in (work / "logs" / "live.log").read_bytes():
         raise SystemExit(f"learning on the federation failed: {work / 'logs'}")
 

@@ -39,6 +39,8 @@ from pathlib import Path
 from cli import config
 from cli.deploy_parts import (
     DeployError,
+    RunWatch,
+    SuperNodeOptions,
     connection_entry,
     follow_run,
     stage_app,
@@ -272,13 +274,13 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
     ports = free_ports(nodes + 1)
     link = f"127.0.0.1:{ports[0]}"
     timeout_s = float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0)
+    options = SuperNodeOptions(isolation, node_poll_s, nice)
     with Children() as children:
         try:
             procs = [start_superlink(children, run_dir, ports[0], nice,
                                      federation=f"se-deploy-{ports[0]}"),
                      *start_supernodes(children, run_dir, link, ports[1:],
-                                       isolation=isolation, node_poll_s=node_poll_s,
-                                       nice=nice)]
+                                       options=options)]
             wait_for_nodes(procs[1:], ports[1:], 120.0, run_dir)
             if isolation == "process":
                 procs += start_executors(children, run_dir, ports[1:], slots)
@@ -289,8 +291,8 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
                               link) as name:
             app = stage_app(run_dir / "app") if os.environ.get(
                 "SE_DEPLOY_STAGE", "1") == "1" else config.PROJECT
-            follow_run(children, app, name, run_dir / "run-config.toml", log, procs,
-                       timeout_s=timeout_s, start=start, terminal=terminal)
+            follow_run(children, app, name, run_dir / "run-config.toml", log,
+                       RunWatch(start, timeout_s, procs), terminal=terminal)
     summary = summary_path(log)
     if summary is None:
         _say(f"the run failed: no summary.json was written (see {log})")
@@ -315,8 +317,8 @@ def _deploy_hosts(run_dir: Path, nodes: int, start: float, isolation: str = "pro
     timeout_s = float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0)
     with Children() as children:
         try:
-            fed = Federation(run_dir, nodes, children, isolation=isolation, slots=slots,
-                             node_poll_s=node_poll_s, nice=nice)
+            fed = Federation(run_dir, nodes, children, slots=slots,
+                             options=SuperNodeOptions(isolation, node_poll_s, nice))
         except NetnsError as err:
             _say(f"--hosts: {err}")
             return None

@@ -50,6 +50,75 @@ class Place:
 LOOPBACK = Place()
 
 
+@dataclass(frozen=True)
+class SuperNodeOptions:
+    """How the SuperNodes run (:mod:`cli.deploy`'s options).
+
+    Attributes
+    ----------
+    isolation : str
+        The SuperNodes' ``--isolation``: ``subprocess`` (each starts a cold
+        ``flwr-clientapp`` per message itself) or ``process`` (they start none:
+        :func:`start_executors` does, warm).
+    node_poll_s : float
+        Seconds between a SuperNode's pulls when idle; below 3 they run as
+        :mod:`cli.supernode` (Flower's SuperNode, its 3-s idle wait capped at
+        this), else as plain ``flower-supernode``.
+    nice : int
+        Niceness added to each SuperNode (:func:`niced`; :mod:`cli.deploy` gives
+        the SuperLink the same); only with ``process`` isolation (with
+        ``subprocess`` a SuperNode's ClientApps would inherit it).
+    """
+
+    isolation: str = "process"
+    node_poll_s: float = 1.0
+    nice: int = 0
+
+
+NODE_DEFAULTS = SuperNodeOptions()
+"""Process isolation, idle pulls every second, niceness 0."""
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """The partitions of the SuperNodes one call starts (their node-config).
+
+    Attributes
+    ----------
+    first : int
+        ``partition-id`` of the first SuperNode (a restart of one SuperNode);
+        the k-th has ``first + k``.
+    total : int, optional
+        ``num-partitions`` (None: as many as SuperNodes started).
+    client_data : Sequence[Path], optional
+        ``client_data[k]``: the k-th SuperNode's own data folder (``client-data``,
+        :mod:`task.client_folder`); None: each cuts its share from the dataset.
+    """
+
+    first: int = 0
+    total: int | None = None
+    client_data: Sequence[Path] | None = None
+
+
+@dataclass(frozen=True)
+class RunWatch:
+    """When :func:`follow_run` stops early.
+
+    Attributes
+    ----------
+    start : float
+        ``time.monotonic()`` the time limit counts from.
+    timeout_s : float
+        Seconds after ``start`` to stop (0: no limit).
+    watched : Sequence[subprocess.Popen]
+        Processes (SuperLink, SuperNodes) whose death stops it.
+    """
+
+    start: float
+    timeout_s: float
+    watched: Sequence[subprocess.Popen] = ()
+
+
 def start_superlink(children: Children, run_dir: Path, port: int,
                     nice: int = 0, place: Place = LOOPBACK,
                     database: Path | None = None, log_name: str = "superlink.log",
@@ -94,39 +163,28 @@ def start_superlink(children: Children, run_dir: Path, port: int,
 
 
 def start_supernodes(children: Children, run_dir: Path, link: str,
-                     ports: Sequence[int], *, isolation: str = "process",
-                     node_poll_s: float = 1.0, nice: int = 0,
-                     places: Sequence[Place] | None = None, first: int = 0,
-                     total: int | None = None,
-                     client_data: Sequence[Path] | None = None) -> list[subprocess.Popen]:
-    """One ``flower-supernode`` per port; SuperNode i has partition-id i.
+                     ports: Sequence[int], *,
+                     options: SuperNodeOptions = NODE_DEFAULTS,
+                     places: Sequence[Place] | None = None,
+                     partitions: Partitions = Partitions()) -> list[subprocess.Popen]:
+    """One ``flower-supernode`` per port; SuperNode k has partition-id ``first + k``.
 
-    ``client_data[k]``: the k-th SuperNode's own data folder (node-config
-    ``client-data``, :mod:`task.client_folder`); None: it cuts its share from the
-    dataset.
-
-    ``places[i]`` (default: all :data:`LOOPBACK`) says where SuperNode i runs
-    and its TLS / authentication arguments. ``first``: partition id of the
-    first (a restart of one SuperNode); ``total``: num-partitions (default
-    ``len(ports)``).
-
-    ``isolation`` is the SuperNodes' ``--isolation``: ``subprocess`` (each
-    starts a cold ``flwr-clientapp`` per message itself) or ``process`` (they
-    start none: :func:`start_executors` does, warm). With ``node_poll_s`` < 3
-    they run as :mod:`cli.supernode` (Flower's SuperNode, its 3-s idle wait
-    between pulls capped at ``node_poll_s``); else as plain ``flower-supernode``.
-    ``nice``: see :func:`niced`; only with ``process`` isolation (with
-    ``subprocess`` a SuperNode's ClientApps would inherit it).
+    ``options``: how they run (:class:`SuperNodeOptions`: isolation, idle poll
+    seconds, niceness). ``places[k]`` (default: all :data:`LOOPBACK`) says where
+    SuperNode k runs and its TLS / authentication arguments. ``partitions``: their
+    partition ids, num-partitions and own data folders (:class:`Partitions`).
     """
     from cli.config import PROJECT
 
+    isolation, node_poll_s = options.isolation, options.node_poll_s
     env = {**_thread_env(), "SE_NODE_POLL_S": str(node_poll_s)}
     command = (["flower-supernode"] if node_poll_s >= 3
                else [sys.executable, "-m", "cli.supernode"])
     places = places or [LOOPBACK] * len(ports)
+    total, client_data = partitions.total, partitions.client_data
     procs = []
     for k, port in enumerate(ports):
-        i, place = first + k, places[k]
+        i, place = partitions.first + k, places[k]
         node_dir = run_dir / "nodes" / str(i)
         node_dir.mkdir(parents=True, exist_ok=True)
         node_config = (f'partition-id={i} num-partitions={total or len(ports)} '
@@ -140,7 +198,7 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                  "--isolation", isolation],
                 env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=niced(nice if isolation == "process" else 0)))
+                preexec_fn=niced(options.nice if isolation == "process" else 0)))
     _say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
          f"{min(node_poll_s, 3.0):g} s when idle), pids "
          f"{' '.join(str(p.pid) for p in procs)}, ports {' '.join(map(str, ports))}")
@@ -307,8 +365,7 @@ def stage_app(out: Path) -> Path:
 
 
 def follow_run(children: Children, app: Path, name: str, run_config: Path, log: Path,
-               watched: Sequence[subprocess.Popen], *, timeout_s: float,
-               start: float, terminal: TerminalFilter | None = None,
+               watch: RunWatch, *, terminal: TerminalFilter | None = None,
                wrap: Sequence[str] = ()) -> int | None:
     """``flwr run app name --stream`` with its output in ``log`` and on stdout.
 
@@ -317,11 +374,11 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     Stdout gets what ``terminal`` keeps (:mod:`cli.terminal`; default a fresh
     filter), the log every line.
 
-    Stops early when a watched process (SuperLink, SuperNode) dies or
-    ``timeout_s`` seconds after ``start`` (``time.monotonic``; 0: no limit). If
-    the log stream is killed by a signal while the run goes on, follows it again
-    with ``flwr log`` (up to 3 times). ``wrap``: argv prefix that runs ``flwr``
-    on the host it submits from (e.g. ``ip netns exec NS``).
+    Stops early when a process of ``watch.watched`` (SuperLink, SuperNode) dies
+    or ``watch.timeout_s`` seconds after ``watch.start`` (``time.monotonic``; 0:
+    no limit). If the log stream is killed by a signal while the run goes on,
+    follows it again with ``flwr log`` (up to 3 times). ``wrap``: argv prefix
+    that runs ``flwr`` on the host it submits from (e.g. ``ip netns exec NS``).
     """
     argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
     _say(f"flwr run {app} {name} --stream (log: {log})")
@@ -335,7 +392,7 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
             pump = tee(proc.stdout, terminal, sink)
             while proc.poll() is None:
-                if _stop_reason(watched, start, timeout_s, log.parent):
+                if _stop_reason(watch, log.parent):
                     return None
                 time.sleep(0.5)
             pump.join(timeout=5)
@@ -350,15 +407,14 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
             argv = ["flwr", "log", started.group(1).decode(), name, "--stream"]
 
 
-def _stop_reason(watched: Sequence[subprocess.Popen], start: float, timeout_s: float,
-                 logs: Path) -> str | None:
-    for proc in watched:
+def _stop_reason(watch: RunWatch, logs: Path) -> str | None:
+    for proc in watch.watched:
         if proc.poll() is not None:
             _say(f"process {proc.pid} (SuperLink or SuperNode) died; stopping "
                  f"(see {logs})")
             return "died"
-    if timeout_s > 0 and time.monotonic() - start >= timeout_s:
-        _say(f"no result after SE_DEPLOY_TIMEOUT={timeout_s:.0f} s; stopping")
+    if watch.timeout_s > 0 and time.monotonic() - watch.start >= watch.timeout_s:
+        _say(f"no result after SE_DEPLOY_TIMEOUT={watch.timeout_s:.0f} s; stopping")
         return "timeout"
     return None
 

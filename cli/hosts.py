@@ -39,8 +39,12 @@ from pathlib import Path
 
 from cli import netns, pki
 from cli.deploy_parts import (
+    NODE_DEFAULTS,
     DeployError,
+    Partitions,
     Place,
+    RunWatch,
+    SuperNodeOptions,
     connection_entry,
     follow_run,
     stage_app,
@@ -69,8 +73,10 @@ class Federation:
     """A SuperLink host and ``nodes`` SuperNode hosts; a context manager.
 
     ``children``: where every process is started (stopped by its owner, and
-    again by :meth:`close`). ``isolation``, ``slots``, ``node_poll_s`` and
-    ``nice`` are :mod:`cli.deploy`'s options. ``database``: keep the SuperLink's
+    again by :meth:`close`). ``options`` (the SuperNodes' isolation, idle poll
+    seconds and niceness, the SuperLink's niceness too:
+    :class:`cli.deploy_parts.SuperNodeOptions`) and ``slots`` are
+    :mod:`cli.deploy`'s options. ``database``: keep the SuperLink's
     state in ``<run>/superlink.db`` (a restarted SuperLink keeps nodes and
     runs). ``spare``: extra hosts with no SuperNode (``spare0``, ...) for
     checks that start one of their own. ``client_data[i]``: SuperNode i's own
@@ -85,14 +91,13 @@ class Federation:
     """
 
     def __init__(self, run_dir: Path, nodes: int, children: Children, *,
-                 isolation: str = "process", slots: int = 0, node_poll_s: float = 1.0,
-                 nice: int = 0, database: bool = False, spare: int = 0,
+                 options: SuperNodeOptions = NODE_DEFAULTS, slots: int = 0,
+                 database: bool = False, spare: int = 0,
                  client_data: Sequence[Path] | None = None) -> None:
         if not 1 <= nodes <= 200:
             raise ValueError(f"nodes = {nodes} is not allowed: use 1 to 200")
         self.run_dir, self.nodes, self.children = Path(run_dir), nodes, children
-        self.isolation, self.slots, self.nice = isolation, slots, nice
-        self.node_poll_s = node_poll_s
+        self.options, self.slots = options, slots
         self.client_data = list(client_data) if client_data is not None else None
         self.database = self.run_dir / "superlink.db" if database else None
         self.pki_dir = self.run_dir / "pki"
@@ -161,7 +166,7 @@ class Federation:
             self.start_node(i, wait=False)
         wait_for_nodes(self.supernodes, [NODE_PORT] * self.nodes, seconds, self.run_dir,
                        [self.node_place(i) for i in range(self.nodes)])
-        if self.isolation == "process":
+        if self.options.isolation == "process":
             for i in range(self.nodes):
                 self._start_executor(i)
         return self
@@ -169,21 +174,21 @@ class Federation:
     def start_link(self) -> subprocess.Popen:
         """Start (or restart) the SuperLink on its host; wait until it listens."""
         self.superlink = start_superlink(self.children, self.run_dir, LINK_PORT,
-                                         self.nice, self.link_place(), self.database,
-                                         federation=self.connection_name)
+                                         self.options.nice, self.link_place(),
+                                         self.database, federation=self.connection_name)
         return self.superlink
 
     def start_node(self, i: int, wait: bool = True) -> subprocess.Popen:
         """Start (or restart) SuperNode ``i`` (and its executor, with ``wait``)."""
+        data = None if self.client_data is None else [self.client_data[i]]
         (proc,) = start_supernodes(
-            self.children, self.run_dir, self.address, [NODE_PORT],
-            isolation=self.isolation, node_poll_s=self.node_poll_s, nice=self.nice,
-            places=[self.node_place(i)], first=i, total=self.nodes,
-            client_data=None if self.client_data is None else [self.client_data[i]])
+            self.children, self.run_dir, self.address, [NODE_PORT], options=self.options,
+            places=[self.node_place(i)],
+            partitions=Partitions(first=i, total=self.nodes, client_data=data))
         self.supernodes[i] = proc
         if wait:
             wait_for_nodes([proc], [NODE_PORT], 60.0, self.run_dir, [self.node_place(i)])
-            if self.isolation == "process":
+            if self.options.isolation == "process":
                 self._start_executor(i)
         return proc
 
@@ -253,8 +258,8 @@ class Federation:
         app = app or (stage_app(self.run_dir / "app") if os.environ.get(
             "SE_DEPLOY_STAGE", "1") == "1" else PROJECT)
         watched = [p for p in (self.superlink, *self.supernodes) if p is not None]
-        follow_run(self.children, app, self.connection, run_config, log, watched,
-                   timeout_s=timeout_s, start=time.monotonic(), terminal=terminal,
+        follow_run(self.children, app, self.connection, run_config, log,
+                   RunWatch(time.monotonic(), timeout_s, watched), terminal=terminal,
                    wrap=self.link.wrap())
         return summary_path(log)
 

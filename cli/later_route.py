@@ -170,7 +170,7 @@ def submit_to(folder: Path, federation: str, terminal) -> tuple[Path, int | None
     import time
 
     from cli import config
-    from cli.deploy_parts import follow_run, stage_app
+    from cli.deploy_parts import RunWatch, follow_run, stage_app
     from cli.procs import Children
     from runstore.folder import COMMAND_LOGS
 
@@ -181,10 +181,10 @@ def submit_to(folder: Path, federation: str, terminal) -> tuple[Path, int | None
     run_config.write_text(config.to_toml({"forget-run": folder.name,
                                           "results-dir": str(folder.parent)}))
     with tempfile.TemporaryDirectory(prefix="se-forget.") as tmp, Children() as children:
+        watch = RunWatch(time.monotonic(),
+                         float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0))
         status = follow_run(children, stage_app(Path(tmp) / "app"), federation,
-                            run_config, log, [], start=time.monotonic(),
-                            timeout_s=float(os.environ.get("SE_DEPLOY_TIMEOUT") or 0),
-                            terminal=terminal)
+                            run_config, log, watch, terminal=terminal)
     return log, status
 
 

@@ -52,6 +52,15 @@ FORGOTTEN_HEAD = (
     "file recording the code's fingerprint). Wall time over FR's: over the mean of "
     "FR's runs, which the cost model prices alike whoever asks.\n\n")
 """The caption of :func:`experiments.forgotten.table` in RESULTS' summary."""
+BASELINES = PAPER_SCALE / "baselines"
+"""FR, FE, RR, FRec and SE on the paper-scale cells (``run.py D 0 --baselines``)."""
+BASELINES_HEAD = (
+    "### At the paper's scale, the unsharded baselines (paper Fig. 3)\n\n"
+    "The same non-IID cell and request, FR, FE, RR and FRec on an unsharded federation "
+    "learned beside SE's shards (`baseline-shards = 1`; the original row is SE's "
+    "sharded ensemble), SE beside them. Command: `docs/results/paper-scale/run.py "
+    "DATASET 0 --baselines` (files `docs/results/paper-scale/baselines/`).\n\n")
+"""The caption of the baselines' tables in RESULTS' summary."""
 SWEEPS = ROOT / "docs" / "results" / "time-saved"
 """SE's time saved over every client, per dataset (:mod:`experiments.time_saved`)."""
 NO_RUNS = "No shipped runs committed yet.\n"
@@ -118,6 +127,9 @@ def summary_block(shipped: list[dict], paper: list[dict]) -> str:
         parts.append(paper_scale_tables(noniid))
     if noniid and forgotten.by_dataset():
         parts.append(FORGOTTEN_HEAD + forgotten.table() + "\n")
+    baselines = load(BASELINES)
+    if noniid and baselines:
+        parts.append(BASELINES_HEAD + summary_tables(baselines, suffix=", baselines"))
     if iid:
         parts.append(paper_scale_iid_tables(iid))
     if shipped:
@@ -162,13 +174,21 @@ def paper_scale_tables(runs: list[dict]) -> str:
             "The paper's single-request non-IID cell of each dataset (C = 100 clients, "
             "S = 4 shards, 20 a round, G = 30 rounds, L = 10 local epochs; one request "
             "of one client), the shipped defaults beside the paper's SE, one seed. "
-            "FE, RR and FRec are not run at this scale (each learns an unsharded "
-            "federation beside the shards: MNIST's, through Ray, in the paper preset "
-            "section)."
+            + _baselines_note(runs)
             + (f" Not run yet at this scale: {', '.join(missing)}." if missing else "")
             + " Command: "
             "`docs/results/paper-scale/run.sh` (files `docs/results/paper-scale/`).", ""]
     return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
+
+
+def _baselines_note(runs: list[dict]) -> str:
+    """Where FE, RR and FRec stand at the paper's scale (:data:`BASELINES`)."""
+    missing = [d for d in _datasets(runs) if d not in _datasets(load(BASELINES))]
+    what = "FE, RR and FRec (each on an unsharded federation learned beside the shards)"
+    if len(missing) == len(_datasets(runs)):
+        return f"{what} are not run yet at this scale."
+    return (f"{what} are in their own tables below"
+            + (f"; not run yet on {', '.join(missing)}." if missing else "."))
 
 
 def paper_scale_iid_tables(runs: list[dict]) -> str:

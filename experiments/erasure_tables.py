@@ -40,7 +40,7 @@ def _load(pattern: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(HERE.glob(pattern))]
 
 
-def _spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+def spread_text(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
     """Mean ± sample standard deviation (n - 1; :data:`experiments.doc_tables.SPREAD`)."""
     if len(values) == 1:
         return f"{values[0] * scale:.{digits}f}"
@@ -62,23 +62,23 @@ def verify_table(records: list[dict], full: list[dict]) -> list[str]:
            "| wall / clients removed |",
            "|---|---|---|---|---|---|---|---|---|"]
     orig = [r["original"] for r in records]
-    out.append(f"| original | {_spread([o['backdoor_asr'] for o in orig])} | "
-               f"{_spread([o['accuracy'] for o in orig], 100, 2)} | | | | "
-               f"{_spread([f['original']['backdoor_asr'] for f in full])} | | |")
+    out.append(f"| original | {spread_text([o['backdoor_asr'] for o in orig])} | "
+               f"{spread_text([o['accuracy'] for o in orig], 100, 2)} | | | | "
+               f"{spread_text([f['original']['backdoor_asr'] for f in full])} | | |")
     by_seed = {f["config"]["seed"]: f for f in full}
     for name in names:
         mine = [r["frameworks"][name] for r in records]
         fr = [r["frameworks"][FR] for r in records]
         whole = [by_seed[r["config"]["seed"]]["frameworks"][name] for r in records
                  if name in by_seed.get(r["config"]["seed"], {}).get("frameworks", {})]
-        removed = (f"{_spread([f['backdoor_asr'] for f in whole])} | "
+        removed = (f"{spread_text([f['backdoor_asr'] for f in whole])} | "
                    f"{mean(f['client_epochs'] for f in whole):.1f} | "
-                   f"{_ratio(mine, whole)}") if len(whole) == len(mine) else " | | "
-        out.append(f"| {name} | {_spread([f['backdoor_asr'] for f in mine])} | "
-                   f"{_spread([f['accuracy'] for f in mine], 100, 2)} | "
+                   f"{wall_ratio(mine, whole)}") if len(whole) == len(mine) else " | | "
+        out.append(f"| {name} | {spread_text([f['backdoor_asr'] for f in mine])} | "
+                   f"{spread_text([f['accuracy'] for f in mine], 100, 2)} | "
                    f"{mean(f['client_epochs'] for f in mine):.1f} | "
                    f"{mean(f['client_rounds'] for f in mine):.1f} | "
-                   f"{_ratio(mine, fr)} | {removed} |")
+                   f"{wall_ratio(mine, fr)} | {removed} |")
     gap = mean(r["frameworks"][SE]["backdoor_asr"] for r in records) - mean(
         r["frameworks"][FR]["backdoor_asr"] for r in records)
     verdict = "reached" if abs(gap) <= ASR_MARGIN else "**not reached**"
@@ -104,7 +104,7 @@ def class_table(runs: list[dict]) -> list[str]:
     for name, mine, fr in rows:
         cost = "| | |" if fr is None else (
             f"| {mean(f['client_epochs'] for f in mine):.1f} | "
-            f"{_ratio(mine, fr)} |")
+            f"{wall_ratio(mine, fr)} |")
         erased, kept, overall = (mean(f[k] for f in mine) * 100 for k in (
             "erased_label_accuracy", "kept_label_accuracy", "accuracy"))
         out.append(f"| {name} | {erased:.2f} | {kept:.2f} | {overall:.2f} {cost}")
@@ -139,16 +139,16 @@ def lira_table(runs: list[dict]) -> list[str]:
              for n in runs[0]["frameworks"]]
     for name, mine, fr in rows:
         cost = "| |" if fr is None else (
-            f"| {mean(f['client_epochs'] for f in mine):.1f} | {_ratio(mine, fr)} |")
-        out.append(f"| {name} | {_spread([f['mia_auc'] for f in mine])} | "
-                   f"{_spread([f['mia_lira_auc'] for f in mine])} | "
-                   f"{_spread([f['mia_lira_tpr_at_01fpr'] for f in mine])} | "
-                   f"{_spread([f['mia_lira_client_auc'] for f in mine])} | "
-                   f"{_spread([f['accuracy'] for f in mine], 100, 2)} {cost}")
+            f"| {mean(f['client_epochs'] for f in mine):.1f} | {wall_ratio(mine, fr)} |")
+        out.append(f"| {name} | {spread_text([f['mia_auc'] for f in mine])} | "
+                   f"{spread_text([f['mia_lira_auc'] for f in mine])} | "
+                   f"{spread_text([f['mia_lira_tpr_at_01fpr'] for f in mine])} | "
+                   f"{spread_text([f['mia_lira_client_auc'] for f in mine])} | "
+                   f"{spread_text([f['accuracy'] for f in mine], 100, 2)} {cost}")
     return out + [""]
 
 
-def _ratio(mine: list[dict], fr: list[dict]) -> str:
+def wall_ratio(mine: list[dict], fr: list[dict]) -> str:
     """Mean over the seeds of the modelled wall time over FR's."""
     pairs = zip(mine, fr, strict=True)
     return f"{mean(a['modelled_wall_s'] / b['modelled_wall_s'] for a, b in pairs):.2f}"

@@ -15,6 +15,10 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
   updates' values *stale* (SE-R, FRec) until the run itself is repeated;
 - ``sweep``: the time-saved sweeps (``docs/results/time-saved/``;
   :mod:`experiments.time_saved`, 25-45 min a dataset on one core);
+- ``verification``: the runs of "Forgetting verified"
+  (``docs/results/verification/{verify,verify-clean,memorize}-seed*.json``;
+  ``run_inprocess.py``, 3-15 min a run on one core), then its tables
+  (:mod:`experiments.verified_tables`);
 - ``default-run``: ``docs/results/default-run/`` (``./simulate.sh`` on a quiet
   machine, then its README's fingerprint line; printed, never run here).
 
@@ -39,6 +43,8 @@ RESULTS = ROOT / "docs" / "results"
 MODELLED = ("paper-scale", "wall", "wall/shipped")
 """The folders whose ``modelled/`` files are cost-only remakes."""
 OWN = ("paper-scale/clients", "paper-scale/baselines")
+VERIFIED = {"verify-seed": ("verify",), "memorize-seed": ("memorize",),
+            "verify-clean-seed": ("verify", "backdoor-fraction=0.0", 'frameworks="SE"')}
 """The folders of real runs that record their own fingerprint."""
 DEFAULT_RUN = RESULTS / "default-run" / "README.md"
 
@@ -52,7 +58,7 @@ def stale(today: str | None = None) -> dict[str, list[Path]]:
     """Per kind, the files made by code other than today's (see the module's list)."""
     today = today or fingerprint()
     out: dict[str, list[Path]] = {"modelled": [], "own": [], "sweep": [],
-                                  "default-run": []}
+                                  "verification": [], "default-run": []}
     for folder in MODELLED:
         remade = sorted((RESULTS / folder / "modelled").glob("*.json"))
         out["modelled"] += [p for p in remade if _made_by(p) != today]
@@ -63,6 +69,9 @@ def stale(today: str | None = None) -> dict[str, list[Path]]:
             if made is not None and made != today:
                 out["own"].append(path)
     out["sweep"] = [p for p in sorted(OUT.glob("*.json")) if _made_by(p) != today]
+    out["verification"] = [p for stem in VERIFIED
+                           for p in sorted((RESULTS / "verification").glob(f"{stem}*.json"))
+                           if _made_by(p) != today]
     found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", DEFAULT_RUN.read_text(),
                       re.S)
     if not found or found.group(1) != today:
@@ -82,6 +91,14 @@ def commands(files: dict[str, list[Path]]) -> list[list[str]]:
         out += [[*python, "experiments.remodel", "--folder", str(folder), *names]
                 for folder, names in by_folder.items()]
     out += [[*python, "experiments.time_saved", path.stem] for path in files["sweep"]]
+    runner = str(RESULTS / "verification" / "run_inprocess.py")
+    for path in files["verification"]:
+        stem, seed = path.stem.rsplit("seed", 1)
+        preset, *pairs = VERIFIED[stem + "seed"]
+        out.append([sys.executable, runner, preset, str(ROOT / ".remake-runs"),
+                    f"seed={seed}", *pairs, "--into", str(path)])
+    if files["verification"]:
+        out.append([*python, "experiments.verified_tables", "--write"])
     return out
 
 

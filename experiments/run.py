@@ -32,7 +32,7 @@ import shutil
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cli.env import back_to_caller, setup_env
@@ -44,6 +44,28 @@ from experiments.progress import clock as _clock
 from experiments.suites import RunSpec, StorageSweep
 
 ROOT = suites.ROOT
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """Where and how every run of an experiment runs, and what it keeps.
+
+    Attributes
+    ----------
+    out : Path
+        Output folder; runs whose summary.json is there already are reused.
+    data_dir : str
+        Datasets folder (``""``: the app's lookup).
+    engine : str
+        ``inprocess`` or ``flwr`` (:func:`experiments.engines.run_one`).
+    keep_history : bool
+        Keep each run's ``history/`` and ``models/``.
+    """
+
+    out: Path
+    data_dir: str = ""
+    engine: str = "inprocess"
+    keep_history: bool = False
 
 
 def _available(experiment: str, suite: str, datasets: tuple[str, ...] | None,
@@ -79,9 +101,9 @@ def _run_sweep(sweep: StorageSweep, out: Path, results: dict) -> str:
     return "done"
 
 
-def _run_spec(spec: RunSpec, out: Path, data_dir: str, engine: str,
-              keep_history: bool) -> tuple[dict, str]:
+def _run_spec(spec: RunSpec, setup: RunSetup) -> tuple[dict, str]:
     """Run ``spec`` (or reuse its summary); its results.json entry and status."""
+    out = setup.out
     t0 = time.perf_counter()
     entry = {"spec": asdict(spec), "status": "done", "summary": None, "error": None}
     status = "done"
@@ -90,10 +112,10 @@ def _run_spec(spec: RunSpec, out: Path, data_dir: str, engine: str,
         if existing.is_file():
             path, status = existing, "reused"
         else:
-            path = run_one(spec, out, data_dir, engine)
+            path = run_one(spec, out, setup.data_dir, setup.engine)
         entry["summary"] = str(path.relative_to(out.resolve())
                                if path.is_absolute() else path)
-        if not keep_history:
+        if not setup.keep_history:
             shutil.rmtree(path.parent / "history", ignore_errors=True)
             shutil.rmtree(path.parent / "models", ignore_errors=True)
     except Exception as err:  # noqa: BLE001 - one failed run must not end all
@@ -104,16 +126,16 @@ def _run_spec(spec: RunSpec, out: Path, data_dir: str, engine: str,
 
 
 def _run_step(i: int, step: RunSpec | StorageSweep, progress: Progress, results: dict,
-              out: Path, data_dir: str, engine: str, keep_history: bool) -> None:
+              setup: RunSetup) -> None:
     progress.start(i, step.experiment, step.name)
     t0 = time.perf_counter()
     if isinstance(step, StorageSweep):
-        status = _run_sweep(step, out, results)
+        status = _run_sweep(step, setup.out, results)
     else:
-        entry, status = _run_spec(step, out, data_dir, engine, keep_history)
+        entry, status = _run_spec(step, setup)
         results["runs"].append(entry)
     progress.finish(i, step.experiment, step.name, time.perf_counter() - t0, status)
-    _write_json(out / "results.json", results)
+    _write_json(setup.out / "results.json", results)
 
 
 def _worker_threads(threads: int) -> None:
@@ -123,8 +145,8 @@ def _worker_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: Path,
-                  data_dir: str, engine: str, keep_history: bool, jobs: int) -> None:
+def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict,
+                  setup: RunSetup, jobs: int) -> None:
     """Run ``specs`` in ``jobs`` worker processes; results.json keeps the plan's order.
 
     Each job is its own process (spawned, so no torch or Flower state is shared)
@@ -140,8 +162,7 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
                              initializer=_worker_threads, initargs=(threads,)) as pool:
         futures = {}
         for i, spec in enumerate(specs):
-            futures[pool.submit(_run_spec, spec, out, data_dir, engine,
-                                keep_history)] = i
+            futures[pool.submit(_run_spec, spec, setup)] = i
         started = min(jobs, len(specs))  # the pool takes the specs in order
         for i in range(started):
             progress.start(i, specs[i].experiment, specs[i].name)
@@ -159,14 +180,13 @@ def _run_parallel(specs: list[RunSpec], progress: Progress, results: dict, out: 
                 progress.start(started, specs[started].experiment, specs[started].name)
                 started += 1
             results["runs"] = [entries[k] for k in sorted(entries)]
-            _write_json(out / "results.json", results)
+            _write_json(setup.out / "results.json", results)
 
 
-def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
-            engine: str = "inprocess", keep_history: bool = False,
+def execute(experiment: str, suite: str, setup: RunSetup,
             datasets: tuple[str, ...] | None = None, *, stream=None, jobs: int = 1,
             methods: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> dict:
-    """Run ``experiment`` of ``suite`` into ``out``; write results, figures, report.md.
+    """Run ``experiment`` of ``suite`` into ``setup.out``: results, figures, report.md.
 
     Parameters
     ----------
@@ -174,15 +194,12 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
         ``single``, ``concurrent``, ``storage`` or ``all``.
     suite : str
         ``quick``, ``trained``, ``paper`` or ``tiny`` (:data:`experiments.suites.SUITES`).
-    out : Path
-        Output folder; runs whose summary.json is there already are reused.
-    data_dir : str
-        Datasets folder (``""``: the app's lookup); a dataset that does not
-        load is skipped, with the reason in ``skipped``.
-    engine : str
-        ``inprocess`` or ``flwr`` (:func:`experiments.engines.run_one`).
-    keep_history : bool
-        Keep each run's ``history/`` and ``models/``.
+    setup : RunSetup
+        ``out``: output folder (runs whose summary.json is there already are
+        reused); ``data_dir``: datasets folder (``""``: the app's lookup; a
+        dataset that does not load is skipped, with the reason in ``skipped``);
+        ``engine``: ``inprocess`` or ``flwr``; ``keep_history``: keep each run's
+        ``history/`` and ``models/``.
     datasets : tuple[str, ...], optional
         The datasets to run it on (default: the experiment's own; any other
         built-in one runs the same cells on that dataset).
@@ -205,27 +222,28 @@ def execute(experiment: str, suite: str, out: Path, data_dir: str = "",
         seconds, error), ``storage_sweep`` rows, ``skipped`` datasets, settings.
     """
     stream = sys.stderr if stream is None else stream
+    out = setup.out
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    specs, skipped = _available(experiment, suite, datasets, data_dir, methods, only)
+    specs, skipped = _available(experiment, suite, datasets, setup.data_dir, methods,
+                                only)
     steps: list[RunSpec | StorageSweep] = list(specs)
     if experiment in ("storage", "all"):
         steps.append(suites.storage_sweep(suite))
     progress = Progress([step.weight for step in steps], stream, jobs)
-    results = {"experiment": experiment, "suite": suite, "engine": engine, "jobs": jobs,
-               "methods": list(methods), "only": list(only),
-               "data_dir": data_dir, "settings": suites.suite_settings(suite),
+    results = {"experiment": experiment, "suite": suite, "engine": setup.engine,
+               "jobs": jobs, "methods": list(methods), "only": list(only),
+               "data_dir": setup.data_dir, "settings": suites.suite_settings(suite),
                "skipped": skipped, "runs": [], "storage_sweep": [],
                "storage_sweep_source": None, "machine": machine()}
     for why in skipped.values():
         print(f"skipping a dataset: {why}", file=stream, flush=True)
     try:
         if jobs > 1 and len(specs) > 1:
-            _run_parallel(specs, progress, results, out, data_dir, engine, keep_history,
-                          jobs)
+            _run_parallel(specs, progress, results, setup, jobs)
             steps = steps[len(specs):]  # the storage sweep, after the runs
         for i, step in enumerate(steps, start=len(results["runs"])):
-            _run_step(i, step, progress, results, out, data_dir, engine, keep_history)
+            _run_step(i, step, progress, results, setup)
     finally:
         progress.close()
     results["wall_s"] = time.perf_counter() - t_start
@@ -382,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
             suites.plan(args.name, args.suite, datasets), methods), only)
     except ValueError as err:
         ap.error(str(err))
-    results = execute(args.name, args.suite, out, args.data_dir or default_data_dir(),
-                      args.engine, args.keep_history, datasets, jobs=args.jobs,
+    setup = RunSetup(out, args.data_dir or default_data_dir(), args.engine,
+                     args.keep_history)
+    results = execute(args.name, args.suite, setup, datasets, jobs=args.jobs,
                       methods=methods, only=only)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]
     print(f"{args.name} ({args.suite}): {len(results['runs']) - len(failed)} runs "

@@ -47,6 +47,7 @@ from cli.tables import table
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
 from experiments.suites import storage_dataset
+from history.coded.catalog import SliceTransfer
 from history.coded.recorder import CodedRecorder
 from history.store import HistoryStore
 from server_app.rounds.federation import Federation, assign_shards
@@ -84,8 +85,11 @@ def _stores(num_clients: int, work: Path, seed: int, privacy_t: int):
     federation = Federation({p: 1000 + p for p in range(num_clients)}, shards)
     fe = HistoryStore.create(work / "fe", {p: 0 for p in range(num_clients)})
     se = HistoryStore.create(work / "se", federation.shard_of)
-    coded = CodedRecorder.create(work / "coded", federation, 0, privacy_t=privacy_t,
-                                 **coded_settings())
+    coder = coded_settings()
+    coded = CodedRecorder.create(
+        work / "coded", federation, 0, coder["scale_bits"],
+        SliceTransfer(link_rate_mbps=coder["link_rate_mbps"]), privacy_t=privacy_t,
+        loss_budget=coder["loss_budget"])
     # fresh node state per message: clients acknowledge what they stored, then
     # forget it, so memory stays flat for C = 200 x 30 rounds
     grid = InProcessGrid(client_app, num_clients, {}, stateless=True)

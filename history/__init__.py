@@ -14,7 +14,7 @@
 """
 
 from history.catalog import SQLiteCatalog, StoreError
-from history.coded.catalog import CodedStorageError
+from history.coded.catalog import CodedStorageError, SliceTransfer
 from history.coded.reader import CodedHistory, CodedHistoryError, HoldersUnreachableError
 from history.coded.recorder import CodedRecorder
 from history.protocols import RoundRecorder, TrainingHistory
@@ -23,7 +23,7 @@ from history.store import CorruptBlobError, HistoryStore
 
 __all__ = [
     "CodedHistory", "CodedHistoryError", "CodedRecorder", "CodedStorageError",
-    "HoldersUnreachableError",
+    "HoldersUnreachableError", "SliceTransfer",
     "CorruptBlobError", "HistoryStore", "RoundRecorder", "SQLiteCatalog", "StoreError",
     "StorageSettings", "TrainingHistory", "efficiency", "storage_summary",
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cli.deploy_parts import SuperNodeOptions  # noqa: E402
 from cli.hosts import Federation  # noqa: E402
 from cli.procs import Children, exit_on_signals  # noqa: E402
 
@@ -20,8 +21,8 @@ def main(run_dir: str) -> None:
     folder = Path(run_dir)
     for sub in ("logs", "nodes"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    with Children() as children, Federation(folder, 1, children,
-                                            isolation="subprocess") as fed:
+    options = SuperNodeOptions(isolation="subprocess")
+    with Children() as children, Federation(folder, 1, children, options=options) as fed:
         fed.start()
         print(f"ready {fed.network.tag}", flush=True)
         while True:

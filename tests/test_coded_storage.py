@@ -33,6 +33,7 @@ from history import (
     CodedRecorder,
     CodedStorageError,
     HistoryStore,
+    SliceTransfer,
     StoreError,
 )
 from history.coded import slices as client_slices
@@ -568,7 +569,8 @@ def test_damaged_node_files_cost_exactly_their_rounds(tmp_path):
     (dirs[2] / "round-2.npz").unlink()  # acknowledged, now gone
     (dirs[3] / "access.npz").write_bytes(b"garbage")  # holds no round: costs none
     faults = FaultLog()
-    history = CodedHistory.open(tmp_path / "h", grid, node_of, faults=faults)
+    history = CodedHistory.open(tmp_path / "h", grid, node_of,
+                                transfer=SliceTransfer(faults=faults))
     for (s, rnd, pid), arrays in truth.items():  # rounds 0-2 of every shard decode
         got = history.update(s, rnd, pid)
         for key, value in arrays.items():

@@ -293,6 +293,30 @@ def test_the_records_tables_are_what_their_files_make():
         f"\n\n{table.block()}\n", "python -m experiments.erasure_tables --write"
 
 
+def test_the_verification_tables_are_what_their_files_make_with_todays_code():
+    """RESULTS' "Forgetting verified" tables (issues 13, 27) are generated, from
+    runs whose code fingerprint is today's: a run of code that changed since is
+    stale and fails here (remake it with the commands in that section)."""
+    from experiments import time_saved
+    from experiments import verified_tables as table
+
+    text = (ROOT / "docs/RESULTS.md").read_text()
+    assert table.BEGIN in text and table.END in text
+    assert text.split(table.BEGIN, 1)[1].split(table.END, 1)[0] == \
+        f"\n\n{table.block()}\n", "python -m experiments.verified_tables --write"
+    runs = sorted(table.HERE.glob("*-seed*.json"))
+    made = [p for p in runs if p.name.startswith(("verify-seed", "verify-clean-seed",
+                                                  "memorize-seed"))]
+    assert len(made) >= 3, "no verification runs committed"
+    today = time_saved.fingerprint()
+    stale = [p.name for p in made if json.loads(p.read_text()).get("fingerprint") != today]
+    assert not stale, f"made by other code than today's: {stale}"
+    goals = [line for line in table.block().splitlines() if line.startswith("Goal")]
+    for says in ("on the model before forgetting", "band on every metric"):
+        line = next(g for g in goals if says in g)
+        assert "**not reached**" in line, f"reached, so not a goal missed: {line}"
+
+
 def test_the_time_saved_table_is_what_its_files_make_with_todays_code():
     """RESULTS' per-client time-saved table (issue 52) is generated from files
     whose code fingerprint is today's: a file made by code that changed since is

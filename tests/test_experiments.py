@@ -19,7 +19,7 @@ from experiments import collect, compare, report, suites
 from experiments.engines import run_config_toml
 from experiments.report import requests as report_requests
 from experiments.report import storage as report_storage
-from experiments.run import Progress, execute, main, rebuild_report
+from experiments.run import Progress, RunSetup, execute, main, rebuild_report
 from runstore.summary import RequestCost
 from server_app.preflight import validate_run_config
 
@@ -32,7 +32,7 @@ def tiny_all(tmp_path_factory, shared_data):
     """``all`` on the tiny preset, once for the module: (results, out, stderr)."""
     out = tmp_path_factory.mktemp("experiments") / "all-tiny"
     stream = io.StringIO()
-    results = execute("all", "tiny", out, str(shared_data), stream=stream)
+    results = execute("all", "tiny", RunSetup(out, str(shared_data)), stream=stream)
     return results, out, stream.getvalue()
 
 
@@ -101,8 +101,8 @@ def test_parallel_jobs_give_the_sequential_results(tiny_all, tmp_path, shared_da
     results, out, _ = tiny_all
     stream = io.StringIO()
     # the storage experiment's two runs: one for each job process
-    parallel = execute("storage", "tiny", tmp_path / "p", str(shared_data), stream=stream,
-                       jobs=2)
+    parallel = execute("storage", "tiny", RunSetup(tmp_path / "p", str(shared_data)),
+                       stream=stream, jobs=2)
     sequential = [r for r in results["runs"] if r["spec"]["experiment"] == "storage"]
     assert len(sequential) == 2
     assert [r["spec"]["name"] for r in parallel["runs"]] == [
@@ -640,8 +640,8 @@ def test_a_killed_job_process_fails_its_runs_not_the_suite(tmp_path, shared_data
     specs = suites.plan("single", "tiny")[:2]
     results = {"runs": []}
     progress = Progress([1.0, 1.0], io.StringIO(), jobs=2)
-    runner._run_parallel(specs, progress, results, tmp_path, str(shared_data),
-                         "inprocess", False, 2)
+    runner._run_parallel(specs, progress, results,
+                         runner.RunSetup(tmp_path, str(shared_data)), 2)
     assert [r["status"] for r in results["runs"]] == ["failed", "failed"]
     assert "BrokenProcessPool" in results["runs"][0]["error"]
     assert json.loads((tmp_path / "results.json").read_text())["runs"]

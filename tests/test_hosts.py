@@ -41,6 +41,7 @@ def fed(tmp_path_factory, shared_data):
     reason = netns.unavailable()
     if reason:
         pytest.skip(reason)
+    from cli.deploy_parts import SuperNodeOptions
     from cli.hosts import Federation
 
     root = tmp_path_factory.mktemp("hosts")
@@ -57,8 +58,8 @@ def fed(tmp_path_factory, shared_data):
         for sub in ("logs", "nodes"):
             (run_dir / sub).mkdir(parents=True)
         with Children() as children, Federation(
-                run_dir, NODES, children, slots=2, nice=5, spare=1,
-                database=True) as federation:
+                run_dir, NODES, children, options=SuperNodeOptions(nice=5), slots=2,
+                spare=1, database=True) as federation:
             federation.start()
             yield federation
 
@@ -423,7 +424,7 @@ def own_fed(fed, tmp_path_factory, shared_data):
     empty there. The SuperLink host keeps the dataset folder, of which the run
     (``client-data = true``) reads only the test split.
     """
-    from cli.deploy_parts import Place
+    from cli.deploy_parts import Place, SuperNodeOptions
     from cli.hosts import Federation
 
     root = tmp_path_factory.mktemp("own")
@@ -450,7 +451,7 @@ def own_fed(fed, tmp_path_factory, shared_data):
     for sub in ("logs", "nodes"):
         (run_dir / sub).mkdir(parents=True)
     with Children() as children, OwnDataOnly(
-            run_dir, NODES, children, slots=2, nice=5,
+            run_dir, NODES, children, options=SuperNodeOptions(nice=5), slots=2,
             client_data=[own / str(i) for i in range(NODES)]) as federation:
         federation.start()
         yield federation

@@ -285,4 +285,37 @@ def test_remake_lists_what_other_code_made_and_the_commands_that_remake_it():
                                 | {p.parent for p in files["own"]})
     assert [c[-1] for c in todo if "experiments.time_saved" in c] == [
         p.stem for p in files["sweep"]]
+    runs = [c for c in todo if "--into" in c]
+    assert files["verification"] and [c[-1] for c in runs] == [
+        str(p) for p in files["verification"]]
+    for command, path in zip(runs, files["verification"], strict=True):
+        stem, seed = path.stem.rsplit("seed", 1)
+        preset, *pairs = remake.VERIFIED[stem + "seed"]
+        assert command[2:3] == [preset] and f"seed={seed}" in command
+        assert all(pair in command for pair in pairs)
+    assert todo[-1][-2:] == ["experiments.verified_tables", "--write"]
     assert not any(remake.stale().values())
+
+
+def test_the_paper_scale_baselines_get_their_own_tables(tmp_path, monkeypatch):
+    """Issue 52, item 4: FE, RR and FRec at the paper's scale, in their own tables once
+    a file is committed; the paper-scale caption names the datasets not run yet."""
+    noniid = pareto.load(pareto.PAPER_SCALE)
+    monkeypatch.setattr(doc_tables, "BASELINES", tmp_path)
+    before = doc_tables.summary_block([], noniid)
+    assert "unsharded baselines" not in before
+    assert "FRec (each on an unsharded federation learned beside the shards) are not " \
+        "run yet at this scale." in before
+    run = json.loads(json.dumps(noniid[0]))
+    fr = run["frameworks"]["FR"]
+    run["frameworks"] = {n: {**fr, "accuracy": fr["accuracy"] - 0.01 * i}
+                         for i, n in enumerate(("FR", "FE", "RR", "FRec", "SE"))}
+    run["cell"] += "-baselines"
+    (tmp_path / "explore-paper-x-s0.json").write_text(json.dumps(run))
+    block = doc_tables.summary_block([], noniid)
+    dataset = run["config"]["dataset"]
+    head, tables = block.split("### At the paper's scale, the unsharded baselines")
+    assert f"#### {dataset}, baselines" in tables and "| FE |" in tables
+    assert "| FE |" not in head.split("### At the paper's scale, forgotten")[0]
+    others = [d for d in doc_tables._datasets(noniid) if d != dataset]
+    assert f"are in their own tables below; not run yet on {', '.join(others)}." in head

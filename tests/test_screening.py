@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.grid import InProcessGrid
+from history.coded.catalog import SliceTransfer
 from history.coded.recorder import CodedRecorder, ack_sizes
 from history.store import HistoryStore
 from server_app.rounds.federation import DiscoveryError, Federation, discover
@@ -205,7 +206,8 @@ def one_round(root: Path, coded: bool, mutate) -> tuple[FaultLog, object]:
     node_of = {p: 1000 + p for p in range(4)}
     federation = Federation(node_of, [[0, 1], [2, 3]], {p: HELD for p in range(4)})
     faults = FaultLog()
-    store = CodedRecorder.create(root, federation, 1, faults=faults) if coded else \
+    transfer = SliceTransfer(faults=faults)
+    store = CodedRecorder.create(root, federation, 1, transfer=transfer) if coded else \
         HistoryStore.create(root, federation.shard_of, num_shards=2)
     strategy = ShardedStrategy([make_stock_strategy("FedAvg", 2, 2) for _ in range(2)],
                                federation.shard_nodes())
@@ -445,7 +447,8 @@ def test_a_malformed_ack_in_a_round_is_a_fault_not_a_crash(tmp_path):
     node_of = {p: 1000 + p for p in range(4)}
     federation = Federation(node_of, [[0, 1], [2, 3]])
     faults = FaultLog()
-    recorder = CodedRecorder.create(tmp_path / "h", federation, 1, faults=faults)
+    recorder = CodedRecorder.create(tmp_path / "h", federation, 1,
+                                    transfer=SliceTransfer(faults=faults))
     for s in (0, 1):
         recorder.put_shard_model(s, 0, W0)
     recorder.end_round(0, InProcessGrid(client, 4, {}))

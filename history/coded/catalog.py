@@ -25,6 +25,7 @@ import math
 import os
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from flwr.app import RecordDict
 
 from history.catalog import CATALOG_FILE, ParticipationCatalog, StoreError
 from history.files import atomic_write
+from history.protocols import FaultSink
 from history.retention import needed_models
 
 Arrays = dict[str, np.ndarray]
@@ -61,6 +63,30 @@ CREATE TABLE slices (
 
 class CodedStorageError(RuntimeError):
     """The history of a round cannot be coded or stored (range, too few holders)."""
+
+
+@dataclass(frozen=True)
+class SliceTransfer:
+    """How the server exchanges slices with their holders (recorder and reader alike).
+
+    Attributes
+    ----------
+    timeout : float, optional
+        Seconds to wait for the clients' replies (acks or slices); None: no limit.
+    link_rate_mbps : float
+        Link rate of the communication model, Mbit/s.
+    faults : FaultSink, optional
+        Where refused, malformed, damaged or lost slices are recorded (the
+        recorder's and the reader's own stages and kinds).
+    """
+
+    timeout: float | None = None
+    link_rate_mbps: float = 100.0
+    faults: FaultSink | None = None
+
+
+DEFAULT_TRANSFER = SliceTransfer()
+"""No time limit, 100 Mbit/s, no fault log."""
 
 
 def content_bytes(content: RecordDict) -> int:

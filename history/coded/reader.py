@@ -47,10 +47,16 @@ from coding import (
     verify_slice_tag,
 )
 from history.catalog import CATALOG_FILE, StoreError
-from history.coded.catalog import CodedCatalog, content_bytes, read_keys
+from history.coded.catalog import (
+    DEFAULT_TRANSFER,
+    CodedCatalog,
+    SliceTransfer,
+    content_bytes,
+    read_keys,
+)
 from history.coded.slices import FETCH_MESSAGE
 from history.comm import transfer_seconds
-from history.protocols import FaultSink, TrainingHistory
+from history.protocols import TrainingHistory
 
 Arrays = dict[str, np.ndarray]
 
@@ -79,34 +85,32 @@ class CodedHistory(CodedCatalog, TrainingHistory):
         Where the slice holders are.
     node_of : Mapping[int, int]
         partition id -> node id now (a restarted node may have a new id).
-    timeout : float, optional
-        Seconds to wait for slice replies.
-    link_rate_mbps : float
-        Link rate of the communication model.
+    transfer : SliceTransfer
+        ``timeout``: seconds to wait for slice replies; ``link_rate_mbps``: link
+        rate of the communication model (Mbit/s); ``faults``: where damaged and
+        lost slices and refused fetches are recorded (stage ``coded-retrieval``;
+        kinds ``damaged-slice``, ``lost-slice``, ``damaged-file``,
+        ``refused-fetch``).
     verify_tags : bool, default True
         Check every slice's tag (a failed tag is an erasure) and erasure-decode.
         ``False`` is a test-only path: tags are ignored, every holder is asked and
         wrong slices are corrected by :func:`coding.decode_errors`.
     rng_seed : int, optional
         Seed of ``decode_errors``' projection (None: fresh entropy).
-    faults : FaultSink, optional
-        Where damaged and lost slices and refused fetches are recorded (stage
-        ``coded-retrieval``; kinds ``damaged-slice``, ``lost-slice``,
-        ``damaged-file``, ``refused-fetch``).
     """
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
-                 grid: Grid, node_of: Mapping[int, int], *, timeout: float | None = None,
-                 link_rate_mbps: float = 100.0, verify_tags: bool = True,
-                 rng_seed: int | None = None, faults: FaultSink | None = None) -> None:
+                 grid: Grid, node_of: Mapping[int, int], *,
+                 transfer: SliceTransfer = DEFAULT_TRANSFER, verify_tags: bool = True,
+                 rng_seed: int | None = None) -> None:
         super().__init__(root, conn, keys)
         self.grid = grid
         self.node_of = dict(node_of)
-        self.timeout = timeout
-        self.link_rate_mbps = link_rate_mbps
+        self.timeout = transfer.timeout
+        self.link_rate_mbps = transfer.link_rate_mbps
         self.verify_tags = verify_tags
         self.rng_seed = rng_seed
-        self.faults = faults
+        self.faults = transfer.faults
         self._acked: dict[int, set[int]] = {}
         self._cache: dict[int, dict[int, Arrays | dict[int, Arrays]]] = {}
         self._pending: list[dict] = []

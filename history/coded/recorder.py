@@ -58,9 +58,11 @@ from coding import (
 )
 from history.catalog import CATALOG_FILE, StoreError
 from history.coded.catalog import (
+    DEFAULT_TRANSFER,
     CodedCatalog,
     CodedStorageError,
     Layout,
+    SliceTransfer,
     auto_blocks_per_shard,
     content_bytes,
     write_keys,
@@ -68,7 +70,7 @@ from history.coded.catalog import (
 from history.coded.slices import STORE_MESSAGE
 from history.comm import transfer_seconds
 from history.files import encode_arrays
-from history.protocols import FaultSink, Federation, RoundRecorder
+from history.protocols import Federation, RoundRecorder
 
 Acks = dict[int, tuple[int, int, int]]
 """Partition id -> (slice-bytes, stored-bytes, disk-bytes) of its ack."""
@@ -84,14 +86,13 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
     """
 
     def __init__(self, root: Path, conn: sqlite3.Connection, keys: list[bytes],
-                 federation: Federation, link_rate_mbps: float,
-                 timeout: float | None, faults: FaultSink | None = None) -> None:
+                 federation: Federation, transfer: SliceTransfer) -> None:
         super().__init__(root, conn, keys)
-        self.faults = faults
+        self.faults = transfer.faults
         self.node_of = dict(federation.node_of)
         self.partition_of = federation.partition_of
-        self.link_rate_mbps = link_rate_mbps
-        self.timeout = timeout
+        self.link_rate_mbps = transfer.link_rate_mbps
+        self.timeout = transfer.timeout
         self._access = {i: [access_key(key, i) for key in keys] for i in self.node_of}
         self._round: int | None = None
         self._records: dict[int, list[tuple[int, np.ndarray]]] = {}
@@ -103,8 +104,7 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
 
     @classmethod
     def create(cls, root: str | Path, federation: Federation, blocks_per_shard: int = 5,
-               scale_bits: int = 24, link_rate_mbps: float = 100.0,
-               timeout: float | None = None, faults: FaultSink | None = None, *,
+               scale_bits: int = 24, transfer: SliceTransfer = DEFAULT_TRANSFER, *,
                privacy_t: int = 0, loss_budget: float = 0.5) -> CodedRecorder:
         """Start a new coded store at ``root`` with fresh shard keys.
 
@@ -121,13 +121,11 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             K + T slices decode a shard's round, so K + T is at most C.
         scale_bits : int
             Fractional bits of the fixed point (quantisation step 2^-scale_bits).
-        link_rate_mbps : float
-            Link rate of the communication model.
-        timeout : float, optional
-            Seconds to wait for the clients' acks.
-        faults : FaultSink, optional
-            Receives malformed or error acks (stage ``coded store``, kind
-            ``rejected`` or ``error``); that client's slice counts as not stored.
+        transfer : SliceTransfer
+            ``timeout``: seconds to wait for the clients' acks; ``link_rate_mbps``:
+            link rate of the communication model (Mbit/s); ``faults``: receives
+            malformed or error acks (stage ``coded store``, kind ``rejected`` or
+            ``error``); that client's slice counts as not stored.
         privacy_t : int
             T >= 0 random padding blocks per shard: any T colluding clients learn
             nothing of the parameters.
@@ -171,7 +169,7 @@ class CodedRecorder(CodedCatalog, RoundRecorder):
             "layers": "null", "uncoded_bytes": 0,
             "uncoded_model_bytes": "[]", "field": f"GF({PRIME})"},
             federation.shard_of)
-        return cls(root, conn, keys, federation, link_rate_mbps, timeout, faults)
+        return cls(root, conn, keys, federation, transfer)
 
     @property
     def max_update(self) -> float:

@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from history import SliceTransfer
 from runstore.catalog import RunLog
 from runstore.folder import RunFolder
 from server_app.config import RunConfig
@@ -127,6 +128,11 @@ class RunContext:
     def train_config(self) -> ConfigRecord:
         """The learning messages' config (:func:`train_config`)."""
         return train_config(self.cfg, self.data_dir)
+
+    def slice_transfer(self) -> SliceTransfer:
+        """The coded store's exchanges: the round timeout, link rate and fault log."""
+        training = self.cfg.training
+        return SliceTransfer(training.round_timeout, training.link_rate_mbps, self.faults)
 
     @staticmethod
     def log(message: str) -> None:

@@ -136,9 +136,7 @@ def _open_store(ctx: RunContext):
     root = ctx.folder.history_dir("sharded")
     if not ctx.cfg.storage.coded:
         return HistoryStore.open(root)
-    training = ctx.cfg.training
-    return CodedHistory.open(root, ctx.grid, ctx.node_of, timeout=training.round_timeout,
-                             link_rate_mbps=training.link_rate_mbps, faults=ctx.faults)
+    return CodedHistory.open(root, ctx.grid, ctx.node_of, transfer=ctx.slice_transfer())
 
 
 def _members(ctx: RunContext, run: RunState) -> list[Membership]:

@@ -12,7 +12,8 @@ federation): resumable from the run catalog, pruned, marked complete, and with
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from flwr.app import ArrayRecord
 
@@ -65,23 +66,46 @@ def first_round(cfg: RunConfig, stage: int) -> int:
     return (stage - 1) * cfg.training.num_rounds + 1
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """Where a learning's rounds go on from, and where it keeps its place.
+
+    Attributes
+    ----------
+    first : int
+        Number of the first round; W^0 is stored only when it is 1 (a later stage
+        of a staged run goes on from the stored rounds before it).
+    resumed : dict, optional
+        A killed run's checkpoint to go on from: learning goes on after its
+        ``round`` (:func:`server_app.rounds.learning.run_learning`).
+    checkpoint : callable, optional
+        Receives a checkpoint record after each round (the run catalog), for a
+        run killed later to go on from.
+    """
+
+    first: int = 1
+    resumed: dict | None = None
+    checkpoint: Callable[[dict], None] | None = None
+
+
 def learn_rounds(ctx: RunContext, federation: Federation, store, models: list[ArrayRecord],
-                 present: Sequence[int], label: str, first: int = 1, *,
-                 resumed: dict | None = None, checkpoint=None,
+                 present: Sequence[int], label: str,
+                 continuation: Continuation = Continuation(), *,
                  erasure: Erasure | None = None) -> LearningResult:
     """G rounds of ``federation``'s ``present`` clients from ``models`` into ``store``.
 
-    Rounds are numbered from ``first``; each is scored by the central evaluator.
-    ``resumed`` and ``checkpoint``: a checkpoint to go on from, and where to keep one
-    after each round (:func:`server_app.rounds.learning.run_learning`). The changed
-    clients of ``erasure`` (a staged run's records erased so far) train on what
-    they keep.
+    Rounds are numbered from ``continuation.first``; each is scored by the central
+    evaluator. ``continuation.resumed`` and ``continuation.checkpoint``: a checkpoint
+    to go on from, and where to keep one after each round
+    (:func:`server_app.rounds.learning.run_learning`). The changed clients of
+    ``erasure`` (a staged run's records erased so far) train on what they keep.
     """
     strategy = stage_strategy(ctx.cfg, federation.shards, present, federation.node_of)
     return run_learning(erasing_loop(ctx.loop, erasure), strategy, federation, models,
                         ctx.cfg.training.num_rounds, ctx.train_config(), store,
-                        evaluate=ctx.evaluator.evaluate, label=label, first_round=first,
-                        resumed=resumed, checkpoint=checkpoint)
+                        evaluate=ctx.evaluator.evaluate, label=label,
+                        first_round=continuation.first, resumed=continuation.resumed,
+                        checkpoint=continuation.checkpoint)
 
 
 def open_store(root, federation: Federation) -> HistoryStore:
@@ -162,19 +186,19 @@ def _learn_into_store(ctx: RunContext, federation: Federation, name: str, coded:
         w0 = [to_record(store.shard_model(s, resumed["round"]))
               for s in range(len(federation.shards))]
         result = learn_rounds(ctx, federation, store, w0, list(federation.node_of),
-                              name, resumed=resumed, checkpoint=keep)
+                              name, Continuation(resumed=resumed, checkpoint=keep))
         return _complete(ctx, federation, store, name, result, coded)
     if coded:
         store = CodedRecorder.create(
             ctx.folder.history_dir(name), federation, cfg.coded_blocks_per_shard,
-            cfg.storage.quant_scale_bits, cfg.training.link_rate_mbps,
-            cfg.training.round_timeout, ctx.faults, privacy_t=cfg.storage.privacy_t)
+            cfg.storage.quant_scale_bits, ctx.slice_transfer(),
+            privacy_t=cfg.storage.privacy_t)
     else:
         store = HistoryStore.create(ctx.folder.history_dir(name), federation.shard_of,
                                     num_shards=len(federation.shards))
     w0 = [ctx.initial_model()] * len(federation.shards)
     result = learn_rounds(ctx, federation, store, w0, list(federation.node_of), name,
-                          checkpoint=None if coded else keep)
+                          Continuation(checkpoint=None if coded else keep))
     return _complete(ctx, federation, store, name, result, coded)
 
 
@@ -191,7 +215,5 @@ def _complete(ctx: RunContext, federation: Federation, store, name: str,
     if coded:
         store.close()
         store = CodedHistory.open(store.root, ctx.grid, federation.node_of,
-                                  timeout=cfg.training.round_timeout,
-                                  link_rate_mbps=cfg.training.link_rate_mbps,
-                                  faults=ctx.faults)
+                                  transfer=ctx.slice_transfer())
     return result, store

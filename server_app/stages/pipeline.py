@@ -41,7 +41,13 @@ from server_app.run.context import RunContext
 from server_app.stages import erasures
 from server_app.stages.boundary import file_receipt, handle_boundary
 from server_app.stages.churn import Churn, Membership
-from server_app.stages.learn import first_round, learn_federation, learn_rounds, open_store
+from server_app.stages.learn import (
+    Continuation,
+    first_round,
+    learn_federation,
+    learn_rounds,
+    open_store,
+)
 from server_app.stages.planned import baseline_federation, handle_planned
 from server_app.stages.planned_receipt import file_planned_receipt
 from server_app.stages.staged import staged_federations
@@ -168,7 +174,8 @@ def run_stage(run: RunState, member: Membership) -> StageSummary:
     ctx = run.ctx
     run.members.append(member)
     result = learn_rounds(ctx, run.federation, run.store, run.models, member.present,
-                          f"stage {member.stage} learn", first_round(ctx.cfg, member.stage),
+                          f"stage {member.stage} learn",
+                          Continuation(first_round(ctx.cfg, member.stage)),
                           erasure=erasures.in_force(run) or None)
     run.store.prune_models(ctx.cfg.unlearning.calibration_interval)
     run.models = result.models
