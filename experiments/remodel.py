@@ -79,9 +79,11 @@ def _register(variants: dict) -> None:
     for folder in (wall, ROOT / "docs" / "results" / "recovery"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
+    from explore import variant
+
     for name in variants:
         if methods.registered(name) is None:
-            methods.register(methods.MethodInfo(name=name, builder="explore:build"))
+            methods.register(name, variant(name))
 
 
 def _head() -> str:

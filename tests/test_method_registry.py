@@ -1,6 +1,6 @@
-"""One description per unlearning method (issue 41, item 1; issue 42, item 1).
+"""One class per unlearning method (issue 41, item 1; issue 42, item 1; issue 53).
 
-A built-in method is one module with its builder plus one ``register`` line. This
+A built-in method is one module with its class plus one ``register`` line. This
 module registers one from a temporary module (as docs/DEVELOPING.md shows) and runs
 it beside SE, FR and SISA, the exact shard reference, through the real ServerApp:
 it must reach summary.json, the experiment CSV and the report like the others.
@@ -22,18 +22,28 @@ from tests.conftest import TINY
 # The temporary built-in: every one of SE's shards retrained from W^0 (an exact
 # method that ignores which shards the request touched).
 MODULE = '''
+from server_app.config.methods import UnlearningMethod
 from server_app.unlearning.builtin.shard_retrain import ShardRetrain
 from server_app.unlearning.frameworks import Framework
 
 
-def build(call):
-    stage, settings = call.stage, call.stage.settings
-    shards = range(len(stage.sharded.shards))
-    strategy = ShardRetrain(call.forget, stage.sharded.shards, stage.sharded.node_of,
-                            shards, clients_per_round=settings.clients_per_round,
-                            num_rounds=settings.num_rounds, seed=settings.seed)
-    return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
-                     list(shards))
+class AllShards(UnlearningMethod):
+    name = "AllShards"
+    exact = True
+    reads_history = False
+    colour = "#000000"
+    summary = "every shard from W^0"
+
+    @classmethod
+    def build(cls, request):
+        stage, settings = request.stage, request.stage.settings
+        shards = range(len(stage.sharded.shards))
+        strategy = ShardRetrain(request.forget, stage.sharded.shards,
+                                stage.sharded.node_of, shards,
+                                clients_per_round=settings.clients_per_round,
+                                num_rounds=settings.num_rounds, seed=settings.seed)
+        return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
+                         list(shards))
 '''
 RUN = {**TINY, "forget-clients": "1", "frameworks": "SE,FR,SISA,AllShards",
        "storage": "uncoded", "mia": False}
@@ -45,9 +55,7 @@ def registered(tmp_path_factory):
     folder = tmp_path_factory.mktemp("method")
     (folder / "all_shards_method.py").write_text(MODULE)
     sys.path.insert(0, str(folder))
-    methods.register(methods.MethodInfo(
-        name="AllShards", builder="all_shards_method:build", exact=True,
-        reads_history=False, colour="#000000", summary="every shard from W^0"))
+    methods.register("AllShards", "all_shards_method:AllShards")
     yield "AllShards"
     methods.unregister("AllShards")
     sys.path.remove(str(folder))
@@ -73,7 +81,7 @@ def test_a_registered_method_is_a_valid_framework_and_a_name_is_taken_once(regis
                                                       "frameworks": "se,allshards"}))
     assert cfg.unlearning.framework_list == ["SE", "AllShards"]
     with pytest.raises(ValueError, match="taken"):
-        methods.register(methods.MethodInfo(name="allSHARDS", builder="x:y"))
+        methods.register("allSHARDS", "x:y")
     with pytest.raises(ConfigError, match="frameworks"):
         RunConfig.from_run_config(fused_run_config({**TINY, "frameworks": "SE,NoSuch"}))
 

@@ -1,40 +1,42 @@
-"""The unlearning methods: one description each, read by every part of the app.
+"""The unlearning methods: one class each, read by every part of the app.
 
-A method is described once, here, by a :class:`MethodInfo`: how it is built (a
-``package.module:function`` builder, resolved by the unlearning stage through the
-same import door as a user's ``package.module:Class`` method), which federation it
-runs on, whether it reads stored history, whether it is exact, what stages and the
-audits may ask of it, and its label and colour in the figures. The driver, request
-planning, the run-config checks, the audits, the experiments and the report read
-these fields; no other module lists or branches on a method's name
+A method is one :class:`UnlearningMethod` subclass in its own module (the
+built-ins in ``server_app/unlearning/builtin/``): its description as class
+attributes (only the facts that differ from the base's defaults), and
+``build(request)``, which turns one request into the Flower strategy that runs it.
+This registry names each built-in by ``package.module:Class`` and imports it the
+first time it is asked about, through the same door as a user's method
+(:func:`task.registry.import_object`). The driver, request planning, the
+run-config checks, the audits, the experiments and the report read the classes'
+attributes; no other module lists or branches on a method's name
 (``tests/test_layout.py`` checks it).
 
-Adding a built-in method is one module holding its builder (under
-``server_app/unlearning/builtin/``) and one :func:`register` line below
-(docs/DEVELOPING.md, "Adding a built-in unlearning method").
+Adding a built-in method is one module holding its class and one :func:`register`
+line below (docs/DEVELOPING.md, "Adding a built-in unlearning method").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from task.registry import import_object
 
 FEDERATIONS = ("shards", "baseline")
 STAGED_ROLES = ("", "serves", "retrains")
 
 
-@dataclass(frozen=True, kw_only=True)
-class MethodInfo:
-    """What the app asks of one unlearning method.
+class UnlearningMethod:
+    """One unlearning method: what the app may ask of it, and how it is built.
+
+    Subclasses set the class attributes that differ from these defaults and
+    implement :meth:`build`. The attributes are read off the class; no instance
+    is made.
 
     Attributes
     ----------
     name : str
         Its name in run-config ``frameworks`` (any case), summary.json, the report
         and the experiment CSV.
-    builder : str
-        ``package.module:function`` taking a
-        :class:`server_app.unlearning.frameworks.BuildCall` and returning a
-        :class:`server_app.unlearning.frameworks.Framework`.
     federation : str
         ``shards``: SE's S isolated shards (reads SE's stored history, coded or
         not, and pays a coded slice retrieval); ``baseline``: the
@@ -87,49 +89,69 @@ class MethodInfo:
         Its colour in the figures (matplotlib).
     summary : str
         One line for the docs: what it is and its source.
+    plugin : str
+        ``package.module:Class`` of a user's ``ShardedStrategy`` method
+        (``""`` for a method class).
+    on_baseline : bool
+        Runs on the baseline federation (its original is ``baseline_learning``);
+        set from ``federation``.
+
+    Raises
+    ------
+    ValueError
+        On subclassing: ``federation`` or ``staged`` is not one of its values.
     """
 
-    name: str
-    builder: str
-    federation: str = "shards"
-    reads_history: bool = True
-    exact: bool = False
-    from_scratch: bool = False
-    calibrated: bool = False
-    replay_report: bool = False
-    paper_baseline: bool = False
-    interval_label: bool = False
-    ulira: str = ""
-    refill_key: str = ""
-    staged: str = ""
-    erases_records: bool = False
-    colour: str = "#8c564b"
-    summary: str = ""
-    plugin: str = ""
-    """``package.module:Class`` of a user's method (``""`` for a built-in)."""
+    name: ClassVar[str] = ""
+    federation: ClassVar[str] = "shards"
+    reads_history: ClassVar[bool] = True
+    exact: ClassVar[bool] = False
+    from_scratch: ClassVar[bool] = False
+    calibrated: ClassVar[bool] = False
+    replay_report: ClassVar[bool] = False
+    paper_baseline: ClassVar[bool] = False
+    interval_label: ClassVar[bool] = False
+    ulira: ClassVar[str] = ""
+    refill_key: ClassVar[str] = ""
+    staged: ClassVar[str] = ""
+    erases_records: ClassVar[bool] = False
+    colour: ClassVar[str] = "#8c564b"
+    summary: ClassVar[str] = ""
+    plugin: ClassVar[str] = ""
+    on_baseline: ClassVar[bool] = False
 
-    def __post_init__(self) -> None:
-        if self.federation not in FEDERATIONS:
-            raise ValueError(f"method {self.name!r}: federation {self.federation!r} "
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.federation not in FEDERATIONS:
+            raise ValueError(f"method {cls.name!r}: federation {cls.federation!r} "
                              f"is not one of {', '.join(FEDERATIONS)}")
-        if self.staged not in STAGED_ROLES:
-            raise ValueError(f"method {self.name!r}: staged {self.staged!r} is not "
+        if cls.staged not in STAGED_ROLES:
+            raise ValueError(f"method {cls.name!r}: staged {cls.staged!r} is not "
                              f"one of {', '.join(map(repr, STAGED_ROLES))}")
+        cls.on_baseline = cls.federation == "baseline"
 
-    @property
-    def on_baseline(self) -> bool:
-        """Runs on the baseline federation (its original is ``baseline_learning``)."""
-        return self.federation == "baseline"
+    @classmethod
+    def build(cls, request: Any) -> Any:
+        """The Flower strategy, start models and rounds that forget ``request``.
+
+        ``request`` is a :class:`server_app.unlearning.frameworks.Request`, the
+        result a :class:`server_app.unlearning.frameworks.Framework` (that wing
+        sits above this one, so neither is imported here).
+
+        Raises
+        ------
+        ValueError
+            A request the method cannot serve (FE without a baseline history, ...).
+        """
+        raise NotImplementedError(f"method {cls.name!r} has no build")
 
 
-PLUGIN_BUILDER = "server_app.unlearning.frameworks:build_plugin"
-"""The builder of every ``package.module:Class`` method of one's own."""
-
-_REGISTRY: dict[str, MethodInfo] = {}
+_REGISTRY: dict[str, type[UnlearningMethod] | str] = {}
+"""Name -> its class, or the ``package.module:Class`` not imported yet."""
 
 
-def register(info: MethodInfo) -> MethodInfo:
-    """Add a built-in method; its name must be new in any case.
+def register(name: str, method: type[UnlearningMethod] | str) -> None:
+    """Add a built-in method: its class, or its ``package.module:Class``.
 
     Raises
     ------
@@ -137,11 +159,22 @@ def register(info: MethodInfo) -> MethodInfo:
         The name (in any case) is taken, or is ``original`` (the learned model).
     """
     taken = {n.upper() for n in (*_REGISTRY, "original")}
-    if info.name.upper() in taken:
-        raise ValueError(f"method name {info.name!r} is taken "
+    if name.upper() in taken:
+        raise ValueError(f"method name {name!r} is taken "
                          f"({', '.join((*_REGISTRY, 'original'))})")
-    _REGISTRY[info.name] = info
-    return info
+    _REGISTRY[name] = method
+
+
+def _resolved(name: str) -> type[UnlearningMethod]:
+    """The class registered as ``name``, imported on first use."""
+    method = _REGISTRY[name]
+    if isinstance(method, str):
+        method = import_object(method, "frameworks", builtin=True)
+        if not (isinstance(method, type) and issubclass(method, UnlearningMethod)
+                and method.name == name):
+            raise TypeError(f"{_REGISTRY[name]} is not the UnlearningMethod {name!r}")
+        _REGISTRY[name] = method
+    return method
 
 
 def unregister(name: str) -> None:
@@ -149,9 +182,9 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def builtins() -> tuple[MethodInfo, ...]:
+def builtins() -> tuple[type[UnlearningMethod], ...]:
     """The registered methods, in registration order (the report's order)."""
-    return tuple(_REGISTRY.values())
+    return tuple(_resolved(n) for n in _REGISTRY)
 
 
 def names() -> tuple[str, ...]:
@@ -159,9 +192,9 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def registered(name: str) -> MethodInfo | None:
+def registered(name: str) -> type[UnlearningMethod] | None:
     """The built-in named exactly ``name``, or None (a plug-in, ``original``, ...)."""
-    return _REGISTRY.get(name)
+    return _resolved(name) if name in _REGISTRY else None
 
 
 def has(name: str, field: str) -> bool:
@@ -169,7 +202,7 @@ def has(name: str, field: str) -> bool:
 
     False for a plug-in, ``original`` or any other name not registered.
     """
-    described = _REGISTRY.get(name)
+    described = registered(name)
     return bool(described and getattr(described, field))
 
 
@@ -178,17 +211,17 @@ def canonical(token: str) -> str | None:
     return next((n for n in _REGISTRY if n.upper() == token.upper()), None)
 
 
-def plugin_info(name: str, spec: str) -> MethodInfo:
+def plugin_info(name: str, spec: str) -> type[UnlearningMethod]:
     """The description of a user's ``package.module:Class`` method named ``name``.
 
     It runs on SE's shards, reads SE's stored history and is approximate; stages,
     later requests and the U-LiRA references do not take it.
     """
-    return MethodInfo(name=name, builder=PLUGIN_BUILDER, plugin=spec,
-                      summary=f"a method of one's own ({spec})")
+    return type(name, (UnlearningMethod,), {
+        "name": name, "plugin": spec, "summary": f"a method of one's own ({spec})"})
 
 
-def info(name: str, plugins: dict[str, str] | None = None) -> MethodInfo:
+def info(name: str, plugins: dict[str, str] | None = None) -> type[UnlearningMethod]:
     """The description of the method ``name`` (a built-in, or one of ``plugins``).
 
     Raises
@@ -199,11 +232,11 @@ def info(name: str, plugins: dict[str, str] | None = None) -> MethodInfo:
     if plugins and name in plugins:
         return plugin_info(name, plugins[name])
     if name in _REGISTRY:
-        return _REGISTRY[name]
+        return _resolved(name)
     raise KeyError(f"unknown unlearning method {name!r}: one of {', '.join(_REGISTRY)}")
 
 
-def with_role(staged: str) -> MethodInfo:
+def with_role(staged: str) -> type[UnlearningMethod]:
     """The built-in whose ``staged`` role is ``staged`` (``serves`` / ``retrains``).
 
     Raises
@@ -211,7 +244,7 @@ def with_role(staged: str) -> MethodInfo:
     LookupError
         No registered method has that role.
     """
-    found = next((m for m in _REGISTRY.values() if m.staged == staged), None)
+    found = next((m for m in builtins() if m.staged == staged), None)
     if found is None:
         raise LookupError(f"no registered method has staged role {staged!r}")
     return found
@@ -233,43 +266,18 @@ def shard_reference() -> str:
     Its distance to :func:`reference` is the price of isolation, SE's distance to
     it the price of approximation.
     """
-    found = next((m for m in _REGISTRY.values() if m.exact and not m.on_baseline), None)
+    found = next((m for m in builtins() if m.exact and not m.on_baseline), None)
     if found is None:
         raise LookupError("no registered method is exact on SE's shards")
     return found.name
 
 
-_UNLEARNING = "server_app.unlearning.builtin"
+_BUILTIN = "server_app.unlearning.builtin"
 
-register(MethodInfo(
-    name="SE", builder=f"{_UNLEARNING}.sharding_eraser:build", calibrated=True,
-    replay_report=True, ulira="se_unlearn", refill_key="replay-refill", staged="serves",
-    erases_records=True, colour="#d62728",
-    summary="Sharding Eraser: calibrated replay of the impacted shards (the paper)"))
-register(MethodInfo(
-    name="FR", builder=f"{_UNLEARNING}.retrain:fed_retrain", federation="baseline",
-    reads_history=False, exact=True, from_scratch=True, staged="retrains",
-    paper_baseline=True, erases_records=True,
-    colour="#1f77b4", summary="FedRetrain: retrain the federation from W^0"))
-register(MethodInfo(
-    name="FE", builder=f"{_UNLEARNING}.fed_eraser:build", federation="baseline",
-    calibrated=True, interval_label=True, ulira="se_unlearn", paper_baseline=True,
-    colour="#2ca02c",
-    summary="FedEraser (Liu et al. 2021): calibrated replay from round 1"))
-register(MethodInfo(
-    name="RR", builder=f"{_UNLEARNING}.retrain:rapid_retrain", federation="baseline",
-    reads_history=False, exact=True, from_scratch=True, paper_baseline=True,
-    erases_records=True, colour="#9467bd",
-    summary="RapidRetrain (Liu et al. 2022): FedRetrain, Fisher-preconditioned local SGD"))
-register(MethodInfo(
-    name="SE-R", builder=f"{_UNLEARNING}.recovery:build", ulira="recover",
-    refill_key="recovery-refill", colour="#e377c2",
-    summary="SE with FedRecover's server-side recovery on the impacted shards"))
-register(MethodInfo(
-    name="FRec", builder=f"{_UNLEARNING}.recovery:build", federation="baseline",
-    ulira="recover", colour="#17becf",
-    summary="FedRecover (Cao et al. 2023): server-side recovery of the federation"))
-register(MethodInfo(
-    name="SISA", builder=f"{_UNLEARNING}.shard_retrain:build", reads_history=False,
-    exact=True, erases_records=True, colour="#bcbd22",
-    summary="exact shard retraining (SISA, one slice): each impacted shard from W^0"))
+register("SE", f"{_BUILTIN}.sharding_eraser:ShardingEraserMethod")
+register("FR", f"{_BUILTIN}.retrain:FedRetrainMethod")
+register("FE", f"{_BUILTIN}.fed_eraser:FedEraserMethod")
+register("RR", f"{_BUILTIN}.retrain:RapidRetrainMethod")
+register("SE-R", f"{_BUILTIN}.recovery:ShardRecoveryMethod")
+register("FRec", f"{_BUILTIN}.recovery:FedRecoverMethod")
+register("SISA", f"{_BUILTIN}.shard_retrain:ShardRetrainMethod")

@@ -238,7 +238,7 @@ class UnlearningConfig(Section):
         return {_name(t): t for t in self._tokens() if is_plugin(t)}
 
     @property
-    def method_infos(self) -> list[registry.MethodInfo]:
+    def method_infos(self) -> list[type[registry.UnlearningMethod]]:
         """The frameworks' descriptions, in the given order (plug-ins too)."""
         return [registry.info(n, self.plugin_methods) for n in self.framework_list]
 

@@ -44,7 +44,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from runstore.summary import FrameworkSummary, RequestCost
-from server_app.config.methods import MethodInfo
+from server_app.config.methods import UnlearningMethod
 from server_app.config.methods import info as method_info
 from server_app.rounds.costs import CostModel
 from server_app.rounds.loop import CostMeter, RoundLoop
@@ -179,7 +179,7 @@ def _check_finite(label: str, models: Sequence[ArrayRecord]) -> None:
 
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,
-                  stats: CostMeter, stage: Stage, described: MethodInfo) -> RequestCost:
+                  stats: CostMeter, stage: Stage, described: type[UnlearningMethod]) -> RequestCost:
     """The per-request entry; adds a slice retrieval (coded) to ``stats``.
 
     A method on SE's shards reads SE's sharded history (coded: fetched and
@@ -214,7 +214,7 @@ def _rounds_replayed(replay: dict | None) -> int | None:
     return sum(r["rounds_replayed"] for r in replay["shards"].values())
 
 
-def _framework_summary(described: MethodInfo, stage: Stage, metrics: dict,
+def _framework_summary(described: type[UnlearningMethod], stage: Stage, metrics: dict,
                        total: CostMeter, per_request: list[RequestCost]
                        ) -> FrameworkSummary:
     store = None if not described.reads_history else (

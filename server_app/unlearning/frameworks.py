@@ -3,10 +3,10 @@
 :func:`build_framework` turns a framework's name, the learned stage and the
 clients to forget into a :class:`Framework`: its Flower strategy, the shard models
 it starts from, its rounds, the shards it retrains and, for the from-scratch
-baselines, how many clients it samples per round. Which builder makes it is the
-method's description's (:mod:`server_app.config.methods`); the built-ins' builders
-are in :mod:`server_app.unlearning.builtin`, a user's ``package.module:Class``
-method is built by :func:`build_plugin`.
+baselines, how many clients it samples per round. The method's class builds it
+(:class:`server_app.config.methods.UnlearningMethod`, the built-ins in
+:mod:`server_app.unlearning.builtin`); a user's ``package.module:Class``
+``ShardedStrategy`` is built by :func:`build_plugin`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from history import TrainingHistory
 from server_app.config import RunConfig
-from server_app.config.methods import MethodInfo
+from server_app.config.methods import UnlearningMethod
 from server_app.config.methods import info as method_info
 from server_app.config.unlearning import UnlearningConfig
 from server_app.rounds.federation import Federation
 from server_app.unlearning.methods import UnlearningRequest, build_method
 from strategies.calibration import weighted_step
 from strategies.sharded import ShardedStrategy
-from task.registry import import_object
 
 # shard strategies whose round is W^g = W^(g-1) + sum n_m U_m^g / sum n_m, so a
 # shard model can be rebuilt from the stored record (coded storage keeps no W^g)
@@ -168,15 +167,13 @@ class Framework:
 
 
 @dataclass(frozen=True)
-class BuildCall:
-    """What a method's builder gets for one request.
+class Request:
+    """What a method's :meth:`~UnlearningMethod.build` gets for one request.
 
     Attributes
     ----------
-    name : str
-        The method's name (one builder may serve several, e.g. FR and RR).
-    info : MethodInfo
-        Its description (:mod:`server_app.config.methods`).
+    method : type[UnlearningMethod]
+        The method's class (its ``name`` and description).
     stage : Stage
         The learned stage.
     forget : set[int]
@@ -194,8 +191,7 @@ class BuildCall:
         theirs in an earlier request: they only train on what they keep).
     """
 
-    name: str
-    info: MethodInfo
+    method: type[UnlearningMethod]
     stage: Stage
     forget: set[int]
     batch: Sequence[int] | None = None
@@ -226,9 +222,8 @@ def build_framework(name: str, stage: Stage, forget: set[int],
     clients) picks the shards a selective method retrains and ``current`` holds
     the shard models after the previous request (default: the learned ones);
     ``changed`` the clients that stay but lost records, ``erasing`` those of them
-    this request concerns (default: all, :class:`BuildCall`). The builder is the
-    one the method's description names (:mod:`server_app.config.methods`),
-    imported like a user's method.
+    this request concerns (default: all, :class:`Request`). The method's class
+    builds it (:mod:`server_app.config.methods`).
 
     Raises
     ------
@@ -240,12 +235,11 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         described = method_info(name, stage.settings.methods)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
-    builder = import_object(described.builder, "frameworks", builtin=True)
     if changed and not described.erases_records:  # the config check refuses it first
         raise ValueError(f"{name} cannot erase records while their clients stay")
-    return builder(BuildCall(name, described, stage, forget, batch, current,
-                             frozenset(changed),
-                             frozenset(changed if erasing is None else erasing)))
+    request = Request(described, stage, forget, batch, current, frozenset(changed),
+                      frozenset(changed if erasing is None else erasing))
+    return build_plugin(request) if described.plugin else described.build(request)
 
 
 def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
@@ -269,7 +263,7 @@ def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
     return model
 
 
-def build_plugin(call: BuildCall) -> Framework:
+def build_plugin(call: Request) -> Framework:
     """A method of one's own on SE's shards (:mod:`server_app.unlearning.methods`)."""
     stage, settings, federation = call.stage, call.stage.settings, call.stage.sharded
     request = UnlearningRequest(
@@ -278,7 +272,7 @@ def build_plugin(call: BuildCall) -> Framework:
         list(call.current or stage.sharded_models), stage.initial, stage.train_config,
         settings.retrain_epochs, settings.num_rounds, settings.clients_per_round,
         settings.seed)
-    strategy = build_method(call.info.plugin, request)
+    strategy = build_method(call.method.plugin, request)
     initial = list(getattr(strategy, "initial_models", None) or request.models)
     impacted = list(getattr(strategy, "impacted", None) or range(len(request.shards)))
     return Framework(strategy, initial, strategy.num_rounds, impacted)

@@ -4,8 +4,9 @@ Usage: ``.venv/bin/python docs/results/wall/explore.py SEED CELL [NAME,...] [FOL
 reruns ``CELL`` (as ``breakdown.py`` finds it) once: learning, then FR, SISA (the
 exact shard reference), SE with the shipped defaults and every NAME: a schedule
 variant below (default: all of them), each registered for this run as a method
-of its own (:func:`server_app.config.methods.register`: the built-in's builder
-with some settings changed), or a built-in method as it ships; every one forgets
+of its own (:func:`variant`, registered with
+:func:`server_app.config.methods.register`: the built-in's build with some
+settings changed), or a built-in method as it ships; every one forgets
 from the same learned shards. Writes ``[FOLDER/]explore-<CELL>-s<SEED>.json``
 here (commit, machine, each framework's accuracy, loss, client-epochs, rounds,
 modelled wall time and its breakdown), then redraws
@@ -27,9 +28,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "docs/results/recovery")]
 
-SE = "server_app.unlearning.builtin.sharding_eraser:build"
-SER = "server_app.unlearning.builtin.recovery:build"
-# name -> (the built-in builder, UnlearningSettings fields changed, "recovery" changes)
+SE = "server_app.unlearning.builtin.sharding_eraser:ShardingEraserMethod"
+SER = "server_app.unlearning.builtin.recovery:ShardRecoveryMethod"
+# name -> (the built-in's class, UnlearningSettings fields changed, "recovery" changes)
 VARIANTS = {
     # the paper's SE: no exact final round, no refilled slot
     "SE-paper": (SE, {"replay_refill": False, "calibration_final": 0}, {}),
@@ -58,11 +59,23 @@ KEYS = ("accuracy", "loss", "client_epochs", "client_rounds", "modelled_wall_s",
 """What each framework's summary entry keeps in a file (the tables read the first six)."""
 
 
-def build(call):
-    """The variant ``call.name``: its built-in's builder on changed settings."""
+def variant(name: str) -> type:
+    """The schedule variant ``name`` of :data:`VARIANTS` as a method of its own.
+
+    Its description is the base :class:`~server_app.config.methods.UnlearningMethod`'s
+    (a method of one's own on SE's shards); it builds with its built-in's ``build``
+    on the changed settings.
+    """
+    from server_app.config.methods import UnlearningMethod
+
+    return type(name, (UnlearningMethod,), {"name": name, "build": classmethod(build)})
+
+
+def build(cls, call):
+    """The variant ``cls.name``: its built-in's build on changed settings."""
     from task.registry import import_object
 
-    builder, fields, recovery = VARIANTS[call.name]
+    builder, fields, recovery = VARIANTS[cls.name]
     settings = call.stage.settings
     fields = dict(fields)
     if "retrain_ratio" in fields:  # r: calibrated rounds train L / r epochs
@@ -70,7 +83,7 @@ def build(call):
     settings = dataclasses.replace(settings, **fields,
                                    recovery={**settings.recovery, **recovery})
     stage = dataclasses.replace(call.stage, settings=settings)
-    return import_object(builder, "frameworks", builtin=True)(
+    return import_object(builder, "frameworks", builtin=True).build(
         dataclasses.replace(call, stage=stage))
 
 
@@ -110,7 +123,7 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
     variants = [n for n in names if n in VARIANTS]
     for name in variants:  # once a process (run.py --clients records several runs)
         if methods.registered(name) is None:
-            methods.register(methods.MethodInfo(name=name, builder="explore:build"))
+            methods.register(name, variant(name))
     if results_dir is None:
         summary = summary_in_scratch(cfg)
     else:

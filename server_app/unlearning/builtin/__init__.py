@@ -1,7 +1,8 @@
-"""The built-in unlearning methods' builders, one module each.
+"""The built-in unlearning methods, one module each.
 
-Each module's ``build(call)`` turns a :class:`server_app.unlearning.frameworks.BuildCall`
-into a :class:`server_app.unlearning.frameworks.Framework`; its description (name,
-federation, history, exactness, ...) is its :func:`server_app.config.methods.register`
-line, which names the builder as ``package.module:function``.
+Each module holds an :class:`server_app.config.methods.UnlearningMethod` subclass:
+its description (name, federation, history, exactness, ...) as class attributes and
+``build(request)``, which turns a :class:`server_app.unlearning.frameworks.Request`
+into a :class:`server_app.unlearning.frameworks.Framework`; the registry names it
+by ``package.module:Class`` (:func:`server_app.config.methods.register`).
 """

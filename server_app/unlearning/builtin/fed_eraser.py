@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
-from server_app.unlearning.frameworks import BuildCall, Framework
+from server_app.config.methods import UnlearningMethod
+from server_app.unlearning.frameworks import Framework, Request
 from strategies.sharded import to_record
 from strategies.unlearning import FedEraser
 
 
-def build(call: BuildCall) -> Framework:
-    """FedEraser (Liu et al. 2021) on the baseline federation's stored history.
+class FedEraserMethod(UnlearningMethod):
+    """FE: FedEraser (Liu et al. 2021) on the baseline federation's stored history."""
 
-    Raises
-    ------
-    ValueError
-        The baseline federation kept no history.
-    """
+    name = "FE"
+    federation = "baseline"
+    calibrated = interval_label = paper_baseline = True
+    ulira = "se_unlearn"
+    colour = "#2ca02c"
+    summary = "FedEraser (Liu et al. 2021): calibrated replay from round 1"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """FedEraser's replay of every stored round, from W^0.
+
+        Raises
+        ------
+        ValueError
+            The baseline federation kept no history.
+        """
+        return _build(request)
+
+
+def _build(call: Request) -> Framework:
     stage = call.stage
     if stage.baseline_store is None:
-        raise ValueError(f"{call.name} needs the baseline federation's history")
+        raise ValueError(f"{call.method.name} needs the baseline federation's history")
     settings = stage.settings
     strategy = FedEraser(stage.baseline_store, call.forget, stage.baseline.shards,
                          stage.baseline.node_of, settings.retrain_epochs,

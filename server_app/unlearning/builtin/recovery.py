@@ -5,10 +5,11 @@ from __future__ import annotations
 from flwr.app import ArrayRecord
 
 from server_app.config.unlearning import se_r_schedule
+from server_app.config.methods import UnlearningMethod
 from server_app.unlearning.frameworks import (
     REBUILDABLE,
-    BuildCall,
     Framework,
+    Request,
     rebuild_shard_model,
 )
 from strategies.recovery import ShardRecovery
@@ -16,7 +17,37 @@ from strategies.sharded import to_record
 from strategies.unlearning import first_participation
 
 
-def build(call: BuildCall) -> Framework:
+class ShardRecoveryMethod(UnlearningMethod):
+    """SE-R: SE with FedRecover's server-side recovery on the impacted shards."""
+
+    name = "SE-R"
+    ulira = "recover"
+    refill_key = "recovery-refill"
+    colour = "#e377c2"
+    summary = "SE with FedRecover's server-side recovery on the impacted shards"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """The recovery of the impacted shards (:func:`recover`)."""
+        return recover(request)
+
+
+class FedRecoverMethod(UnlearningMethod):
+    """FRec: FedRecover (Cao et al. 2023), server-side recovery of the federation."""
+
+    name = "FRec"
+    federation = "baseline"
+    ulira = "recover"
+    colour = "#17becf"
+    summary = "FedRecover (Cao et al. 2023): server-side recovery of the federation"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """The recovery of the baseline federation from round 1 (:func:`recover`)."""
+        return recover(request)
+
+
+def recover(call: Request) -> Framework:
     """SE-R (the impacted shards of SE's federation) or FRec (the baseline one).
 
     SE-R starts each impacted shard at g0, the first round a client of the
@@ -32,13 +63,13 @@ def build(call: BuildCall) -> Framework:
         FRec without the baseline federation's history, or a shard strategy
         whose rounds cannot be rebuilt from the record.
     """
-    name, stage, forget = call.name, call.stage, call.forget
+    name, stage, forget = call.method.name, call.stage, call.forget
     settings = stage.settings
     if settings.shard_strategy not in REBUILDABLE:
         raise ValueError(f"{name} rebuilds the original models from the stored record: "
                          f"shard-strategy {settings.shard_strategy!r} cannot be rebuilt "
                          f"(one of {', '.join(REBUILDABLE)})")
-    sharded = not call.info.on_baseline
+    sharded = not call.method.on_baseline
     store = stage.sharded_store if sharded else stage.baseline_store
     if store is None:
         raise ValueError(f"{name} needs the baseline federation's history")

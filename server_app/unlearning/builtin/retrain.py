@@ -2,21 +2,43 @@
 
 from __future__ import annotations
 
-from server_app.unlearning.frameworks import BuildCall, Framework
+from server_app.config.methods import UnlearningMethod
+from server_app.unlearning.frameworks import Framework, Request
 from strategies.unlearning import FedRetrain, RapidRetrain
 
 
-def fed_retrain(call: BuildCall) -> Framework:
-    """FedRetrain: the baseline federation from W^0, learning's rounds and sampling."""
-    return _retrain(FedRetrain, call)
+class FedRetrainMethod(UnlearningMethod):
+    """FR: the baseline federation from W^0, learning's rounds and sampling."""
+
+    name = "FR"
+    federation = "baseline"
+    reads_history = False
+    exact = from_scratch = paper_baseline = erases_records = True
+    staged = "retrains"
+    colour = "#1f77b4"
+    summary = "FedRetrain: retrain the federation from W^0"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """FedRetrain's strategy on the retained clients."""
+        return _retrain(FedRetrain, request)
 
 
-def rapid_retrain(call: BuildCall) -> Framework:
-    """RapidRetrain (Liu et al. 2022): FedRetrain with Fisher-preconditioned local SGD."""
-    return _retrain(RapidRetrain, call)
+class RapidRetrainMethod(FedRetrainMethod):
+    """RR: RapidRetrain (Liu et al. 2022), FR with Fisher-preconditioned local SGD."""
+
+    name = "RR"
+    staged = ""
+    colour = "#9467bd"
+    summary = "RapidRetrain (Liu et al. 2022): FedRetrain, Fisher-preconditioned local SGD"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """RapidRetrain's strategy on the retained clients."""
+        return _retrain(RapidRetrain, request)
 
 
-def _retrain(cls: type[FedRetrain], call: BuildCall) -> Framework:
+def _retrain(cls: type[FedRetrain], call: Request) -> Framework:
     stage, settings = call.stage, call.stage.settings
     strategy = cls(
         call.forget, stage.baseline.shards, stage.baseline.node_of,

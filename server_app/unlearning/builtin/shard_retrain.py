@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from server_app.unlearning.frameworks import BuildCall, Framework
+from server_app.config.methods import UnlearningMethod
+from server_app.unlearning.frameworks import Framework, Request
 from strategies.factory import make_stock_strategy
 from strategies.replay import FrozenShard
 from strategies.sharded import ShardedStrategy
@@ -70,8 +71,22 @@ class ShardRetrain(ShardedStrategy):
         self.num_rounds = num_rounds if self.impacted else 0
 
 
-def build(call: BuildCall) -> Framework:
-    """Retrain each shard where a client of the request trained, from W^0."""
+class ShardRetrainMethod(UnlearningMethod):
+    """SISA: each impacted shard retrained from W^0 (:class:`ShardRetrain`)."""
+
+    name = "SISA"
+    reads_history = False
+    exact = erases_records = True
+    colour = "#bcbd22"
+    summary = "exact shard retraining (SISA, one slice): each impacted shard from W^0"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """Retrain each shard where a client of the request trained, from W^0."""
+        return _build(request)
+
+
+def _build(call: Request) -> Framework:
     stage, settings = call.stage, call.stage.settings
     federation, store = stage.sharded, stage.sharded_store
     clients = call.clients

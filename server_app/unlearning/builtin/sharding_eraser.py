@@ -3,17 +3,35 @@
 from __future__ import annotations
 
 from history import StoreError, TrainingHistory
+from server_app.config.methods import UnlearningMethod
 from server_app.unlearning.frameworks import (
     REBUILDABLE,
-    BuildCall,
     Framework,
+    Request,
     rebuild_shard_model,
 )
 from strategies.sharded import to_record
 from strategies.unlearning import ShardingEraser, first_participation
 
 
-def build(call: BuildCall) -> Framework:
+class ShardingEraserMethod(UnlearningMethod):
+    """SE: Sharding Eraser's calibrated replay of the impacted shards (the paper)."""
+
+    name = "SE"
+    calibrated = replay_report = erases_records = True
+    ulira = "se_unlearn"
+    refill_key = "replay-refill"
+    staged = "serves"
+    colour = "#d62728"
+    summary = "Sharding Eraser: calibrated replay of the impacted shards (the paper)"
+
+    @classmethod
+    def build(cls, request: Request) -> Framework:
+        """Replay each shard where a client of the request trained (:func:`replay`)."""
+        return replay(request)
+
+
+def replay(call: Request) -> Framework:
     """SE: replay each shard where a client of the request trained, from g0 - 1.
 
     g0 is the first stored round in which a forgotten client took part; the
