@@ -20,6 +20,7 @@ from pathlib import Path
 from flwr.common.config import parse_config_args
 
 from server_app.config import ConfigError
+from server_app.config.methods import renamed_keys
 from task.config import default_run_config
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -159,6 +160,9 @@ def toml_value(value: object) -> str:
 
 
 def _unknown(key: str, base: Mapping) -> str:
+    renamed = renamed_keys().get(key)
+    if renamed:  # a method's setting that became its own, namespaced
+        return f"run-config key '{key}' was renamed: set {' and '.join(renamed)}"
     close = difflib.get_close_matches(key, list(base), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return (f"run-config key '{key}' is not known{hint}: the keys are those of "

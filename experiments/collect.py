@@ -39,8 +39,8 @@ COLUMNS = [
     "num_requests", "requests", "framework", "metric", "accuracy", "loss",
     "retrain_compute_s", "retrain_wall_s", "modelled_wall_s", "measured_train_s",
     "measured_wall_s", "device_profile", "client_epochs",
-    "client_rounds", "comm_time_s", "calibration_interval", "calibration_final",
-    "replay_refill", "recovery_refill", "recovery_estimates", "rounds_to_target",
+    "client_rounds", "comm_time_s", "calibration_interval",
+    *(k for m in methods.builtins() for k in m.Settings.keys()), "rounds_to_target",
     "target_compute_s", "target_modelled_wall_s", "rounds_replayed",
     "server_storage_bytes", "mia_f1",
     "mia_precision", "mia_recall", "mia_auc", "mia_tpr_at_1fpr", *LIRA_METRICS,
@@ -58,8 +58,7 @@ _CONFIG_COLUMNS = {
     "client_samples": "client-samples", "storage": "storage",
     "request_mode": "request-mode", "request_distribution": "request-distribution",
     "num_requests": "num-requests", "calibration_interval": "calibration-interval",
-    "calibration_final": "calibration-final", "replay_refill": "replay-refill",
-    "recovery_refill": "recovery-refill", "recovery_estimates": "recovery-estimates",
+    **{k: k for m in methods.builtins() for k in m.Settings.keys()},  # method.<key>.*
 }
 _METRICS = ("accuracy", "loss", "retrain_compute_s", "retrain_wall_s", "modelled_wall_s",
             "measured_train_s", "measured_wall_s", "rounds_to_target", "rounds_replayed",

@@ -302,16 +302,17 @@ def _weight(config: dict, frameworks: float, learnings: int) -> float:
     return facts.cost * size * (learnings + 0.6 * frameworks) / 1e4
 
 
-PAPER_SE_KEYS = ("calibration-final", "replay-refill", "recovery-refill")
-"""presets/paper.toml's keys that make SE the paper's; :func:`paper_cell` drops them."""
+METHOD_KEYS = "method."
+"""presets/paper.toml's method settings (``method.<key>.*``) make SE the paper's;
+:func:`paper_cell` drops them."""
 
 
 def paper_cell(dataset: str, seed: int = 0, partition: str = "noniid") -> dict:
     """The ``paper`` suite's single-request config of ``dataset``, SE as it ships.
 
     C = 100, S = 4, 20 clients a round, L = 10, G = 30 (presets/paper.toml), one
-    request of one client; :data:`PAPER_SE_KEYS` dropped, so SE and SE-R run
-    with the shipped defaults.
+    request of one client; the preset's method settings (:data:`METHOD_KEYS`)
+    dropped, so SE and SE-R run with the shipped defaults.
 
     Raises
     ------
@@ -321,7 +322,7 @@ def paper_cell(dataset: str, seed: int = 0, partition: str = "noniid") -> dict:
     spec = next(s for s in single_runs("paper", (dataset,))
                 if s.tags.get("partition") == partition and s.tags.get("seed") == 0
                 and s.name.startswith("single-"))
-    return {**{k: v for k, v in spec.config.items() if k not in PAPER_SE_KEYS},
+    return {**{k: v for k, v in spec.config.items() if not k.startswith(METHOD_KEYS)},
             "seed": seed}
 
 

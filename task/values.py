@@ -39,9 +39,7 @@ MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
            "test-samples": 2**31 - 1,
            "calibration-interval": 100_000, "mia-samples": 10_000_000,
            "mia-nonmembers": 10_000_000,
-           "blocks-per-shard": 100_000, "recovery-warmup": 100_000,
-           "recovery-correction": 100_000, "recovery-final": 100_000,
-           "recovery-memory": 1000}
+           "blocks-per-shard": 100_000}
 # Range of each float key (sanity ranges; lr and momentum have their own checks).
 FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
                "link-rate-mbps": (1e-3, 1e9), "client-gpus": (0.0, 1024.0)}

@@ -171,7 +171,7 @@ def test_se_skips_rounds_before_the_first_participation_and_never_trained(
     assert se["replay"]["unchanged_shards"] and se["requests"][0]["impacted_shards"] == []
     assert se["accuracy"] == pytest.approx(summary["learning"]["accuracy"])
     summary, grid = run_server({"forget-clients": str(late[0]), "frameworks": "SE",
-                                "mia": False, "replay-refill": False},
+                                "mia": False, "method.se.replay-refill": False},
                                run_name="late")  # the paper's replay
     se = summary["frameworks"]["SE"]
     assert se["rounds_replayed"] == 1 and se["replay"]["rounds_from_round1"] == 2

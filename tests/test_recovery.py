@@ -8,11 +8,14 @@ from hypothesis import strategies as st
 from history import HistoryStore
 from history.files import read_arrays
 from server_app.config import ConfigError
-from server_app.config.unlearning import se_r_schedule
 from server_app.preflight import validate_run_config
 from strategies.lbfgs import lbfgs_product
 from strategies.recovery import RecoveredShard
 from tests.conftest import TINY
+
+# FedRecover's lean schedule, for SE-R and FRec alike (each reads its own keys)
+RECOVERY_LEAN = {f"method.{m}.{k}": v for m in ("se-r", "frec")
+                 for k, v in (("warmup", 1), ("correction", 0), ("final", 1))}
 
 
 @settings(max_examples=30, deadline=None)
@@ -78,9 +81,8 @@ def test_bad_recovery_settings_are_refused():
 def test_se_r_and_frec_recover_with_fewer_client_rounds(run_server, tmp_path):
     summary, grid = run_server({"forget-clients": "3", "num-rounds": 4,
                                 "frameworks": "SE,SE-R,FRec,FR", "mia": False,
-                                "recovery-warmup": 1, "recovery-correction": 0,
-                                "recovery-final": 1,
-                                "replay-refill": False})  # round 1 asks no client
+                                **RECOVERY_LEAN,
+                                "method.se.replay-refill": False})  # round 1 asks no client
     frameworks = summary["frameworks"]
     assert set(frameworks) == {"SE", "SE-R", "FRec", "FR"}
     for name in ("SE-R", "FRec"):
@@ -224,27 +226,36 @@ def test_se_r_in_a_later_request_starts_before_every_forgotten_clients_first_rou
 
 
 def test_se_r_schedule_drops_warm_up_and_correction_with_stored_estimates():
-    frec = {"warmup": 2, "correction": 4, "final": 1, "memory": 2, "threshold": 1.0}
-    assert se_r_schedule(frec, "lbfgs") == frec
-    assert se_r_schedule(frec, "stored") == {**frec, "warmup": 0, "correction": 0}
-    with pytest.raises(ValueError, match="recovery-estimates 'adam': one of stored, lbfgs"):
-        se_r_schedule(frec, "adam")
+    from server_app.config import RunConfig
+
+    cfg = RunConfig.from_run_config({**TINY, "method.se-r.estimates": "stored"})
+    frec = cfg.method_settings("FRec").schedule()
+    assert frec == {"warmup": 2, "correction": 4, "final": 1, "memory": 2,
+                    "threshold": 1.0}
+    assert cfg.method_settings("SE-R").schedule() == {**frec, "warmup": 0,
+                                                      "correction": 0}
+    lbfgs = cfg.replace(**{"method.se-r.estimates": "lbfgs"})
+    assert lbfgs.method_settings("SE-R").schedule() == frec
 
 
-def test_a_bad_recovery_estimates_is_refused_before_any_engine():
-    with pytest.raises(ConfigError, match="recovery-estimates.*'adam'.*stored, lbfgs"):
-        validate_run_config({**TINY, "recovery-estimates": "adam"})
+def test_a_bad_recovery_setting_is_refused_before_any_engine():
+    with pytest.raises(ConfigError, match="'method.se-r.estimates' = 'adam'.*stored"):
+        validate_run_config({**TINY, "method.se-r.estimates": "adam"})
+    with pytest.raises(ConfigError, match="'method.frec.memory' = 0.*\\[1, 1000\\]"):
+        validate_run_config({**TINY, "method.frec.memory": 0})
+    with pytest.raises(ConfigError, match="'recovery-warmup' = 1.*renamed: set "
+                       "method.se-r.warmup and method.frec.warmup"):
+        validate_run_config({**TINY, "recovery-warmup": 1})
 
 
 @pytest.mark.inprocess
 def test_stored_estimates_change_se_r_and_leave_frec_fedrecover(run_server):
-    """SE-R with ``recovery-estimates = stored`` asks clients only in its final exact
-    round; FRec in the same run keeps FedRecover's warm-up (issue 42's schedule)."""
+    """SE-R with ``method.se-r.estimates = stored`` asks clients only in its final
+    exact round; FRec in the same run keeps FedRecover's warm-up (issue 42's schedule)."""
     settings = {"forget-clients": "3", "num-rounds": 4, "frameworks": "SE-R,FRec",
-                "mia": False, "recovery-warmup": 1, "recovery-correction": 0,
-                "recovery-final": 1, "recovery-refill": False}
-    lean, _ = run_server({**settings, "recovery-estimates": "stored"}, run_name="lean")
-    full, _ = run_server({**settings, "recovery-estimates": "lbfgs"}, run_name="full")
+                "mia": False, **RECOVERY_LEAN, "method.se-r.refill": False}
+    lean, _ = run_server({**settings, "method.se-r.estimates": "stored"}, run_name="lean")
+    full, _ = run_server({**settings, "method.se-r.estimates": "lbfgs"}, run_name="full")
     # FRec is the same run either way: the key is SE-R's only
     assert lean["frameworks"]["FRec"]["accuracy"] == full["frameworks"]["FRec"]["accuracy"]
     assert lean["frameworks"]["FRec"]["client_rounds"] == \

@@ -1,4 +1,5 @@
-"""``replay-refill``: forgotten participants' slots go to retained shard members."""
+"""SE's ``method.se.replay-refill``: forgotten participants' slots go to retained
+shard members (SE-R's ``method.se-r.refill`` the same)."""
 
 import numpy as np
 import pytest
@@ -132,13 +133,13 @@ def test_bad_replay_refill_is_refused_before_any_engine():
 
     from server_app.preflight import validate_run_config
 
-    with pytest.raises(ConfigError, match="'replay-refill'"):
-        validate_run_config({**TINY, "replay-refill": 2}, files=False)
+    with pytest.raises(ConfigError, match="'method.se.replay-refill'"):
+        validate_run_config({**TINY, "method.se.replay-refill": 2}, files=False)
 
 
 def test_se_run_with_refill_trains_substitutes_and_never_the_forgotten(run_server):
     plain, _ = run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "SE",
-                           "replay-refill": False}, run_name="plain")
+                           "method.se.replay-refill": False}, run_name="plain")
     summary, grid = run_server({"forget-clients": "3", "num-rounds": 2,
                                 "frameworks": "SE"})  # the default refills
     se, before = summary["frameworks"]["SE"], plain["frameworks"]["SE"]
@@ -193,7 +194,7 @@ def test_se_r_substitute_without_a_sample_count_is_left_out():
 
 def test_se_r_run_with_refill_trains_substitutes_frec_keeps_its_rule(run_server):
     summary, _ = run_server({"forget-clients": "3", "num-rounds": 2,
-                             "frameworks": "SE-R,FRec", "recovery-refill": True})
+                             "frameworks": "SE-R,FRec", "method.se-r.refill": True})
     se_r, frec = summary["frameworks"]["SE-R"], summary["frameworks"]["FRec"]
 
     def refilled(framework):
@@ -239,15 +240,17 @@ def test_paper_preset_keeps_the_papers_replay_and_the_default_refills():
 
     root = Path(__file__).resolve().parents[1]
     paper = tomllib.loads((root / "presets" / "paper.toml").read_text())
-    assert paper["replay-refill"] is False and paper["recovery-refill"] is False
+    assert paper["method"]["se"]["replay-refill"] is False
+    assert paper["method"]["se-r"]["refill"] is False
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["flwr"][
-        "app"]["config"]
-    assert config["replay-refill"] is True and config["recovery-refill"] is True
+        "app"]["config"]["method"]
+    assert config["se"]["replay-refill"] is True and config["se-r"]["refill"] is True
 
 
 def test_fe_keeps_federasers_rule_whatever_the_refill_keys(run_server):
     runs = [run_server({"forget-clients": "3", "num-rounds": 2, "frameworks": "FE",
-                        "replay-refill": on, "recovery-refill": on}, run_name=f"fe{on}")[0]
+                        "method.se.replay-refill": on, "method.se-r.refill": on},
+                       run_name=f"fe{on}")[0]
             for on in (False, True)]
     off, on = (r["frameworks"]["FE"] for r in runs)
     # a refilled FE would train substitutes: more client-epochs, another model

@@ -21,7 +21,7 @@ PINNED = json.loads((Path(__file__).parent / "data" / "seeded_run.json").read_te
 # the paper's SE (calibration-final = 0, replay-refill = false), pinned before the
 # exact final round and the refilled slots became SE's default; "default" pins SE as
 # shipped since (its replayed round 2 exact, forgotten slots refilled)
-PAPER = {"calibration-final": 0, "replay-refill": False}
+PAPER = {"method.se.calibration-final": 0, "method.se.replay-refill": False}
 # "uncoded" keeps the frameworks it was pinned with (SISA joined the defaults later)
 RUNS = {"uncoded": {"mia": False, "forget-clients": "3", "frameworks": "SE,FR,FE,RR",
                     **PAPER},

@@ -95,6 +95,11 @@ def test_leave_one_out_is_unbiased_under_the_null():
         leave_one_out(phi, is_in[[0, 2, 1, 3, 4, 5, 6, 7]])
 
 
+def _own(cfg: RunConfig, name: str = "SE"):
+    """The method's own settings in ``cfg`` (what its U-LiRA rule is given)."""
+    return cfg.method_settings(name)
+
+
 def _tiny(num_rounds: int, **overrides):
     cfg = RunConfig.from_run_config(fused_run_config(
         {**TINY, "num-rounds": num_rounds, "clients-per-round": 6, "num-shards": 2,
@@ -111,7 +116,7 @@ def test_se_unlearn_of_one_round_is_the_preparation_step():
     cfg, task, parts = _tiny(num_rounds=1)
     learned, rounds = learn_with_history(cfg, task, parts, seed=3)
     assert sorted(rounds[0].updates) == [0, 1, 2]
-    gone = se_unlearn(cfg, task, parts, rounds, {0}, seed=3)
+    gone = se_unlearn(cfg, _own(cfg), task, parts, rounds, {0}, seed=3)
     expected = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],
                              [8, 8])
     assert all(np.array_equal(gone[k], expected[k]) for k in expected)
@@ -122,22 +127,22 @@ def test_se_unlearn_of_one_round_is_the_preparation_step():
 def test_se_unlearn_replays_later_rounds_and_leaves_a_shard_without_them_unchanged():
     cfg, task, parts = _tiny(num_rounds=2)
     learned, rounds = learn_with_history(cfg, task, parts, seed=4)
-    gone = se_unlearn(cfg, task, parts, rounds, {1}, seed=4)
+    gone = se_unlearn(cfg, _own(cfg), task, parts, rounds, {1}, seed=4)
     assert all(np.isfinite(v).all() for v in gone.values())
     assert gone.keys() == learned.keys()
-    again = se_unlearn(cfg, task, parts, rounds, {1}, seed=4)
+    again = se_unlearn(cfg, _own(cfg), task, parts, rounds, {1}, seed=4)
     assert all(np.array_equal(gone[k], again[k]) for k in gone)  # seeded
-    assert se_unlearn(cfg, task, parts, rounds, {7}, seed=4) is None  # unchanged
+    assert se_unlearn(cfg, _own(cfg), task, parts, rounds, {7}, seed=4) is None  # unchanged
 
 
 @pytest.mark.slow
 def test_se_unlearn_final_rounds_train_all_epochs_uncalibrated():
-    """``calibration-final`` = 1: the last round is the retained clients' own update."""
-    cfg, task, parts = _tiny(num_rounds=2, **{"calibration-final": 1})
+    """SE's ``calibration-final`` = 1: the last round is the retained clients' update."""
+    cfg, task, parts = _tiny(num_rounds=2, **{"method.se.calibration-final": 1})
     learned, rounds = learn_with_history(cfg, task, parts, seed=4)
     forget = next(c for c in rounds[0].updates if len(rounds[1].updates) > (
         c in rounds[1].updates))  # a round-1 client; round 2 keeps another
-    gone = se_unlearn(cfg, task, parts, rounds, {forget}, seed=4)
+    gone = se_unlearn(cfg, _own(cfg), task, parts, rounds, {forget}, seed=4)
     state = weighted_step(rounds[0].start, [u for c, u in rounds[0].updates.items()
                                             if c != forget],
                           [8] * (len(rounds[0].updates) - 1))
@@ -151,10 +156,10 @@ def test_se_unlearn_final_rounds_train_all_epochs_uncalibrated():
 @pytest.mark.slow
 def test_se_unlearn_of_the_papers_se_calibrates_its_last_round():
     """``calibration-final`` = 0: round 2's fresh updates get the stored norms."""
-    cfg, task, parts = _tiny(num_rounds=2, **{"calibration-final": 0})
+    cfg, task, parts = _tiny(num_rounds=2, **{"method.se.calibration-final": 0})
     _, rounds = learn_with_history(cfg, task, parts, seed=4)
     forget = next(iter(rounds[0].updates))
-    paper = se_unlearn(cfg, task, parts, rounds, {forget}, seed=4)
+    paper = se_unlearn(cfg, _own(cfg), task, parts, rounds, {forget}, seed=4)
     state = weighted_step(rounds[0].start, [u for c, u in rounds[0].updates.items()
                                             if c != forget],
                           [8] * (len(rounds[0].updates) - 1))
@@ -169,13 +174,13 @@ def test_se_unlearn_of_the_papers_se_calibrates_its_last_round():
 @pytest.mark.slow
 def test_se_unlearn_with_refill_trains_a_substitute_in_the_forgotten_slot():
     """``replay-refill``: G = 1, eq. 2 plus a substitute's own L-epoch update."""
-    cfg, task, parts = _tiny(num_rounds=1, **{"replay-refill": True})
+    cfg, task, parts = _tiny(num_rounds=1, **{"method.se.replay-refill": True})
     parts = [*parts, *parts[:2]]  # 5 clients, 3 a round: two sit out
     _, rounds = learn_with_history(cfg, task, parts, seed=3)
     forget = next(iter(rounds[0].updates))
     (sub,) = refill_slots(rounds[0].updates, range(5), {forget}, (3, 0, 1))
     assert sub not in rounds[0].updates
-    gone = se_unlearn(cfg, task, parts, rounds, {forget}, seed=3)
+    gone = se_unlearn(cfg, _own(cfg), task, parts, rounds, {forget}, seed=3)
     kept = [u for c, u in rounds[0].updates.items() if c != forget]
     fresh = local_update(cfg, task, rounds[0].start, parts[sub],
                          cfg.training.local_epochs, 3 * 1000 + sub + 50)
@@ -186,13 +191,15 @@ def test_se_unlearn_with_refill_trains_a_substitute_in_the_forgotten_slot():
 @pytest.mark.slow
 def test_fe_rule_replays_from_round_1_where_se_starts_at_the_first_participation():
     """FedEraser recalibrates rounds before the forgotten client's; SE starts at it."""
-    cfg, task, parts = _tiny(num_rounds=3, **{"replay-refill": False})  # the paper's
+    # the paper's SE: no refilled slot
+    cfg, task, parts = _tiny(num_rounds=3, **{"method.se.replay-refill": False})
     seed = next(s for s in range(50)  # one client a round; the last round's is new
                 if _last_is_new(learn_with_history(cfg, task, parts, s, per_round=1)[1]))
     learned, rounds = learn_with_history(cfg, task, parts, seed, per_round=1)
     late = next(iter(rounds[2].updates))
-    se = se_unlearn(cfg, task, parts, rounds, {late}, seed)
-    fe = se_unlearn(cfg, task, parts, rounds, {late}, seed, from_first_participation=False)
+    se = se_unlearn(cfg, _own(cfg), task, parts, rounds, {late}, seed)
+    fe = se_unlearn(cfg, _own(cfg), task, parts, rounds, {late}, seed,
+                    from_first_participation=False)
     assert all(np.array_equal(se[k], rounds[2].start[k]) for k in se)  # W^2 kept
     assert any(not np.array_equal(fe[k], se[k]) for k in se)  # round 2 retrained
 
@@ -209,10 +216,11 @@ def test_recovery_with_every_round_exact_retrains_with_the_learning_seeds():
     Each retained client trains L epochs from W' with the seed it had in that
     learning round, so the recovered model is FedAvg of exactly those updates.
     """
-    cfg, task, parts = _tiny(num_rounds=2, **{"recovery-warmup": 5, "recovery-final": 0,
-                                              "recovery-estimates": "lbfgs"})
+    cfg, task, parts = _tiny(num_rounds=2, **{"method.se-r.warmup": 5,
+                                              "method.se-r.final": 0,
+                                              "method.se-r.estimates": "lbfgs"})
     _, rounds = learn_with_history(cfg, task, parts, seed=6)
-    got = recover(cfg, task, parts, rounds, {0}, seed=6)
+    got = recover(cfg, _own(cfg, "SE-R"), task, parts, rounds, {0}, seed=6)
     state = weighted_step(rounds[0].start, [rounds[0].updates[1], rounds[0].updates[2]],
                           [8, 8])
     fresh = [local_update(cfg, task, state, parts[c], cfg.training.local_epochs,
@@ -220,7 +228,7 @@ def test_recovery_with_every_round_exact_retrains_with_the_learning_seeds():
     want = weighted_step(state, fresh, [8, 8])
     assert all(np.allclose(got[k], want[k], atol=1e-6) for k in want)
     # an unforgotten history: W' = W, the stored updates come back
-    assert recover(cfg, task, parts, rounds, {7}, seed=6) is None
+    assert recover(cfg, _own(cfg, "SE-R"), task, parts, rounds, {7}, seed=6) is None
     same = local_update(cfg, task, rounds[1].start, parts[1], cfg.training.local_epochs,
                          learning_seed(6, 1, 1))
     assert all(np.allclose(same[k], rounds[1].updates[1][k], atol=1e-6) for k in same)

@@ -228,12 +228,12 @@ def test_calibration_final_rounds_train_all_epochs_uncalibrated(final, exact):
 
 def test_shipped_defaults_make_the_last_two_replayed_rounds_exact():
     """README: by default SE's last two replayed rounds are exact, slots refilled."""
+    from server_app.config import methods
     from server_app.config.run_config import RunConfig
-    from server_app.unlearning.frameworks import UnlearningSettings
     from task.config import fused_run_config
 
-    settings = UnlearningSettings.from_config(RunConfig.from_run_config(
-        fused_run_config({})))  # pyproject.toml's values, nothing overridden
+    settings = RunConfig.from_run_config(fused_run_config({})).method_settings(
+        methods.proposed())  # pyproject.toml's values, nothing overridden
     assert (settings.calibration_final, settings.replay_refill) == (2, True)
     strategy = CalibratedRetraining(_FourRounds(), 0, {1}, {0: 100, 2: 102}, 1.0,
                                     from_first_participation=False,
@@ -246,8 +246,11 @@ def test_bad_calibration_final_is_refused_before_any_engine():
 
     from server_app.preflight import validate_run_config
 
-    with pytest.raises(ConfigError, match="'calibration-final' = -1"):
-        validate_run_config({**TINY, "calibration-final": -1}, files=False)
+    with pytest.raises(ConfigError, match="'method.se.calibration-final' = -1"):
+        validate_run_config({**TINY, "method.se.calibration-final": -1}, files=False)
+    with pytest.raises(ConfigError, match="'calibration-final' = 1 .*renamed: set "
+                       "method.se.calibration-final"):
+        validate_run_config({**TINY, "calibration-final": 1}, files=False)
 
 
 @pytest.mark.parametrize("trains, final, exact", [

@@ -17,9 +17,49 @@ line below (docs/DEVELOPING.md, "Adding a built-in unlearning method").
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from task.registry import import_object
+from task.section import Section
+from task.values import bad
+
+PREFIX = "method."
+"""The first part of every method's own run-config key: ``method.<key>.<field>``."""
+
+
+@dataclass(frozen=True)
+class MethodSettings(Section):
+    """A method's own settings, read from its run-config keys ``method.<key>.<field>``.
+
+    A method declares its settings as a frozen dataclass subclass of this one
+    (fields with defaults, ``validate`` for their ranges); the keys are
+    namespaced as Flower baselines namespace theirs (a ``[method.se]`` table in
+    ``pyproject.toml`` flattens to ``method.se.calibration-final``). The base
+    has no field: a method without settings of its own.
+    """
+
+    prefix: ClassVar[str] = ""
+    """``<key>`` of the method the class belongs to (set by :class:`UnlearningMethod`)."""
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """Run-config key (``method.<key>.<field>``) -> field name, in field order."""
+        return {f"{PREFIX}{cls.prefix}.{f.name.replace('_', '-')}": f.name
+                for f in dataclasses.fields(cls)}
+
+    def key(self, name: str) -> str:
+        """The run-config key of field ``name``."""
+        return f"{PREFIX}{self.prefix}.{name.replace('_', '-')}"
+
+    def refuse(self, name: str, allowed: str) -> Exception:
+        """The one-line :class:`ConfigError` for field ``name``'s value."""
+        return bad(self.key(name), getattr(self, name), allowed)
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on the first bad value (none in the base)."""
 
 FEDERATIONS = ("shards", "baseline")
 STAGED_ROLES = ("", "serves", "retrains")
@@ -92,6 +132,13 @@ class UnlearningMethod:
     plugin : str
         ``package.module:Class`` of a user's ``ShardedStrategy`` method
         (``""`` for a method class).
+    Settings : type[MethodSettings]
+        Its own settings (the base: none), read from ``method.<key>.<field>``.
+    key : str
+        ``<key>`` of those run-config keys (default: ``name`` in lower case).
+    renamed : dict[str, str]
+        Flat run-config keys its settings had before they were namespaced ->
+        the field each became: a run that sets one is refused with the new key.
     on_baseline : bool
         Runs on the baseline federation (its original is ``baseline_learning``);
         set from ``federation``.
@@ -119,9 +166,15 @@ class UnlearningMethod:
     summary: ClassVar[str] = ""
     plugin: ClassVar[str] = ""
     on_baseline: ClassVar[bool] = False
+    Settings: ClassVar[type[MethodSettings]] = MethodSettings
+    key: ClassVar[str] = ""
+    renamed: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
+        cls.key = cls.__dict__.get("key") or cls.name.lower()
+        if "Settings" in cls.__dict__:
+            cls.Settings.prefix = cls.key
         if cls.federation not in FEDERATIONS:
             raise ValueError(f"method {cls.name!r}: federation {cls.federation!r} "
                              f"is not one of {', '.join(FEDERATIONS)}")
@@ -270,6 +323,39 @@ def shard_reference() -> str:
     if found is None:
         raise LookupError("no registered method is exact on SE's shards")
     return found.name
+
+
+def settings_of(run_config: Mapping[str, object]) -> dict[str, MethodSettings]:
+    """Each built-in's own settings from ``run_config`` (absent keys: defaults).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the key: a value of the wrong type or out of range, a
+        ``method.`` key no method has, or a flat key that was renamed.
+    """
+    known: dict[str, str] = {}
+    out, renamed = {}, renamed_keys()
+    for method in builtins():
+        out[method.name] = method.Settings.from_run_config(run_config)
+        out[method.name].validate()
+        known.update(dict.fromkeys(method.Settings.keys(), method.name))
+    for key, value in run_config.items():
+        if key.startswith(PREFIX) and key not in known:
+            raise bad(key, value, f"a method's setting: {', '.join(known) or 'none'}")
+        if key in renamed:
+            raise bad(key, value, f"renamed: set {' and '.join(renamed[key])}")
+    return out
+
+
+def renamed_keys() -> dict[str, list[str]]:
+    """Each flat key a built-in's settings replaced -> the namespaced keys now."""
+    out: dict[str, list[str]] = {}
+    for method in builtins():
+        for old, name in method.renamed.items():
+            out.setdefault(old, []).append(
+                f"{PREFIX}{method.key}.{name.replace('_', '-')}")
+    return out
 
 
 _BUILTIN = "server_app.unlearning.builtin"

@@ -5,9 +5,10 @@ TOML presets in ``presets/`` override them. The keys stay flat (that is what use
 presets and scripts type); :meth:`RunConfig.from_run_config` parses Flower's flat
 ``context.run_config`` into typed, frozen sections (``data``, ``training``,
 ``unlearning``, ``storage``, ``stages``, ``audit``, ``output``) plus the run's
-``seed``, and each section validates its own keys in one place, in that order
-(a later section may read the earlier ones). Errors name the key, the value and
-what is allowed (:class:`ConfigError`).
+``seed`` and each unlearning method's own settings (``method.<key>.<field>``,
+:class:`server_app.config.methods.MethodSettings`), and each section validates
+its own keys in one place, in that order (a later section may read the earlier
+ones). Errors name the key, the value and what is allowed (:class:`ConfigError`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import server_app.config.methods as registry
 from audits.config import AuditConfig
 from server_app.config.audit import check_against
 from server_app.config.output import OutputConfig
@@ -52,6 +54,9 @@ class RunConfig:
     stages: StagesConfig = field(default_factory=StagesConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    methods: Mapping[str, registry.MethodSettings] = field(
+        default_factory=lambda: registry.settings_of({}))
+    """Each built-in method's own settings, by name."""
 
     @classmethod
     def from_run_config(cls, run_config: Mapping[str, object]) -> RunConfig:
@@ -74,7 +79,8 @@ class RunConfig:
         """
         seed = coerce("seed", run_config["seed"], int) if "seed" in run_config else 0
         cfg = cls(seed, **{name: section.from_run_config(run_config)
-                           for name, section in SECTIONS.items()})
+                           for name, section in SECTIONS.items()},
+                  methods=registry.settings_of(run_config))
         cfg.validate()
         return cfg
 
@@ -87,7 +93,8 @@ class RunConfig:
         ConfigError
             As :meth:`from_run_config`; a keyword no section has.
         """
-        known = {"seed", *(k for s in SECTIONS.values() for k in s.keys())}
+        known = {"seed", *(k for s in SECTIONS.values() for k in s.keys()),
+                 *(k for m in registry.builtins() for k in m.Settings.keys())}
         run_config = {k.replace("_", "-"): v for k, v in values.items()}
         run_config = {("storage" if k == "mode" else k): v for k, v in run_config.items()}
         unknown = sorted(set(run_config) - known)
@@ -165,7 +172,13 @@ class RunConfig:
         out: dict[str, object] = {"seed": self.seed}
         for name in SECTIONS:
             out.update(getattr(self, name).as_dict())
+        for settings in self.methods.values():
+            out.update(settings.as_dict())
         return out
+
+    def method_settings(self, name: str) -> registry.MethodSettings:
+        """The own settings of the method ``name`` (a plug-in's: none)."""
+        return self.methods.get(name) or registry.MethodSettings()
 
     def replace(self, **values: object) -> RunConfig:
         """A copy with some flat snake-case settings changed (validated again)."""

@@ -13,8 +13,6 @@ from task.section import Section
 
 REQUEST_DISTRIBUTIONS = ("even", "adapt")
 REQUEST_MODES = ("sequential", "concurrent")
-RECOVERY_ESTIMATES = ("stored", "lbfgs")
-"""SE-R's estimates of the retained participants' updates (``recovery-estimates``)."""
 
 
 @dataclass(frozen=True)
@@ -46,33 +44,8 @@ class UnlearningConfig(Section):
         r: retained clients train L / r epochs in a calibration round.
     calibration_interval : int
         FedEraser's interval: every n-th stored round is replayed.
-    calibration_final : int
-        SE: the last n replayed rounds of each impacted shard are exact (>= 0):
-        the retained participants train L epochs and their updates are not
-        calibrated (0: the paper's SE). FE keeps FedEraser's published rule.
-    replay_refill : bool
-        SE (SE-R: ``recovery_refill``): each forgotten participant's slot in a
-        replayed round goes to a retained member of its shard who did not take
-        part, who trains L epochs uncalibrated
-        (:func:`strategies.calibration.refill_slots`). False: the paper's SE,
-        which replays only the stored round's retained participants.
     baseline_shards : int
         Shards of the baselines' federation (1: unsharded).
-    recovery_warmup, recovery_correction, recovery_final, recovery_memory : int
-        SE-R and FRec (:mod:`strategies.recovery`): exact rounds after the first
-        (T_w >= 0), an exact round every T_c-th after them (0: none), exact final
-        rounds (T_f >= 0), L-BFGS pairs kept per shard (s >= 1).
-    recovery_threshold : float
-        tau > 0: an estimated update further than tau ||U|| from the stored U is
-        abnormal and the client trains instead (FedRecover's abnormality fixing).
-    recovery_refill : bool
-        SE-R: refill forgotten slots as SE's ``replay-refill`` does (the
-        substitutes always train). FRec keeps FedRecover's rule.
-    recovery_estimates : str
-        SE-R: ``lbfgs`` (FedRecover's estimates, with the warm-up, correction,
-        memory and threshold above) or ``stored`` (each retained participant's
-        stored update is its estimate: no warm-up, no correction round; the
-        ``recovery-final`` exact rounds stay). FRec keeps FedRecover's rule.
     """
 
     frameworks: str = "SE,FR,FE,RR,SISA"
@@ -85,32 +58,13 @@ class UnlearningConfig(Section):
     forget_labels: str = ""
     retrain_ratio: float = 2.0
     calibration_interval: int = 1
-    calibration_final: int = 2
-    replay_refill: bool = True
     baseline_shards: int = 1
-    recovery_warmup: int = 2
-    recovery_correction: int = 4
-    recovery_final: int = 1
-    recovery_memory: int = 2
-    recovery_threshold: float = 1.0
-    recovery_refill: bool = True
-    recovery_estimates: str = "lbfgs"
 
     def validate(self, data: DataConfig, training: TrainingConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value (C and L from the others)."""
         self._validate_frameworks()
         self.check_positive("num-requests", "clients-per-request",
-                            "calibration-interval", "baseline-shards", "recovery-memory")
-        for key in ("recovery-warmup", "recovery-correction", "recovery-final",
-                    "calibration-final"):
-            value = getattr(self, key.replace("-", "_"))
-            if value < 0:
-                raise bad(key, value, "an integer >= 0")
-        if not 0 < self.recovery_threshold < float("inf"):
-            raise bad("recovery-threshold", self.recovery_threshold, "a number > 0")
-        if self.recovery_estimates not in RECOVERY_ESTIMATES:
-            raise bad("recovery-estimates", self.recovery_estimates,
-                      f"one of {', '.join(RECOVERY_ESTIMATES)}")
+                            "calibration-interval", "baseline-shards")
         self.check_bounds()
         if self.forget_labels:
             data.refuse_without_train(
@@ -248,13 +202,6 @@ class UnlearningConfig(Section):
                 if all(getattr(m, k) == v for k, v in fields.items())]
 
     @property
-    def recovery_settings(self) -> dict:
-        """FRec's ``recovery-*`` as :class:`strategies.recovery.RecoveredShard` keywords."""
-        return {"warmup": self.recovery_warmup, "correction": self.recovery_correction,
-                "final": self.recovery_final, "memory": self.recovery_memory,
-                "threshold": self.recovery_threshold}
-
-    @property
     def erased_records(self) -> dict[int, list[int]]:
         """``forget-records`` parsed: partition id -> record ids ({} if unset)."""
         return records.parse_records(self.forget_records)
@@ -274,22 +221,3 @@ def _name(token: str) -> str:
     """A ``frameworks`` entry's name: a built-in upper-case, a method its class name."""
     return token.rpartition(":")[2].rpartition(".")[2] if is_plugin(token) \
         else registry.canonical(token) or token.upper()
-
-
-def se_r_schedule(recovery: dict, estimates: str) -> dict:
-    """SE-R's :class:`strategies.recovery.RecoveredShard` keywords.
-
-    ``recovery`` (FRec's, from ``recovery-*``) with ``estimates = "lbfgs"``; with
-    ``"stored"``, the same without warm-up or correction rounds, so each
-    retained participant's stored update stands for its retrained one until the
-    ``final`` exact rounds (docs/DESIGN.md, "Choosing SE's schedule").
-
-    Raises
-    ------
-    ValueError
-        ``estimates`` is not one of :data:`RECOVERY_ESTIMATES`.
-    """
-    if estimates not in RECOVERY_ESTIMATES:
-        raise ValueError(f"recovery-estimates {estimates!r}: one of "
-                         f"{', '.join(RECOVERY_ESTIMATES)}")
-    return recovery if estimates == "lbfgs" else {**recovery, "warmup": 0, "correction": 0}

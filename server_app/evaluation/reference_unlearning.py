@@ -20,7 +20,7 @@ import torch
 from audits.run import ReferenceRecipe, Rule
 from audits.ulira_audit import Arrays, Part
 from server_app.config import RunConfig, methods
-from server_app.config.unlearning import se_r_schedule
+from server_app.config.methods import MethodSettings
 from strategies.calibration import (
     calibrate,
     difference,
@@ -134,15 +134,18 @@ def _first_round(rounds: list[RoundRecord], forget: set[int]) -> int | None:
     return next((g for g, r in enumerate(rounds) if forget & set(r.updates)), None)
 
 
-def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecord],
-               forget: set[int], seed: int, from_first_participation: bool = True
-               ) -> Arrays | None:
+def se_unlearn(cfg: RunConfig, own: MethodSettings, task, parts: Sequence[Part],
+               rounds: list[RoundRecord], forget: set[int], seed: int,
+               from_first_participation: bool = True) -> Arrays | None:
     """SE's (FE's) calibrated replay of one reference without the clients ``forget``.
 
     Parameters
     ----------
     cfg : RunConfig
         L and r (``retrain-ratio``), the training settings.
+    own : MethodSettings
+        The method's own settings (SE's ``calibration_final``, ``replay_refill``;
+        FE's rule reads none).
     task : TaskData
         ``num_classes`` for the model.
     parts : sequence of (x, y)
@@ -179,8 +182,8 @@ def se_unlearn(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRe
     first = first if from_first_participation else 0  # FE replays from round 1
     state = rounds[first].start
     epochs = cfg.training.local_epochs / cfg.unlearning.retrain_ratio
-    final = cfg.unlearning.calibration_final if from_first_participation else 0  # SE's
-    refill = from_first_participation and cfg.unlearning.replay_refill
+    final = own.calibration_final if from_first_participation else 0  # SE's
+    refill = from_first_participation and own.replay_refill
     drawn = plan_substitutes(ReferenceHistory(rounds, parts), 0, range(1, len(rounds) + 1),
                              range(len(parts)) if refill else None, forget, seed)
     substitutes = [drawn.get(g + 1, []) for g in range(len(rounds))]  # as SE-R's
@@ -230,14 +233,14 @@ class ReferenceHistory:
         return self._rounds[rnd - 1].updates[partition_id]
 
 
-def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecord],
-            forget: set[int], seed: int, from_first_participation: bool = True
-            ) -> Arrays | None:
+def recover(cfg: RunConfig, own: MethodSettings, task, parts: Sequence[Part],
+            rounds: list[RoundRecord], forget: set[int], seed: int,
+            from_first_participation: bool = True) -> Arrays | None:
     """SE-R's (FRec's) server-side recovery of one reference without ``forget``.
 
-    :class:`strategies.recovery_replay.RecoveryReplay` with the run's ``recovery-*``
-    settings over the reference's history (SE-R's rule with ``recovery-refill``:
-    substitutes in the forgotten slots, and ``recovery-estimates``); a client asked
+    :class:`strategies.recovery_replay.RecoveryReplay` with the method's own
+    schedule over the reference's history (SE-R's rule with its ``refill``:
+    substitutes in the forgotten slots, and its ``estimates``); a client asked
     to train (exact round, an abnormal estimate, or a substitute) trains L local
     epochs from W'^(k-1) with the seed it had in that learning round, as the
     run's clients do.
@@ -246,6 +249,8 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
     ----------
     cfg, task, parts, rounds, forget, seed
         As :func:`se_unlearn` (``seed`` as given to :func:`learn_with_history`).
+    own : MethodSettings
+        SE-R's or FRec's own settings (``schedule()``; SE-R's ``refill``).
     from_first_participation : bool
         SE-R's rule (default); False: FedRecover's own, from round 1.
 
@@ -259,11 +264,8 @@ def recover(cfg: RunConfig, task, parts: Sequence[Part], rounds: list[RoundRecor
         return None
     history = ReferenceHistory(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
-    unlearning = cfg.unlearning
-    refill = from_first_participation and unlearning.recovery_refill
-    schedule = se_r_schedule(unlearning.recovery_settings, unlearning.recovery_estimates) \
-        if from_first_participation else unlearning.recovery_settings
-    replay = RecoveryReplay(history, 0, forget, state, **schedule,
+    refill = from_first_participation and own.refill
+    replay = RecoveryReplay(history, 0, forget, state, **own.schedule(),
                             from_first_participation=from_first_participation,
                             members=range(len(parts)) if refill else None,
                             refill_seed=seed)
@@ -285,7 +287,8 @@ def rules(cfg: RunConfig) -> dict[str, Rule]:
     references that replay from round 1 (:mod:`server_app.config.methods`).
     """
     return {m.name: Rule("federation" if m.on_baseline else "shard",
-                         partial(globals()[m.ulira], cfg), not m.on_baseline)
+                         partial(globals()[m.ulira], cfg, cfg.method_settings(m.name)),
+                         not m.on_baseline)
             for m in methods.builtins() if m.ulira}
 
 
@@ -296,11 +299,12 @@ def recipe(cfg: RunConfig) -> ReferenceRecipe:
     refills = "".join(f"; {m.name} refills forgotten slots (L epochs)"
                       for m in unlearning.method_infos
                       if m.refill_key and cfg.as_dict().get(m.refill_key))
+    final = cfg.method_settings(methods.proposed()).calibration_final
     text = (f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} local "
             f"epochs; SE / FE replay L / r = "
             f"{training.local_epochs / unlearning.retrain_ratio:g} epochs (SE's last "
-            f"{unlearning.calibration_final} round(s) L epochs, uncalibrated); SE-R / "
-            "FRec recovery with the run's recovery-* settings" + refills)
+            f"{final} round(s) L epochs, uncalibrated); SE-R / "
+            "FRec recovery with their own method.* settings" + refills)
     return ReferenceRecipe(
         learn=partial(learn_with_history, cfg), rules=known,
         frameworks=tuple(n for n in unlearning.framework_list if n in known),

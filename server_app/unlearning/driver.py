@@ -179,7 +179,8 @@ def _check_finite(label: str, models: Sequence[ArrayRecord]) -> None:
 
 
 def _request_cost(k: int, batch: Sequence[int], framework: Framework,
-                  stats: CostMeter, stage: Stage, described: type[UnlearningMethod]) -> RequestCost:
+                  stats: CostMeter, stage: Stage,
+                  described: type[UnlearningMethod]) -> RequestCost:
     """The per-request entry; adds a slice retrieval (coded) to ``stats``.
 
     A method on SE's shards reads SE's sharded history (coded: fetched and

@@ -18,9 +18,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from history import TrainingHistory
 from server_app.config import RunConfig
-from server_app.config.methods import UnlearningMethod
+from server_app.config.methods import MethodSettings, UnlearningMethod
 from server_app.config.methods import info as method_info
-from server_app.config.unlearning import UnlearningConfig
 from server_app.rounds.federation import Federation
 from server_app.unlearning.methods import UnlearningRequest, build_method
 from strategies.calibration import weighted_step
@@ -58,6 +57,10 @@ class UnlearningSettings:
         one's own by its class name).
     methods : dict[str, str]
         Name -> ``package.module:Class`` of each method of one's own.
+    method_settings : dict[str, MethodSettings]
+        Each built-in's own settings, by name (:attr:`RunConfig.methods`).
+    local_epochs : float, optional
+        L, the local epochs of an exact round (None: ``retrain_epochs``).
     """
 
     retrain_epochs: float
@@ -71,21 +74,8 @@ class UnlearningSettings:
     num_requests: int
     frameworks: tuple[str, ...] = ()
     methods: dict = field(default_factory=dict)
-    recovery: dict = field(default_factory=dict)
-    """SE-R / FRec: ``warmup``, ``correction``, ``final``, ``memory`` (run-config
-    ``recovery-*``; :class:`strategies.recovery.RecoveredShard`'s defaults if empty)."""
-    calibration_final: int = UnlearningConfig.calibration_final
-    """SE: exact, uncalibrated rounds at the end of each shard's replay (run-config
-    ``calibration-final``, the same default; FE keeps FedEraser's published rule)."""
+    method_settings: dict = field(default_factory=dict)
     local_epochs: float | None = None
-    """L, the local epochs of those exact rounds (None: ``retrain_epochs``)."""
-    replay_refill: bool = UnlearningConfig.replay_refill
-    """SE: refill forgotten participants' slots (run-config ``replay-refill``)."""
-    recovery_refill: bool = UnlearningConfig.recovery_refill
-    """SE-R: the same (run-config ``recovery-refill``, the same default)."""
-    recovery_estimates: str = UnlearningConfig.recovery_estimates
-    """SE-R: ``lbfgs`` or ``stored`` (run-config ``recovery-estimates``;
-    :func:`server_app.config.unlearning.se_r_schedule`)."""
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
@@ -101,12 +91,8 @@ class UnlearningSettings:
                    num_requests=1 if unlearning.forget_clients else unlearning.num_requests,
                    frameworks=tuple(unlearning.framework_list),
                    methods=dict(unlearning.plugin_methods),
-                   recovery=unlearning.recovery_settings,
-                   calibration_final=unlearning.calibration_final,
-                   local_epochs=training.local_epochs,
-                   replay_refill=unlearning.replay_refill,
-                   recovery_refill=unlearning.recovery_refill,
-                   recovery_estimates=unlearning.recovery_estimates)
+                   method_settings=dict(cfg.methods),
+                   local_epochs=training.local_epochs)
 
 
 @dataclass
@@ -174,6 +160,8 @@ class Request:
     ----------
     method : type[UnlearningMethod]
         The method's class (its ``name`` and description).
+    settings : MethodSettings
+        Its own settings (``method.<key>.*``; :attr:`UnlearningMethod.Settings`).
     stage : Stage
         The learned stage.
     forget : set[int]
@@ -192,6 +180,7 @@ class Request:
     """
 
     method: type[UnlearningMethod]
+    settings: MethodSettings
     stage: Stage
     forget: set[int]
     batch: Sequence[int] | None = None
@@ -237,7 +226,8 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         raise ValueError(err.args[0]) from None
     if changed and not described.erases_records:  # the config check refuses it first
         raise ValueError(f"{name} cannot erase records while their clients stay")
-    request = Request(described, stage, forget, batch, current, frozenset(changed),
+    own = stage.settings.method_settings.get(name) or described.Settings()
+    request = Request(described, own, stage, forget, batch, current, frozenset(changed),
                       frozenset(changed if erasing is None else erasing))
     return build_plugin(request) if described.plugin else described.build(request)
 

@@ -91,7 +91,7 @@ def measure(seed: int) -> dict:
     forget = {min(rounds[0].updates)}
     history = ReferenceHistory(rounds, parts)
     replay = RecoveryReplay(history, 0, forget, rounds[0].start,
-                            **cfg.unlearning.recovery_settings)
+                            **cfg.method_settings("SE-R").schedule())
     state, rows = rounds[0].start, []
     for k in range(1, replay.num_rounds + 1):
         rnd = replay.stored_round(k)
@@ -106,7 +106,7 @@ def measure(seed: int) -> dict:
         new = replay.finish(k, {c: truth[c] for c in asked})
         state = state if new is None else new
     return {"seed": seed, "forget": sorted(forget), "settings":
-            cfg.unlearning.recovery_settings, "rounds": rows,
+            cfg.method_settings("SE-R").schedule(), "rounds": rows,
             "learned_accuracy": _accuracy(cfg, task, learned),
             "recovered_accuracy": _accuracy(cfg, task, state)}
 

@@ -104,7 +104,7 @@ def variants() -> str:
             continue
         ser = summary["frameworks"]["SE-R"]
         keys = ", ".join(f"{k}={v}" for k, v in sorted(summary["config"].items())
-                         if k.startswith("recovery-"))
+                         if k.startswith(("recovery-", "method.se-r.")))
         lines.append(
             f"| {summary['config']['seed']} | {keys} | {ser['accuracy']:.4f} "
             f"| {_impacted(ser):.4f} "

@@ -71,10 +71,12 @@ def _se_rule(row: dict) -> str:
     """Which SE ran: the paper's, or with n exact final rounds and refilled slots.
 
     Runs made before the ``calibration-final`` and ``replay-refill`` keys existed
-    have neither: the paper's.
+    have neither: the paper's. Their columns were renamed with the keys
+    (``method.se.*``); older files have the first names.
     """
-    final = int(row.get("calibration_final") or 0)
-    refill = str(row.get("replay_refill", "")).lower() in ("true", "1")
+    final = int(row.get("method.se.calibration-final") or row.get("calibration_final") or 0)
+    refill = str(row.get("method.se.replay-refill", row.get("replay_refill", ""))
+                 ).lower() in ("true", "1")
     if not final and not refill:
         return "paper's SE"
     parts = [f"{final} exact final round(s)"] if final else []
@@ -83,7 +85,8 @@ def _se_rule(row: dict) -> str:
 
 def _ser_rule(row: dict) -> str:
     """Whether SE-R refilled forgotten slots (runs before ``recovery-refill``: no)."""
-    refill = str(row.get("recovery_refill", "")).lower() in ("true", "1")
+    refill = str(row.get("method.se-r.refill", row.get("recovery_refill", ""))
+                 ).lower() in ("true", "1")
     return "refilled slots" if refill else "no refill"
 
 

@@ -43,10 +43,11 @@ def cell_config(seed: int, cell: str, frameworks: str) -> dict:
     path = next(r / cell / "summary.json" for r in RUNS
                 if (r / cell / "summary.json").is_file())
     base = json.loads(path.read_text())["config"]
-    shipped = {k: v for k, v in base.items() if k not in (
-        "calibration-final", "replay-refill", "recovery-refill", "retrain-ratio",
-        "recovery-warmup", "recovery-correction", "recovery-final",
-        "recovery-estimates")}
+    from server_app.config.methods import PREFIX, renamed_keys
+
+    dropped = {"retrain-ratio", *renamed_keys()}  # the flat method keys of older runs
+    shipped = {k: v for k, v in base.items()
+               if k not in dropped and not k.startswith(PREFIX)}
     return {**shipped, "frameworks": frameworks, "seed": seed,
             "data-dir": str(ROOT.parent / "shared" / "data"), "run-name": f"s{seed}"}
 

@@ -30,7 +30,8 @@ sys.path[:0] = [str(ROOT), str(HERE), str(ROOT / "docs/results/recovery")]
 
 SE = "server_app.unlearning.builtin.sharding_eraser:ShardingEraserMethod"
 SER = "server_app.unlearning.builtin.recovery:ShardRecoveryMethod"
-# name -> (the built-in's class, UnlearningSettings fields changed, "recovery" changes)
+# name -> (the built-in's class, settings changed: its own (method.<key>.*) or the
+# run's (calibration_interval, retrain_ratio), FedRecover's schedule changed)
 VARIANTS = {
     # the paper's SE: no exact final round, no refilled slot
     "SE-paper": (SE, {"replay_refill": False, "calibration_final": 0}, {}),
@@ -44,13 +45,13 @@ VARIANTS = {
     "SE-dt3-r4": (SE, {"replay_refill": False, "calibration_interval": 3,
                        "retrain_ratio": 4.0}, {}),
     # SE-R: stored updates as estimates (no warm-up, no correction), 2 exact finals
-    "SER-lean": (SER, {"recovery_refill": False},
+    "SER-lean": (SER, {"refill": False},
                  {"warmup": 0, "correction": 0, "final": 2}),
     # the same with 1 exact final round
-    "SER-f1": (SER, {"recovery_refill": False},
+    "SER-f1": (SER, {"refill": False},
                {"warmup": 0, "correction": 0, "final": 1}),
     # the same with refilled slots in every replayed round
-    "SER-lean-refill": (SER, {"recovery_refill": True},
+    "SER-lean-refill": (SER, {"refill": True},
                         {"warmup": 0, "correction": 0, "final": 2}),
 }
 KEYS = ("accuracy", "loss", "client_epochs", "client_rounds", "modelled_wall_s",
@@ -76,15 +77,17 @@ def build(cls, call):
     from task.registry import import_object
 
     builder, fields, recovery = VARIANTS[cls.name]
+    base = import_object(builder, "frameworks", builtin=True)
     settings = call.stage.settings
-    fields = dict(fields)
-    if "retrain_ratio" in fields:  # r: calibrated rounds train L / r epochs
-        fields["retrain_epochs"] = settings.local_epochs / fields.pop("retrain_ratio")
-    settings = dataclasses.replace(settings, **fields,
-                                   recovery={**settings.recovery, **recovery})
-    stage = dataclasses.replace(call.stage, settings=settings)
-    return import_object(builder, "frameworks", builtin=True).build(
-        dataclasses.replace(call, stage=stage))
+    own = settings.method_settings.get(base.name) or base.Settings()
+    mine = {f.name for f in dataclasses.fields(own)}
+    changed = {**fields, **recovery}
+    run = {k: v for k, v in changed.items() if k not in mine}
+    if "retrain_ratio" in run:  # r: calibrated rounds train L / r epochs
+        run["retrain_epochs"] = settings.local_epochs / run.pop("retrain_ratio")
+    stage = dataclasses.replace(call.stage, settings=dataclasses.replace(settings, **run))
+    own = dataclasses.replace(own, **{k: v for k, v in changed.items() if k in mine})
+    return base.build(dataclasses.replace(call, stage=stage, settings=own))
 
 
 def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:

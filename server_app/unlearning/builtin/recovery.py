@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from flwr.app import ArrayRecord
 
-from server_app.config.unlearning import se_r_schedule
-from server_app.config.methods import UnlearningMethod
+from server_app.config.methods import MethodSettings, UnlearningMethod
 from server_app.unlearning.frameworks import (
     REBUILDABLE,
     Framework,
@@ -16,15 +17,89 @@ from strategies.recovery import ShardRecovery
 from strategies.sharded import to_record
 from strategies.unlearning import first_participation
 
+ESTIMATES = ("stored", "lbfgs")
+"""SE-R's estimates of the retained participants' updates (``method.se-r.estimates``)."""
+RENAMED = {f"recovery-{k}": k for k in ("warmup", "correction", "final", "memory",
+                                         "threshold")}
+"""FedRecover's schedule keys before they were each method's own."""
+
+
+@dataclass(frozen=True)
+class RecoverySettings(MethodSettings):
+    """FedRecover's schedule (:class:`strategies.recovery.RecoveredShard`).
+
+    Attributes
+    ----------
+    warmup, correction, final, memory : int
+        Exact rounds after the first (T_w >= 0), an exact round every T_c-th after
+        them (0: none), exact final rounds (T_f >= 0), L-BFGS pairs kept per shard
+        (s >= 1); each at most 100000 (memory: 1000).
+    threshold : float
+        tau > 0: an estimated update further than tau ||U|| from the stored U is
+        abnormal and the client trains instead (FedRecover's abnormality fixing).
+    """
+
+    warmup: int = 2
+    correction: int = 4
+    final: int = 1
+    memory: int = 2
+    threshold: float = 1.0
+
+    def validate(self) -> None:
+        """Each value in its range (see the attributes)."""
+        for name, least, most in (("warmup", 0, 100_000), ("correction", 0, 100_000),
+                                  ("final", 0, 100_000), ("memory", 1, 1000)):
+            if not least <= getattr(self, name) <= most:
+                raise self.refuse(name, f"an integer in [{least}, {most}]")
+        if not 0 < self.threshold < float("inf"):
+            raise self.refuse("threshold", "a number > 0")
+
+    def schedule(self) -> dict:
+        """The :class:`strategies.recovery.RecoveredShard` keywords."""
+        return {"warmup": self.warmup, "correction": self.correction,
+                "final": self.final, "memory": self.memory, "threshold": self.threshold}
+
 
 class ShardRecoveryMethod(UnlearningMethod):
     """SE-R: SE with FedRecover's server-side recovery on the impacted shards."""
 
     name = "SE-R"
     ulira = "recover"
-    refill_key = "recovery-refill"
+    refill_key = "method.se-r.refill"
     colour = "#e377c2"
     summary = "SE with FedRecover's server-side recovery on the impacted shards"
+    renamed = {**RENAMED, "recovery-refill": "refill", "recovery-estimates": "estimates"}
+
+    @dataclass(frozen=True)
+    class Settings(RecoverySettings):
+        """SE-R's own settings (``method.se-r.*``): FedRecover's schedule and two more.
+
+        Attributes
+        ----------
+        refill : bool
+            Refill forgotten slots as SE's ``replay-refill`` does (the
+            substitutes always train).
+        estimates : str
+            ``lbfgs`` (FedRecover's estimates, with the schedule above) or
+            ``stored`` (each retained participant's stored update is its
+            estimate: no warm-up, no correction round; the ``final`` exact rounds
+            stay; docs/DESIGN.md, "Choosing SE's schedule").
+        """
+
+        refill: bool = True
+        estimates: str = "lbfgs"
+
+        def validate(self) -> None:
+            """The schedule's ranges, and ``estimates`` one of :data:`ESTIMATES`."""
+            super().validate()
+            if self.estimates not in ESTIMATES:
+                raise self.refuse("estimates", f"one of {', '.join(ESTIMATES)}")
+
+        def schedule(self) -> dict:
+            """FedRecover's keywords; with ``stored`` estimates no warm-up or correction."""
+            schedule = super().schedule()
+            return schedule if self.estimates == "lbfgs" else {
+                **schedule, "warmup": 0, "correction": 0}
 
     @classmethod
     def build(cls, request: Request) -> Framework:
@@ -40,6 +115,11 @@ class FedRecoverMethod(UnlearningMethod):
     ulira = "recover"
     colour = "#17becf"
     summary = "FedRecover (Cao et al. 2023): server-side recovery of the federation"
+    renamed = RENAMED
+
+    @dataclass(frozen=True)
+    class Settings(RecoverySettings):
+        """FRec's own settings (``method.frec.*``): FedRecover's schedule."""
 
     @classmethod
     def build(cls, request: Request) -> Framework:
@@ -53,7 +133,7 @@ def recover(call: Request) -> Framework:
     SE-R starts each impacted shard at g0, the first round a client of the
     request trained there (from the stored or rebuilt W^(g0-1), as SE); FRec
     replays the baseline federation from round 1, as FedRecover does, with
-    FedRecover's estimates (SE-R's: ``recovery-estimates``). Both
+    FedRecover's estimates (SE-R's: its ``estimates``). Both
     rebuild the original models from the record, so the shard strategy must be
     a weighted mean of the updates (:data:`REBUILDABLE`).
 
@@ -79,13 +159,12 @@ def recover(call: Request) -> Framework:
     impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
     # the replay starts where any client forgotten so far first trained (the
     # recovery's own plan), so an earlier request's client is left out again
-    schedule = se_r_schedule(settings.recovery, settings.recovery_estimates) \
-        if sharded else settings.recovery
+    schedule = call.settings.schedule()
     starts = {s: rebuild_shard_model(store, s, (
         first_participation(store, s, forget) if sharded else 1) - 1) for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
                              starts, impacted, from_first_participation=sharded,
-                             refill=sharded and settings.recovery_refill,
+                             refill=sharded and call.settings.refill,
                              refill_seed=settings.seed, present=stage.present,
                              **schedule)
     models = (call.current or stage.sharded_models) if sharded else [  # learned, rebuilt

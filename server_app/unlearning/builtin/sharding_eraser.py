@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from history import StoreError, TrainingHistory
-from server_app.config.methods import UnlearningMethod
+from server_app.config.methods import MethodSettings, UnlearningMethod
 from server_app.unlearning.frameworks import (
     REBUILDABLE,
     Framework,
@@ -20,10 +22,37 @@ class ShardingEraserMethod(UnlearningMethod):
     name = "SE"
     calibrated = replay_report = erases_records = True
     ulira = "se_unlearn"
-    refill_key = "replay-refill"
+    refill_key = "method.se.replay-refill"
     staged = "serves"
     colour = "#d62728"
     summary = "Sharding Eraser: calibrated replay of the impacted shards (the paper)"
+    renamed = {"calibration-final": "calibration_final", "replay-refill": "replay_refill"}
+
+    @dataclass(frozen=True)
+    class Settings(MethodSettings):
+        """SE's own settings (``method.se.*``).
+
+        Attributes
+        ----------
+        calibration_final : int
+            The last n replayed rounds of each impacted shard are exact (0..100000):
+            the retained participants train L epochs and their updates are not
+            calibrated (0: the paper's SE). FE keeps FedEraser's published rule.
+        replay_refill : bool
+            Each forgotten participant's slot in a replayed round goes to a
+            retained member of its shard who did not take part, who trains L
+            epochs uncalibrated (:func:`strategies.calibration.refill_slots`).
+            False: the paper's SE, which replays only the stored round's retained
+            participants.
+        """
+
+        calibration_final: int = 2
+        replay_refill: bool = True
+
+        def validate(self) -> None:
+            """``calibration-final`` in 0..100000."""
+            if not 0 <= self.calibration_final <= 100_000:
+                raise self.refuse("calibration_final", "an integer in [0, 100000]")
 
     @classmethod
     def build(cls, request: Request) -> Framework:
@@ -40,7 +69,7 @@ def replay(call: Request) -> Framework:
     updates, :data:`REBUILDABLE`; otherwise the replay starts at round 1).
     Shards where none of the request's clients ever trained keep their models.
     """
-    stage, forget = call.stage, call.forget
+    stage, forget, own = call.stage, call.forget, call.settings
     settings, shard_of, store = stage.settings, stage.sharded.shard_of, stage.sharded_store
     clients = call.clients  # a changed client (records erased) stays and retrains
     held = {shard_of[p] for p in clients}
@@ -50,9 +79,9 @@ def replay(call: Request) -> Framework:
         return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
                               settings.retrain_epochs, settings.calibration_interval,
                               impacted=trained, from_first_participation=late,
-                              final=settings.calibration_final,
+                              final=own.calibration_final,
                               exact_epochs=settings.local_epochs,
-                              refill=settings.replay_refill, refill_seed=settings.seed,
+                              refill=own.replay_refill, refill_seed=settings.seed,
                               present=stage.present, changed=call.changed)
 
     strategy = make(True)
