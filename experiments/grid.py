@@ -82,7 +82,10 @@ class InProcessGrid(Grid):
                  tamper: Mapping | None = None, stateless: bool = False,
                  node_config: Mapping[int, Mapping] | None = None):
         self.client_app = client_app
-        fused = fused_run_config(run_config)
+        # the methods' own settings are the server's (a built-in's may not be in
+        # pyproject.toml, whose keys the clients' run config is fused with)
+        fused = fused_run_config({k: v for k, v in run_config.items()
+                                  if not k.startswith("method.")})
         extra = dict(node_config or {})
         self.contexts = {
             NODE_ID_BASE + i: Context(

@@ -8,8 +8,10 @@ def test_defaults_are_valid_and_match_pyproject():
 
     import tomllib
 
-    defaults = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["flwr"]["app"][
-        "config"]
+    from flwr.common.config import flatten_dict
+
+    defaults = flatten_dict(tomllib.loads(Path("pyproject.toml").read_text())["tool"][
+        "flwr"]["app"]["config"])  # [method.se] tables as Flower flattens them
     cfg = RunConfig.from_run_config(defaults)
     assert cfg == RunConfig()  # the dataclass defaults are the pyproject defaults
     assert cfg.as_dict() == defaults

@@ -289,6 +289,19 @@ def test_the_method_name_rule_finds_a_name_spelled_elsewhere(tmp_path):
         "strategies/probe.py:3: 'SE'"]
 
 
+def test_no_method_setting_is_named_outside_its_method():
+    """Issue 53: a method's own run-config keys (``method.<key>.<field>``, and the
+    flat keys they replaced) are spelled only in its module; others read them off
+    its ``Settings``."""
+    from server_app.config import methods
+
+    keys = {k for m in methods.builtins() for k in m.Settings.keys()}
+    keys |= set(methods.renamed_keys())
+    assert keys, "the built-ins declare settings of their own"
+    assert _literals_outside(keys, ROOT, list(_modules().values()),
+                             ("server_app/unlearning/builtin/",)) == []
+
+
 def test_no_public_callable_takes_more_than_8_positional_parameters():
     """Item 4 of issue 41: long settings travel as keyword-only arguments or objects."""
     long = []

@@ -22,7 +22,9 @@ from tests.conftest import TINY
 # The temporary built-in: every one of SE's shards retrained from W^0 (an exact
 # method that ignores which shards the request touched).
 MODULE = '''
-from server_app.config.methods import UnlearningMethod
+from dataclasses import dataclass
+
+from server_app.config.methods import MethodSettings, UnlearningMethod
 from server_app.unlearning.builtin.shard_retrain import ShardRetrain
 from server_app.unlearning.frameworks import Framework
 
@@ -32,7 +34,15 @@ class AllShards(UnlearningMethod):
     exact = True
     reads_history = False
     colour = "#000000"
-    summary = "every shard from W^0"
+    summary = "every shard from W^0, for a number of rounds of its own"
+
+    @dataclass(frozen=True)
+    class Settings(MethodSettings):
+        rounds: int = 0  # 0: learning's
+
+        def validate(self):
+            if self.rounds < 0:
+                raise self.refuse("rounds", "an integer >= 0")
 
     @classmethod
     def build(cls, request):
@@ -41,12 +51,13 @@ class AllShards(UnlearningMethod):
         strategy = ShardRetrain(request.forget, stage.sharded.shards,
                                 stage.sharded.node_of, shards,
                                 clients_per_round=settings.clients_per_round,
-                                num_rounds=settings.num_rounds, seed=settings.seed)
+                                num_rounds=request.settings.rounds or settings.num_rounds,
+                                seed=settings.seed)
         return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
                          list(shards))
 '''
 RUN = {**TINY, "forget-clients": "1", "frameworks": "SE,FR,SISA,AllShards",
-       "storage": "uncoded", "mia": False}
+       "storage": "uncoded", "mia": False, "method.allshards.rounds": 1}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +79,10 @@ def summary(registered, shared_data, tmp_path_factory):
     from server_app.app import main
 
     results = tmp_path_factory.mktemp("results")
-    config = fused_run_config({**RUN, "results-dir": str(results), "run-name": "reg",
-                               "data-dir": str(shared_data)})
+    own = {k: v for k, v in RUN.items() if k.startswith("method.")}  # not in pyproject
+    config = {**fused_run_config({**{k: v for k, v in RUN.items() if k not in own},
+                                  "results-dir": str(results), "run-name": "reg",
+                                  "data-dir": str(shared_data)}), **own}
     grid = InProcessGrid(client_app, TINY["num-clients"], config)
     main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
                        run_config=config))
@@ -77,9 +90,14 @@ def summary(registered, shared_data, tmp_path_factory):
 
 
 def test_a_registered_method_is_a_valid_framework_and_a_name_is_taken_once(registered):
-    cfg = RunConfig.from_run_config(fused_run_config({**TINY,
-                                                      "frameworks": "se,allshards"}))
+    cfg = RunConfig.from_run_config({**fused_run_config({**TINY,
+                                                        "frameworks": "se,allshards"}),
+                                     "method.allshards.rounds": 3})
     assert cfg.unlearning.framework_list == ["SE", "AllShards"]
+    assert cfg.method_settings("AllShards").rounds == 3  # its own setting, its own key
+    assert cfg.as_dict()["method.allshards.rounds"] == 3
+    with pytest.raises(ConfigError, match="'method.allshards.rounds' = -1 .*>= 0"):
+        RunConfig.from_run_config({**TINY, "method.allshards.rounds": -1})
     with pytest.raises(ValueError, match="taken"):
         methods.register("allSHARDS", "x:y")
     with pytest.raises(ConfigError, match="frameworks"):
@@ -99,9 +117,10 @@ def test_the_registered_method_and_sisa_run_beside_se_and_fr(summary):
     for s, accuracy in enumerate(sisa["shard_accuracy"]):
         if s not in impacted:
             assert accuracy == original[s]
-    # AllShards retrains every shard: more client work than SISA's impacted ones
+    # AllShards retrains every shard, for its own 1 round (SISA: learning's rounds)
     assert frameworks["AllShards"]["requests"][0]["impacted_shards"] == [0, 1]
-    assert frameworks["AllShards"]["client_epochs"] > sisa["client_epochs"]
+    assert frameworks["AllShards"]["client_rounds"] == 1 < sisa["client_rounds"]
+    assert summary["config"]["method.allshards.rounds"] == 1
 
 
 @pytest.mark.inprocess
@@ -122,8 +141,23 @@ def test_the_registered_method_reaches_the_csv_and_the_report(summary, tmp_path)
         assert f"| {name} |" in section, section
 
 
+def test_pyproject_lists_every_builtin_setting_at_its_default():
+    """``flwr run --run-config`` takes only keys pyproject.toml has (Flower's
+    ``fuse_dicts``): each built-in's own settings are there, at the class's defaults."""
+    import dataclasses
+
+    from task.config import default_run_config
+
+    listed = {k: v for k, v in default_run_config().items() if k.startswith("method.")}
+    shipped = [m for m in methods.builtins() if m.__module__.startswith("server_app.")]
+    declared = {key: getattr(m.Settings(), name) for m in shipped
+                for key, name in m.Settings.keys().items()}
+    assert listed == declared
+    assert all(dataclasses.is_dataclass(m.Settings) for m in shipped)
+
+
 def test_the_exact_methods_are_named_by_their_description(registered):
-    cfg = RunConfig.from_run_config(fused_run_config(RUN))
+    cfg = RunConfig.from_run_config(RUN)
     assert cfg.unlearning.with_fields(exact=True) == ["FR", "SISA", "AllShards"]
     assert cfg.unlearning.with_fields(on_baseline=True) == ["FR"]
 
