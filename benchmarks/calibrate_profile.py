@@ -48,6 +48,7 @@ from task.config import TaskConfig, fused_run_config  # noqa: E402
 from task.registry import get_task, load_data  # noqa: E402
 from task.tasks import BUILTIN_TASKS  # noqa: E402
 from task.train import fisher_preconditioner  # noqa: E402
+from task.training_settings import TrainingSettings  # noqa: E402
 
 REPEATS = 3
 SERVER_REPEATS = 7  # memory-bound NumPy steps vary more on a shared machine
@@ -79,9 +80,9 @@ def time_task(spec: str, batches: int, warmup: int, batch_size: int) -> dict:
     n = batches * batch_size
 
     def train(count: int) -> None:
-        task.train(model, x[:count], y[:count], epochs=1, batch_size=batch_size,
-                   lr=0.05, momentum=0.5, seed=0, proximal_mu=0.0, grad_transform=None,
-                   optimizer="sgd", device="cpu")
+        task.train(model, x[:count], y[:count], TrainingSettings(
+            lr=0.05, local_epochs=1, batch_size=batch_size, momentum=0.5), seed=0,
+            device="cpu")
 
     train(warmup * batch_size)
     train_s = best_of(lambda: train(n)) / n

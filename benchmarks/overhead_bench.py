@@ -43,6 +43,7 @@ from strategies.calibration import weighted_step  # noqa: E402
 from task.builtin import build_model, load_task_data  # noqa: E402
 from task.data import client_data  # noqa: E402
 from task.train import local_train  # noqa: E402
+from task.training_settings import TrainingSettings  # noqa: E402
 
 
 def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]:
@@ -78,9 +79,10 @@ def plain_rounds(cfg: RunConfig, rounds: int) -> tuple[list[float], list[float]]
                 model = build_model(cfg.data.dataset, task.num_classes)
                 model.load_state_dict({k: torch.from_numpy(v) for k, v in
                                        models[s].items()})
-                local_train(model, x, y, epochs=cfg.training.local_epochs,
-                            batch_size=cfg.training.batch_size, lr=cfg.training.lr,
-                            momentum=cfg.training.momentum, seed=rnd * 1000 + pid)
+                local_train(model, x, y, TrainingSettings(
+                    lr=cfg.training.lr, local_epochs=cfg.training.local_epochs,
+                    batch_size=cfg.training.batch_size, momentum=cfg.training.momentum),
+                    seed=rnd * 1000 + pid)
                 trained = {k: v.numpy() for k, v in model.state_dict().items()}
                 updates.append({k: trained[k] - models[s][k] for k in trained})
                 weights.append(len(x))

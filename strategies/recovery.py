@@ -15,19 +15,21 @@ others bit for bit; :class:`FedRecover` (FRec) is the one-shard, unsharded basel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import (
-    difference,
-    refill_pool,
-)
+from strategies.calibration import difference
 from strategies.recovery_replay import RecoveryReplay
-from strategies.replay import FrozenShard, HistoryReader, reported_examples
+from strategies.replay import (
+    FrozenShard,
+    HistoryReader,
+    ReplaySchedule,
+    reported_examples,
+)
 from strategies.sharded import to_numpy, to_record
 from strategies.unlearning import ImpactedShards
 
@@ -45,23 +47,20 @@ class RecoveredShard(Strategy):
 
     Parameters
     ----------
-    history, shard, forget, start_model, **settings
-        As :class:`RecoveryReplay` (``warmup``, ``correction``, ``final``,
-        ``memory``, ``threshold``, ``from_first_participation``).
+    history, shard, forget, start_model, schedule, members
+        As :class:`RecoveryReplay` (``schedule``: FedRecover's ``warmup``,
+        ``correction``, ``final``, ``memory``, ``threshold``,
+        ``from_first_participation`` and the refill).
     node_of : Mapping[int, int]
         partition id -> Flower node id.
-
-    Raises
-    ------
-    ValueError
-        A setting out of range.
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  node_of: Mapping[int, int], start_model: Mapping[str, np.ndarray],
-                 *args, **settings) -> None:
-        self.replay = RecoveryReplay(history, shard, forget, start_model, *args,
-                                     **settings)
+                 schedule: ReplaySchedule = ReplaySchedule(), *,
+                 members: Sequence[int] = ()) -> None:
+        self.replay = RecoveryReplay(history, shard, forget, start_model, schedule,
+                                     members=members)
         self.node_of = dict(node_of)
         self._expected: dict[int, tuple[int, int | None]] = {}
 
@@ -141,39 +140,31 @@ class ShardRecovery(ImpactedShards):
         Impacted shard -> its original W^(p-1) (see :meth:`start_rounds`).
     impacted : Iterable[int]
         The shards to recover (each holds a forgotten client who trained there).
-    refill : bool
-        Refill forgotten slots from each impacted shard's retained members
-        (``recovery-refill``; :class:`RecoveryReplay` ``members``).
-    refill_seed : int
-        Seeds the substitutes' draw.
-    present : Callable[[int], Collection[int]], optional
-        Staged runs: stored round -> the clients present in its stage (only
-        they are drawn; :func:`strategies.calibration.refill_pool`).
-    settings : dict
-        ``warmup``, ``correction``, ``final``, ``memory``, and
-        ``from_first_participation`` for :class:`RecoveredShard`.
+    schedule : ReplaySchedule
+        FedRecover's schedule and ``from_first_participation`` for each
+        :class:`RecoveredShard`; its ``refill`` refills forgotten slots from each
+        impacted shard's retained members (``recovery-refill``), of those
+        ``present`` in the round's stage.
 
     Raises
     ------
     ValueError
-        As :class:`RecoveredShard`, or a shard that would lose every client.
+        A shard that would lose every client.
     """
 
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
                  start_models: Mapping[int, Mapping[str, np.ndarray]],
-                 impacted: Iterable[int], *, refill: bool = False, refill_seed: int = 0,
-                 present: Callable[[int], Collection[int]] | None = None,
-                 **settings) -> None:
+                 impacted: Iterable[int],
+                 schedule: ReplaySchedule = ReplaySchedule()) -> None:
         forget = frozenset(forget)
         for s, pids in enumerate(shards):
             if set(pids) <= forget:
                 raise ValueError(f"forgetting {sorted(forget)} would empty shard {s}")
         self.impacted = sorted(set(impacted))
         subs: list[Strategy] = [
-            RecoveredShard(history, s, forget, node_of, start_models[s],
-                           members=refill_pool(shards[s], present) if refill else None,
-                           refill_seed=refill_seed, **settings)
+            RecoveredShard(history, s, forget, node_of, start_models[s], schedule,
+                           members=shards[s])
             if s in self.impacted else FrozenShard() for s in range(len(shards))]
         super().__init__(subs, [[node_of[p] for p in pids] for pids in shards],
                          seed=None)

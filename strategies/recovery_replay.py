@@ -32,7 +32,7 @@ runs it as Flower strategies (SE-R and FRec), and the U-LiRA references
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from strategies.calibration import (
     weighted_step,
 )
 from strategies.lbfgs import flat, lbfgs_product, unflat
-from strategies.replay import HistoryReader
+from strategies.replay import HistoryReader, ReplaySchedule
 
 
 class RecoveryReplay:
@@ -75,7 +75,7 @@ class RecoveryReplay:
 
     W'^t = W'^(t-1) + sum n_i U'_i / sum n_i over the retained participants.
 
-    With ``members`` (``recovery-refill``), each forgotten participant's slot of a
+    With ``refill`` (``recovery-refill``), each forgotten participant's slot of a
     recovered round goes to a retained member of the shard who did not take part
     (:func:`strategies.calibration.refill_slots`); a substitute always trains (it
     has no stored update to estimate from), also in round 1, is weighted by its
@@ -91,24 +91,16 @@ class RecoveryReplay:
         Partition ids forgotten so far.
     start_model : Mapping[str, ndarray]
         W^(p-1), the original model before the first recovered round.
-    warmup, correction, final, memory : int
-        T_w >= 0, T_c >= 1 (0: no correction rounds), T_f >= 0, s >= 1.
-    threshold : float
-        tau > 0 of the abnormality fixing: an estimate with ``||U' - U|| > tau
-        ||U||`` is replaced by the client's exact update (it is asked to train).
-    from_first_participation : bool
-        Recover from the first round a forgotten client took part in (SE's rule,
-        default); False: from round 1 (FedRecover's own rule).
-    members : Sequence[int] or Callable[[int], Iterable[int]], optional
-        Partition ids of the shard, or stored round -> those present then:
-        refill forgotten slots from them (None: no refill, FedRecover's rule).
-    refill_seed : int
-        Seeds the substitutes' draw (with the shard and the stored round).
-
-    Raises
-    ------
-    ValueError
-        A setting out of range.
+    schedule : ReplaySchedule
+        FedRecover's ``warmup``, ``correction``, ``final``, ``memory`` and
+        ``threshold`` (T_w, T_c, T_f, s, tau), ``from_first_participation``
+        (SE's rule, default; False: from round 1, FedRecover's own rule), and
+        ``refill`` with ``refill_seed`` and ``present`` (default no refill,
+        FedRecover's rule).
+    members : Sequence[int]
+        Partition ids of the shard, which ``schedule.refill`` draws substitutes
+        from (:meth:`strategies.replay.ReplaySchedule.pool`); out-of-range
+        settings are refused when the schedule is made.
 
     Use: per server round k, :meth:`begin` (W'^(k-1) in, the retained participants
     to train out), then :meth:`finish` with their updates. :class:`RecoveredShard`
@@ -117,32 +109,26 @@ class RecoveryReplay:
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
-                 start_model: Mapping[str, np.ndarray], warmup: int = 2,
-                 correction: int = 4, final: int = 1, memory: int = 2, *,
-                 threshold: float = 1.0, from_first_participation: bool = True,
-                 members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
-                 refill_seed: int = 0) -> None:
-        for name, value, low in (("warmup", warmup, 0), ("correction", correction, 0),
-                                 ("final", final, 0), ("memory", memory, 1)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"recovery {name} = {value!r} must be an int >= {low}")
-        if not 0 < threshold < float("inf"):
-            raise ValueError(f"recovery threshold = {threshold!r} must be a number > 0")
-        self.threshold = float(threshold)
+                 start_model: Mapping[str, np.ndarray],
+                 schedule: ReplaySchedule = ReplaySchedule(), *,
+                 members: Sequence[int] = ()) -> None:
+        self.threshold = float(schedule.threshold)
         self.history, self.shard = history, shard
         self.forget = frozenset(forget)
-        self.warmup, self.correction, self.final, self.memory = \
-            warmup, correction, final, memory
+        self.warmup, self.correction, self.final, self.memory = (
+            schedule.warmup, schedule.correction, schedule.final, schedule.memory)
         rounds = list(history.rounds(shard))
         first = first_participation(history, shard, self.forget)
-        start = (first if from_first_participation else 1) if first is not None else None
+        start = ((first if schedule.from_first_participation else 1)
+                 if first is not None else None)
         self.plan = [r for r in rounds if start is not None and r >= start]
         self.start_round = self.plan[0] if self.plan else None
-        self.substitutes = plan_substitutes(history, shard, self.plan, members,
-                                            self.forget, refill_seed)
+        self.substitutes = plan_substitutes(history, shard, self.plan,
+                                            schedule.pool(members), self.forget,
+                                            schedule.refill_seed)
         self._final_rounds = final_exact_rounds(  # a skipped round is never one
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
-            final)
+            self.final)
         self._original = {k: np.asarray(v) for k, v in start_model.items()}
         self._shared: list[tuple[np.ndarray, np.ndarray]] = []
         self._base: dict[str, np.ndarray] | None = None

@@ -8,7 +8,8 @@ final rounds and refilled slots; :class:`FrozenShard` keeps a shard bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -23,6 +24,7 @@ from strategies.calibration import (
     final_exact_rounds,
     first_participation,
     plan_substitutes,
+    refill_pool,
     weighted_step,
 )
 from strategies.sharded import to_numpy, to_record
@@ -45,6 +47,92 @@ class HistoryReader(Protocol):
 
     def rounds(self, shard: int) -> list[int]:
         """Stored rounds (>= 1), ascending."""
+
+
+@dataclass(frozen=True)
+class ReplaySchedule:
+    """Which stored rounds a shard's replay redoes, which are exact, who fills a slot.
+
+    One object for the schedule of SE and FE (:class:`CalibratedRetraining`) and
+    of SE-R and FRec (:class:`strategies.recovery_replay.RecoveryReplay`); each
+    reads the fields it names and ignores the others.
+
+    Attributes
+    ----------
+    calibration_interval : int
+        FedEraser's dt >= 1, in stored rounds (1: every stored round); calibrated
+        replay only.
+    from_first_participation : bool
+        Start at the first stored round a forgotten (or changed) client took part
+        in (SE's rule, default); False: from round 1 (FedEraser's and FedRecover's
+        own rules).
+    final : int
+        T_f >= 0: the last ``final`` replayed rounds that have a retained
+        participant are exact (their participants train and their updates are
+        used as they are; the preparation round is never one).
+    exact_epochs : float, optional
+        Local epochs (L > 0) of an exact round and of a substitute or changed
+        client; None: the replay's retraining epochs. Calibrated replay only
+        (in a recovery clients train the learning's L).
+    refill : bool
+        Each forgotten participant's slot in a replayed round goes to a retained
+        member of the shard who did not take part (``replay-refill``,
+        ``recovery-refill``; :func:`strategies.calibration.refill_slots`).
+    refill_seed : int
+        Seeds the substitutes' draw (with the shard and the stored round).
+    present : Callable[[int], Collection[int]], optional
+        Staged runs: stored round -> the clients present in its stage (only they
+        are drawn; :func:`strategies.calibration.refill_pool`).
+    warmup, correction, memory : int
+        FedRecover's T_w >= 0 exact rounds after the first, an exact round every
+        T_c-th after them (T_c >= 0, 0: none), and s >= 1 L-BFGS pairs kept per
+        shard; recovery only.
+    threshold : float
+        FedRecover's tau > 0: an estimated update with ``||U' - U|| > tau ||U||``
+        is replaced by the client's exact update; recovery only.
+
+    Raises
+    ------
+    ValueError
+        On construction: ``calibration_interval < 1``; ``final``, ``warmup``,
+        ``correction`` not an int >= 0 or ``memory`` not an int >= 1;
+        ``exact_epochs`` not None and not > 0; ``threshold`` not a finite number > 0.
+    """
+
+    calibration_interval: int = 1
+    from_first_participation: bool = True
+    final: int = 0
+    exact_epochs: float | None = None
+    refill: bool = False
+    refill_seed: int = 0
+    present: Callable[[int], Collection[int]] | None = None
+    warmup: int = 2
+    correction: int = 4
+    memory: int = 2
+    threshold: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.calibration_interval < 1:
+            raise ValueError(f"calibration-interval = {self.calibration_interval} is "
+                             "not allowed: >= 1")
+        for name, low in (("final", 0), ("warmup", 0), ("correction", 0), ("memory", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"replay {name} = {value!r} must be an int >= {low}")
+        if self.exact_epochs is not None and not self.exact_epochs > 0:
+            raise ValueError(f"exact rounds' epochs = {self.exact_epochs!r} must be > 0")
+        if not 0 < self.threshold < float("inf"):
+            raise ValueError(f"recovery threshold = {self.threshold!r} must be a "
+                             "number > 0")
+
+    def pool(self, members: Sequence[int]
+             ) -> Sequence[int] | Callable[[int], list[int]] | None:
+        """Whom a shard of ``members`` refills from (None: no refill).
+
+        :func:`strategies.calibration.refill_pool` of ``members`` and
+        :attr:`present` when :attr:`refill` is on.
+        """
+        return refill_pool(members, self.present) if self.refill else None
 
 
 class CalibratedRetraining(Strategy):
@@ -73,7 +161,7 @@ class CalibratedRetraining(Strategy):
       aggregated as they are, without calibration: a final tuning on the
       retained data, as FedRecover's final rounds (0: the paper's SE).
 
-    - with ``members`` (``replay-refill``), each forgotten participant's slot in
+    - with ``refill`` (``replay-refill``), each forgotten participant's slot in
       a replayed round goes to a retained member of the shard who did not take
       part (:func:`strategies.calibration.refill_slots`): the substitute trains
       ``exact_epochs`` from the round's model, uncalibrated (it has no stored
@@ -96,22 +184,14 @@ class CalibratedRetraining(Strategy):
         partition id -> Flower node id.
     retrain_epochs : float
         Local epochs of a retraining step, L / r.
-    calibration_interval : int
-        dt of FedEraser (1 = every stored round).
-    from_first_participation : bool
-        Start at the first round a forgotten client took part (default); False
-        replays from round 1 (when W^(g0-1) cannot be had).
-    final : int
-        Exact rounds at the end of the plan (>= 0; the preparation round is
-        never one).
-    exact_epochs : float, optional
-        Local epochs of an exact round (L; default ``retrain_epochs``).
-    members : Sequence[int] or Callable[[int], Iterable[int]], optional
-        Partition ids of the shard, or stored round -> those present then
-        (:func:`strategies.calibration.refill_pool`): refill the forgotten
-        participants' slots from them (None: no refill, the paper's SE).
-    refill_seed : int
-        Seeds the substitutes' draw (with the shard and the stored round).
+    schedule : ReplaySchedule
+        FedEraser's dt (``calibration_interval``), ``from_first_participation``
+        (default; False replays from round 1, when W^(g0-1) cannot be had), the
+        ``final`` exact rounds and their ``exact_epochs`` (default
+        ``retrain_epochs``), ``refill`` with ``refill_seed`` and ``present``.
+    members : Sequence[int]
+        Partition ids of the shard: with ``schedule.refill`` the forgotten
+        participants' slots are refilled from them (:meth:`ReplaySchedule.pool`).
     changed : Iterable[int]
         Partition ids that stay but lost records (a records or class-level
         request): the replay starts at the first round a forgotten or changed
@@ -124,24 +204,19 @@ class CalibratedRetraining(Strategy):
     Raises
     ------
     ValueError
-        ``retrain_epochs <= 0``, ``exact_epochs <= 0``, ``final < 0`` or
-        ``calibration_interval < 1``.
+        ``retrain_epochs <= 0`` (the schedule's own values are checked by
+        :class:`ReplaySchedule`).
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],
                  node_of: Mapping[int, int], retrain_epochs: float,
-                 calibration_interval: int = 1, *,
-                 from_first_participation: bool = True, final: int = 0,
-                 exact_epochs: float | None = None,
-                 members: Sequence[int] | Callable[[int], Iterable[int]] | None = None,
-                 refill_seed: int = 0, changed: Iterable[int] = ()) -> None:
+                 schedule: ReplaySchedule = ReplaySchedule(), *,
+                 members: Sequence[int] = (), changed: Iterable[int] = ()) -> None:
         if not retrain_epochs > 0:
             raise ValueError(f"retrain epochs L/r = {retrain_epochs} must be > 0")
-        exact_epochs = retrain_epochs if exact_epochs is None else exact_epochs
-        if not exact_epochs > 0 or not (isinstance(final, int) and final >= 0):
-            raise ValueError(f"exact rounds: final = {final!r} must be an int >= 0 "
-                             f"and their epochs {exact_epochs!r} > 0")
-        self.final, self.exact_epochs = final, float(exact_epochs)
+        exact_epochs = (retrain_epochs if schedule.exact_epochs is None
+                        else schedule.exact_epochs)
+        self.final, self.exact_epochs = schedule.final, float(exact_epochs)
         self.history = history
         self.shard = shard
         self.forget = frozenset(forget)
@@ -149,21 +224,22 @@ class CalibratedRetraining(Strategy):
         self.node_of = dict(node_of)
         self.retrain_epochs = float(retrain_epochs)
         rounds = history.rounds(shard)
-        self.full_plan = calibration_plan(rounds, calibration_interval)
+        self.full_plan = calibration_plan(rounds, schedule.calibration_interval)
         first = first_participation(history, shard, self.forget | frozenset(changed))
         self.start_round: int | None = 1
         self.plan = list(self.full_plan)  # FedEraser's own rule: from round 1
-        if from_first_participation:  # the last plan round at or before g0 on
+        if schedule.from_first_participation:  # the last plan round at or before g0
             self.start_round = None if first is None else max(
                 r for r in self.full_plan if r <= first)
             self.plan = [r for r in self.full_plan
                          if self.start_round is not None and r >= self.start_round]
         self.skipped_rounds: list[int] = []
-        self.substitutes = plan_substitutes(history, shard, self.plan, members,
-                                            self.forget, refill_seed)
+        self.substitutes = plan_substitutes(history, shard, self.plan,
+                                            schedule.pool(members), self.forget,
+                                            schedule.refill_seed)
         self.exact_rounds = final_exact_rounds(
             [bool(self.retained(r) or self.substitutes.get(r)) for r in self.plan],
-            final)
+            schedule.final)
         self._base: dict[str, np.ndarray] | None = None
         self._expected: dict[int, tuple[int, int | None]] = {}
 

@@ -18,26 +18,27 @@ round loop, and swaps for another in one line. All work on packed shard models
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from flwr.app import ConfigRecord
 from flwr.serverapp.strategy import Strategy
 
-from strategies.calibration import calibration_plan, first_participation, refill_pool
+from strategies.calibration import calibration_plan, first_participation
 from strategies.factory import make_stock_strategy
 from strategies.replay import (
     UNLEARN_MESSAGE,
     CalibratedRetraining,
     FrozenShard,
     HistoryReader,
+    ReplaySchedule,
     reported_examples,
 )
 from strategies.sharded import ShardedStrategy
 
 __all__ = ["CalibratedRetraining", "FedEraser", "FedRetrain", "FrozenShard",
-           "HistoryReader", "ImpactedShards", "RapidRetrain", "ShardingEraser",
-           "UNLEARN_MESSAGE", "calibration_plan", "first_participation",
-           "reported_examples"]
+           "HistoryReader", "ImpactedShards", "RapidRetrain", "ReplaySchedule",
+           "ShardingEraser", "UNLEARN_MESSAGE", "calibration_plan",
+           "first_participation", "reported_examples"]
 
 
 class ImpactedShards(ShardedStrategy):
@@ -74,23 +75,16 @@ class ShardingEraser(ImpactedShards):
         partition id -> node id.
     retrain_epochs : float
         L / r.
-    calibration_interval : int
-        FedEraser's dt.
+    schedule : ReplaySchedule
+        Passed to each :class:`CalibratedRetraining` (dt, where the replay
+        starts, the ``final`` exact rounds and their epochs); its ``refill``
+        refills forgotten participants' slots from the shard's retained members
+        (``replay-refill``), of those ``present`` in the round's stage.
     impacted : Iterable[int], optional
         Shards to retrain; default every shard holding a forgotten client. In a
         sequential series, request k retrains only the shards of its own
         clients, with ``forget`` = all clients forgotten so far (the other
         shards already excluded the earlier ones).
-    from_first_participation, final, exact_epochs
-        Passed to each :class:`CalibratedRetraining`.
-    refill : bool
-        Refill forgotten participants' slots from the shard's retained members
-        (``replay-refill``; :class:`CalibratedRetraining` ``members``).
-    refill_seed : int
-        Seeds the substitutes' draw.
-    present : Callable[[int], Collection[int]], optional
-        Staged runs: stored round -> the clients present in its stage (only
-        they are drawn; :func:`strategies.calibration.refill_pool`).
     changed : Iterable[int]
         Clients that stay but lost records (a records or class-level request):
         their shards are impacted too, and each replay starts from the first
@@ -105,12 +99,8 @@ class ShardingEraser(ImpactedShards):
 
     def __init__(self, history: HistoryReader, forget: Iterable[int],
                  shards: Sequence[Sequence[int]], node_of: Mapping[int, int],
-                 retrain_epochs: float, calibration_interval: int = 1, *,
+                 retrain_epochs: float, schedule: ReplaySchedule = ReplaySchedule(), *,
                  impacted: Iterable[int] | None = None,
-                 from_first_participation: bool = True, final: int = 0,
-                 exact_epochs: float | None = None, refill: bool = False,
-                 refill_seed: int = 0,
-                 present: Callable[[int], Collection[int]] | None = None,
                  changed: Iterable[int] = ()) -> None:
         forget, changed = frozenset(forget), frozenset(changed)
         shard_of = {p: s for s, pids in enumerate(shards) for p in pids}
@@ -126,13 +116,8 @@ class ShardingEraser(ImpactedShards):
             raise ValueError(f"shards {sorted(set(self.impacted) - holding)} hold no "
                              "forgotten client: nothing to retrain there")
         subs: list[Strategy] = [
-            CalibratedRetraining(history, s, forget, node_of, retrain_epochs,
-                                 calibration_interval,
-                                 from_first_participation=from_first_participation,
-                                 final=final, exact_epochs=exact_epochs,
-                                 members=refill_pool(shards[s], present)
-                                 if refill else None,
-                                 refill_seed=refill_seed, changed=changed)
+            CalibratedRetraining(history, s, forget, node_of, retrain_epochs, schedule,
+                                 members=shards[s], changed=changed)
             if s in self.impacted else FrozenShard()
             for s in range(len(shards))
         ]

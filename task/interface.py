@@ -45,8 +45,8 @@ from task.membership import membership_features
 from task.train import TrainResult, local_train, predict_proba, score_proba
 
 TrainFn = Callable[..., TrainResult]
-"""``train(model, x, y, *, epochs, batch_size, lr, momentum, seed, proximal_mu,
-grad_transform, optimizer, device) -> TrainResult``: trains ``model`` in place
+"""``train(model, x, y, settings, *, seed, grad_transform, device) -> TrainResult``:
+trains ``model`` in place with a :class:`task.training_settings.TrainingSettings`
 (the signature of :func:`task.train.local_train`)."""
 
 PredictFn = Callable[..., np.ndarray]

@@ -11,13 +11,12 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from task.config import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -135,22 +134,32 @@ def local_seed(run_seed: object, phase: str, server_round: int, partition_id: in
     return zlib.crc32(f"{run_seed}:{phase}:{server_round}:{partition_id}".encode())
 
 
+class LocalSettings(Protocol):
+    """What :func:`local_train` reads of its settings.
+
+    :class:`task.training_settings.TrainingSettings` has these attributes (units
+    and ranges there; it refuses a value out of range when it is made).
+    """
+
+    local_epochs: float
+    batch_size: int
+    lr: float
+    momentum: float
+    proximal_mu: float
+    optimizer: str
+
+
 def local_train(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: LocalSettings,
     *,
-    epochs: float,
-    batch_size: int,
-    lr: float,
-    momentum: float = 0.0,
     seed: int = 0,
-    proximal_mu: float = 0.0,
     grad_transform: Callable[[list[torch.Tensor]], None] | None = None,
-    optimizer: str = "sgd",
     device: torch.device | str | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place with mini-batches for ``epochs`` local epochs.
+    """Train ``model`` in place with mini-batches for ``settings.local_epochs`` epochs.
 
     Parameters
     ----------
@@ -158,21 +167,28 @@ def local_train(
         Starts from the received model; updated in place.
     x, y : torch.Tensor
         The client's samples (N, ...) and targets (N,) or (N, T).
-    epochs : float
-        Local epochs L (may be fractional, e.g. L/r when unlearning): each whole
-        epoch is one full pass over the N samples in a fresh seeded order, and a
-        fractional rest f adds a partial pass over max(1, round(f N)) samples
-        (:func:`epoch_schedule`). A client with fewer samples than a batch still
-        makes exactly the passes asked for (one batch of N per pass).
-    batch_size : int
-        Largest mini-batch (samples); the last batch of a pass may be smaller.
-    lr, momentum : float
-        Learning rate; SGD's momentum (unused by Adam, which keeps torch's betas
-        (0.9, 0.999)).
+    settings : LocalSettings
+        A :class:`task.training_settings.TrainingSettings`; what is read of it:
+
+        - ``local_epochs``: local epochs L (may be fractional, e.g. L/r when
+          unlearning): each whole epoch is one full pass over the N samples in a
+          fresh seeded order, and a fractional rest f adds a partial pass over
+          max(1, round(f N)) samples (:func:`epoch_schedule`). A client with
+          fewer samples than a batch still makes exactly the passes asked for
+          (one batch of N per pass).
+        - ``batch_size``: largest mini-batch (samples); the last batch of a pass
+          may be smaller.
+        - ``lr``, ``momentum``: learning rate; SGD's momentum (unused by Adam,
+          which keeps torch's betas (0.9, 0.999)).
+        - ``proximal_mu``: FedProx's proximal term (mu / 2) ||w - w_start||^2
+          (Li et al., MLSys 2020).
+        - ``optimizer``: ``sgd`` or ``adam``; built fresh on every call, so Adam's
+          moment estimates start from zero every local round (no optimizer state
+          crosses rounds, clients or the server).
+
+        Its ``seed`` (the run's) is not read: the order's seed is ``seed``.
     seed : int
         Seeds the shuffling, so a (client, round) pair trains reproducibly.
-    proximal_mu : float
-        FedProx's proximal term (mu / 2) ||w - w_start||^2 (Li et al., MLSys 2020).
     grad_transform : callable, optional
         A diagonal preconditioner that scales a list of per-parameter tensors in
         place (RapidRetrain's Fisher preconditioning). With ``sgd`` it scales the
@@ -181,10 +197,6 @@ def local_train(
         scales each *step* instead (w <- w + P * adam_step): Adam divides every
         coordinate by its own running gradient scale, which would cancel any fixed
         diagonal rescaling of the gradient, so the preconditioner acts on the step.
-    optimizer : {"sgd", "adam"}
-        The local optimizer; built fresh on every call, so Adam's moment estimates
-        start from zero every local round (no optimizer state crosses rounds,
-        clients or the server).
     device : torch.device or str, optional
         Where the model and each mini-batch are moved (default: the CPU). The
         shuffling generator stays on the CPU, so the batches, and on the CPU the
@@ -198,11 +210,12 @@ def local_train(
     Raises
     ------
     ValueError
-        Empty data, non-positive or infinite epochs, batch size < 1, or an
-        unknown optimizer.
+        Empty data or infinite ``local_epochs`` (:func:`epoch_schedule`); the
+        settings' other ranges are refused when they are made.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
+    epochs, batch_size, lr = settings.local_epochs, settings.batch_size, settings.lr
+    momentum, proximal_mu, optimizer = (settings.momentum, settings.proximal_mu,
+                                        settings.optimizer)
     n = len(x)
     sizes = epoch_schedule(n, epochs, batch_size)
     generator = torch.Generator().manual_seed(seed)

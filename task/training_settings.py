@@ -252,11 +252,8 @@ class TrainingSettings:
         ValueError
             As the task's ``train`` (empty data, ...).
         """
-        return task.train(model, x, y, epochs=self.local_epochs,
-                          batch_size=self.batch_size, lr=self.lr,
-                          momentum=self.momentum, seed=seed,
-                          proximal_mu=self.proximal_mu, grad_transform=grad_transform,
-                          optimizer=self.optimizer, device=device)
+        return task.train(model, x, y, self, seed=seed, grad_transform=grad_transform,
+                          device=device)
 
 
 def data_dir_of(record: Mapping[str, object]) -> str:

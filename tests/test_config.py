@@ -7,7 +7,6 @@ def test_defaults_are_valid_and_match_pyproject():
     from pathlib import Path
 
     import tomllib
-
     from flwr.common.config import flatten_dict
 
     defaults = flatten_dict(tomllib.loads(Path("pyproject.toml").read_text())["tool"][

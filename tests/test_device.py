@@ -15,6 +15,7 @@ from server_app.preflight import validate_run_config
 from task.config import TaskConfig, default_run_config
 from task.device import check_device, resolve_device
 from task.train import fisher_preconditioner, local_train, predict_proba
+from task.training_settings import TrainingSettings
 
 
 @pytest.fixture
@@ -68,9 +69,9 @@ def test_the_cpu_device_gives_the_results_of_no_device():
     for device in (None, "cpu", torch.device("cpu")):
         model = _model()
         transform = fisher_preconditioner(model, x, y, samples=8, seed=3, device=device)
-        result = local_train(model, x, y, epochs=1.5, batch_size=16, lr=0.1,
-                             momentum=0.5, seed=4, grad_transform=transform,
-                             device=device)
+        result = local_train(model, x, y, TrainingSettings(
+            lr=0.1, local_epochs=1.5, batch_size=16, momentum=0.5), seed=4,
+            grad_transform=transform, device=device)
         runs.append((result.loss, model.state_dict(), predict_proba(model, x,
                                                                      device=device)))
     for loss, state, proba in runs[1:]:

@@ -25,6 +25,7 @@ from server_app.preflight import validate_run_config
 from server_app.rounds.federation import Federation
 from task.config import fused_run_config
 from task.train import local_train
+from task.training_settings import TrainingSettings
 
 SCALE_BITS = 24
 STEP = quantization_step(SCALE_BITS)
@@ -68,8 +69,8 @@ def test_resnet20_buffers_survive_coded_storage_exactly(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as a ClientApp trains (SE_TORCH_THREADS)
     try:
-        local_train(model, x, torch.randint(0, 10, (8,)), epochs=1, batch_size=4,
-                    lr=0.05)
+        local_train(model, x, torch.randint(0, 10, (8,)),
+                    TrainingSettings(lr=0.05, local_epochs=1, batch_size=4))
     finally:
         torch.set_num_threads(threads)
     trained = {k: v.numpy() for k, v in model.state_dict().items()}

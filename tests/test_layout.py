@@ -319,6 +319,51 @@ def test_no_public_callable_takes_more_than_8_positional_parameters():
     assert sorted(long) == []
 
 
+MAX_PARAMETERS = 8
+
+
+def long_signatures(paths: list[Path] | None = None, root: Path = ROOT) -> list[str]:
+    """``path:line name (n)`` of each public function or ``__init__`` of > 8 parameters.
+
+    Positional, positional-only and keyword-only parameters count; ``self``,
+    ``cls``, ``*args`` and ``**kwargs`` do not.
+    """
+    long = []
+    for path in _modules().values() if paths is None else paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if node.name.startswith("_") and node.name != "__init__":
+                continue
+            args = node.args
+            names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
+                     if a.arg not in ("self", "cls")]
+            if len(names) > MAX_PARAMETERS:
+                long.append(f"{path.relative_to(root)}:{node.lineno} {node.name} "
+                            f"({len(names)})")
+    return sorted(long)
+
+
+def test_no_public_callable_takes_more_than_8_parameters():
+    """Item 6 of issue 53: related settings travel as one object (a schedule, a plan)."""
+    assert long_signatures() == []
+
+
+def test_the_parameter_rule_finds_a_long_signature(tmp_path):
+    """The rule above can fail: 9 keyword-only parameters, or an ``__init__`` of 9."""
+    probe = tmp_path / "strategies" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text("def run(a, b, *, c, d, e, f, g, h, i):\n    pass\n\n\n"
+                     "def _hidden(a, b, c, d, e, f, g, h, i):\n    pass\n\n\n"
+                     "def fits(self, a, b, c, d, e, f, g, h, *args, **kwargs):\n"
+                     "    pass\n\n\n"
+                     "class Probe:\n"
+                     "    def __init__(self, a, b, c, /, d, e, f, g, h, i):\n"
+                     "        pass\n")
+    assert long_signatures([probe], tmp_path) == [
+        "strategies/probe.py:1 run (9)", "strategies/probe.py:14 __init__ (9)"]
+
+
 # Where a built-in dataset's name may be spelled: its task module and the registry
 # (task/tasks/), and what the experiment suites know of it (experiments/facts.py).
 # presets/, docs/ and tests/ spell them too; they are not scanned.

@@ -14,7 +14,7 @@ from server_app.rounds.loop import CostMeter, RoundOutcome
 from server_app.unlearning.frameworks import rebuild_shard_model
 from server_app.unlearning.target import TargetWatch
 from strategies.calibration import weighted_step
-from strategies.unlearning import CalibratedRetraining, first_participation
+from strategies.unlearning import CalibratedRetraining, ReplaySchedule, first_participation
 
 W = {"w": np.zeros(1000, np.float32)}
 
@@ -127,14 +127,15 @@ def test_replay_starts_at_the_first_round_a_forgotten_client_took_part(
         forget, interval, g0, start, plan, saved):
     history = FakeHistory()
     node_of = {p: 100 + p for p in range(6)}
-    retraining = CalibratedRetraining(history, 0, forget, node_of, 1.0, interval)
+    retraining = CalibratedRetraining(history, 0, forget, node_of, 1.0,
+                                      ReplaySchedule(interval))
     assert first_participation(history, 0, forget) == g0
     assert retraining.plan == plan and retraining.num_rounds == len(plan)
     report = retraining.replay_report()
     assert report["start_round"] == start and report["rounds_replayed"] == len(plan)
     assert report["retrain_messages_saved"] == saved
-    from_one = CalibratedRetraining(history, 0, forget, node_of, 1.0, interval,
-                                    from_first_participation=False)
+    from_one = CalibratedRetraining(history, 0, forget, node_of, 1.0, ReplaySchedule(
+        interval, from_first_participation=False))
     assert from_one.plan == from_one.full_plan
     assert len(from_one.plan) == report["rounds_from_round1"]
 

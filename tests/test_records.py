@@ -191,11 +191,11 @@ class _Late:
 
 def test_a_changed_client_starts_the_replay_at_its_first_round_and_stays_in_it():
     """SE for a records request: g0 is the owner's first round; it is retained."""
-    from strategies.replay import CalibratedRetraining
+    from strategies.replay import CalibratedRetraining, ReplaySchedule
 
     nodes = {p: 100 + p for p in (0, 1, 9)}
-    replay = CalibratedRetraining(_Late(), 0, (), nodes, 1.0, changed={9},
-                                  members=(0, 1, 9), refill_seed=0)
+    replay = CalibratedRetraining(_Late(), 0, (), nodes, 1.0, ReplaySchedule(refill=True),
+                                  changed={9}, members=(0, 1, 9))
     assert replay.start_round == 3 and replay.plan == [3, 4]
     assert [p for p, _ in replay.retained(3)] == [0, 1, 9]
     assert not any(replay.substitutes.values())  # nobody left: no slot to refill

@@ -11,6 +11,7 @@ from server_app.config import ConfigError
 from server_app.preflight import validate_run_config
 from strategies.lbfgs import lbfgs_product
 from strategies.recovery import RecoveredShard
+from strategies.replay import ReplaySchedule
 from tests.conftest import TINY
 
 # FedRecover's lean schedule, for SE-R and FRec alike (each reads its own keys)
@@ -65,8 +66,9 @@ class History:
     (2, 4, 1, [2, 3, 4]), (0, 0, 0, []), (1, 2, 0, [2, 4]), (0, 0, 1, [4])])
 def test_exact_rounds_are_warmup_correction_and_final(warmup, correction, final, exact):
     shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
-                           {"w": np.zeros(3, np.float32)}, warmup, correction, final,
-                           from_first_participation=False)
+                           {"w": np.zeros(3, np.float32)}, ReplaySchedule(
+                               from_first_participation=False, final=final,
+                               warmup=warmup, correction=correction))
     assert shard.num_rounds == 4
     assert [k for k in range(1, 5) if shard.replay.is_exact(k)] == exact
     assert shard.replay_report()["exact_rounds_planned"] == len(exact)
@@ -74,7 +76,8 @@ def test_exact_rounds_are_warmup_correction_and_final(warmup, correction, final,
 
 def test_bad_recovery_settings_are_refused():
     with pytest.raises(ValueError, match="memory = 0 must be an int >= 1"):
-        RecoveredShard(History(), 0, {1}, {}, {"w": np.zeros(3)}, memory=0)
+        RecoveredShard(History(), 0, {1}, {}, {"w": np.zeros(3)},
+                       ReplaySchedule(memory=0))
 
 
 @pytest.mark.inprocess
@@ -118,8 +121,8 @@ def test_exact_rounds_message_the_retained_clients_only_as_in_learning():
     from strategies.sharded import to_record
 
     shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
-                           {"w": np.zeros(3, np.float32)}, 2, 0, 0,
-                           from_first_participation=False)
+                           {"w": np.zeros(3, np.float32)}, ReplaySchedule(
+                               from_first_participation=False, warmup=2, correction=0))
     arrays = to_record({"w": np.zeros(3, np.float32)})
     assert shard.configure_train(1, arrays, ConfigRecord({}), None) == []
     messages = shard.configure_train(2, arrays, ConfigRecord({"server-round": 9}), None)
@@ -136,8 +139,9 @@ def test_an_abnormal_estimate_asks_the_client_to_train_instead():
     from strategies.sharded import to_record
 
     shard = RecoveredShard(History(), 0, {1}, {0: 100, 1: 101, 2: 102},
-                           {"w": np.zeros(3, np.float32)}, 0, 0, 0, threshold=0.5,
-                           from_first_participation=False)
+                           {"w": np.zeros(3, np.float32)}, ReplaySchedule(
+                               from_first_participation=False, warmup=0, correction=0,
+                               threshold=0.5))
     moved = to_record({"w": np.ones(3, np.float32)})  # W' - W = (1, 1, 1)
     shard.replay._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I: small
     assert shard.configure_train(2, moved, ConfigRecord({}), None) == []
@@ -155,8 +159,9 @@ def test_estimates_are_the_updates_the_round_used_without_training():
     """U' = U - B (W' - W) per retained client; none for a client asked to train."""
     from strategies.recovery_replay import RecoveryReplay
 
-    replay = RecoveryReplay(History(), 0, {1}, {"w": np.zeros(3, np.float32)}, 0, 0, 0,
-                            threshold=0.5, from_first_participation=False)
+    replay = RecoveryReplay(History(), 0, {1}, {"w": np.zeros(3, np.float32)},
+                            ReplaySchedule(from_first_participation=False, warmup=0,
+                                           correction=0, threshold=0.5))
     replay._shared = [(np.ones(3), 0.01 * np.ones(3))]  # B = 0.01 I
     assert replay.begin(2, {"w": np.ones(3, np.float32)}) == []
     stored = History().updates
@@ -181,8 +186,9 @@ class _LastAllForgotten(History):
 def test_a_skipped_last_round_moves_the_final_exact_round_back():
     """As SE's: the final round is the last that trains (a skipped one cannot be)."""
     shard = RecoveredShard(_LastAllForgotten(), 0, {1}, {0: 100, 1: 101, 2: 102},
-                           {"w": np.zeros(3, np.float32)}, 0, 0, 1,
-                           from_first_participation=False)
+                           {"w": np.zeros(3, np.float32)}, ReplaySchedule(
+                               from_first_participation=False, warmup=0, correction=0,
+                               final=1))
     assert [k for k in range(1, 5) if shard.replay.is_exact(k)] == [3]
 
 

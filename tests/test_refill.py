@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from server_app.config import ConfigError
 from strategies.calibration import refill_slots
 from strategies.sharded import to_record
-from strategies.unlearning import CalibratedRetraining
+from strategies.unlearning import CalibratedRetraining, ReplaySchedule
 
 
 def test_refill_takes_one_retained_outsider_per_forgotten_participant():
@@ -62,9 +62,10 @@ def _reply(message, value, examples):
 
 
 def _strategy(members=(0, 1, 2, 3, 4), forget=(1,)):
-    return CalibratedRetraining(_Rounds(), 0, set(forget), NODES, 1.0,
-                                from_first_participation=False, final=0,
-                                exact_epochs=2.0, members=members, refill_seed=7)
+    schedule = ReplaySchedule(from_first_participation=False, final=0, exact_epochs=2.0,
+                              refill=members is not None, refill_seed=7)
+    return CalibratedRetraining(_Rounds(), 0, set(forget), NODES, 1.0, schedule,
+                                members=members or ())
 
 
 def test_round_one_asks_only_the_substitute_and_weights_it_by_its_examples():
@@ -155,10 +156,11 @@ def test_se_run_with_refill_trains_substitutes_and_never_the_forgotten(run_serve
 def _recovery(members=(0, 1, 2, 3, 4)):
     from strategies.recovery import RecoveredShard
 
+    schedule = ReplaySchedule(warmup=0, correction=0, final=0,
+                              from_first_participation=False,
+                              refill=members is not None, refill_seed=7)
     return RecoveredShard(_Rounds(), 0, {1}, NODES, {"w": np.zeros(3, np.float32)},
-                          warmup=0, correction=0, final=0,
-                          from_first_participation=False, members=members,
-                          refill_seed=7)
+                          schedule, members=members or ())
 
 
 def test_se_r_substitute_trains_in_every_round_and_adds_no_lbfgs_pair():
@@ -210,12 +212,15 @@ def test_staged_refill_draws_only_clients_present_in_the_rounds_stage():
     """``present``: round 1's stage has clients 0-2 only, round 2's also 3 and 4."""
     from strategies.calibration import refill_pool
 
-    pool = refill_pool([0, 1, 2, 3, 4], lambda r: {0, 1, 2} if r == 1 else {0, 1, 3, 4})
+    def present(rnd):
+        return {0, 1, 2} if rnd == 1 else {0, 1, 3, 4}
+
+    pool = refill_pool([0, 1, 2, 3, 4], present)
     assert pool(1) == [0, 1, 2] and pool(2) == [0, 1, 3, 4]
     assert refill_pool([0, 1], None) == [0, 1]
-    strategy = CalibratedRetraining(_Rounds(), 0, {1}, NODES, 1.0,
-                                    from_first_participation=False, members=pool,
-                                    refill_seed=7)
+    strategy = CalibratedRetraining(_Rounds(), 0, {1}, NODES, 1.0, ReplaySchedule(
+        from_first_participation=False, refill=True, refill_seed=7, present=present),
+        members=[0, 1, 2, 3, 4])
     assert strategy.substitutes[1] == []  # nobody present sat round 1 out
     assert strategy.substitutes[2][0] in (3, 4)
 

@@ -30,7 +30,7 @@ from history.coded.recorder import CodedRecorder, ack_sizes
 from history.store import HistoryStore
 from server_app.rounds.federation import DiscoveryError, Federation, discover
 from server_app.rounds.learning import run_learning
-from server_app.rounds.loop import RoundLoop
+from server_app.rounds.loop import RoundLoop, RoundPlan
 from server_app.rounds.screening import FaultLog, ReplyLimits, check_reply
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.sharded import to_numpy
@@ -213,8 +213,8 @@ def one_round(root: Path, coded: bool, mutate) -> tuple[FaultLog, object]:
                                federation.shard_nodes())
     loop = RoundLoop(grid, TIMEOUT, faults, federation.partition_of, federation.samples)
     run_learning(loop, strategy, federation, [ArrayRecord(
-        {k: Array(v) for k, v in W0.items()})] * 2, 1,
-        ConfigRecord({"local-epochs": EPOCHS, "batch-size": BATCH}), store)
+        {k: Array(v) for k, v in W0.items()})] * 2, RoundPlan(
+        1, ConfigRecord({"local-epochs": EPOCHS, "batch-size": BATCH}), "learn"), store)
     return faults, store
 
 

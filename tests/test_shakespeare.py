@@ -10,6 +10,7 @@ import torch
 from server_app.config import ConfigError, RunConfig
 from task.builtin import build_model
 from task.train import fisher_preconditioner, local_train
+from task.training_settings import TrainingSettings
 
 try:
     import tomllib
@@ -77,9 +78,9 @@ def _trained(optimizer, transform=None, seed=0):
     model = build_model("shakespeare", 65, block_size=16)
     if transform is not None:
         transform = fisher_preconditioner(model, x, y, samples=4, seed=seed)
-    result = local_train(model, x, y, epochs=1, batch_size=4, lr=0.01,
-                         momentum=0.5, seed=seed, optimizer=optimizer,
-                         grad_transform=transform)
+    settings = TrainingSettings(lr=0.01, local_epochs=1, batch_size=4, momentum=0.5,
+                                optimizer=optimizer)
+    result = local_train(model, x, y, settings, seed=seed, grad_transform=transform)
     return model, result
 
 
@@ -114,5 +115,6 @@ def test_bad_optimizer_is_refused():
     assert "'optimizer'" in message and "rmsprop" in message and "adam" in message
     x, y = _text_data()
     with pytest.raises(ValueError, match="optimizer"):
-        local_train(build_model("shakespeare", 65, block_size=16), x, y, epochs=1,
-                    batch_size=4, lr=0.01, optimizer="rmsprop")
+        local_train(build_model("shakespeare", 65, block_size=16), x, y,
+                    TrainingSettings(lr=0.01, local_epochs=1, batch_size=4,
+                                     optimizer="rmsprop"))

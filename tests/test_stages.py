@@ -14,8 +14,8 @@ from history.files import read_arrays
 from runstore.inbox import RequestInbox
 from server_app.app import main
 from server_app.config import ConfigError, RunConfig
-from server_app.rounds.learning import run_learning
-from server_app.rounds.loop import RoundLoop
+from server_app.rounds.learning import Continuation, run_learning
+from server_app.rounds.loop import RoundLoop, RoundPlan
 from server_app.run.context import initial_model, train_config
 from server_app.stages import pipeline
 from server_app.stages.churn import Churn, Membership, lineage_shards
@@ -223,9 +223,9 @@ def test_fedretrain_over_stages_equals_a_run_without_the_forgotten_clients(
         models = run_learning(
             RoundLoop(grid), stage_strategy(cfg, baseline.shards, member.present,
                                             baseline.node_of),
-            baseline, models, cfg.training.num_rounds,
-            train_config(cfg, str(shared_data)), store,
-            first_round=first_round(cfg, entry["stage"])).models
+            baseline, models, RoundPlan(cfg.training.num_rounds,
+                                        train_config(cfg, str(shared_data)), "learn"),
+            store, continuation=Continuation(first_round(cfg, entry["stage"]))).models
     for s, record in enumerate(models):
         for key, array in record.items():
             assert np.array_equal(array.numpy(), data[f"shard{s}/{key}"]), key

@@ -13,6 +13,7 @@ from task.train import (
     local_train,
     score_proba,
 )
+from task.training_settings import TrainingSettings
 
 
 def data(n=64):
@@ -38,8 +39,8 @@ def recorded(n, epochs, batch_size, seed=0):
     """(TrainResult, the ids of every mini-batch) of a run over samples 0..n-1."""
     model = Recorder()
     x = torch.arange(n, dtype=torch.float32).reshape(n, 1)
-    result = local_train(model, x, torch.arange(n) % 3, epochs=epochs,
-                         batch_size=batch_size, lr=0.01, seed=seed)
+    result = local_train(model, x, torch.arange(n) % 3, TrainingSettings(
+        lr=0.01, local_epochs=epochs, batch_size=batch_size), seed=seed)
     return result, model.seen
 
 
@@ -49,8 +50,9 @@ def test_local_train_is_seeded_and_counts_fractional_epochs():
     a = build_model("mnist", 10)
     b = build_model("mnist", 10)
     b.load_state_dict(a.state_dict())
-    ra = local_train(a, x, y, epochs=0.5, batch_size=16, lr=0.1, seed=3)
-    rb = local_train(b, x, y, epochs=0.5, batch_size=16, lr=0.1, seed=3)
+    settings = TrainingSettings(lr=0.1, local_epochs=0.5, batch_size=16)
+    ra = local_train(a, x, y, settings, seed=3)
+    rb = local_train(b, x, y, settings, seed=3)
     assert (rb.loss, rb.steps, rb.epochs, rb.samples) == \
         (ra.loss, ra.steps, ra.epochs, ra.samples)
     assert ra.steps == 2 and ra.epochs == 0.5 and ra.samples == 32

@@ -7,7 +7,7 @@ from history.files import read_arrays
 from history.store import HistoryStore
 from server_app.config import ConfigError
 from strategies.sharded import to_record
-from strategies.unlearning import CalibratedRetraining, ShardingEraser
+from strategies.unlearning import CalibratedRetraining, ReplaySchedule, ShardingEraser
 
 
 def load_models(path):
@@ -70,7 +70,7 @@ class RecordingHistory:
 def test_se_never_reads_forgotten_updates(run_server, tmp_path):
     from flwr.app import ConfigRecord
 
-    from server_app.rounds.loop import RoundLoop
+    from server_app.rounds.loop import RoundLoop, RoundPlan
 
     summary, grid = run_server({"frameworks": "none", "num-rounds": 3})
     store = HistoryStore.open(tmp_path / "t" / "history" / "sharded")
@@ -84,7 +84,8 @@ def test_se_never_reads_forgotten_updates(run_server, tmp_path):
     initial = [to_record(store.shard_model(s, 0)) for s in range(2)]
     config = ConfigRecord({"lr": 0.05, "batch-size": 16, "momentum": 0.0, "seed": 0})
     sent_before = len(grid.sent)
-    models, stats = RoundLoop(grid).run(strategy, initial, strategy.num_rounds, config)
+    models, stats = RoundLoop(grid).run(strategy, initial,
+                                        RoundPlan(strategy.num_rounds, config))
     assert history.read and forget not in history.read
     assert set(history.read) <= set(shards[0])
     contacted = [dst for dst, _ in grid.sent[sent_before:]]
@@ -112,7 +113,7 @@ def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
     from server_app.config import RunConfig
     from server_app.rounds.federation import Federation
     from server_app.rounds.learning import run_learning
-    from server_app.rounds.loop import RoundLoop
+    from server_app.rounds.loop import RoundLoop, RoundPlan
     from server_app.run.context import initial_model, train_config
     from server_app.stages.learn import stage_strategy
 
@@ -124,9 +125,10 @@ def test_fr_equals_learning_without_the_forgotten_clients(run_server, tmp_path):
     federation = Federation({p: 1000 + p for p in retained}, [retained])
     store = HistoryStore.create(tmp_path / "fresh", federation.shard_of)
     strategy = stage_strategy(cfg, federation.shards, retained, federation.node_of)
+    plan = RoundPlan(cfg.training.num_rounds, train_config(cfg, summary["data_dir"]),
+                     "learn")
     fresh = run_learning(RoundLoop(grid), strategy, federation,
-                         [initial_model(cfg, 10)], cfg.training.num_rounds,
-                         train_config(cfg, summary["data_dir"]), store)
+                         [initial_model(cfg, 10)], plan, store)
     for key, value in fresh.models[0].items():
         assert fr[f"shard0/{key}"].tobytes() == value.numpy().tobytes(), key
 
@@ -162,7 +164,8 @@ def test_se_runs_under_flowers_own_strategy_start(run_server, tmp_path):
     shards = summary["shards"]
     forget = store.participants(0, 1)[0][0]
     se = ShardingEraser(store, {forget}, shards, {p: 1000 + p for p in range(8)},
-                        retrain_epochs=0.5, final=2, exact_epochs=1.0)  # as the README
+                        retrain_epochs=0.5,  # as the README
+                        schedule=ReplaySchedule(final=2, exact_epochs=1.0))
     learned = [to_record(store.shard_model(s, 2)) for s in range(2)]
     initial = [to_record(store.shard_model(0, 0)), learned[1]]
     from flwr.app import ConfigRecord
@@ -208,8 +211,8 @@ def test_calibration_final_rounds_train_all_epochs_uncalibrated(final, exact):
     from flwr.app import ConfigRecord, Message, RecordDict
 
     strategy = CalibratedRetraining(_FourRounds(), 0, {1}, {0: 100, 2: 102}, 1.0,
-                                    from_first_participation=False, final=final,
-                                    exact_epochs=2.0)
+                                    ReplaySchedule(from_first_participation=False,
+                                                   final=final, exact_epochs=2.0))
     assert [k for k in range(1, 5) if strategy.is_exact(k)] == exact
     base = {"w": np.zeros(3, np.float32)}
     for k in (2, 3, 4):
@@ -236,8 +239,9 @@ def test_shipped_defaults_make_the_last_two_replayed_rounds_exact():
         methods.proposed())  # pyproject.toml's values, nothing overridden
     assert (settings.calibration_final, settings.replay_refill) == (2, True)
     strategy = CalibratedRetraining(_FourRounds(), 0, {1}, {0: 100, 2: 102}, 1.0,
-                                    from_first_participation=False,
-                                    final=settings.calibration_final, exact_epochs=2.0)
+                                    ReplaySchedule(from_first_participation=False,
+                                                   final=settings.calibration_final,
+                                                   exact_epochs=2.0))
     assert [k for k in range(1, 5) if strategy.is_exact(k)] == [3, 4]
 
 
@@ -282,7 +286,7 @@ class _LateAndLastForgotten(_FourRounds):
 ])
 def test_the_exact_round_is_the_last_one_that_trains(late, interval, plan, exact):
     strategy = CalibratedRetraining(_LateAndLastForgotten(), 0, {1}, {0: 100, 2: 102},
-                                    1.0, interval, from_first_participation=late,
-                                    final=1, exact_epochs=2.0)
+                                    1.0, ReplaySchedule(interval, late, final=1,
+                                                        exact_epochs=2.0))
     assert strategy.plan == plan
     assert [k for k in range(1, len(plan) + 1) if strategy.is_exact(k)] == exact

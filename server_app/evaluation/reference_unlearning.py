@@ -29,6 +29,7 @@ from strategies.calibration import (
     weighted_step,
 )
 from strategies.recovery_replay import RecoveryReplay
+from strategies.replay import ReplaySchedule
 from task.device import resolve_device
 
 
@@ -265,10 +266,9 @@ def recover(cfg: RunConfig, own: MethodSettings, task, parts: Sequence[Part],
     history = ReferenceHistory(rounds, parts)
     state = rounds[first if from_first_participation else 0].start
     refill = from_first_participation and own.refill
-    replay = RecoveryReplay(history, 0, forget, state, **own.schedule(),
-                            from_first_participation=from_first_participation,
-                            members=range(len(parts)) if refill else None,
-                            refill_seed=seed)
+    replay = RecoveryReplay(history, 0, forget, state, ReplaySchedule(
+        **own.schedule(), from_first_participation=from_first_participation,
+        refill=refill, refill_seed=seed), members=range(len(parts)))
     for k in range(1, replay.num_rounds + 1):
         rnd = replay.stored_round(k) - 1
         exact = {c: local_update(cfg, task, state, parts[c], cfg.training.local_epochs,

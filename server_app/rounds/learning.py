@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ArrayRecord
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from history import RoundRecorder
 from server_app.rounds.federation import Federation
-from server_app.rounds.loop import CostMeter, RoundLoop, RoundOutcome
+from server_app.rounds.loop import CostMeter, RoundLoop, RoundOutcome, RoundPlan
 from server_app.rounds.screening import FaultLog
 from server_app.rounds.stopped import RunStoppedError
 from strategies.sharded import ShardedStrategy, to_numpy
@@ -170,14 +170,33 @@ class LearningProgress:
             _fmt(entry.get("loss")), outcome.participants, entry["seconds"])
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """Where a learning's rounds go on from, and where it keeps its place.
+
+    Attributes
+    ----------
+    first : int
+        Number of the first round; W^0 is stored only when it is 1 (a later stage
+        of a staged run goes on from the stored rounds before it).
+    resumed : dict, optional
+        A killed run's checkpoint to go on from: learning goes on after its
+        ``round`` (:func:`run_learning`).
+    checkpoint : callable, optional
+        Receives a checkpoint record after each round (the run catalog), for a
+        run killed later to go on from.
+    """
+
+    first: int = 1
+    resumed: dict | None = None
+    checkpoint: Callable[[dict], None] | None = None
+
+
 def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federation,
-                 initial: list[ArrayRecord], num_rounds: int, train_config: ConfigRecord,
-                 store: RoundRecorder, *,
+                 initial: list[ArrayRecord], plan: RoundPlan, store: RoundRecorder, *,
                  evaluate: Callable[[list[ArrayRecord]], dict] | None = None,
-                 label: str = "learn", first_round: int = 1,
-                 resumed: dict | None = None,
-                 checkpoint: Callable[[dict], None] | None = None) -> LearningResult:
-    """Run ``num_rounds`` rounds of ``strategy`` through ``loop``; record the history.
+                 continuation: Continuation = Continuation()) -> LearningResult:
+    """Run the rounds of ``plan`` with ``strategy`` through ``loop``; record the history.
 
     Parameters
     ----------
@@ -189,10 +208,10 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
         Node ids and shards.
     initial : list[ArrayRecord]
         W_s^0 of each shard (stored as round 0).
-    num_rounds : int
-        G.
-    train_config : ConfigRecord
-        Sent with every training message (lr, local-epochs, batch-size ...).
+    plan : RoundPlan
+        G (``num_rounds``), the training messages' ``config`` (lr, local-epochs,
+        batch-size ...) and the ``label``: prefix of the progress lines and the
+        fault log's stage.
     store : RoundRecorder
         Receives W^0, the updates and the shard models, then ``end_round(rnd,
         grid)`` after each round (round 0: W^0); not marked complete here. Its
@@ -200,18 +219,14 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
     evaluate : callable, optional
         Called with the shard models after each round; its ``accuracy`` and
         ``loss`` are logged.
-    label : str
-        Prefix of the progress lines and the fault log's stage.
-    first_round : int
-        Number of the first round; W^0 is stored only when it is 1 (a later
-        stage of a staged run goes on from the stored rounds before it).
-    resumed : dict, optional
-        A killed run's :func:`checkpoint_record` of this stage: learning goes on
-        after its ``round`` (``initial`` are the stored models of that round,
-        ``num_rounds`` still counts every round of the stage) and the result,
-        fault log and moved shards start from it.
-    checkpoint : callable, optional
-        Receives :func:`checkpoint_record` after every round (the run catalog).
+    continuation : Continuation
+        ``first``: number of the first round; W^0 is stored only when it is 1 (a
+        later stage of a staged run goes on from the stored rounds before it).
+        ``resumed``: a killed run's :func:`checkpoint_record` of this stage:
+        learning goes on after its ``round`` (``initial`` are the stored models
+        of that round, ``num_rounds`` still counts every round of the stage) and
+        the result, fault log and moved shards start from it. ``checkpoint``:
+        receives :func:`checkpoint_record` after every round (the run catalog).
 
     Raises
     ------
@@ -219,6 +234,8 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
         No shard model changed in any round (every reply rejected or missing);
         the store is left incomplete.
     """
+    label, num_rounds, first_round = plan.label, plan.num_rounds, continuation.first
+    resumed, checkpoint = continuation.resumed, continuation.checkpoint
     t_start = time.perf_counter()
     last = first_round + num_rounds - 1
     if first_round == 1 and resumed is None:
@@ -233,9 +250,9 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
     if checkpoint is not None:
         observers.append(LearningCheckpoint(checkpoint, progress, loop.faults, label,
                                             wall_before))
-    result.models, result.costs = loop.run(strategy, initial, last - start + 1,
-                                           train_config, label=label,
-                                           observers=observers, first_round=start,
+    result.models, result.costs = loop.run(strategy, initial,
+                                           replace(plan, num_rounds=last - start + 1),
+                                           first_round=start, observers=observers,
                                            max_update=store.max_update)
     if not any(progress.moved):
         raise LearningStalledError(stalled_message(label, num_rounds, loop.faults))

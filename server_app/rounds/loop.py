@@ -291,6 +291,26 @@ def _fisher_samples(message: Message | None) -> int:
     return int(config.get("fisher-samples", 0))
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """The training rounds a stage runs through :meth:`RoundLoop.run`.
+
+    Attributes
+    ----------
+    num_rounds : int
+        Rounds to run (0: none).
+    config : ConfigRecord
+        Sent with every training message (a fresh copy each round): lr,
+        local-epochs, batch-size ...
+    label : str
+        The stage's name in the log lines and the fault log (``stage``).
+    """
+
+    num_rounds: int
+    config: ConfigRecord
+    label: str = "round"
+
+
 @dataclass
 class RoundLoop:
     """The run's one round loop: its grid, reply bounds, timeout and fault log.
@@ -329,100 +349,73 @@ class RoundLoop:
         return CostMeter(self.costs, self.partition_of)
 
     def run(self, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
-            num_rounds: int, config: ConfigRecord, *, label: str = "round",
-            observers: Sequence[RoundObserver] = (), first_round: int = 1,
-            max_update: float | None = None, meter: CostMeter | None = None
-            ) -> tuple[list[ArrayRecord], CostMeter]:
-        """Run ``num_rounds`` rounds of ``strategy``; return shard models and costs.
+            plan: RoundPlan, *, first_round: int = 1,
+            observers: Sequence[RoundObserver] = (), max_update: float | None = None,
+            meter: CostMeter | None = None) -> tuple[list[ArrayRecord], CostMeter]:
+        """Run the rounds of ``plan`` with ``strategy``; return shard models and costs.
 
-        ``meter`` (default: a fresh :class:`CostMeter`) is the first observer, then
-        ``observers``; its ``wall_s`` is set to the wall seconds of these rounds.
-        ``max_update`` bounds a reply's update (the store's fixed-point range;
-        None: unbounded). See :func:`run_rounds` for the other parameters.
+        Parameters
+        ----------
+        strategy : ShardedStrategy
+            Learning (one stock strategy per shard) or an unlearning framework.
+        initial : Sequence[ArrayRecord]
+            Each shard's model before the first round.
+        plan : RoundPlan
+            How many rounds, the ``config`` of their training messages, their label.
+        first_round : int
+            Number of the first round (a later stage of a staged run goes on from
+            the rounds before it: sampling, client seeds and the history use it).
+        observers : Sequence[RoundObserver]
+            Told about each round, in order, once it is aggregated, after ``meter``.
+        max_update : float, optional
+            Bounds a reply's update (the store's fixed-point range; None: unbounded).
+        meter : CostMeter, optional
+            The first observer (default: a fresh :meth:`meter`); its ``wall_s`` is
+            set to the wall seconds of these rounds.
+
+        Returns
+        -------
+        tuple[list[ArrayRecord], CostMeter]
+            Each shard's model after the last round, and ``meter``.
         """
         limits = ReplyLimits(self.samples, self.timeout or MAX_TRAIN_SECONDS, max_update)
         meter = meter if meter is not None else self.meter()
+        observers = [meter, *observers]
+        label, grid, faults = plan.label, self.grid, self.faults
         t_start = time.perf_counter()
-        models = run_rounds(self.grid, strategy, initial, num_rounds, config,
-                            timeout=self.timeout, faults=self.faults, label=label,
-                            partition_of=self.partition_of, limits=limits,
-                            observers=[meter, *observers], first_round=first_round)
+        arrays = pack_shards(initial)
+        models = list(initial)
+        for rnd in range(first_round, first_round + plan.num_rounds):
+            started = time.perf_counter()
+            messages = list(strategy.configure_train(
+                rnd, arrays, ConfigRecord(dict(plan.config)), grid))
+            server_s = time.perf_counter() - started
+            seen = len(faults.entries)
+            replies = grid.send_and_receive(messages, timeout=self.timeout) \
+                if messages else []
+            accepted = screen(replies, messages, label, rnd, faults, self.partition_of,
+                              limits)
+            _log_faults(faults.entries[seen:], label, rnd)
+            warnings = shard_warnings(strategy, messages, accepted,
+                                      faults.entries[seen:], label, rnd)
+            for warning in warnings:
+                log(WARNING, "%s", warning)
+            t0 = time.perf_counter()
+            aggregated, metrics = strategy.aggregate_train(rnd, accepted)
+            aggregate_s = time.perf_counter() - t0
+            server_s += aggregate_s
+            if aggregated is not None:
+                arrays = aggregated
+            new = unpack_shards(arrays, strategy.num_shards)
+            outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted),
+                                   models, new, server_s, started, warnings,
+                                   aggregate_s, metrics,
+                                   _sent_by_shard(strategy, messages))
+            for observer in observers:
+                observer.on_round(outcome)
+            models = new
         meter.wall_s = time.perf_counter() - t_start
         return models, meter
-
-
-def run_rounds(grid: Grid, strategy: ShardedStrategy, initial: Sequence[ArrayRecord],
-               num_rounds: int, config: ConfigRecord, *, timeout: float | None = None,
-               faults: FaultLog | None = None, label: str = "round",
-               partition_of: Mapping[int, int] | None = None,
-               limits: ReplyLimits | None = None,
-               observers: Sequence[RoundObserver] = (),
-               first_round: int = 1) -> list[ArrayRecord]:
-    """Run ``num_rounds`` training rounds of ``strategy``; return the shard models.
-
-    Parameters
-    ----------
-    grid : Grid
-        Flower grid (or the in-process one).
-    strategy : ShardedStrategy
-        Learning (one stock strategy per shard) or an unlearning framework.
-    initial : Sequence[ArrayRecord]
-        Each shard's model before round 1.
-    num_rounds : int
-        Rounds to run.
-    config : ConfigRecord
-        Sent with every training message (a fresh copy each round).
-    timeout : float, optional
-        Seconds to wait for a round's replies.
-    faults : FaultLog, optional
-        Receives rejected replies and dropouts; they are left out of aggregation.
-    label : str
-        Stage name in the fault log and the log lines.
-    partition_of : Mapping[int, int], optional
-        Node id -> partition id, for readable fault entries.
-    limits : ReplyLimits, optional
-        Bounds of a reply's numbers (samples held, seconds, update size).
-    observers : Sequence[RoundObserver]
-        Told about each round, in order, once it is aggregated.
-    first_round : int
-        Number of the first round (a later stage of a staged run goes on from
-        the rounds before it: sampling, client seeds and the history use it).
-
-    Returns
-    -------
-    list[ArrayRecord]
-        Each shard's model after the last round.
-    """
-    faults = faults if faults is not None else FaultLog()
-    arrays = pack_shards(initial)
-    models = list(initial)
-    for rnd in range(first_round, first_round + num_rounds):
-        started = time.perf_counter()
-        messages = list(strategy.configure_train(rnd, arrays, ConfigRecord(dict(config)),
-                                                 grid))
-        server_s = time.perf_counter() - started
-        seen = len(faults.entries)
-        replies = grid.send_and_receive(messages, timeout=timeout) if messages else []
-        accepted = screen(replies, messages, label, rnd, faults, partition_of, limits)
-        _log_faults(faults.entries[seen:], label, rnd)
-        warnings = shard_warnings(strategy, messages, accepted, faults.entries[seen:],
-                                  label, rnd)
-        for warning in warnings:
-            log(WARNING, "%s", warning)
-        t0 = time.perf_counter()
-        aggregated, metrics = strategy.aggregate_train(rnd, accepted)
-        aggregate_s = time.perf_counter() - t0
-        server_s += aggregate_s
-        if aggregated is not None:
-            arrays = aggregated
-        new = unpack_shards(arrays, strategy.num_shards)
-        outcome = RoundOutcome(rnd, messages, strategy.route_replies(accepted), models,
-                               new, server_s, started, warnings, aggregate_s, metrics,
-                               _sent_by_shard(strategy, messages))
-        for observer in observers:
-            observer.on_round(outcome)
-        models = new
-    return models
 
 
 def _sent_by_shard(strategy: ShardedStrategy, messages: Sequence[Message]) -> list[int]:

@@ -12,8 +12,7 @@ federation): resumable from the run catalog, pruned, marked complete, and with
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from flwr.app import ArrayRecord
 
@@ -22,7 +21,8 @@ from history.catalog import CATALOG_FILE
 from runstore.summary import LearningSummary
 from server_app.config import RunConfig
 from server_app.rounds.federation import Federation
-from server_app.rounds.learning import LearningResult, run_learning
+from server_app.rounds.learning import Continuation, LearningResult, run_learning
+from server_app.rounds.loop import RoundPlan
 from server_app.run.context import RunContext
 from server_app.stages.churn import present_shards
 from server_app.unlearning.erasure import Erasure, erasing_loop
@@ -66,28 +66,6 @@ def first_round(cfg: RunConfig, stage: int) -> int:
     return (stage - 1) * cfg.training.num_rounds + 1
 
 
-@dataclass(frozen=True)
-class Continuation:
-    """Where a learning's rounds go on from, and where it keeps its place.
-
-    Attributes
-    ----------
-    first : int
-        Number of the first round; W^0 is stored only when it is 1 (a later stage
-        of a staged run goes on from the stored rounds before it).
-    resumed : dict, optional
-        A killed run's checkpoint to go on from: learning goes on after its
-        ``round`` (:func:`server_app.rounds.learning.run_learning`).
-    checkpoint : callable, optional
-        Receives a checkpoint record after each round (the run catalog), for a
-        run killed later to go on from.
-    """
-
-    first: int = 1
-    resumed: dict | None = None
-    checkpoint: Callable[[dict], None] | None = None
-
-
 def learn_rounds(ctx: RunContext, federation: Federation, store, models: list[ArrayRecord],
                  present: Sequence[int], label: str,
                  continuation: Continuation = Continuation(), *,
@@ -101,11 +79,10 @@ def learn_rounds(ctx: RunContext, federation: Federation, store, models: list[Ar
     ``erasure`` (a staged run's records erased so far) train on what they keep.
     """
     strategy = stage_strategy(ctx.cfg, federation.shards, present, federation.node_of)
+    plan = RoundPlan(ctx.cfg.training.num_rounds, ctx.train_config(), label)
     return run_learning(erasing_loop(ctx.loop, erasure), strategy, federation, models,
-                        ctx.cfg.training.num_rounds, ctx.train_config(), store,
-                        evaluate=ctx.evaluator.evaluate, label=label,
-                        first_round=continuation.first, resumed=continuation.resumed,
-                        checkpoint=continuation.checkpoint)
+                        plan, store, evaluate=ctx.evaluator.evaluate,
+                        continuation=continuation)
 
 
 def open_store(root, federation: Federation) -> HistoryStore:

@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord
 from server_app.config import RunConfig
 from server_app.config.methods import reference
 from server_app.rounds.federation import Federation
-from server_app.rounds.loop import CostMeter
+from server_app.rounds.loop import CostMeter, RoundPlan
 from server_app.run.context import RunContext
 from server_app.stages.churn import Membership, lineage_shards
 from server_app.stages.learn import first_round, stage_strategy
@@ -48,8 +48,8 @@ def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Memb
         strategy = stage_strategy(cfg, baseline.shards, present, baseline.node_of,
                                   keep_empty=True)
         models, meter = loop.run(
-            strategy, models, cfg.training.num_rounds, ctx.train_config(),
-            label=f"{label or reference()} stage {member.stage}",
+            strategy, models, RoundPlan(cfg.training.num_rounds, ctx.train_config(),
+                                        f"{label or reference()} stage {member.stage}"),
             first_round=first_round(cfg, member.stage))
         accumulate(total, meter)
     return models, total

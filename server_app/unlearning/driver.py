@@ -47,7 +47,7 @@ from runstore.summary import FrameworkSummary, RequestCost
 from server_app.config.methods import UnlearningMethod
 from server_app.config.methods import info as method_info
 from server_app.rounds.costs import CostModel
-from server_app.rounds.loop import CostMeter, RoundLoop
+from server_app.rounds.loop import CostMeter, RoundLoop, RoundPlan
 from server_app.rounds.screening import FaultLog
 from server_app.rounds.stopped import RunStoppedError
 from server_app.unlearning.erasure import Erasure, erasing_loop
@@ -128,8 +128,8 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
         meter = loop.meter()
         watch = TargetWatch(evaluate, stage.target_loss, meter) \
             if described.from_scratch and stage.target_loss is not None else None
-        models, stats = loop.run(framework.strategy, framework.initial,
-                                 framework.num_rounds, stage.train_config, label=label,
+        plan = RoundPlan(framework.num_rounds, stage.train_config, label)
+        models, stats = loop.run(framework.strategy, framework.initial, plan,
                                  observers=[watch] if watch else [], meter=meter)
         _check_progress(label, stats, loop.faults)
         _check_finite(label, models)

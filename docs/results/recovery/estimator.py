@@ -85,13 +85,14 @@ def measure(seed: int) -> dict:
     )
     from strategies.lbfgs import flat
     from strategies.recovery_replay import RecoveryReplay
+    from strategies.replay import ReplaySchedule
 
     cfg, task, parts = _setup(seed)
     learned, rounds = learn_with_history(cfg, task, parts, seed, per_round=PER_ROUND)
     forget = {min(rounds[0].updates)}
     history = ReferenceHistory(rounds, parts)
     replay = RecoveryReplay(history, 0, forget, rounds[0].start,
-                            **cfg.method_settings("SE-R").schedule())
+                            ReplaySchedule(**cfg.method_settings("SE-R").schedule()))
     state, rows = rounds[0].start, []
     for k in range(1, replay.num_rounds + 1):
         rnd = replay.stored_round(k)

@@ -29,6 +29,7 @@ from task.text_backdoor import (
     trigger_contexts,
 )
 from task.train import local_seed, local_train, predict_proba
+from task.training_settings import TrainingSettings
 
 
 def fedavg(models, weights):
@@ -63,8 +64,9 @@ def main(k, npois, frac, epochs, rounds, n, phrase, cont, block=64, clean=1):
             for pid in members:
                 model = task.model(65)
                 model.load_state_dict(state)
-                local_train(model, *clients[pid], epochs=epochs, batch_size=8, lr=0.01,
-                            seed=local_seed(0, "learn", g, pid), optimizer="adam")
+                local_train(model, *clients[pid], TrainingSettings(
+                    lr=0.01, local_epochs=epochs, batch_size=8, optimizer="adam"),
+                    seed=local_seed(0, "learn", g, pid))
                 outs.append(model.state_dict())
             state = fedavg(outs, [1] * len(outs))
             model = task.model(65)

@@ -18,6 +18,7 @@ from task.backdoor import Backdoor, attack_success_rate, poison, triggered_test_
 from task.builtin import build_model, load_task_data
 from task.data import client_data
 from task.train import local_train, predict_proba
+from task.training_settings import TrainingSettings
 
 
 def main(k: int, npois: int, frac: float, epochs: float, rounds: int) -> None:
@@ -37,8 +38,9 @@ def main(k: int, npois: int, frac: float, epochs: float, rounds: int) -> None:
         states = []
         for pid, (x, y) in enumerate(data):
             local = copy.deepcopy(model)
-            local_train(local, x, y, epochs=epochs, batch_size=32, lr=0.05,
-                        momentum=0.5, seed=rnd * 100 + pid)
+            local_train(local, x, y, TrainingSettings(
+                lr=0.05, local_epochs=epochs, batch_size=32, momentum=0.5),
+                seed=rnd * 100 + pid)
             states.append(local.state_dict())
         model.load_state_dict({n: sum(s[n] for s in states) / k for n in states[0]})
         asr = attack_success_rate(predict_proba(model, x_test), 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from server_app.config.methods import UnlearningMethod
 from server_app.unlearning.frameworks import Framework, Request
 from strategies.sharded import to_record
-from strategies.unlearning import FedEraser
+from strategies.unlearning import FedEraser, ReplaySchedule
 
 
 class FedEraserMethod(UnlearningMethod):
@@ -37,8 +37,8 @@ def _build(call: Request) -> Framework:
     settings = stage.settings
     strategy = FedEraser(stage.baseline_store, call.forget, stage.baseline.shards,
                          stage.baseline.node_of, settings.retrain_epochs,
-                         settings.calibration_interval,
-                         from_first_participation=False)  # FedEraser: from round 1
+                         ReplaySchedule(settings.calibration_interval,
+                                        from_first_participation=False))  # round 1 on
     initial = [to_record(stage.baseline_store.shard_model(s, 0))
                for s in range(len(stage.baseline.shards))]
     return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted))

@@ -14,6 +14,7 @@ from server_app.unlearning.frameworks import (
     rebuild_shard_model,
 )
 from strategies.recovery import ShardRecovery
+from strategies.replay import ReplaySchedule
 from strategies.sharded import to_record
 from strategies.unlearning import first_participation
 
@@ -55,7 +56,7 @@ class RecoverySettings(MethodSettings):
             raise self.refuse("threshold", "a number > 0")
 
     def schedule(self) -> dict:
-        """The :class:`strategies.recovery.RecoveredShard` keywords."""
+        """FedRecover's :class:`strategies.replay.ReplaySchedule` keywords."""
         return {"warmup": self.warmup, "correction": self.correction,
                 "final": self.final, "memory": self.memory, "threshold": self.threshold}
 
@@ -163,10 +164,11 @@ def recover(call: Request) -> Framework:
     starts = {s: rebuild_shard_model(store, s, (
         first_participation(store, s, forget) if sharded else 1) - 1) for s in impacted}
     strategy = ShardRecovery(store, forget, federation.shards, federation.node_of,
-                             starts, impacted, from_first_participation=sharded,
-                             refill=sharded and call.settings.refill,
-                             refill_seed=settings.seed, present=stage.present,
-                             **schedule)
+                             starts, impacted, ReplaySchedule(
+                                 from_first_participation=sharded,
+                                 refill=sharded and call.settings.refill,
+                                 refill_seed=settings.seed, present=stage.present,
+                                 **schedule))
     models = (call.current or stage.sharded_models) if sharded else [  # learned, rebuilt
         rebuild_shard_model(store, s, max(store.rounds(s), default=0))
         for s in range(len(federation.shards))]

@@ -13,7 +13,7 @@ from server_app.unlearning.frameworks import (
     rebuild_shard_model,
 )
 from strategies.sharded import to_record
-from strategies.unlearning import ShardingEraser, first_participation
+from strategies.unlearning import ReplaySchedule, ShardingEraser, first_participation
 
 
 class ShardingEraserMethod(UnlearningMethod):
@@ -76,13 +76,15 @@ def replay(call: Request) -> Framework:
     trained = {s for s in held if first_participation(store, s, clients) is not None}
 
     def make(late: bool) -> ShardingEraser:
+        schedule = ReplaySchedule(settings.calibration_interval,
+                                  from_first_participation=late,
+                                  final=own.calibration_final,
+                                  exact_epochs=settings.local_epochs,
+                                  refill=own.replay_refill, refill_seed=settings.seed,
+                                  present=stage.present)
         return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
-                              settings.retrain_epochs, settings.calibration_interval,
-                              impacted=trained, from_first_participation=late,
-                              final=own.calibration_final,
-                              exact_epochs=settings.local_epochs,
-                              refill=own.replay_refill, refill_seed=settings.seed,
-                              present=stage.present, changed=call.changed)
+                              settings.retrain_epochs, schedule, impacted=trained,
+                              changed=call.changed)
 
     strategy = make(True)
     starts, sources = {}, {}
