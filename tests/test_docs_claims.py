@@ -244,7 +244,8 @@ def _claims() -> list[tuple[str, str, str]]:
                    saving, "cost SE", " on the image datasets")))]
     walls = [_run_minutes(ROOT / f"docs/results/recovery/paper-noniid-seed{seed}.json")
              for seed in (0, 1, 2)]
-    claims.append(("docs/RESULTS.md", f"the three retrainings: {min(walls):.1f}-"
+    claims.append(("docs/results/recovery/README.md",
+                   f"the three retrainings: {min(walls):.1f}-"
                    f"{max(walls):.1f} min of wall seconds a run",
                    "docs/results/recovery/paper-noniid-seed*.json"))
     single = _original_under_fr("single-")
