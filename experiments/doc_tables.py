@@ -107,7 +107,7 @@ def redraw(files: Path = FILES, figures_to: Path = FIGURES, results: Path = RESU
             written.append(folder / "explore.md")
             written[-1].write_text(table(these) + "\n")
     for page, make in ((results, summary_block), (readme, headline_block)):
-        _replace_block(page, *pages[page], make(shipped, paper))
+        replace_block(page, *pages[page], make(shipped, paper))
     for data in shipped:
         data["label"] = f"{data['cell']}, shipped"
     return [*written, results, readme, *figures(runs + shipped + paper, figures_to)]
@@ -156,7 +156,7 @@ def block(page: Path, begin: str, end: str) -> str:
     return page.read_text().split(begin, 1)[1].split(end, 1)[0]
 
 
-def _replace_block(page: Path, begin: str, end: str, content: str) -> None:
+def replace_block(page: Path, begin: str, end: str, content: str) -> None:
     """Put ``content`` between ``begin`` and ``end`` in ``page``, a blank line around."""
     head, rest = page.read_text().split(begin, 1)
     page.write_text(f"{head}{begin}\n\n{content}\n{end}{rest.split(end, 1)[1]}")

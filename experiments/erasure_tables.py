@@ -176,8 +176,9 @@ def block() -> str:
 
 def write(page: Path = RESULTS) -> None:
     """Put :func:`block` between :data:`BEGIN` and :data:`END` in ``page``."""
-    head, rest = page.read_text().split(BEGIN, 1)
-    page.write_text(f"{head}{BEGIN}\n\n{block()}\n{END}{rest.split(END, 1)[1]}")
+    from experiments.doc_tables import replace_block
+
+    replace_block(page, BEGIN, END, block())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What a client needs to train locally, as one object both apps share.
 
-The ServerApp builds :class:`TrainingSettings` from its run config
+:class:`LocalTraining` declares the local-training keys once, for the run config
+and the messages. The ServerApp builds :class:`TrainingSettings` from its run config
 (:meth:`server_app.config.training.TrainingConfig.local_settings`) and sends
 :meth:`TrainingSettings.to_record` as every train message's ``config``; stock
 Flower strategies and ours add the per-message keys (``server-round``,
@@ -41,15 +42,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_type_hints
 
 import torch
 from flwr.app import ConfigRecord
 
 from task.config import OPTIMIZERS
+from task.section import Section
 from task.train import TrainResult
 from task.train import local_seed as _local_seed
-from task.values import ConfigError, coerce
+from task.values import ConfigError, bad, coerce
 
 if TYPE_CHECKING:
     from task.interface import Task
@@ -57,14 +59,7 @@ if TYPE_CHECKING:
 PRECONDITIONS = ("", "fisher")
 """Record ``precondition``: none, or RapidRetrain's diagonal Fisher."""
 
-KEYS = {"lr": ("lr", float), "local_epochs": ("local-epochs", float),
-        "batch_size": ("batch-size", int), "optimizer": ("optimizer", str),
-        "momentum": ("momentum", float), "seed": ("seed", int),
-        "data_dir": ("data-dir", str), "server_round": ("server-round", int),
-        "proximal_mu": ("proximal-mu", float), "precondition": ("precondition", str),
-        "fisher_samples": ("fisher-samples", int),
-        "fisher_damping": ("fisher-damping", float)}
-"""Field name -> (record key, type), in field order."""
+MAX_LR, MAX_EPOCHS, MAX_BATCH = 10.0, 1000, 2**20  # lr: larger steps diverge here
 
 LEARNING_KEYS = ("lr", "local-epochs", "batch-size", "optimizer", "momentum", "seed",
                  "data-dir")
@@ -72,31 +67,68 @@ LEARNING_KEYS = ("lr", "local-epochs", "batch-size", "optimizer", "momentum", "s
 where they differ from their defaults (absent means off, as strategies add them)."""
 
 SOURCE = "train-message config"
-"""First words of a conversion error of a record's value."""
+"""First words of an error of a record's value."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingSettings:
-    """One client's local training for one message (keys: :data:`KEYS`).
+class LocalTraining(Section):
+    """How a client trains locally: one schema of these keys for both apps.
 
-    Keyword-only (twelve settings). Values are converted on construction
-    (:func:`task.values.coerce`: ints to float where a float is meant, strings
-    stripped, NaN refused), so equal settings compare equal however they were
-    written.
+    The run-config section :class:`server_app.config.training.TrainingConfig` and
+    every message's :class:`TrainingSettings` are this and their own keys
+    (defaults: pyproject.toml's); :meth:`check_ranges` checks these keys for both.
 
     Attributes
     ----------
     lr : float
-        ``lr``: step size of one optimizer step, > 0.
+        ``lr``: step size of one optimizer step, in (0, :data:`MAX_LR`].
     local_epochs : float
-        ``local-epochs``: passes over the client's samples, > 0 (fractions
-        allowed: L / r when unlearning).
+        ``local-epochs``: passes over the client's samples, in (0, 1000]: a message's
+        a float (L, or L / r when unlearning); the run config's L a whole number, read
+        as an int (its default's type, :meth:`Section.from_run_config`), printed so.
     batch_size : int
-        ``batch-size``: samples of a mini-batch, >= 1.
+        ``batch-size``: samples of a mini-batch, in [1, :data:`MAX_BATCH`].
     optimizer : str
-        ``optimizer``: one of :data:`task.config.OPTIMIZERS`.
+        ``optimizer``: one of :data:`task.config.OPTIMIZERS` (fresh state a message).
     momentum : float
         ``momentum``: SGD's momentum, in [0, 1) (Adam ignores it).
+    """
+
+    lr: float = 0.05
+    local_epochs: float = 2  # an int: the run config's L is read as one
+    batch_size: int = 32
+    optimizer: str = "sgd"
+    momentum: float = 0.5
+
+    def _ranges(self) -> tuple[tuple[str, bool, str], ...]:  # key, in range, allowed
+        kind = "integer" if isinstance(self.local_epochs, int) else "number"
+        return (("lr", 0 < self.lr <= MAX_LR, f"a positive number, at most {MAX_LR:g} "
+                 "(larger steps diverge for every model here)"),
+                ("local-epochs", 0 < self.local_epochs <= MAX_EPOCHS,
+                 f"a positive {kind}, at most {MAX_EPOCHS}"),
+                ("batch-size", 1 <= self.batch_size <= MAX_BATCH,
+                 f"a positive integer, at most {MAX_BATCH}"),
+                ("optimizer", self.optimizer in OPTIMIZERS,
+                 f"one of {', '.join(OPTIMIZERS)}"),
+                ("momentum", 0 <= self.momentum < 1, "a number in [0, 1)"))
+
+    def check_ranges(self, source: str = "run-config") -> None:
+        """Raise :class:`ConfigError` on the first bad value (one line from ``source``)."""
+        for key, ok, allowed in self._ranges():
+            if not ok:
+                raise bad(key, getattr(self, self.keys()[key]), allowed, source=source)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings(LocalTraining):
+    """One client's local training for one message (keys: :data:`KEYS`).
+
+    :class:`LocalTraining`'s keys and the message's own, keyword-only. Values are
+    converted on construction (:func:`task.values.coerce`: ints to float where a
+    float is meant, strings stripped, NaN refused), so equal settings compare equal.
+
+    Attributes
+    ----------
     seed : int
         ``seed``: the run's seed, >= 0.
     data_dir : str
@@ -115,15 +147,9 @@ class TrainingSettings:
     Raises
     ------
     ConfigError
-        On construction: a value of the wrong type or out of its range, naming
-        its key.
+        On construction: a value of the wrong type or range (one line naming its key).
     """
 
-    lr: float
-    local_epochs: float
-    batch_size: int
-    optimizer: str = "sgd"
-    momentum: float = 0.0
     seed: int = 0
     data_dir: str = ""
     server_round: int = 0
@@ -136,28 +162,16 @@ class TrainingSettings:
         for name, (key, kind) in KEYS.items():
             value = coerce(key, getattr(self, name), kind, source=SOURCE)
             object.__setattr__(self, name, value)  # frozen: set once, here
-        self._check_ranges()
+        self.check_ranges(SOURCE)
 
-    def _check_ranges(self) -> None:
-        checks = {"lr": self.lr > 0, "local-epochs": self.local_epochs > 0,
-                  "batch-size": self.batch_size >= 1,
-                  "optimizer": self.optimizer in OPTIMIZERS,
-                  "momentum": 0 <= self.momentum < 1, "seed": self.seed >= 0,
-                  "server-round": self.server_round >= 0,
-                  "proximal-mu": self.proximal_mu >= 0,
-                  "precondition": self.precondition in PRECONDITIONS,
-                  "fisher-samples": self.fisher_samples >= 1,
-                  "fisher-damping": self.fisher_damping >= 0}
-        allowed = {"lr": "> 0", "local-epochs": "> 0", "batch-size": ">= 1",
-                   "optimizer": f"one of {OPTIMIZERS}", "momentum": "in [0, 1)",
-                   "seed": ">= 0", "server-round": ">= 0", "proximal-mu": ">= 0",
-                   "precondition": f"one of {PRECONDITIONS}",
-                   "fisher-samples": ">= 1", "fisher-damping": ">= 0"}
-        for key, ok in checks.items():
-            if not ok:
-                name = next(n for n, (k, _) in KEYS.items() if k == key)
-                raise ConfigError(f"{SOURCE} '{key}' = {getattr(self, name)!r} "
-                                  f"must be {allowed[key]}")
+    def _ranges(self) -> tuple[tuple[str, bool, str], ...]:
+        return (*super()._ranges(), ("seed", self.seed >= 0, "an integer >= 0"),
+                ("server-round", self.server_round >= 0, "an integer >= 0"),
+                ("proximal-mu", self.proximal_mu >= 0, "a number >= 0"),
+                ("precondition", self.precondition in PRECONDITIONS,
+                 f"one of {PRECONDITIONS}"),
+                ("fisher-samples", self.fisher_samples >= 1, "an integer >= 1"),
+                ("fisher-damping", self.fisher_damping >= 0, "a number >= 0"))
 
     def to_record(self) -> ConfigRecord:
         """The settings as a train message's ``config``.
@@ -178,7 +192,7 @@ class TrainingSettings:
 
     @classmethod
     def from_record(cls, record: Mapping[str, object]) -> TrainingSettings:
-        """Read a train message's ``config`` (keys absent: their defaults).
+        """Read a train message's ``config`` (absent keys: the module table's).
 
         Parameters
         ----------
@@ -199,8 +213,8 @@ class TrainingSettings:
             if key not in record:
                 raise ConfigError(f"{SOURCE} lacks '{key}' (the server's "
                                   "TrainingSettings.to_record writes it)")
-        return cls(**{name: record[key] for name, (key, _) in KEYS.items()
-                      if key in record})
+        given = {name: record[key] for name, (key, _) in KEYS.items() if key in record}
+        return cls(**{"momentum": 0.0, **given})  # absent: none (the run config's: 0.5)
 
     def local_seed(self, phase: str, partition_id: int) -> int:
         """The seed of one client's local order (:func:`task.train.local_seed`).
@@ -254,6 +268,11 @@ class TrainingSettings:
         """
         return task.train(model, x, y, self, seed=seed, grad_transform=grad_transform,
                           device=device)
+
+
+KEYS = {name: (key, get_type_hints(TrainingSettings)[name])
+        for key, name in TrainingSettings.keys().items()}
+"""Field name -> (record key, type: the field's annotation), in field order."""
 
 
 def data_dir_of(record: Mapping[str, object]) -> str:

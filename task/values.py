@@ -26,21 +26,20 @@ class ConfigError(ValueError):
     """A run-config value that is not allowed; the message names key and value."""
 
 
-def bad(key: str, value: object, allowed: str) -> ConfigError:
-    """The one-line error for ``key = value``, saying what is allowed."""
-    return ConfigError(f"run-config '{key}' = {value!r} is not allowed: {allowed}")
+def bad(key: str, value: object, allowed: str, source: str = "run-config") -> ConfigError:
+    """The one-line error for ``key = value`` from ``source``, saying what is allowed."""
+    return ConfigError(f"{source} '{key}' = {value!r} is not allowed: {allowed}")
 
 
 MAX_CLIENTS = 100_000  # beyond any dataset here (MNIST: 60,000 training images);
 # the ServerApp refines it with the data (server_app.preflight.check_partition)
-# Largest value of each integer key (sanity ceilings, far above any useful run).
-MAX_INT = {"local-epochs": 1000, "num-rounds": 100_000, "batch-size": 2**20,
-           "block-size": 2**16, "client-samples": 2**31 - 1,
+# Largest value of each integer key (sanity ceilings; local training's: LocalTraining's).
+MAX_INT = {"num-rounds": 100_000, "block-size": 2**16, "client-samples": 2**31 - 1,
            "test-samples": 2**31 - 1,
            "calibration-interval": 100_000, "mia-samples": 10_000_000,
            "mia-nonmembers": 10_000_000,
            "blocks-per-shard": 100_000}
-# Range of each float key (sanity ranges; lr and momentum have their own checks).
+# Range of each float key (sanity ranges; lr's and momentum's: LocalTraining's).
 FLOAT_RANGE = {"round-timeout": (1e-3, 1e7), "proximal-mu": (0.0, 1e6),
                "link-rate-mbps": (1e-3, 1e9), "client-gpus": (0.0, 1024.0)}
 

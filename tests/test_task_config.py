@@ -22,13 +22,15 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 def test_one_list_of_choices():
     import server_app.config.run_config as server
     import server_app.config.training as training
-    from task import config, text, train
+    from task import config, text, train, training_settings
 
     # one schema of the data keys: the ServerApp's section is the ClientApp's base
     assert server.DataConfig is config.DataConfig
     assert issubclass(TaskConfig, config.DataConfig)
     assert config.DATASETS is DATASETS and config.PARTITIONS is PARTITIONS
-    assert training.OPTIMIZERS is train.OPTIMIZERS
+    # and of the local-training keys: the ServerApp's section is the messages' base
+    assert issubclass(training.TrainingConfig, training_settings.LocalTraining)
+    assert training_settings.OPTIMIZERS is train.OPTIMIZERS
     assert not hasattr(text, "SCHEMES")
 
 

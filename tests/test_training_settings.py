@@ -99,12 +99,15 @@ def test_minimal_record_takes_the_clients_defaults():
 @pytest.mark.parametrize("values, words", [
     ({"lr": math.nan}, "'lr' = nan must be a finite number"),
     ({"lr": math.inf}, "'lr' = inf must be a finite number"),
-    ({"lr": 0.0}, "'lr' = 0.0 must be > 0"),
+    ({"lr": 0.0}, "'lr' = 0.0 is not allowed: a positive number, at most 10"),
+    ({"lr": 10.5}, "'lr' = 10.5 is not allowed: a positive number, at most 10"),
+    ({"local-epochs": 0.0}, "'local-epochs' = 0.0 is not allowed: a positive number"),
+    ({"batch-size": 2**20 + 1}, "'batch-size' = 1048577 is not allowed: a positive"),
     ({"local-epochs": "2"}, "'local-epochs' = '2' must be a number"),
     ({"batch-size": 1.5}, "'batch-size' = 1.5 must be an integer"),
-    ({"optimizer": "rmsprop"}, "'optimizer' = 'rmsprop' must be one of"),
-    ({"momentum": 1.0}, "'momentum' = 1.0 must be in [0, 1)"),
-    ({"precondition": "kfac"}, "'precondition' = 'kfac' must be one of"),
+    ({"optimizer": "rmsprop"}, "'optimizer' = 'rmsprop' is not allowed: one of sgd, adam"),
+    ({"momentum": 1.0}, "'momentum' = 1.0 is not allowed: a number in [0, 1)"),
+    ({"precondition": "kfac"}, "'precondition' = 'kfac' is not allowed: one of"),
     ({"seed": True}, "'seed' = True must be an integer"),
 ])
 def test_bad_values_are_refused_naming_the_key(values, words):
@@ -125,6 +128,24 @@ def test_strings_are_stripped_as_the_server_strips_them():
     read = TrainingSettings.from_record(record)
     assert (read.optimizer, read.data_dir) == ("adam", "/d")
     assert data_dir_of(record) == "/d" and data_dir_of(ConfigRecord()) == ""
+
+
+def test_one_schema_of_the_local_training_keys():
+    # declared once (task/), read by the run config (L an int) and the messages
+    from server_app.config import RunConfig
+    from server_app.config.training import TrainingConfig
+    from task.training_settings import LocalTraining
+
+    local = [f.name for f in dataclasses.fields(LocalTraining)]
+    assert issubclass(TrainingConfig, LocalTraining)
+    assert issubclass(TrainingSettings, LocalTraining)
+    assert [f.name for f in dataclasses.fields(TrainingSettings)][:5] == local
+    cfg = RunConfig.from_run_config({"local-epochs": 3, "lr": 0.1})
+    assert cfg.training.local_epochs == 3 and isinstance(cfg.training.local_epochs, int)
+    sent = cfg.training.local_settings(0)
+    assert sent.local_epochs == 3.0 and isinstance(sent.local_epochs, float)
+    with pytest.raises(ConfigError, match="'local-epochs' = 1.5 must be an integer"):
+        RunConfig.from_run_config({"local-epochs": 1.5})  # L is whole; L / r is not
 
 
 def test_one_converter_for_both_apps():

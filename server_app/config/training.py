@@ -6,12 +6,11 @@ import math
 from dataclasses import dataclass
 
 from server_app.config.profile import DeviceProfile, ProfileError, load_profile
-from server_app.config.values import MAX_LR, MAX_SERVER_LR, ConfigError, bad
+from server_app.config.values import MAX_SERVER_LR, ConfigError, bad
 from strategies.factory import SERVER_DEFAULTS
-from task.config import OPTIMIZERS, DataConfig
+from task.config import DataConfig
 from task.device import check_device
-from task.section import Section
-from task.training_settings import TrainingSettings
+from task.training_settings import LocalTraining, TrainingSettings
 
 # Stock Flower strategies a shard may use as its aggregator (run-config
 # ``shard-strategy``). Robust aggregators that need extra arguments are left out.
@@ -28,8 +27,11 @@ SHARD_STRATEGIES = (
 
 
 @dataclass(frozen=True)
-class TrainingConfig(Section):
+class TrainingConfig(LocalTraining):
     """How the federation learns (paper notation: S, G, L).
+
+    Local-training keys and ranges: :class:`task.training_settings.LocalTraining`'s
+    (what messages carry); ``local_epochs`` here is L, an int.
 
     Attributes
     ----------
@@ -37,16 +39,8 @@ class TrainingConfig(Section):
         S, isolated shards (one aggregator each).
     clients_per_round : int
         Clients sampled a round over all shards (a multiple of S).
-    local_epochs : int
-        L, local epochs of a learning round.
     num_rounds : int
         G, rounds of a learning stage.
-    batch_size : int
-        Local mini-batch size.
-    optimizer : str
-        Local optimizer, one of :data:`task.config.OPTIMIZERS`.
-    lr, momentum : float
-        Local learning rate (per optimizer step) and SGD momentum.
     shard_strategy : str
         Each shard's stock Flower strategy, one of :data:`SHARD_STRATEGIES`.
     proximal_mu : float
@@ -73,12 +67,7 @@ class TrainingConfig(Section):
 
     num_shards: int = 4
     clients_per_round: int = 20
-    local_epochs: int = 2
     num_rounds: int = 10
-    batch_size: int = 32
-    optimizer: str = "sgd"
-    lr: float = 0.05
-    momentum: float = 0.5
     shard_strategy: str = "FedAvg"
     proximal_mu: float = 0.01
     server_lr: float = 0.0  # 0: the shard strategy's own (strategies.factory)
@@ -91,11 +80,11 @@ class TrainingConfig(Section):
 
     def validate(self, data: DataConfig) -> None:
         """Raise :class:`ConfigError` on the first bad value; ``data`` gives C."""
-        self.check_positive("num-shards", "clients-per-round", "local-epochs",
-                            "num-rounds", "batch-size")
+        self.check_ranges()
+        self.check_positive("num-shards", "clients-per-round", "num-rounds")
         self.check_bounds()
         self._validate_topology(data.num_clients)
-        self._validate_local()
+        self._validate_strategy()
         self._validate_server()
         try:
             check_device(self.device)
@@ -130,16 +119,9 @@ class TrainingConfig(Section):
                       f"at most {smallest * self.num_shards}: each of the "
                       f"{self.num_shards} shards has only {smallest} clients")
 
-    def _validate_local(self) -> None:
-        if not 0 < self.lr <= MAX_LR:
-            raise bad("lr", self.lr, f"a positive number, at most {MAX_LR:g} "
-                      "(larger steps diverge for every model here)")
+    def _validate_strategy(self) -> None:
         if not self.round_timeout > 0:
             raise bad("round-timeout", self.round_timeout, "a positive number")
-        if self.optimizer not in OPTIMIZERS:
-            raise bad("optimizer", self.optimizer, f"one of {', '.join(OPTIMIZERS)}")
-        if not 0 <= self.momentum < 1:
-            raise bad("momentum", self.momentum, "a number in [0, 1)")
         if not self.proximal_mu >= 0:
             raise bad("proximal-mu", self.proximal_mu, "a number >= 0")
         if self.shard_strategy not in SHARD_STRATEGIES:
@@ -190,8 +172,8 @@ class TrainingConfig(Section):
         Returns
         -------
         TrainingSettings
-            ``lr``, ``local-epochs`` (L), ``batch-size``, ``optimizer`` and
-            ``momentum`` of this section; the per-message keys at their
+            This section's :class:`~task.training_settings.LocalTraining` keys
+            (``local-epochs`` L, as a float); the per-message keys at their
             defaults (the strategies set them).
 
         Raises
@@ -200,6 +182,5 @@ class TrainingConfig(Section):
             A value out of :class:`TrainingSettings`' ranges (none after
             :meth:`validate`).
         """
-        return TrainingSettings(lr=self.lr, local_epochs=self.local_epochs,
-                                batch_size=self.batch_size, optimizer=self.optimizer,
-                                momentum=self.momentum, seed=seed, data_dir=data_dir)
+        local = {name: getattr(self, name) for name in LocalTraining.keys().values()}
+        return TrainingSettings(**local, seed=seed, data_dir=data_dir)

@@ -16,7 +16,6 @@ from task.values import ConfigError, bad, coerce
 __all__ = ["ConfigError", "bad", "coerce"]
 
 MAX_SEED = 2**32 - 1
-MAX_LR = 10.0  # a local step size above this diverges for every model of this app
 TEXT_CONTEXT = 64  # task.nanogpt.GPTConfig.block_size: the GPT's context
 
 MAX_SERVER_LR = 1e3  # server-lr's own check (0 means the strategy's default)
