@@ -31,6 +31,7 @@ the experiment report and figures read it there, never a dataset name.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,6 +179,7 @@ class Task:
             if not callable(getattr(self, part)):
                 raise ValueError(f"Task {self.name!r}: {part} must be callable, got "
                                  f"{type(getattr(self, part)).__name__}")
+        _check_train_signature(self.name, self.train)
         if self.metric is not None and self.metric not in METRICS:
             raise ValueError(f"Task {self.name!r}: metric = {self.metric!r} must be "
                              f"one of {METRICS} or None")
@@ -263,3 +265,28 @@ class Task:
         return {"dataset": self.name, "folder": folder,
                 "format": f"task {self.name!r}, read by its own loader", "files": [],
                 "sha256": ""}
+
+
+def _check_train_signature(name: str, train: TrainFn) -> None:
+    """Refuse a ``train`` that cannot be called as :func:`task.train.local_train`.
+
+    A plug-in written for the keyword form ``train(model, x, y, *, epochs, ...)``
+    would otherwise fail in the first ClientApp, after the engine has started.
+
+    Raises
+    ------
+    ValueError
+        ``train`` does not accept ``(model, x, y, settings, *, seed,
+        grad_transform, device)``; the message names the task and its signature.
+    """
+    try:
+        signature = inspect.signature(train)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    try:
+        signature.bind(None, None, None, None, seed=0, grad_transform=None, device=None)
+    except TypeError:
+        raise ValueError(
+            f"Task {name!r}: train{signature} must accept (model, x, y, settings, *, "
+            "seed, grad_transform, device), the signature of task.train.local_train "
+            "(settings: a task.training_settings.TrainingSettings)") from None

@@ -140,6 +140,33 @@ def test_a_plugin_calling_sys_exit_is_one_line_not_a_silent_exit(tmp_path, monke
     assert "\n" not in message and "'task'" in message and words in message, message
 
 
+OLD_TRAIN = """
+import dataclasses
+import mytask
+
+def train(model, x, y, *, epochs, batch_size, lr, seed=0, device=None):
+    raise AssertionError("never called: refused when the task is made")
+
+task = dataclasses.replace(mytask.task, train=train)
+"""
+
+
+def test_a_train_of_the_old_keyword_form_is_one_line_before_any_engine(
+        outside, tmp_path, monkeypatch):
+    """A plug-in's ``train`` that cannot take local_train's arguments (the keyword
+    form before the training keys became one settings object) is refused where
+    the task is made, not in the first ClientApp."""
+    (tmp_path / "oldtrain.py").write_text(OLD_TRAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = {**RUN, "task": "oldtrain:task", "frameworks": "SE", "storage": "uncoded"}
+    with pytest.raises(ConfigError) as err:
+        validate_run_config(fused_run_config(run), files=False)
+    message = str(err.value)
+    assert "\n" not in message and "'task'" in message, message
+    assert "must accept (model, x, y, settings, *, seed, grad_transform, device)" \
+        in message, message
+
+
 @pytest.mark.inprocess  # the module's run (summary)
 def test_own_method_lands_in_the_experiment_suite(summary):
     from experiments import collect, report, suites
