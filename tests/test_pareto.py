@@ -298,6 +298,33 @@ def test_remake_lists_what_other_code_made_and_the_commands_that_remake_it():
     assert not any(remake.stale().values())
 
 
+def test_remake_jobs_run_the_commands_at_once_and_the_tables_after_them(tmp_path,
+                                                                       monkeypatch):
+    """``remake --run --jobs N``: every command runs, N at a time, each with one
+    thread, the tables after every other; a failing command fails the remake."""
+    import subprocess
+    import sys
+
+    from experiments import remake
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    log = tmp_path / "log"
+
+    def writes(word: str, *marks: str) -> list[str]:
+        code = ("import os, sys; open(sys.argv[1], 'a').write(sys.argv[2] + "
+                "os.environ['OMP_NUM_THREADS'] + chr(10))")
+        return [sys.executable, "-c", code, str(log), word, *marks]
+
+    todo = [writes("t", "experiments.verified_tables"), writes("r"),
+            writes("s", "experiments.time_saved"), writes("v", "--into")]
+    assert [c[4] for c in remake.by_length(todo)] == ["s", "v", "r", "t"]
+    remake.run_all(todo, jobs=2)
+    lines = log.read_text().split()
+    assert sorted(lines[:3]) == ["r1", "s1", "v1"] and lines[3] == "t1"
+    with pytest.raises(subprocess.CalledProcessError):
+        remake.run_all([[sys.executable, "-c", "raise SystemExit(3)"], writes("r")], 2)
+
+
 def test_the_paper_scale_baselines_get_their_own_tables(tmp_path, monkeypatch):
     """Issue 52, item 4: FE, RR and FRec at the paper's scale, in their own tables once
     a file is committed; the paper-scale caption names the datasets not run yet."""
