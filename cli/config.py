@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from flwr.common.config import parse_config_args
+from flwr.common.config import flatten_dict, parse_config_args
 
 from server_app.config import ConfigError
 from server_app.config.methods import renamed_keys
@@ -53,6 +53,24 @@ def defaults() -> dict:
     The one source of defaults (:func:`task.config.default_run_config`).
     """
     return default_run_config()
+
+
+def preset_values(name: str) -> dict:
+    """``presets/<name>.toml`` as flat run-config keys.
+
+    Dotted keys (``method.se.calibration-final = 0``) are flattened with Flower's
+    :func:`flwr.common.config.flatten_dict`, as a run reads them; a script that
+    sets a preset's values over the defaults must read it here, not with
+    ``tomllib`` alone (which nests them).
+
+    Raises
+    ------
+    ConfigError
+        No such preset (:func:`preset_path`).
+    """
+    import tomllib
+
+    return flatten_dict(tomllib.loads(preset_path(name).read_text()))
 
 
 def preset_path(name: str) -> Path:

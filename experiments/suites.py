@@ -39,6 +39,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import tomllib
+from flwr.common.config import flatten_dict
 
 from cli import config as cli_config
 from experiments.facts import ExperimentFacts, facts_of
@@ -242,7 +243,7 @@ def quality_goal(dataset: str) -> tuple[str, float] | None:
 def base(suite: str) -> dict:
     """The topology every run of ``suite`` shares (``paper``: presets/paper.toml)."""
     if suite == "paper":
-        return tomllib.loads(cli_config.preset_path("paper").read_text())
+        return cli_config.preset_values("paper")
     return dict(_BASE[suite])
 
 
@@ -265,7 +266,7 @@ def preset_training(facts: ExperimentFacts, root: Path = ROOT) -> dict:
         return {}
     path = root / "presets" / f"{facts.preset}.toml"
     if path.is_file():
-        preset = tomllib.loads(path.read_text())
+        preset = flatten_dict(tomllib.loads(path.read_text()))
         keys = {k: preset[k] for k in facts.preset_keys if k in preset}
         if keys:
             return keys

@@ -84,3 +84,13 @@ def test_relative_results_dir_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = RunConfig.from_run_config({"results-dir": "out"})
     assert cfg.output.resolved_results_dir() == tmp_path / "out"
+
+
+def test_a_preset_reads_as_flat_run_config_keys_as_a_run_reads_it():
+    """presets/paper.toml's dotted method keys come back flat (Flower's
+    flatten_dict), the form every run-config merge and script takes them in."""
+    from cli.config import preset_values, resolve
+
+    values = preset_values("paper")
+    assert "method" not in values and values["method.se.calibration-final"] == 0
+    assert resolve("paper").overrides == values

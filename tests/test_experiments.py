@@ -473,7 +473,9 @@ def test_experiments_take_suites_not_run_presets(capsys):
 
 
 def test_paper_suite_is_the_paper_run_preset():
-    preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
+    from flwr.common.config import flatten_dict
+
+    preset = flatten_dict(tomllib.loads((ROOT / "presets" / "paper.toml").read_text()))
     assert suites.base("paper") == preset
     for spec in suites.plan("all", "paper"):
         assert {k: spec.config[k] for k in preset if k != "num-clients"} == {

@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import tomllib
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -41,12 +40,13 @@ SHARD_CLIENTS, PER_ROUND = 25, 5
 
 def _setup(seed: int):
     """The paper preset's run config, the task and the shard's 25 clients' data."""
+    from cli.config import preset_values
     from server_app.config import RunConfig
     from task.config import fused_run_config
     from task.builtin import load_task_data
     from task.data import client_data
 
-    preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
+    preset = preset_values("paper")
     data_dir = str(ROOT.parent / "shared" / "data")
     cfg = RunConfig.from_run_config(fused_run_config(
         {**preset, "partition": "noniid", "seed": seed, "data-dir": data_dir}))

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import tomllib
 
+from flwr.common.config import flatten_dict
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT)]
@@ -36,9 +38,10 @@ under FR's."""
 
 def run(seed: int, overrides: dict | None = None) -> dict:
     """One seeded run, ``overrides`` (run-config keys) on top; its summary.json."""
+    from cli.config import preset_values
     from experiments.grid import summary_in_scratch
 
-    preset = tomllib.loads((ROOT / "presets" / "paper.toml").read_text())
+    preset = preset_values("paper")
     return summary_in_scratch({
         **preset, "partition": "noniid", "seed": seed, "mia": False,
         "frameworks": ",".join(FRAMEWORKS),
@@ -152,7 +155,7 @@ if __name__ == "__main__":
     # paper.py SEED [TAG key=value ...]: a variant of SE-R on SEED's learning
     seed, tag, pairs = sys.argv[1], *(sys.argv[2:3] or [""]), sys.argv[3:]
     if tag:
-        overrides = tomllib.loads("\n".join(pairs))
+        overrides = flatten_dict(tomllib.loads("\n".join(pairs)))
         summary = run(int(seed), {**overrides, "frameworks": "SE-R,FR"})
         name = f"paper-noniid-seed{seed}-{tag}.json"
     else:

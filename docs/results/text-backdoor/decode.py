@@ -13,10 +13,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import tomllib
 from flwr.app import Array, ArrayRecord
 
 from audits.backdoor import TextBackdoorProbe
+from cli.config import preset_values
 from history.files import read_arrays
 from server_app.config import RunConfig
 from server_app.stages.audit import audited_run
@@ -30,7 +30,7 @@ from task.text_backdoor import greedy_continuations
 def main(seed: int, folder: Path, names: list[str]) -> None:
     """Print the most common continuations of each shard model of each ``names``."""
     root = Path(__file__).resolve().parents[3]
-    preset = tomllib.loads((root / "presets" / "verify-text.toml").read_text())
+    preset = preset_values("verify-text")
     data_dir = os.environ.get("SE_DATA_DIR", str(root.parent / "shared" / "data"))
     cfg = RunConfig.from_run_config(fused_run_config(
         {**preset, "seed": seed, "data-dir": data_dir}))

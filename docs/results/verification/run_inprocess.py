@@ -18,7 +18,9 @@ from pathlib import Path
 
 import tomllib
 from flwr.app import Context, RecordDict
+from flwr.common.config import flatten_dict
 
+from cli.config import preset_values
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
 from experiments.time_saved import fingerprint
@@ -29,8 +31,8 @@ from task.config import fused_run_config
 def run(preset: str, out: str, pairs: list[str]) -> Path:
     """Run ``presets/PRESET.toml`` with ``pairs`` on top; results under ``out``."""
     root = Path(__file__).resolve().parents[3]
-    overrides = tomllib.loads((root / "presets" / f"{preset}.toml").read_text())
-    overrides.update(tomllib.loads("\n".join(pairs)))
+    overrides = preset_values(preset)
+    overrides.update(flatten_dict(tomllib.loads("\n".join(pairs))))
     name = re.sub(r"[^A-Za-z0-9._-]", "", "-".join([preset, *pairs]))[:100]
     config = fused_run_config({**overrides, "results-dir": out, "run-name": name})
     set_task_identity()
