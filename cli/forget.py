@@ -13,7 +13,7 @@ or when a client is unknown, already forgotten or already named by a request; wh
 a records or class request names ids its owner does not hold, labels that are not
 classes (or a task without classes), records all erased already, or would leave a
 client no record, or names a client a pending request forgets
-(:func:`server_app.stages.erasures.erasure_refusal`, the ServerApp's own check); nor,
+(:func:`server_app.admission.erasure_refusal`, the ServerApp's own check); nor,
 for a finished run, when the request would leave a shard without a client or a
 node folder its coded history needs is missing (``--lost-nodes`` accepts named
 ones as lost, :func:`cli.later.check_later`), its plug-ins do not import or build,
@@ -42,9 +42,8 @@ from runstore.inbox import InboxError, RequestInbox
 from runstore.receipts import differing_files, list_receipts, missing_files
 from runstore.summary import StageSummary
 from runstore.versions import ModelVersion, verify_version
+from server_app.admission import asked, later_refusal, run_shards
 from server_app.config import ConfigError, RunConfig
-from server_app.stages.churn import later_refusal, run_shards
-from server_app.stages.erasures import asked
 
 
 def submit(name: str, clients: str, results_dir: str | None = None) -> str:
@@ -52,7 +51,7 @@ def submit(name: str, clients: str, results_dir: str | None = None) -> str:
 
     A finished run takes the request only if it could carry it out: no
     client already forgotten, and every shard keeps a client after the
-    requests pending before it (:func:`server_app.stages.churn.later_refusal`,
+    requests pending before it (:func:`server_app.admission.later_refusal`,
     the ServerApp's own rule).
 
     Raises
@@ -103,7 +102,7 @@ def submit_records(name: str, client: str | None, ids: str | None,
     to erase on every client (``"7"``; then no client and no ids). The run must be
     finished, or a staged run still going (the next stage boundary takes it).
     The request is checked as the ServerApp will check it
-    (:func:`server_app.stages.erasures.erasure_refusal`: ids the owner holds, labels
+    (:func:`server_app.admission.erasure_refusal`: ids the owner holds, labels
     that are classes of a task with classes, every client keeping a record, not all
     erased already), after the requests recorded before it, in the transaction
     that records it. A records request for a client that a pending request
@@ -166,8 +165,8 @@ def _erasure_check(settings: dict, latest: ModelVersion | None,
     ``sizes``: a ``client-data = true`` run's reported client sizes (its
     holdings; nothing of the dataset is read, :meth:`Holdings.of_run`).
     """
+    from server_app.admission import Holdings, erasure_refusal, in_force_of
     from server_app.config.tasks import data_folder
-    from server_app.stages.erasures import Holdings, erasure_refusal, in_force_of
 
     cfg = RunConfig.from_run_config(settings)
     # the data (or, client-data = true, the reported sizes), before the transaction

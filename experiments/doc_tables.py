@@ -49,7 +49,9 @@ FORGOTTEN_HEAD = (
     "minus SISA's paired per client, mean ± sample SD (n - 1) over the clients. "
     "Command: `docs/results/paper-scale/run.py DATASET 0 --clients 5` (files "
     "`docs/results/paper-scale/clients/`; each run's times are the cost model's, its "
-    "file recording the code's fingerprint). Wall time over FR's: over the mean of "
+    "file recording the code's fingerprint; a file with `learning_copied_from` started "
+    "from a copy of the cell's one learning, which gives the models a learning of its "
+    "own gives: `experiments/learned.py`). Wall time over FR's: over the mean of "
     "FR's runs, which the cost model prices alike whoever asks.\n\n")
 """The caption of :func:`experiments.forgotten.table` in RESULTS' summary."""
 BASELINES = PAPER_SCALE / "baselines"

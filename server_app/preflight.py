@@ -309,7 +309,7 @@ def check_partition(cfg: RunConfig, task: TaskData) -> list[str]:
 def check_erasure(cfg: RunConfig, task: TaskData, parts: list) -> None:
     """``forget-records`` / ``forget-labels`` against the clients' records.
 
-    :func:`server_app.stages.erasures.erasure_refusal`, the check every entry
+    :func:`server_app.admission.erasure_refusal`, the check every entry
     point of a records or class request calls: a record id must be one the
     client holds (its first ``client-samples`` records of its partition,
     :mod:`task.records`); a label must be one of the task's classes, and every
@@ -320,7 +320,7 @@ def check_erasure(cfg: RunConfig, task: TaskData, parts: list) -> None:
     ConfigError
         Naming the key, the client and what it holds.
     """
-    from server_app.stages.erasures import Holdings, erasure_refusal
+    from server_app.admission import Holdings, erasure_refusal
     from server_app.unlearning.erasure import Erasure
 
     unlearning, cap = cfg.unlearning, cfg.data.client_samples

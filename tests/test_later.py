@@ -11,9 +11,9 @@ from flwr.app import Context, RecordDict
 from cli.forget import submit
 from history.files import read_arrays
 from runstore.inbox import RequestInbox
+from server_app.admission import lineage_shards
 from server_app.app import main
 from server_app.rounds.federation import assign_shards
-from server_app.stages.churn import lineage_shards
 from task.config import fused_run_config
 from tests.conftest import TINY
 

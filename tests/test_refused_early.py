@@ -17,12 +17,8 @@ import numpy as np
 import pytest
 
 from runstore.inbox import Request, RequestInbox
-from server_app.stages.erasures import (
-    Holdings,
-    erasure_refusal,
-    honoured_by,
-    merged_order,
-)
+from server_app.admission import Holdings, erasure_refusal
+from server_app.stages.erasures import honoured_by, merged_order
 from server_app.unlearning.erasure import Erasure
 from tests.test_nothing_half_done import (  # noqa: F401  (fixtures)
     NAME,

@@ -12,13 +12,14 @@ from cli.forget import main_receipts, submit
 from history import HistoryStore
 from history.files import read_arrays
 from runstore.inbox import RequestInbox
+from server_app.admission import lineage_shards
 from server_app.app import main
 from server_app.config import ConfigError, RunConfig
 from server_app.rounds.learning import Continuation, run_learning
 from server_app.rounds.loop import RoundLoop, RoundPlan
 from server_app.run.context import initial_model, train_config
 from server_app.stages import pipeline
-from server_app.stages.churn import Churn, Membership, lineage_shards
+from server_app.stages.churn import Churn, Membership
 from server_app.stages.learn import first_round, stage_strategy
 from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState

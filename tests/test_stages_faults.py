@@ -299,8 +299,9 @@ def test_a_command_arriving_between_the_seeded_draw_and_its_record_is_no_crash(
     boundary; the first handled forgets the client, the other is refused."""
     from types import SimpleNamespace
 
+    from server_app.admission import lineage_shards
     from server_app.config import RunConfig
-    from server_app.stages.churn import Churn, Membership, lineage_shards
+    from server_app.stages.churn import Churn, Membership
 
     cfg = RunConfig.from_run_config({**SMALL, "requests-per-stage": 1})
     folder = _catalog(tmp_path, "live")

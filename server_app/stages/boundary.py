@@ -28,9 +28,10 @@ from runstore.receipts import (
     write_receipt,
 )
 from runstore.summary import StageSummary
+from server_app.admission import present_shards
 from server_app.config.methods import proposed, reference
 from server_app.stages import erasures
-from server_app.stages.churn import Membership, present_shards
+from server_app.stages.churn import Membership
 from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning

@@ -19,108 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server_app.config.methods import reference
-from server_app.rounds.federation import assign_shards
+from server_app.admission import present_shards
 from server_app.unlearning.requests import RequestError, generate_requests
 
 if TYPE_CHECKING:
-    from server_app.config import RunConfig
-
-
-def lineage_shards(num_clients: int, initial: int, num_shards: int, seed: int
-                   ) -> list[list[int]]:
-    """Shards over every client that ever exists (partition ids ascending).
-
-    Clients ``0 .. initial - 1`` are split by :func:`assign_shards`; a later
-    client p joins shard ``p mod num_shards``.
-
-    Raises
-    ------
-    ValueError
-        ``num_shards`` not in [1, initial].
-    """
-    shards = assign_shards(initial, num_shards, seed)
-    for p in range(initial, num_clients):
-        shards[p % num_shards].append(p)
-    return shards
-
-
-def present_shards(shards: Sequence[Sequence[int]], present: Iterable[int]
-                   ) -> list[list[int]]:
-    """Each shard's clients that are in ``present`` (order kept)."""
-    here = set(present)
-    return [[p for p in pids if p in here] for pids in shards]
-
-
-def run_shards(cfg: RunConfig) -> list[tuple[list[list[int]], str]]:
-    """The shards a request to a finished run must leave a client in.
-
-    SE's (``num-shards``) and, when ``frameworks`` has FR, FR's
-    (``baseline-shards``), as the ServerApp builds them: lineages for a staged
-    run (:func:`lineage_shards`), else :func:`assign_shards` over every client.
-
-    Returns
-    -------
-    list of (shards, what)
-        Each federation's shards (partition ids) and its name in a refusal
-        (``shard``, ``FR shard``).
-    """
-    clients = cfg.data.num_clients
-
-    def split(num_shards: int) -> list[list[int]]:
-        if cfg.stages.staged:
-            return lineage_shards(clients, cfg.initial_clients, num_shards, cfg.seed)
-        return assign_shards(clients, num_shards, cfg.seed)
-
-    feds = [(split(cfg.training.num_shards), "shard")]
-    if reference() in cfg.unlearning.framework_list:
-        feds.append((split(cfg.unlearning.baseline_shards), f"{reference()} shard"))
-    return feds
-
-
-def later_refusal(clients: Sequence[int], joined: int, forgotten: Iterable[int],
-                  present: Iterable[int],
-                  feds: Sequence[tuple[Sequence[Sequence[int]], str]]) -> str | None:
-    """Why a finished run cannot forget ``clients`` (None: it can).
-
-    Any client that ever took part can be forgotten, one that left included;
-    one whose removal would leave a shard of the last stage without a client
-    cannot. The ServerApp refuses such a request in its receipt; ``forget``
-    refuses it before recording it.
-
-    Parameters
-    ----------
-    clients : Sequence[int]
-        The request's partition ids.
-    joined : int
-        Clients that ever joined the run (ids ``0 .. joined - 1``).
-    forgotten : Iterable[int]
-        Every client forgotten so far.
-    present : Iterable[int]
-        The last stage's clients.
-    feds : Sequence of (shards, what)
-        Each federation's shards and its name (:func:`run_shards`).
-
-    Returns
-    -------
-    str or None
-        The reason, in one line, or None.
-    """
-    unknown = [p for p in clients if p >= joined]
-    if unknown:
-        return f"client(s) {unknown} are not clients of this run"
-    done_before = set(forgotten)
-    done = [p for p in clients if p in done_before]
-    if done:
-        return f"client(s) {done} are already forgotten"
-    gone = done_before | set(clients)
-    present = list(present)
-    for shards, what in feds:
-        here = present_shards(shards, (p for p in present if p not in gone))
-        empty = [s for s, pids in enumerate(here) if not pids]
-        if empty:
-            return f"{what}(s) {empty} would keep no client"
-    return None
+    pass
 
 
 @dataclass

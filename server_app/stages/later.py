@@ -48,11 +48,12 @@ from runstore.receipts import (
 )
 from runstore.summary import StageSummary
 from runstore.versions import ModelVersion, make_version
+from server_app.admission import later_refusal
 from server_app.config.methods import reference
 from server_app.run.context import RunContext
 from server_app.stages import erasures
 from server_app.stages.boundary import forget_with_se, se_stage
-from server_app.stages.churn import Churn, Membership, later_refusal
+from server_app.stages.churn import Churn, Membership
 from server_app.stages.planned import baseline_federation
 from server_app.stages.staged import retrain_stages, staged_federations
 from server_app.stages.state import RunState
@@ -151,7 +152,7 @@ def _members(ctx: RunContext, run: RunState) -> list[Membership]:
 def refusal(run: RunState, request: Request) -> str | None:
     """Why a finished run cannot forget ``request``'s clients (None: it can).
 
-    :func:`server_app.stages.churn.later_refusal` over the run's own
+    :func:`server_app.admission.later_refusal` over the run's own
     federations: SE's shards and, with FR in ``frameworks``, FR's.
     """
     cfg = run.ctx.cfg

@@ -19,12 +19,12 @@ from flwr.app import ArrayRecord
 from history import CodedHistory, CodedRecorder, HistoryStore
 from history.catalog import CATALOG_FILE
 from runstore.summary import LearningSummary
+from server_app.admission import present_shards
 from server_app.config import RunConfig
 from server_app.rounds.federation import Federation
 from server_app.rounds.learning import Continuation, LearningResult, run_learning
 from server_app.rounds.loop import RoundPlan
 from server_app.run.context import RunContext
-from server_app.stages.churn import present_shards
 from server_app.unlearning.erasure import Erasure, erasing_loop
 from strategies import ShardedStrategy, make_stock_strategy
 from strategies.factory import SERVER_DEFAULTS

@@ -8,10 +8,11 @@ drawn is refused with the key to change and the most that fits
 
 from __future__ import annotations
 
+from server_app.admission import lineage_shards
 from server_app.config import RunConfig
 from server_app.config.methods import reference
 from server_app.config.values import bad as _bad
-from server_app.stages.churn import Churn, lineage_shards
+from server_app.stages.churn import Churn
 from server_app.unlearning.plan import feasible, most, no_request_fits
 from server_app.unlearning.requests import RequestError, validate_requests
 

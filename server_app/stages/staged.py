@@ -12,12 +12,13 @@ from collections.abc import Sequence
 
 from flwr.app import ArrayRecord
 
+from server_app.admission import lineage_shards
 from server_app.config import RunConfig
 from server_app.config.methods import reference
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import CostMeter, RoundPlan
 from server_app.run.context import RunContext
-from server_app.stages.churn import Membership, lineage_shards
+from server_app.stages.churn import Membership
 from server_app.stages.learn import first_round, stage_strategy
 from server_app.unlearning.driver import accumulate
 from server_app.unlearning.erasure import Erasure, erasing_loop
@@ -59,7 +60,7 @@ def staged_federations(cfg: RunConfig, node_of: dict[int, int], samples: dict
                        ) -> tuple[Federation, Federation]:
     """SE's federation (``num-shards``) and FR's (``baseline-shards``), every client.
 
-    Shards are lineages (:func:`server_app.stages.churn.lineage_shards`).
+    Shards are lineages (:func:`server_app.admission.lineage_shards`).
     """
     first = cfg.initial_clients
     return tuple(Federation(node_of, lineage_shards(cfg.data.num_clients, first, s,

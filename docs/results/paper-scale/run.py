@@ -21,7 +21,12 @@ shards), into ``baselines/explore-paper-<DATASET>-<PARTITION>-s<SEED>.json``.
 ``random.Random(52)`` draws (issue 52, item 3: accuracy over forgotten clients
 drawn before any run; :mod:`experiments.time_saved` sweeps its clients in the same
 order), each forgotten by SISA, SE, SE-paper and SE-R, FR beside them for the first
-two; files ``clients/explore-paper-<DATASET>-<PARTITION>-c<C>-s<SEED>.json``.
+two; files ``clients/explore-paper-<DATASET>-<PARTITION>-c<C>-s<SEED>.json``. The
+cell learns once (``RUNS/<DATASET>/learned-s<SEED>``) and each client's run starts
+from a copy of that learning (:func:`from_learning`; the same models as a run of
+its own, seeded); its file names the learning in ``learning_copied_from``. Files
+made before this (MNIST's, Fashion-MNIST's and Tiny Shakespeare's first two)
+learned once per client.
 
 Writes ``explore-paper-<DATASET>-<PARTITION>-s<SEED>.json`` here, in the format of the
 schedule files (:mod:`experiments.pareto` reads both); ``run.sh`` skips the files
@@ -85,15 +90,41 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid",
                     "run-name": f"c{client}-s{seed}"})
         cell, out = f"{cell}-c{client}", HERE / "clients"
         command += f" --clients {drawn_index + 1}  # its last: client {client}"
+        learned = from_learning(cfg, folder, seed)
     elif baselines:
         cfg.update({"frameworks": ",".join(BASELINES), "run-name": f"baselines-s{seed}"})
         out, command = HERE / "baselines", command + " --baselines"
     variants = [] if baselines else ["SE-paper", "SE-R"]
     result = record(cell, cfg, variants, command, results_dir=folder)
+    if drawn_index is not None:
+        result["learning_copied_from"] = learned
     out.mkdir(exist_ok=True)
     path = out / f"explore-{cell}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
+
+
+def from_learning(cfg: dict, folder: Path, seed: int) -> str:
+    """Start the client run ``cfg`` from the cell's one learning; the learning's name.
+
+    The learning (``learned-s<SEED>``, frameworks none) is made once, resumably,
+    in ``folder``; each drawn client's run folder is a copy of it
+    (:func:`experiments.learned.copy_learned`: the models and history its own
+    learning would give, seeded), made unless the folder exists (a resumed run).
+    """
+    from explore import register
+
+    from experiments.grid import run_in_process
+    from experiments.learned import copy_learned, learning_config
+
+    name = f"learned-s{seed}"
+    if not (folder / name / "summary.json").is_file():
+        run_in_process({**learning_config(cfg), "results-dir": str(folder),
+                        "run-name": name})
+    register(cfg["frameworks"].split(","))  # the run's settings name the variants
+    if not (folder / cfg["run-name"]).exists():
+        copy_learned(folder / name, {**cfg, "results-dir": str(folder)})
+    return name
 
 
 def drawn(k: int, clients: int = 100) -> list[int]:

@@ -104,6 +104,17 @@ def run(seed: int, cell: str, names: list[str], folder: str = "") -> dict:
     return record(cell, cfg, names, command)
 
 
+def register(names: list[str]) -> list[str]:
+    """Register the :data:`VARIANTS` among ``names`` (once a process); those names."""
+    from server_app.config import methods
+
+    variants = [n for n in names if n in VARIANTS]
+    for name in variants:  # once a process (run.py --clients records several runs)
+        if methods.registered(name) is None:
+            methods.register(name, variant(name))
+    return variants
+
+
 def record(cell: str, cfg: dict, names: list[str], command: str,
            results_dir: Path | None = None) -> dict:
     """Run ``cfg`` in process, the :data:`VARIANTS` among ``names`` registered first.
@@ -121,12 +132,8 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
     from experiments.grid import run_in_process, summary_in_scratch
     from experiments.run import machine
     from experiments.time_saved import fingerprint
-    from server_app.config import methods
 
-    variants = [n for n in names if n in VARIANTS]
-    for name in variants:  # once a process (run.py --clients records several runs)
-        if methods.registered(name) is None:
-            methods.register(name, variant(name))
+    variants = register(names)
     if results_dir is None:
         summary = summary_in_scratch(cfg)
     else:
