@@ -72,7 +72,12 @@ methods and their strategies, the cost-only client): its :func:`fingerprint`."""
 
 
 def fingerprint(root: Path = ROOT) -> str:
-    """SHA-256 over the files of :data:`SHAPING` (paths and bytes, sorted)."""
+    """SHA-256 over the code of :data:`SHAPING`: each file's path and its code.
+
+    A Python file counts as its syntax tree without docstrings (``ast.dump``), so
+    a comment, a docstring or a line break changes nothing, and any other edit
+    does; a device profile (TOML) counts as its values. Files sorted by path.
+    """
     import hashlib
 
     digest = hashlib.sha256()
@@ -82,8 +87,35 @@ def fingerprint(root: Path = ROOT) -> str:
         for path in files:
             if path.is_file() and path.suffix in (".py", ".toml"):
                 digest.update(str(path.relative_to(root)).encode() + b"\0")
-                digest.update(path.read_bytes())
+                digest.update(code_of(path).encode())
     return digest.hexdigest()
+
+
+def code_of(path: Path) -> str:
+    """What of ``path`` can shape a number, as text.
+
+    A Python file's syntax tree less docstrings; a TOML file's values (sorted JSON).
+
+    Raises
+    ------
+    SyntaxError, tomllib.TOMLDecodeError
+        The file does not parse.
+    """
+    import ast
+
+    import tomllib
+
+    text = path.read_text()
+    if path.suffix == ".toml":
+        return json.dumps(tomllib.loads(text), sort_keys=True)
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def fingerprint_at(commit: str, root: Path = ROOT) -> str:
