@@ -205,3 +205,45 @@ def test_the_default_run_compares_se_with_fr_and_the_exact_shard_reference():
     assert {methods.proposed(), methods.reference(), methods.shard_reference()} <= \
         set(default.split(","))
     assert UnlearningConfig().frameworks == default  # the dataclass agrees
+
+
+REFERENCED = '''
+from server_app.config.methods import UnlearningMethod
+
+
+def keep_learned(task, parts, rounds, forgotten, seed, from_first):
+    return None  # the learned reference stands: nothing is forgotten
+
+
+class KeepLearned(UnlearningMethod):
+    name = "KeepLearned"
+    summary = "the learned models kept: a leak U-LiRA must see"
+
+    @classmethod
+    def reference(cls, cfg):
+        return keep_learned
+'''
+
+
+def test_a_method_module_brings_its_own_u_lira_reference(tmp_path, monkeypatch):
+    """One module and one ``register`` line: the U-LiRA audit references the method
+    with the unlearning its class gives (``reference``), on SE's shards, and the
+    config check counts it among the referenced methods."""
+    from server_app.config.audit import ulira_methods
+    from server_app.evaluation.reference_unlearning import rules
+
+    (tmp_path / "keep_learned_method.py").write_text(REFERENCED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    methods.register("KeepLearned", "keep_learned_method:KeepLearned")
+    try:
+        cfg = RunConfig.from_run_config(fused_run_config(
+            {**TINY, "frameworks": "SE,KeepLearned", "mia": True, "mia-shadows": 1,
+             "mia-unlearn-references": 6}))
+        rule = rules(cfg)["KeepLearned"]
+        assert rule.shape == "shard" and rule.from_first
+        assert rule.unlearn(None, [], [], {0}, 0, True) is None
+        assert "KeepLearned" in ulira_methods() and "FR" not in ulira_methods()
+        assert methods.registered("KeepLearned").referenced
+        assert not methods.registered("FR").referenced
+    finally:
+        methods.unregister("KeepLearned")

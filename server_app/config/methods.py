@@ -107,9 +107,6 @@ class UnlearningMethod:
     interval_label : bool
         Its experiment row is named ``NAME(dt=n)`` at ``calibration-interval`` n
         != 1 (FedEraser's interval ablation), so the headline row keeps n = 1.
-    ulira : str
-        The function of :mod:`server_app.evaluation.reference_unlearning` with
-        which the U-LiRA references unlearn like it (``""``: not referenced).
     refill_key : str
         The run-config key that refills its forgotten clients' slots (``""``:
         none), named in the audit's recipe.
@@ -142,6 +139,9 @@ class UnlearningMethod:
     on_baseline : bool
         Runs on the baseline federation (its original is ``baseline_learning``);
         set from ``federation``.
+    referenced : bool
+        U-LiRA references it (its class defines :meth:`reference`); set on
+        subclassing.
 
     Raises
     ------
@@ -158,7 +158,6 @@ class UnlearningMethod:
     replay_report: ClassVar[bool] = False
     paper_baseline: ClassVar[bool] = False
     interval_label: ClassVar[bool] = False
-    ulira: ClassVar[str] = ""
     refill_key: ClassVar[str] = ""
     staged: ClassVar[str] = ""
     erases_records: ClassVar[bool] = False
@@ -166,6 +165,7 @@ class UnlearningMethod:
     summary: ClassVar[str] = ""
     plugin: ClassVar[str] = ""
     on_baseline: ClassVar[bool] = False
+    referenced: ClassVar[bool] = False
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     key: ClassVar[str] = ""
     renamed: ClassVar[dict[str, str]] = {}
@@ -182,6 +182,20 @@ class UnlearningMethod:
             raise ValueError(f"method {cls.name!r}: staged {cls.staged!r} is not "
                              f"one of {', '.join(map(repr, STAGED_ROLES))}")
         cls.on_baseline = cls.federation == "baseline"
+        cls.referenced = cls.reference.__func__ is not UnlearningMethod.reference.__func__
+
+    @classmethod
+    def reference(cls, cfg: Any) -> Any:
+        """How U-LiRA's references unlearn like this method; None: not referenced.
+
+        Returns ``unlearn(task, parts, rounds, forgotten, seed, from_first) ->
+        state or None`` (:data:`audits.run.Unlearn`) for the run ``cfg`` (a
+        :class:`server_app.config.RunConfig`; its :meth:`method_settings` are this
+        method's). The built-ins' replay it on the reference's history with the
+        functions of :mod:`server_app.evaluation.reference_unlearning`. The base
+        has none: the audit then reports the method without a U-LiRA score.
+        """
+        return None
 
     @classmethod
     def build(cls, request: Any) -> Any:

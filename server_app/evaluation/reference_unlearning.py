@@ -280,16 +280,16 @@ def recover(cfg: RunConfig, own: MethodSettings, task, parts: Sequence[Part],
 
 
 def rules(cfg: RunConfig) -> dict[str, Rule]:
-    """Every registered method with a ``ulira`` rule, its references' unlearning.
+    """Every registered method with a U-LiRA reference (its ``reference``), its rule.
 
     A method on SE's shards is referenced by shard-shaped references that replay
     from the forgotten clients' first round; a baseline one by federation-shaped
     references that replay from round 1 (:mod:`server_app.config.methods`).
     """
-    return {m.name: Rule("federation" if m.on_baseline else "shard",
-                         partial(globals()[m.ulira], cfg, cfg.method_settings(m.name)),
+    known = {m: m.reference(cfg) for m in methods.builtins()}
+    return {m.name: Rule("federation" if m.on_baseline else "shard", unlearn,
                          not m.on_baseline)
-            for m in methods.builtins() if m.ulira}
+            for m, unlearn in known.items() if unlearn is not None}
 
 
 def recipe(cfg: RunConfig) -> ReferenceRecipe:

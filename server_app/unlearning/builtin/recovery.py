@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord
 
@@ -17,6 +19,10 @@ from strategies.recovery import ShardRecovery
 from strategies.replay import ReplaySchedule
 from strategies.sharded import to_record
 from strategies.unlearning import first_participation
+
+if TYPE_CHECKING:
+    from audits.run import Unlearn
+    from server_app.config import RunConfig
 
 ESTIMATES = ("stored", "lbfgs")
 """SE-R's estimates of the retained participants' updates (``method.se-r.estimates``)."""
@@ -65,7 +71,6 @@ class ShardRecoveryMethod(UnlearningMethod):
     """SE-R: SE with FedRecover's server-side recovery on the impacted shards."""
 
     name = "SE-R"
-    ulira = "recover"
     refill_key = "method.se-r.refill"
     colour = "#e377c2"
     summary = "SE with FedRecover's server-side recovery on the impacted shards"
@@ -103,6 +108,13 @@ class ShardRecoveryMethod(UnlearningMethod):
                 **schedule, "warmup": 0, "correction": 0}
 
     @classmethod
+    def reference(cls, cfg: RunConfig) -> Unlearn:
+        """U-LiRA's references unlearn with ``reference_unlearning.recover``."""
+        from server_app.evaluation.reference_unlearning import recover as unlearn
+
+        return partial(unlearn, cfg, cfg.method_settings(cls.name))
+
+    @classmethod
     def build(cls, request: Request) -> Framework:
         """The recovery of the impacted shards (:func:`recover`)."""
         return recover(request)
@@ -113,7 +125,6 @@ class FedRecoverMethod(UnlearningMethod):
 
     name = "FRec"
     federation = "baseline"
-    ulira = "recover"
     colour = "#17becf"
     summary = "FedRecover (Cao et al. 2023): server-side recovery of the federation"
     renamed = RENAMED
@@ -121,6 +132,13 @@ class FedRecoverMethod(UnlearningMethod):
     @dataclass(frozen=True)
     class Settings(RecoverySettings):
         """FRec's own settings (``method.frec.*``): FedRecover's schedule."""
+
+    @classmethod
+    def reference(cls, cfg: RunConfig) -> Unlearn:
+        """U-LiRA's references unlearn with ``reference_unlearning.recover``."""
+        from server_app.evaluation.reference_unlearning import recover as unlearn
+
+        return partial(unlearn, cfg, cfg.method_settings(cls.name))
 
     @classmethod
     def build(cls, request: Request) -> Framework:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
 
 from history import StoreError, TrainingHistory
 from server_app.config.methods import MethodSettings, UnlearningMethod
@@ -15,13 +17,16 @@ from server_app.unlearning.frameworks import (
 from strategies.sharded import to_record
 from strategies.unlearning import ReplaySchedule, ShardingEraser, first_participation
 
+if TYPE_CHECKING:
+    from audits.run import Unlearn
+    from server_app.config import RunConfig
+
 
 class ShardingEraserMethod(UnlearningMethod):
     """SE: Sharding Eraser's calibrated replay of the impacted shards (the paper)."""
 
     name = "SE"
     calibrated = replay_report = erases_records = True
-    ulira = "se_unlearn"
     refill_key = "method.se.replay-refill"
     staged = "serves"
     colour = "#d62728"
@@ -53,6 +58,13 @@ class ShardingEraserMethod(UnlearningMethod):
             """``calibration-final`` in 0..100000."""
             if not 0 <= self.calibration_final <= 100_000:
                 raise self.refuse("calibration_final", "an integer in [0, 100000]")
+
+    @classmethod
+    def reference(cls, cfg: RunConfig) -> Unlearn:
+        """U-LiRA's references unlearn with ``reference_unlearning.se_unlearn``."""
+        from server_app.evaluation.reference_unlearning import se_unlearn as unlearn
+
+        return partial(unlearn, cfg, cfg.method_settings(cls.name))
 
     @classmethod
     def build(cls, request: Request) -> Framework:
