@@ -49,10 +49,12 @@ def remodel(source: Path) -> dict:
         longer runs).
     """
     from experiments.costing import cost_only_summary
+    from server_app.config.methods import in_current_keys
 
     real = json.loads(source.read_text())
     _register(real.get("variants", {}))
-    cfg = {k: v for k, v in real["config"].items() if k not in ("run-name", "results-dir")}
+    cfg = {k: v for k, v in in_current_keys(real["config"]).items()
+           if k not in ("run-name", "results-dir")}
     # 100 test samples: the server's evaluation is not priced, only slow
     cfg.update({"data-dir": str(ROOT.parent / "shared" / "data"), "test-samples": 100})
     with tempfile.TemporaryDirectory(prefix="se-remodel.") as folder:

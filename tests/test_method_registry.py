@@ -247,3 +247,13 @@ def test_a_method_module_brings_its_own_u_lira_reference(tmp_path, monkeypatch):
         assert not methods.registered("FR").referenced
     finally:
         methods.unregister("KeepLearned")
+
+
+def test_a_config_recorded_before_the_namespaced_keys_reads_in_todays_keys():
+    """experiments.remodel reruns recorded configs: an old flat key's value goes to
+    every key it became (SE-R's and FRec's schedule both), the rest stays."""
+    from server_app.config.methods import in_current_keys
+
+    old = {"recovery-memory": 3, "calibration-final": 0, "seed": 1}
+    assert in_current_keys(old) == {"method.se-r.memory": 3, "method.frec.memory": 3,
+                                    "method.se.calibration-final": 0, "seed": 1}

@@ -372,6 +372,24 @@ def renamed_keys() -> dict[str, list[str]]:
     return out
 
 
+def in_current_keys(config: Mapping[str, object]) -> dict[str, object]:
+    """A run's recorded config in today's keys.
+
+    Each renamed flat key's value goes under every namespaced key it became
+    (:func:`renamed_keys`); the other keys stay as they are.
+
+    For rerunning a run recorded before the settings were namespaced (the cost-only
+    remakes of :mod:`experiments.remodel`); a run typed today with an old key is
+    refused instead (:mod:`cli.config`).
+    """
+    renamed = renamed_keys()
+    out = {k: v for k, v in config.items() if k not in renamed}
+    for old, value in config.items():
+        for new in renamed.get(old, ()):
+            out.setdefault(new, value)
+    return out
+
+
 _BUILTIN = "server_app.unlearning.builtin"
 
 register("SE", f"{_BUILTIN}.sharding_eraser:ShardingEraserMethod")
