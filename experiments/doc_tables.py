@@ -335,14 +335,14 @@ def paper_headline(runs: list[dict], sweeps: Path = SWEEPS) -> str:
         "The price of isolation (SISA - FR) and of approximation (SE - SISA), in "
         "accuracy points (test loss in nats, lower is better, on a task read by its "
         "loss): " + "; ".join(prices) + ".",
-        *_verdict(runs, sweeps), *_clients_line()]) + "\n"
+        *_verdict(runs, sweeps), *_clients_line(_datasets(runs))]) + "\n"
 
 
-def _clients_line() -> list[str]:
-    """:func:`experiments.forgotten.goal_line`, where its files exist."""
+def _clients_line(datasets: list[str]) -> list[str]:
+    """:func:`experiments.forgotten.goal_line` over the headline's ``datasets``."""
     from experiments import forgotten
 
-    line = forgotten.goal_line()
+    line = forgotten.goal_line(datasets=datasets)
     return [line] if line else []
 
 

@@ -34,6 +34,9 @@ def test_the_gap_to_sisa_is_paired_per_client_with_its_sample_sd(tmp_path):
     for c in (61, 65):
         _write(tmp_path, c, {"SISA": 0.80, "SE": 0.80})
     assert "goal reached" in forgotten.goal_line(tmp_path)
+    # a dataset the headline shows without any client file is named, not dropped
+    line = forgotten.goal_line(tmp_path, datasets=["mnist", "cifar10"])
+    assert line.endswith(" Not run yet: cifar10.") and "mnist" in line
 
 
 def test_a_mean_gap_beyond_one_point_misses_the_goal(tmp_path):

@@ -25,8 +25,11 @@ two; files ``clients/explore-paper-<DATASET>-<PARTITION>-c<C>-s<SEED>.json``. Th
 cell learns once (``RUNS/<DATASET>/learned-s<SEED>``) and each client's run starts
 from a copy of that learning (:func:`from_learning`; the same models as a run of
 its own, seeded); its file names the learning in ``learning_copied_from``. Files
-made before this (MNIST's, Fashion-MNIST's and Tiny Shakespeare's first two)
-learned once per client.
+made before this (MNIST's, Fashion-MNIST's and Tiny Shakespeare's first three)
+learned once per client. ``--part I/N`` shares the clients among N processes (the
+clients i with i mod N = I; part 0 learns, the others wait for its learning), e.g.
+CIFAR-10 on two cores: ``run.py cifar10 0 --clients 5 --part 0/2`` and, beside it,
+``--part 1/2``.
 
 Writes ``explore-paper-<DATASET>-<PARTITION>-s<SEED>.json`` here, in the format of the
 schedule files (:mod:`experiments.pareto` reads both); ``run.sh`` skips the files
@@ -66,7 +69,8 @@ def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
 
 
 def main(dataset: str, seed: int = 0, partition: str = "noniid",
-         drawn_index: int | None = None, baselines: bool = False) -> Path:
+         drawn_index: int | None = None, baselines: bool = False,
+         learns: bool = True) -> Path:
     """Run the cell and write its file; its path.
 
     ``drawn_index`` i: forget the i-th client :func:`drawn` (from 0), FR only for
@@ -90,7 +94,7 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid",
                     "run-name": f"c{client}-s{seed}"})
         cell, out = f"{cell}-c{client}", HERE / "clients"
         command += f" --clients {drawn_index + 1}  # its last: client {client}"
-        learned = from_learning(cfg, folder, seed)
+        learned = from_learning(cfg, folder, seed, learns)
     elif baselines:
         cfg.update({"frameworks": ",".join(BASELINES), "run-name": f"baselines-s{seed}"})
         out, command = HERE / "baselines", command + " --baselines"
@@ -104,23 +108,31 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid",
     return path
 
 
-def from_learning(cfg: dict, folder: Path, seed: int) -> str:
+def from_learning(cfg: dict, folder: Path, seed: int, learns: bool = True) -> str:
     """Start the client run ``cfg`` from the cell's one learning; the learning's name.
 
     The learning (``learned-s<SEED>``, frameworks none) is made once, resumably,
-    in ``folder``; each drawn client's run folder is a copy of it
+    in ``folder`` (``learns`` False: by another process of ``--part``, whose end
+    this one waits for); each drawn client's run folder is a copy of it
     (:func:`experiments.learned.copy_learned`: the models and history its own
     learning would give, seeded), made unless the folder exists (a resumed run).
     """
+    import time
+
     from explore import register
 
     from experiments.grid import run_in_process
     from experiments.learned import copy_learned, learning_config
 
     name = f"learned-s{seed}"
-    if not (folder / name / "summary.json").is_file():
+    done = folder / name / "summary.json"
+    if not done.is_file() and learns:
         run_in_process({**learning_config(cfg), "results-dir": str(folder),
                         "run-name": name})
+    if not done.is_file():
+        print(f"waiting for {done} (part 0 learns)", flush=True)
+    while not done.is_file():
+        time.sleep(60)
     register(cfg["frameworks"].split(","))  # the run's settings name the variants
     if not (folder / cfg["run-name"]).exists():
         copy_learned(folder / name, {**cfg, "results-dir": str(folder)})
@@ -145,10 +157,17 @@ if __name__ == "__main__":
                         help="run the first K drawn clients, one run each (FR: first 2)")
     parser.add_argument("--baselines", action="store_true",
                         help="FR, FE, RR, FRec and SE on the cell (issue 52, item 4)")
+    parser.add_argument("--part", default="0/1", metavar="I/N",
+                        help="with --clients: the drawn clients i with i mod N = I, so N "
+                             "processes share them (part 0 learns, the others wait)")
     args = parser.parse_args()
+    part, _, parts = args.part.partition("/")
+    if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
+        parser.error(f"--part {args.part!r} must be I/N with 0 <= I < N, e.g. 1/2")
+    part, parts = int(part), int(parts)
     if not args.clients:
         print(main(args.dataset, args.seed, args.partition, baselines=args.baselines))
     for i, c in enumerate(drawn(args.clients)):
         name = f"explore-paper-{args.dataset}-{args.partition}-c{c}-s{args.seed}.json"
-        if not (HERE / "clients" / name).is_file():  # resumable: a file is not rerun
-            print(main(args.dataset, args.seed, args.partition, i))
+        if i % parts == part and not (HERE / "clients" / name).is_file():  # resumable
+            print(main(args.dataset, args.seed, args.partition, i, learns=part == 0))
