@@ -127,21 +127,25 @@ def run_all(todo: list[list[str]], jobs: int) -> None:
     subprocess.CalledProcessError
         A command failed (the others already started finish first).
     """
+    def start(command: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+        print("running: " + " ".join(command[1:]), flush=True)  # when it starts
+        return subprocess.run(command, cwd=ROOT, env=env)
+
     if jobs <= 1:
         for command in todo:
-            subprocess.run(command, cwd=ROOT, check=True)
+            start(command).check_returncode()
         return
     env = {"OMP_NUM_THREADS": "1", **os.environ}
     ordered = by_length(todo)
     tables = [c for c in ordered if "experiments.verified_tables" in c]
     with ThreadPoolExecutor(jobs) as pool:
-        done = list(pool.map(lambda c: subprocess.run(c, cwd=ROOT, env=env),
+        done = list(pool.map(lambda c: start(c, env),
                              [c for c in ordered if c not in tables]))
     for result in done:
         if result.returncode:
             raise subprocess.CalledProcessError(result.returncode, result.args)
     for command in tables:
-        subprocess.run(command, cwd=ROOT, env=env, check=True)
+        start(command, env).check_returncode()
 
 
 def main(run: bool = False, jobs: int = 1) -> int:
@@ -154,10 +158,11 @@ def main(run: bool = False, jobs: int = 1) -> int:
         print(f"{kind}: {len(paths)} stale" + "".join(
             f"\n  {p.relative_to(ROOT)}" for p in paths))
     todo = commands(files)
-    for command in todo:
-        print(("running: " if run else "to run: ") + " ".join(command[1:]), flush=True)
     if run:
         run_all(todo, jobs)
+    else:
+        for command in todo:
+            print("to run: " + " ".join(command[1:]), flush=True)
     if files["default-run"]:
         print("then, on a quiet machine: ./simulate.sh, and record "
               "`python -m experiments.time_saved --fingerprint` in "
