@@ -92,11 +92,11 @@ def test_text_block_size_is_bounded_by_the_models_context():
 def test_every_client_sampled_then_one_forgotten_is_accepted_with_a_note():
     cfg = {"num-clients": 20, "num-shards": 4, "clients-per-round": 20,
            "forget-clients": "3"}
-    notes = check_run(validate_run_config(cfg, files=False), files=False)
+    notes = check_run(validate_run_config(cfg, files=False), files=False).notes
     assert len(notes) == 1 and "keeps 19 clients" in notes[0] and "samples all 19" \
         in notes[0]
     sharded = {**cfg, "baseline-shards": 4}
-    notes = check_run(validate_run_config(sharded, files=False), files=False)
+    notes = check_run(validate_run_config(sharded, files=False), files=False).notes
     assert len(notes) == 1 and "fewer than the 5" in notes[0] and "all 4" in notes[0]
 
 
