@@ -32,21 +32,16 @@ from server_app.config.values import bad
 from server_app.evaluation.central import CentralEvaluator
 from server_app.failures import one_line
 from server_app.forget_run import stored_run_config
-from server_app.preflight import check_partition, check_stored, validate_run_config
+from server_app.preflight import check_partition, check_stored, validate_run
 from server_app.rounds.costs import CostModel
 from server_app.rounds.engine import Engine, TrainedNodes, engine_of
-from server_app.rounds.federation import (
-    NODE_RULE,
-    assign_shards,
-    bounded_sizes,
-    find_nodes,
-)
+from server_app.rounds.federation import NODE_RULE, bounded_sizes, find_nodes
 from server_app.rounds.loop import RoundLoop
 from server_app.run.context import RunContext
+from server_app.run.plan import RunPlan
 from server_app.stages.later import serve_later
 from server_app.stages.pipeline import run_pipeline
 from server_app.stored import check_node_folders, run_settings
-from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 from task.config import RUN_CONFIG_KEY, client_settings, default_run_config
 from task.data import partition_sizes
 from task.records import check_against_sizes
@@ -106,11 +101,8 @@ class Prepared:
     """What the ServerApp knows before it contacts a node (every check passed)."""
 
     cfg: RunConfig
+    plan: RunPlan
     data_dir: str
-    notes: list[str]
-    samples: dict[int, int]
-    requests: list[list[int]]
-    noops: list[dict]
     folder: RunFolder
     catalog: RunLog
     evaluator: CentralEvaluator
@@ -131,16 +123,17 @@ class Prepared:
         found = find_nodes(grid, data.num_clients, timeout=cfg.training.round_timeout,
                            config=ConfigRecord({RUN_CONFIG_KEY: client_settings(
                                cfg.as_dict())}), own_data=data.client_data)
-        node_of = found.node_of
+        node_of, plan = found.node_of, self.plan
         if found.left_out:  # a long-lived federation may have more nodes than the run
-            self.notes.append(f"nodes used: {NODE_RULE}; left out: partition ids "
-                              f"{sorted(found.left_out)}")
-            RunContext.log(self.notes[-1])
+            plan = plan.with_notes([f"nodes used: {NODE_RULE}; left out: partition ids "
+                                    f"{sorted(found.left_out)}"])
+            RunContext.log(plan.notes[-1])
         self.catalog.record_once("nodes", json.dumps(
             {"rule": NODE_RULE, "left_out": sorted(found.left_out)}))
-        samples = bounded_sizes(self.samples, found.records, data.client_samples)
+        cut = dict(plan.samples)
+        samples = bounded_sizes(cut, found.records, data.client_samples)
         if found.records:
-            RunContext.log(_own_data_note(found.records, self.samples, samples))
+            RunContext.log(_own_data_note(found.records, cut, samples))
             check_own_records(cfg, samples)
         if data.client_data:  # what the `forget` command checks record ids against
             self.catalog.record(CLIENT_RECORDS, json.dumps(
@@ -148,12 +141,10 @@ class Prepared:
         loop = RoundLoop(grid, cfg.training.round_timeout,
                          partition_of={n: p for p, n in node_of.items()},
                          samples=samples, costs=self.costs)
-        shards = assign_shards(data.num_clients, cfg.training.num_shards, cfg.seed)
         engine = engine or engine_of(grid)
         self.catalog.record_once("engine", json.dumps(engine.to_json()))  # the run's
-        return RunContext(cfg, loop, self.folder, self.catalog, self.evaluator,
-                          self.data_dir, samples, shards, node_of, self.notes,
-                          self.requests, self.noops, engine)
+        return RunContext(cfg, plan.with_nodes(node_of, samples), loop, self.folder,
+                          self.catalog, self.evaluator, self.data_dir, engine)
 
 
 def check_own_records(cfg: RunConfig, samples: dict[int, int]) -> None:
@@ -200,27 +191,26 @@ def prepare(run_config) -> Prepared:
     Everything that can fail without a node fails here, before any folder or
     node (:mod:`server_app.preflight`).
     """
-    cfg = validate_run_config(run_config, files=False)  # every check without data
+    cfg, plan = validate_run(run_config, files=False)  # every check without data
     data = cfg.data
-    # a staged run takes its requests stage by stage (server_app.stages)
-    requests, noops = plan_requests(cfg) if not cfg.stages.staged else ([], [])
     data_dir = str(cfg.task().locate(data.data_dir))  # DatasetNotFoundError: no data
     task = load_run_data(cfg, data_dir)  # the run's task's data: fail early
     check_task(cfg, cfg.task(), task)  # its number of classes bounds some keys
     # what needs the data: the partition (once); the rest was checked just above.
     # client-data = true: the server holds the test split alone; each client's
     # size is what its node reports at discovery (Prepared.connect)
-    notes = baseline_sampling_notes(cfg, requests) + (
-        [] if data.client_data else check_partition(cfg, task))
-    for note in notes:
+    if not data.client_data:
+        plan = plan.with_notes(check_partition(cfg, task))
+    for note in plan.notes:
         RunContext.log(note)
     # what each client holds bounds the num-examples its replies may claim
     samples = {} if data.client_data else dict(enumerate(partition_sizes(
         task, data.num_clients, data.partition, cfg.seed, data.client_samples,
         data.partition_alpha, data.classes_per_client)))
+    plan = plan.with_nodes({}, samples)
     later = cfg.stages.later_requests
     if not later:  # what a resume reads back, as the command checked it (blobs: later)
-        check_stored(cfg, data_dir, verify_blobs=False)
+        check_stored(cfg, data_dir, verify_blobs=False, plan=plan)
     results, name = cfg.output.resolved_results_dir(), cfg.resolved_run_name()
     if later:  # the node folders a later request decodes, as `forget` checked them
         check_node_folders(cfg, results / name)
@@ -229,21 +219,22 @@ def prepare(run_config) -> Prepared:
     # later-requests switch says what this process does, not what the run is
     catalog = RunLog(folder.runlog_path, run_settings(cfg, data_dir))
     if cfg.unlearning.framework_list:
-        requests = catalog.record_requests(requests)
+        plan = plan.with_requests(catalog.record_requests(plan.request_lists()))
     RunContext.log(f"results: {folder.path}{' (resumed)' if catalog.resumed else ''}")
     evaluator = CentralEvaluator(cfg.task(), task, data.test_samples or None,
                                  cfg.training.device)
-    costs = cost_model(cfg, evaluator.num_classes, notes)
-    return Prepared(cfg, data_dir, notes, samples, requests, noops, folder, catalog,
-                    evaluator, costs)
+    costs, notes = cost_model(cfg, evaluator.num_classes)
+    return Prepared(cfg, plan.with_notes(notes), data_dir, folder, catalog, evaluator,
+                    costs)
 
 
-def cost_model(cfg: RunConfig, num_classes: int, notes: list[str]) -> CostModel:
+def cost_model(cfg: RunConfig, num_classes: int) -> tuple[CostModel, list[str]]:
     """The run's prices: its task on its device profile (run-config ``device-profile``).
 
     A task the profile lacks (a plug-in not calibrated) is priced by the
-    profile's per-parameter fallback; a note in ``notes`` (and the log) says so
-    and names the command that calibrates it.
+    profile's per-parameter fallback; the returned note (also logged) says so
+    and names the command that calibrates it. Returns the prices and [] or
+    that one note.
 
     Raises
     ------
@@ -260,9 +251,9 @@ def cost_model(cfg: RunConfig, num_classes: int, notes: list[str]) -> CostModel:
                 f"{parameters} parameters; measure it with {CALIBRATE_COMMAND} "
                 f"--tasks {cfg.data.task_spec} --out PROFILE.toml and pass "
                 "device-profile = PROFILE.toml")
-        notes.append(note)
         RunContext.log(note)
-    return costs
+        return costs, [note]
+    return costs, []
 
 
 def finish(ctx: RunContext, summary: RunSummary) -> None:

@@ -41,6 +41,7 @@ from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
 from server_app.config.tasks import check_model, check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
+from server_app.run.plan import RunPlan, plan_run
 from server_app.stages.plan import check_stage_requests
 from server_app.stored import check_run_folder, run_settings
 from server_app.unlearning.methods import (
@@ -49,7 +50,6 @@ from server_app.unlearning.methods import (
     load_method,
     probe_method,
 )
-from server_app.unlearning.plan import baseline_sampling_notes, plan_requests
 
 if TYPE_CHECKING:
     from task.data import TaskData
@@ -87,20 +87,32 @@ def validate_run_config(run_config: Mapping[str, object], task: TaskData | None 
     ConfigError
         The first bad setting or combination, in one line.
     """
+    return validate_run(run_config, task, files)[0]
+
+
+def validate_run(run_config: Mapping[str, object], task: TaskData | None = None,
+                 files: bool = True) -> tuple[RunConfig, RunPlan]:
+    """:func:`validate_run_config`, and the run's plan its checks built.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`validate_run_config`.
+    """
     cfg = RunConfig.from_run_config(run_config)
-    check_run(cfg, task, files=files)
-    return cfg
+    return cfg, check_run(cfg, task, files=files)
 
 
 def check_run(cfg: RunConfig, task: TaskData | None = None,
-              files: bool = True) -> list[str]:
+              files: bool = True) -> RunPlan:
     """Every check of a parsed config that needs no node (see the module docstring).
 
     Returns
     -------
-    list[str]
-        Notes for the log: settings that are carried out in a reduced form
-        (a baseline sampling fewer clients, a smaller non-IID client size).
+    RunPlan
+        The run's plan (:func:`server_app.run.plan.plan_run`); its ``notes``:
+        settings that are carried out in a reduced form (a baseline sampling
+        fewer clients, a smaller non-IID client size).
 
     Raises
     ------
@@ -110,14 +122,11 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     check_task(cfg, cfg.task(), task)
     for spec in cfg.unlearning.plugin_methods.values():
         load_method(spec)  # ConfigError naming frameworks
-    if task is not None and cfg.unlearning.plugin_methods:  # built, not only typed
-        probe_methods(cfg, task.num_classes)
     if cfg.stages.staged:  # requests come stage by stage (server_app.stages)
         check_stage_requests(cfg)
-        requests = []
-    else:
-        requests, _ = plan_requests(cfg)
-    notes = baseline_sampling_notes(cfg, requests)
+    plan = plan_run(cfg)
+    if task is not None and cfg.unlearning.plugin_methods:  # built, not only typed
+        probe_methods(cfg, plan, task.num_classes)
     if cfg.storage.coded:
         num_classes = (task if task is not None else _load_task(cfg)).num_classes
         if task is None:  # with the data, check_task above has built the model
@@ -126,11 +135,12 @@ def check_run(cfg: RunConfig, task: TaskData | None = None,
     if files:
         _check_files(cfg)
     if task is not None and not cfg.data.client_data:  # else: the clients' own data
-        notes += check_partition(cfg, task)
-    return notes
+        plan = plan.with_notes(check_partition(cfg, task))
+    return plan
 
 
-def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True) -> Path:
+def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True,
+                 plan: RunPlan | None = None) -> Path:
     """What the run folder holds, if anything, can be resumed; return its path.
 
     The checks of :func:`server_app.stored.check_run_folder` (lock, finished
@@ -146,6 +156,8 @@ def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True
         The dataset's folder, resolved (it is part of the recorded settings).
     verify_blobs : bool
         Hash every stored history blob too.
+    plan : RunPlan, optional
+        The run's plan (its planned requests); default :func:`plan_run`'s.
 
     Raises
     ------
@@ -153,11 +165,11 @@ def check_stored(cfg: RunConfig, data_dir: str | Path, verify_blobs: bool = True
         One line naming the file or setting a resume cannot use.
     """
     one_stage = cfg.unlearning.framework_list and not cfg.stages.staged
-    requests = plan_requests(cfg)[0] if one_stage else None
+    requests = (plan or plan_run(cfg)).request_lists() if one_stage else None
     return check_run_folder(cfg, run_settings(cfg, data_dir), requests, verify_blobs)
 
 
-def probe_methods(cfg: RunConfig, num_classes: int) -> None:
+def probe_methods(cfg: RunConfig, plan: RunPlan, num_classes: int) -> None:
     """Build each method of one's own as its first request will, before any engine.
 
     On W^0 of the run's task (its real dtypes and shapes, seeded as the
@@ -173,14 +185,11 @@ def probe_methods(cfg: RunConfig, num_classes: int) -> None:
     import torch
     from flwr.app import ArrayRecord, ConfigRecord
 
-    from server_app.rounds.federation import assign_shards
-
-    shards = assign_shards(cfg.data.num_clients, cfg.training.num_shards, cfg.seed)
+    shards = plan.shard_lists()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         initial = ArrayRecord(cfg.task().model(num_classes).state_dict())
-    planned = [] if cfg.stages.staged else plan_requests(cfg)[0]
-    batch = tuple(sorted(planned[0])) if planned else (shards[0][0],)
+    batch = tuple(sorted(plan.requests[0])) if plan.requests else (shards[0][0],)
     request = UnlearningRequest(
         frozenset(batch), batch, shards, {p: p for p in range(cfg.data.num_clients)},
         NoHistory(initial), [initial.copy() for _ in shards], initial, ConfigRecord({}),

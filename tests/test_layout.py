@@ -26,10 +26,11 @@ WING_IMPORTS = {
     "config": set(),
     "rounds": {"config"},
     "evaluation": {"config", "rounds"},
-    "run": {"config", "rounds", "evaluation"},
-    "unlearning": {"config", "rounds", "evaluation", "run"},
-    "admission": {"config", "rounds", "evaluation", "run", "unlearning"},
-    "stages": {"config", "rounds", "evaluation", "run", "unlearning", "admission"},
+    "unlearning": {"config", "rounds", "evaluation"},
+    "admission": {"config", "rounds", "evaluation", "unlearning"},
+    # the run's plan and context are made of the wings below (issue 53, step 3)
+    "run": {"config", "rounds", "evaluation", "unlearning", "admission"},
+    "stages": {"config", "rounds", "evaluation", "unlearning", "admission", "run"},
 }
 
 

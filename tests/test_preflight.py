@@ -92,11 +92,11 @@ def test_text_block_size_is_bounded_by_the_models_context():
 def test_every_client_sampled_then_one_forgotten_is_accepted_with_a_note():
     cfg = {"num-clients": 20, "num-shards": 4, "clients-per-round": 20,
            "forget-clients": "3"}
-    notes = check_run(validate_run_config(cfg, files=False), files=False)
+    notes = check_run(validate_run_config(cfg, files=False), files=False).notes
     assert len(notes) == 1 and "keeps 19 clients" in notes[0] and "samples all 19" \
         in notes[0]
     sharded = {**cfg, "baseline-shards": 4}
-    notes = check_run(validate_run_config(sharded, files=False), files=False)
+    notes = check_run(validate_run_config(sharded, files=False), files=False).notes
     assert len(notes) == 1 and "fewer than the 5" in notes[0] and "all 4" in notes[0]
 
 
@@ -238,3 +238,39 @@ def test_noniid_partition_for_eight_clients(shared_data):
     assert {int(np.bincount(labels[p]).max()) for p in parts} == {round(0.8 * 7314)}
     again = partition_indices(labels, 8, "noniid", seed=0)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+
+
+# ------------------------------------------------- the run's plan (issue 53, step 3)
+
+
+def test_the_server_plans_a_run_once_and_the_plan_is_frozen(tmp_path, shared_data,
+                                                            monkeypatch):
+    """``prepare`` draws the requests once (the check, the resume check and the
+    ServerApp used to draw them three times) and hands on one frozen plan."""
+    import dataclasses
+
+    from conftest import TINY
+
+    from server_app import app
+    from server_app.run import plan as plan_module
+    from task.config import default_run_config
+
+    drawn = []
+    real = plan_module.plan_requests
+    monkeypatch.setattr(plan_module, "plan_requests",
+                        lambda cfg: drawn.append(1) or real(cfg))
+    run_config = {**default_run_config(), **TINY, "data-dir": str(shared_data),
+                  "results-dir": str(tmp_path), "run-name": "p", "num-requests": 2}
+    prepared = app.prepare(run_config)
+    prepared.catalog.close()
+    prepared.folder.release()
+    plan, cfg = prepared.plan, prepared.cfg
+    assert drawn == [1]
+    assert plan.shard_lists() == assign_shards(8, 2, cfg.seed)
+    assert len(plan.requests) == 2 and plan.forgotten() == sorted(
+        {p for r in plan.requests for p in r})
+    assert dict(plan.samples) == {p: 64 for p in range(8)} and not plan.node_of
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.requests = ()
+    with pytest.raises(TypeError):
+        plan.samples[0] = 1

@@ -18,10 +18,10 @@ from server_app.config import ConfigError, RunConfig
 from server_app.rounds.learning import Continuation, run_learning
 from server_app.rounds.loop import RoundLoop, RoundPlan
 from server_app.run.context import initial_model, train_config
+from server_app.run.plan import plan_run
 from server_app.stages import pipeline
 from server_app.stages.churn import Churn, Membership
 from server_app.stages.learn import first_round, stage_strategy
-from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -215,7 +215,7 @@ def test_fedretrain_over_stages_equals_a_run_without_the_forgotten_clients(
     data = read_arrays(folder / "models" / "stage3-FR.npz")
     grid = InProcessGrid(client_app, 12, config)  # a fresh federation
     node_of = {p: NODE_ID_BASE + p for p in range(12)}
-    _, baseline = staged_federations(cfg, node_of, {})
+    _, baseline = plan_run(cfg).with_nodes(node_of, {}).federations()
     store = HistoryStore.create(tmp_path / "h", baseline.shard_of)
     models = [initial_model(cfg, 10)] * len(baseline.shards)
     for entry in summary["stages"]:

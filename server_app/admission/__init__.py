@@ -72,17 +72,23 @@ def run_shards(cfg: RunConfig) -> list[tuple[list[list[int]], str]]:
         Each federation's shards (partition ids) and its name in a refusal
         (``shard``, ``FR shard``).
     """
-    clients = cfg.data.num_clients
-
-    def split(num_shards: int) -> list[list[int]]:
-        if cfg.stages.staged:
-            return lineage_shards(clients, cfg.initial_clients, num_shards, cfg.seed)
-        return assign_shards(clients, num_shards, cfg.seed)
-
-    feds = [(split(cfg.training.num_shards), "shard")]
+    feds = [(split_shards(cfg, cfg.training.num_shards), "shard")]
     if reference() in cfg.unlearning.framework_list:
-        feds.append((split(cfg.unlearning.baseline_shards), f"{reference()} shard"))
+        feds.append((split_shards(cfg, cfg.unlearning.baseline_shards),
+                     f"{reference()} shard"))
     return feds
+
+
+def split_shards(cfg: RunConfig, num_shards: int) -> list[list[int]]:
+    """The run's clients in ``num_shards`` shards (partition ids), as the ServerApp does.
+
+    Lineages for a staged run (:func:`lineage_shards`), else
+    :func:`assign_shards` over every client; both seeded by ``seed``.
+    """
+    if cfg.stages.staged:
+        return lineage_shards(cfg.data.num_clients, cfg.initial_clients, num_shards,
+                              cfg.seed)
+    return assign_shards(cfg.data.num_clients, num_shards, cfg.seed)
 
 
 def later_refusal(clients: Sequence[int], joined: int, forgotten: Iterable[int],

@@ -1,1 +1,1 @@
-"""The run's folder: its lock, catalog, inbox, receipts and summary.json."""
+"""One run as two objects: its plan, settled before any engine, and its context."""

@@ -25,6 +25,7 @@ from server_app.rounds.engine import Engine
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import RoundLoop
 from server_app.rounds.screening import FaultLog
+from server_app.run.plan import RunPlan
 from task.config import RUN_CONFIG_KEY, client_settings
 
 
@@ -55,6 +56,9 @@ class RunContext:
     ----------
     cfg : RunConfig
         The validated settings.
+    plan : RunPlan
+        What the run will do, completed by discovery (shards, planned
+        requests, notes, the node map and each client's size).
     loop : RoundLoop
         The run's round loop (grid, reply bounds, timeout, fault log).
     folder : RunFolder
@@ -65,35 +69,17 @@ class RunContext:
         Scores shard models on the test set.
     data_dir : str
         The dataset's folder, resolved.
-    samples : dict[int, int]
-        Partition id -> training samples the client holds.
-    shards : list[list[int]]
-        SE's shards (partition ids) as :func:`~server_app.rounds.federation.assign_shards`
-        splits ``num-clients``.
-    node_of : dict[int, int]
-        Partition id -> node id, from discovery.
-    notes : list[str]
-        Settings carried out in a reduced form (summary.json ``notes``).
-    requests : list[list[int]]
-        A one-stage run's planned requests (partition ids), as recorded.
-    noops : list[dict]
-        Planned requests that were no-ops.
     engine : Engine
         Where this process runs (:mod:`server_app.rounds.engine`).
     """
 
     cfg: RunConfig
+    plan: RunPlan
     loop: RoundLoop
     folder: RunFolder
     catalog: RunLog
     evaluator: CentralEvaluator
     data_dir: str
-    samples: dict[int, int]
-    shards: list[list[int]]
-    node_of: dict[int, int]
-    notes: list[str] = field(default_factory=list)
-    requests: list[list[int]] = field(default_factory=list)
-    noops: list[dict] = field(default_factory=list)
     engine: Engine = field(default_factory=lambda: Engine("in-process"))
 
     @property
@@ -114,12 +100,12 @@ class RunContext:
         take = getattr(self.loop.grid, "take", None)
         if take is None:
             return []
-        partition = {n: p for p, n in self.node_of.items()}
+        partition = {n: p for p, n in self.plan.node_of.items()}
         return sorted(partition[n] for n in take() if n in partition)
 
     def federation(self, shards: list[list[int]]) -> Federation:
         """The run's nodes split into ``shards`` (partition ids)."""
-        return Federation(self.node_of, shards, self.samples)
+        return Federation(dict(self.plan.node_of), shards, dict(self.plan.samples))
 
     def initial_model(self) -> ArrayRecord:
         """W^0 (:func:`initial_model`)."""

@@ -37,7 +37,7 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
         for target, models in scored:
             for key, value in ctx.evaluator.label_accuracy(models, labels).items():
                 setattr(target, key, value)
-    forget = sorted({p for r in ctx.requests for p in r})
+    forget = ctx.plan.forgotten()
     owners = sorted(cfg.unlearning.erased_records)  # a records request's clients
     scored = bool(forget) or bool(owners and checks.mia_shadows)
     if checks.mia and not scored and (labels or owners):
@@ -88,7 +88,7 @@ def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dic
         scores, summary.verification["mia"] = shadow_audit(audited, data, rounds,
                                                            models, records)
         return scores
-    forget = sorted({p for r in ctx.requests for p in r})
+    forget = ctx.plan.forgotten()
     return membership_audit(audited, data, shards, forget, run.models, unlearned,
                             cfg.audit.mia_samples)
 

@@ -55,7 +55,7 @@ def records_refusal(run: RunState, request: Request, joined: int) -> str | None:
     :func:`erasure_refusal` over the run's holdings and the erasures in force.
     """
     ctx = run.ctx
-    held = Holdings.of_run(ctx.cfg, ctx.data_dir, ctx.samples)
+    held = Holdings.of_run(ctx.cfg, ctx.data_dir, dict(ctx.plan.samples))
     refusal = erasure_refusal(records_of(request), labels_of(request), held,
                               in_force(run), run.forgotten, joined)
     return None if refusal is None else refusal[1]

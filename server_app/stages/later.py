@@ -54,8 +54,7 @@ from server_app.run.context import RunContext
 from server_app.stages import erasures
 from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership
-from server_app.stages.planned import baseline_federation
-from server_app.stages.staged import retrain_stages, staged_federations
+from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
 from server_app.unlearning.erasure import Erasure
@@ -113,10 +112,7 @@ def _restore(ctx: RunContext) -> tuple[RunState, ModelVersion]:
         raise RunLogError(f"{ctx.folder.path} has no model versions (a run made "
                           "before they existed): it cannot take later requests")
     latest = versions[-1]
-    if cfg.stages.staged:
-        federation, baseline = staged_federations(cfg, ctx.node_of, ctx.samples)
-    else:
-        federation, baseline = ctx.federation(ctx.shards), baseline_federation(ctx)
+    federation, baseline = ctx.plan.federations()
     churn = Churn(federation.shards, cfg.initial_clients, cfg.stages.joins_per_stage,
                   cfg.stages.leaves_per_stage, cfg.seed)
     run = RunState(ctx, federation, baseline, churn, inbox, store=_open_store(ctx))
@@ -137,7 +133,8 @@ def _open_store(ctx: RunContext):
     root = ctx.folder.history_dir("sharded")
     if not ctx.cfg.storage.coded:
         return HistoryStore.open(root)
-    return CodedHistory.open(root, ctx.grid, ctx.node_of, transfer=ctx.slice_transfer())
+    return CodedHistory.open(root, ctx.grid, dict(ctx.plan.node_of),
+                             transfer=ctx.slice_transfer())
 
 
 def _members(ctx: RunContext, run: RunState) -> list[Membership]:

@@ -48,9 +48,8 @@ from server_app.stages.learn import (
     learn_rounds,
     open_store,
 )
-from server_app.stages.planned import baseline_federation, handle_planned
+from server_app.stages.planned import handle_planned
 from server_app.stages.planned_receipt import file_planned_receipt
-from server_app.stages.staged import staged_federations
 from server_app.stages.state import RunState
 from server_app.unlearning.erasure import planned_erasure
 from strategies.factory import server_settings
@@ -83,10 +82,7 @@ def storage_settings(ctx: RunContext) -> StorageSettings:
 
 def _start(ctx: RunContext) -> RunState:
     cfg = ctx.cfg
-    if cfg.stages.staged:
-        federation, baseline = staged_federations(cfg, ctx.node_of, ctx.samples)
-    else:
-        federation, baseline = ctx.federation(ctx.shards), baseline_federation(ctx)
+    federation, baseline = ctx.plan.federations()
     inbox = RequestInbox(ctx.folder.runlog_path)
     churn = Churn(federation.shards, cfg.initial_clients, cfg.stages.joins_per_stage,
                   cfg.stages.leaves_per_stage, cfg.seed)
@@ -104,7 +100,7 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
     data = task.provenance_of(ctx.data_dir, test_only=cfg.data.client_data)
     ctx.log(f"data: {data['format']}; sha256 {data['sha256'][:16]} over "
             f"{len(data['files'])} file(s) in {ctx.data_dir}")
-    notes = list(ctx.notes)
+    notes = list(ctx.plan.notes)
     if cfg.stages.staged and cfg.audit.mia:
         notes.append("mia = true: the membership-inference audit does not run in a "
                      "staged run (not staged yet)")
@@ -129,12 +125,13 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
     se = handle_planned(run, summary.learning, summary).get(proposed())
     erasure = planned_erasure(ctx.cfg)
     if se is not None and se.models:
-        forgotten = sorted({p for r in ctx.requests for p in r})
+        forgotten = ctx.plan.forgotten()
         keep_version(run, 2, se.models, {"accuracy": se.summary.accuracy,
                                          "loss": se.summary.loss,
                                          "shard_accuracy": se.summary.shard_accuracy},
                      ["planned"], f"after the planned request: {erasure.describe()}"
-                     if erasure else f"after the planned requests {ctx.requests}",
+                     if erasure else
+                     f"after the planned requests {ctx.plan.request_lists()}",
                      name=proposed(), forgotten=forgotten)
     file_planned_receipt(run, summary, se)
 

@@ -19,7 +19,6 @@ from runstore.summary import (
     RunSummary,
     UnlearningPlan,
 )
-from server_app.rounds.federation import assign_shards
 from server_app.run.context import RunContext
 from server_app.stages.audit import audit
 from server_app.stages.learn import learn_federation
@@ -27,13 +26,6 @@ from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult, run_unlearning
 from server_app.unlearning.erasure import planned_erasure
 from server_app.unlearning.frameworks import Stage, UnlearningSettings
-
-
-def baseline_federation(ctx: RunContext):
-    """The baselines' federation: every client in ``baseline-shards`` shards."""
-    cfg = ctx.cfg
-    return ctx.federation(assign_shards(cfg.data.num_clients,
-                                        cfg.unlearning.baseline_shards, cfg.seed))
 
 
 def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
@@ -54,7 +46,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
                   ctx.train_config(), learning.loss, present=run.present_at)
     results = unlearn_once(ctx, stage)
     erasure = planned_erasure(ctx.cfg)
-    summary.unlearning = UnlearningPlan(ctx.requests, ctx.noops,
+    summary.unlearning = UnlearningPlan(ctx.plan.request_lists(), list(ctx.plan.noops),
                                         ctx.cfg.unlearning.request_mode,
                                         erasure.to_json() if erasure else None)
     summary.frameworks = {n: r.summary for n, r in results.items()}
@@ -88,7 +80,8 @@ def unlearn_once(ctx: RunContext, stage: Stage) -> dict[str, FrameworkResult]:
             results[name] = FrameworkResult(models, summary, [])
             continue
         catalog.begin(f"unlearn:{name}")
-        result = run_unlearning(ctx.loop, stage, ctx.requests, ctx.evaluator.evaluate,
+        result = run_unlearning(ctx.loop, stage, ctx.plan.request_lists(),
+                                ctx.evaluator.evaluate,
                                 log_fn=ctx.log, frameworks=[name],
                                 erasure=planned_erasure(ctx.cfg))[name]
         if result.models:

@@ -58,7 +58,7 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
         whose receipt is filed already.
     """
     ctx = run.ctx
-    clients = sorted({p for r in ctx.requests for p in r})
+    clients = ctx.plan.forgotten()
     erasure = planned_erasure(ctx.cfg)  # a records or class request: clients stay
     if se is None or not se.models or not (clients or erasure):
         return None
@@ -68,7 +68,7 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
     request = mine[0] if mine else run.inbox.submit_all([clients], "planned", stage=1,
                                                         unique=False)[0]
     receipt = {"request_id": request.id, "clients": clients,
-               "requests": [list(r) for r in ctx.requests], "source": "planned",
+               "requests": ctx.plan.request_lists(), "source": "planned",
                **({"erasure": erasure.to_json(), "erasure_note": erasure.describe()}
                   if erasure else {}),
                "received_at": utc(request.received), "stage": 1,

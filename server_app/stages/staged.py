@@ -12,8 +12,6 @@ from collections.abc import Sequence
 
 from flwr.app import ArrayRecord
 
-from server_app.admission import lineage_shards
-from server_app.config import RunConfig
 from server_app.config.methods import reference
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import CostMeter, RoundPlan
@@ -23,7 +21,7 @@ from server_app.stages.learn import first_round, stage_strategy
 from server_app.unlearning.driver import accumulate
 from server_app.unlearning.erasure import Erasure, erasing_loop
 
-__all__ = ["retrain_stages", "staged_federations"]
+__all__ = ["retrain_stages"]
 
 
 def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Membership],
@@ -54,15 +52,3 @@ def retrain_stages(ctx: RunContext, baseline: Federation, members: Sequence[Memb
             first_round=first_round(cfg, member.stage))
         accumulate(total, meter)
     return models, total
-
-
-def staged_federations(cfg: RunConfig, node_of: dict[int, int], samples: dict
-                       ) -> tuple[Federation, Federation]:
-    """SE's federation (``num-shards``) and FR's (``baseline-shards``), every client.
-
-    Shards are lineages (:func:`server_app.admission.lineage_shards`).
-    """
-    first = cfg.initial_clients
-    return tuple(Federation(node_of, lineage_shards(cfg.data.num_clients, first, s,
-                                                    cfg.seed), samples)
-                 for s in (cfg.training.num_shards, cfg.unlearning.baseline_shards))
