@@ -3,7 +3,9 @@
 Usage: ``.venv/bin/python -m experiments.remake [--run]``
 
 Every results file the docs read records the fingerprint of the code that shapes
-its numbers (:data:`experiments.time_saved.SHAPING`); the claims tests fail once
+its numbers (:data:`experiments.time_saved.SHAPING`; a run that reports an audit,
+the verification runs and the default run, also that of the audits' code,
+:func:`~experiments.time_saved.audit_fingerprint`); the claims tests fail once
 today's differs. This lists, per kind, the files whose fingerprint is not today's:
 
 - ``modelled``: the cost-only remakes of the schedule and paper-scale files
@@ -20,7 +22,11 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
   ``run_inprocess.py``, 3-15 min a run on one core), then its tables
   (:mod:`experiments.verified_tables`);
 - ``default-run``: ``docs/results/default-run/`` (``./simulate.sh`` on a quiet
-  machine, then its README's fingerprint line; printed, never run here).
+  machine, then its README's fingerprint lines; printed, never run here).
+
+``--stamp-audits`` adds the audits' fingerprint to a verification file made
+before runs recorded it, where the audits' code at the file's commit is
+today's (:func:`stamp_audits`); the others stay stale.
 
 With ``--run`` it remakes the first three kinds in that order, one command at a
 time (each resumable: a killed sweep goes on where it stopped), and prints the
@@ -40,7 +46,14 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from experiments.time_saved import OUT, fingerprint
+from experiments.time_saved import (
+    AUDITING,
+    OUT,
+    SHAPING,
+    audit_fingerprint,
+    fingerprint,
+    fingerprint_at,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -53,14 +66,22 @@ VERIFIED = {"verify-seed": ("verify",), "memorize-seed": ("memorize",),
 DEFAULT_RUN = RESULTS / "default-run" / "README.md"
 
 
-def _made_by(path: Path) -> str | None:
-    """The fingerprint a results file records (None: none)."""
-    return json.loads(path.read_text()).get("fingerprint")
+def _made_by(path: Path, key: str = "fingerprint") -> str | None:
+    """The fingerprint ``key`` a results file records (None: none)."""
+    return json.loads(path.read_text()).get(key)
 
 
-def stale(today: str | None = None) -> dict[str, list[Path]]:
-    """Per kind, the files made by code other than today's (see the module's list)."""
-    today = today or fingerprint()
+AUDIT_LINE = re.compile(r"Audit code fingerprint .*?`([0-9a-f]{64})`", re.S)
+"""The default run's README line of :func:`~experiments.time_saved.audit_fingerprint`."""
+
+
+def stale(today: str | None = None, audited: str | None = None) -> dict[str, list[Path]]:
+    """Per kind, the files made by code other than today's (see the module's list).
+
+    ``today``, ``audited``: today's fingerprint and audit fingerprint (computed
+    when not given).
+    """
+    today, audited = today or fingerprint(), audited or audit_fingerprint()
     out: dict[str, list[Path]] = {"modelled": [], "own": [], "sweep": [],
                                   "verification": [], "default-run": []}
     for folder in MODELLED:
@@ -75,10 +96,12 @@ def stale(today: str | None = None) -> dict[str, list[Path]]:
     out["sweep"] = [p for p in sorted(OUT.glob("*.json")) if _made_by(p) != today]
     out["verification"] = [p for stem in VERIFIED
                            for p in sorted((RESULTS / "verification").glob(f"{stem}*.json"))
-                           if _made_by(p) != today]
-    found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", DEFAULT_RUN.read_text(),
-                      re.S)
-    if not found or found.group(1) != today:
+                           if _made_by(p) != today
+                           or _made_by(p, "audit_fingerprint") != audited]
+    text = DEFAULT_RUN.read_text()
+    found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", text, re.S)
+    audit = AUDIT_LINE.search(text)
+    if not found or found.group(1) != today or not audit or audit.group(1) != audited:
         out["default-run"].append(DEFAULT_RUN)
     return out
 
@@ -148,6 +171,31 @@ def run_all(todo: list[list[str]], jobs: int) -> None:
         start(command, env).check_returncode()
 
 
+def stamp_audits() -> list[Path]:
+    """Add ``audit_fingerprint`` to the verification files that lack it, where it holds.
+
+    A file made by today's :data:`~experiments.time_saved.SHAPING` code (its
+    ``fingerprint``) at a commit whose :data:`~experiments.time_saved.AUDITING`
+    code is today's too was made by today's audits: it gets today's audit
+    fingerprint. Any other file is left as it is (stale). Returns the files stamped.
+    """
+    today, audited, done = fingerprint(), audit_fingerprint(), []
+    for stem in VERIFIED:
+        for path in sorted((RESULTS / "verification").glob(f"{stem}*.json")):
+            data = json.loads(path.read_text())
+            if "audit_fingerprint" in data or data.get("fingerprint") != today:
+                continue
+            try:
+                then = fingerprint_at(data["commit"], ROOT, SHAPING + AUDITING)
+            except (KeyError, subprocess.CalledProcessError):
+                continue  # no commit, or one without the audits' code
+            if then == audited:
+                path.write_text(json.dumps({**data, "audit_fingerprint": audited},
+                                           indent=1))
+                done.append(path)
+    return done
+
+
 def main(run: bool = False, jobs: int = 1) -> int:
     """Print what is stale, remake it with ``run``; 0 when nothing is left.
 
@@ -165,7 +213,8 @@ def main(run: bool = False, jobs: int = 1) -> int:
             print("to run: " + " ".join(command[1:]), flush=True)
     if files["default-run"]:
         print("then, on a quiet machine: ./simulate.sh, and record "
-              "`python -m experiments.time_saved --fingerprint` in "
+              "`python -m experiments.time_saved --fingerprint` and "
+              "`--audit-fingerprint` in "
               f"{DEFAULT_RUN.relative_to(ROOT)}")
     left = stale() if run else files
     return 0 if not any(left.values()) else 1
@@ -178,7 +227,13 @@ if __name__ == "__main__":
     parser.add_argument("--run", action="store_true", help="remake what is stale")
     parser.add_argument("--jobs", type=int, default=1,
                         help="with --run: commands at once, each on one thread")
+    parser.add_argument("--stamp-audits", action="store_true",
+                        help="add the audits' fingerprint where the file's commit had "
+                             "today's audits")
     args = parser.parse_args()
+    if args.stamp_audits:
+        for stamped in stamp_audits():
+            print(f"stamped: {stamped.relative_to(ROOT)}")
     if args.jobs < 1:
         parser.error(f"--jobs = {args.jobs} must be at least 1")
     sys.exit(main(args.run, args.jobs))

@@ -70,9 +70,14 @@ SHAPING = ("server_app/rounds", "server_app/config/profile.py",
 """The code that shapes a sweep's numbers (the cost model, the round loop, the
 methods and their strategies, the cost-only client): its :func:`fingerprint`."""
 
+AUDITING = ("audits", "server_app/evaluation")
+"""The code that shapes the audits' numbers beside :data:`SHAPING` (membership
+inference, LiRA, U-LiRA and its references, the backdoor check): with it,
+:func:`audit_fingerprint`, which a run that reports an audit records too."""
 
-def fingerprint(root: Path = ROOT) -> str:
-    """SHA-256 over the code of :data:`SHAPING`: each file's path and its code.
+
+def fingerprint(root: Path = ROOT, code: tuple[str, ...] = SHAPING) -> str:
+    """SHA-256 over ``code`` (default :data:`SHAPING`): each file's path and its code.
 
     A Python file counts as its syntax tree without docstrings (``ast.dump``), so
     a comment, a docstring or a line break changes nothing, and any other edit
@@ -81,7 +86,7 @@ def fingerprint(root: Path = ROOT) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    for entry in SHAPING:
+    for entry in code:
         base = root / entry
         files = sorted(base.rglob("*")) if base.is_dir() else [base]
         for path in files:
@@ -118,24 +123,30 @@ def code_of(path: Path) -> str:
     return ast.dump(tree)
 
 
-def fingerprint_at(commit: str, root: Path = ROOT) -> str:
-    """:func:`fingerprint` of the :data:`SHAPING` code at ``commit`` (``git archive``).
+def audit_fingerprint(root: Path = ROOT) -> str:
+    """:func:`fingerprint` of :data:`SHAPING` and :data:`AUDITING` together."""
+    return fingerprint(root, SHAPING + AUDITING)
+
+
+def fingerprint_at(commit: str, root: Path = ROOT, code: tuple[str, ...] = SHAPING) -> str:
+    """:func:`fingerprint` of the ``code`` at ``commit`` (``git archive``).
 
     Raises
     ------
     subprocess.CalledProcessError
-        ``commit`` is not in the checkout's history.
+        ``commit`` is not in the checkout's history, or a path of ``code`` is
+        not in it.
     """
     import tarfile
 
     with tempfile.TemporaryDirectory(prefix="se-fingerprint.") as folder:
-        tar = subprocess.run(["git", "archive", commit, *SHAPING], cwd=root, check=True,
+        tar = subprocess.run(["git", "archive", commit, *code], cwd=root, check=True,
                              capture_output=True).stdout
         tar_path = Path(folder) / "shaping.tar"
         tar_path.write_bytes(tar)
         with tarfile.open(tar_path) as archive:
             archive.extractall(folder, filter="data")
-        return fingerprint(Path(folder))
+        return fingerprint(Path(folder), code)
 
 
 def spread(values: list[float]) -> dict:
@@ -247,9 +258,13 @@ if __name__ == "__main__":
                         help="print the table of the files written so far")
     parser.add_argument("--fingerprint", action="store_true",
                         help="print today's code fingerprint (a results folder records it)")
+    parser.add_argument("--audit-fingerprint", action="store_true",
+                        help="print today's fingerprint of that code and the audits'")
     args = parser.parse_args()
     if args.fingerprint:
         sys.exit(print(fingerprint()))
+    if args.audit_fingerprint:
+        sys.exit(print(audit_fingerprint()))
     if args.table or not args.dataset:
         sys.exit(print(table()))
     sys.exit(print(main(args.dataset, args.reference)))

@@ -298,6 +298,38 @@ def test_remake_lists_what_other_code_made_and_the_commands_that_remake_it():
     assert not any(remake.stale().values())
 
 
+def test_a_change_to_the_audits_alone_makes_the_audited_runs_stale():
+    """The verification runs and the default run report audits: code of the audits
+    that changed since (another audit fingerprint) makes them stale, and only them."""
+    from experiments import remake
+
+    files = remake.stale(audited="0" * 64)
+    assert files["verification"] and files["default-run"] == [remake.DEFAULT_RUN]
+    assert not (files["modelled"] or files["own"] or files["sweep"])
+
+
+def test_stamping_adds_the_audit_fingerprint_only_where_the_commit_had_todays_audits(
+        tmp_path, monkeypatch):
+    from experiments import remake, time_saved
+
+    folder = tmp_path / "verification"
+    folder.mkdir()
+    base = {"fingerprint": time_saved.fingerprint()}
+    (folder / "verify-seed0.json").write_text(json.dumps({**base, "commit": "A"}))
+    (folder / "verify-seed1.json").write_text(json.dumps({**base, "commit": "B"}))
+    (folder / "memorize-seed0.json").write_text(json.dumps({"fingerprint": "x",
+                                                            "commit": "A"}))
+    monkeypatch.setattr(remake, "RESULTS", tmp_path)
+    then = {"A": time_saved.audit_fingerprint(), "B": "0" * 64}
+    monkeypatch.setattr(remake, "fingerprint_at", lambda commit, root, code: then[commit])
+    stamped = remake.stamp_audits()
+    assert stamped == [folder / "verify-seed0.json"]
+    read = {p.name: json.loads(p.read_text()) for p in folder.glob("*.json")}
+    assert read["verify-seed0.json"]["audit_fingerprint"] == then["A"]
+    assert "audit_fingerprint" not in read["verify-seed1.json"]
+    assert "audit_fingerprint" not in read["memorize-seed0.json"]
+
+
 def test_remake_jobs_run_the_commands_at_once_and_the_tables_after_them(tmp_path,
                                                                        monkeypatch):
     """``remake --run --jobs N``: every command runs, N at a time, each with one

@@ -77,7 +77,8 @@ def test_the_default_run_was_made_by_todays_code():
     made with; code that shapes its numbers changed since makes it stale."""
     import re
 
-    from experiments.time_saved import fingerprint
+    from experiments.remake import AUDIT_LINE
+    from experiments.time_saved import audit_fingerprint, fingerprint
 
     text = (ROOT / "docs/results/default-run/README.md").read_text()
     found = re.search(r"Code fingerprint .*?`([0-9a-f]{64})`", text, re.S)
@@ -85,3 +86,7 @@ def test_the_default_run_was_made_by_todays_code():
     assert found.group(1) == fingerprint(), (
         "docs/results/default-run/ was made by code that has changed since: remake it "
         "with `./simulate.sh` and record `python -m experiments.time_saved --fingerprint`")
+    audit = AUDIT_LINE.search(text)  # its membership audit: the audits' code too
+    assert audit and audit.group(1) == audit_fingerprint(), (
+        "docs/results/default-run/ records no audit fingerprint, or another: remake it "
+        "and record `python -m experiments.time_saved --audit-fingerprint`")

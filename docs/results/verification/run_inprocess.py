@@ -3,8 +3,9 @@
 usage: python docs/results/verification/run_inprocess.py PRESET OUT_DIR [k=v ...] [--into F]
 Values are TOML literals (e.g. seed=1 backdoor-fraction=0.0); ``--into F`` also
 copies the summary to F (a committed results file). Prints the path
-of summary.json, to which it adds the commit and the code fingerprint
-(:func:`experiments.time_saved.fingerprint`) the run was made with. The same app
+of summary.json, to which it adds the commit and the code fingerprints
+(:func:`experiments.time_saved.fingerprint`, and ``audit_fingerprint`` with the
+audits' code) the run was made with. The same app
 and ClientApp as ``flwr run``, without Ray.
 """
 
@@ -23,7 +24,7 @@ from flwr.common.config import flatten_dict
 from cli.config import preset_values
 from client_app.app import app as client_app
 from experiments.grid import InProcessGrid, set_task_identity
-from experiments.time_saved import fingerprint
+from experiments.time_saved import audit_fingerprint, fingerprint
 from server_app.app import main
 from task.config import fused_run_config
 
@@ -43,8 +44,8 @@ def run(preset: str, out: str, pairs: list[str]) -> Path:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, text=True,
                             capture_output=True, check=False).stdout.strip()
     made = json.loads(summary.read_text())
-    summary.write_text(json.dumps({**made, "commit": commit, "fingerprint": fingerprint()},
-                                  indent=1))
+    summary.write_text(json.dumps({**made, "commit": commit, "fingerprint": fingerprint(),
+                                   "audit_fingerprint": audit_fingerprint()}, indent=1))
     return summary
 
 
