@@ -17,6 +17,12 @@ an unsharded federation learned beside the shards, which doubles a cell's time
 ``--baselines`` runs instead the same cell (the same request) with FR, FE, RR,
 FRec and SE (FE, RR and FRec on an unsharded federation learned beside the
 shards), into ``baselines/explore-paper-<DATASET>-<PARTITION>-s<SEED>.json``.
+``--baselines --only FE,RR`` runs only those of them, a piece of the cell small
+enough for one session on one core (CIFAR-10's whole cell is about 4 hours), into
+``baselines/parts/explore-paper-<DATASET>-<PARTITION>-<NAMES>-s<SEED>.json``, in a run
+folder of its own; ``--merge`` then joins the pieces that cover :data:`BASELINES`
+into the cell's file (:func:`merge`: refused unless they share the config but for
+the frameworks, the code fingerprint and the learned model).
 ``--clients K`` runs instead, once each, the first K clients of the order
 ``random.Random(52)`` draws (issue 52, item 3: accuracy over forgotten clients
 drawn before any run; :mod:`experiments.time_saved` sweeps its clients in the same
@@ -70,11 +76,12 @@ def cell_config(dataset: str, seed: int, partition: str = "noniid") -> dict:
 
 def main(dataset: str, seed: int = 0, partition: str = "noniid",
          drawn_index: int | None = None, baselines: bool = False,
-         learns: bool = True) -> Path:
+         learns: bool = True, only: tuple[str, ...] = ()) -> Path:
     """Run the cell and write its file; its path.
 
     ``drawn_index`` i: forget the i-th client :func:`drawn` (from 0), FR only for
-    the first two; ``baselines``: :data:`BASELINES` instead of :data:`FRAMEWORKS`.
+    the first two; ``baselines``: :data:`BASELINES` instead of :data:`FRAMEWORKS`,
+    or ``only`` those of them (a piece, written under ``baselines/parts``).
     """
     from explore import record
 
@@ -98,11 +105,17 @@ def main(dataset: str, seed: int = 0, partition: str = "noniid",
     elif baselines:
         cfg.update({"frameworks": ",".join(BASELINES), "run-name": f"baselines-s{seed}"})
         out, command = HERE / "baselines", command + " --baselines"
+        if only:  # a piece of the cell, in a run folder of its own
+            names = "-".join(only)
+            cfg.update({"frameworks": ",".join(only),
+                        "run-name": f"baselines-{names}-s{seed}"})
+            cell, out = f"{cell}-{names}", out / "parts"
+            command += f" --only {','.join(only)}"
     variants = [] if baselines else ["SE-paper", "SE-R"]
     result = record(cell, cfg, variants, command, results_dir=folder)
     if drawn_index is not None:
         result["learning_copied_from"] = learned
-    out.mkdir(exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     path = out / f"explore-{cell}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
@@ -157,6 +170,8 @@ if __name__ == "__main__":
                         help="run the first K drawn clients, one run each (FR: first 2)")
     parser.add_argument("--baselines", action="store_true",
                         help="FR, FE, RR, FRec and SE on the cell (issue 52, item 4)")
+    parser.add_argument("--only", default="", metavar="NAMES",
+                        help="with --baselines: only these of FR,FE,RR,FRec,SE (a piece)")
     parser.add_argument("--part", default="0/1", metavar="I/N",
                         help="with --clients: the drawn clients i with i mod N = I, so N "
                              "processes share them (part 0 learns, the others wait)")
@@ -165,8 +180,13 @@ if __name__ == "__main__":
     if not (part.isdigit() and parts.isdigit() and int(part) < int(parts)):
         parser.error(f"--part {args.part!r} must be I/N with 0 <= I < N, e.g. 1/2")
     part, parts = int(part), int(parts)
+    only = tuple(n for n in args.only.split(",") if n)
+    if only and (not args.baselines or not set(only) <= set(BASELINES)):
+        parser.error(f"--only {args.only!r} needs --baselines and names among "
+                     f"{','.join(BASELINES)}")
     if not args.clients:
-        print(main(args.dataset, args.seed, args.partition, baselines=args.baselines))
+        print(main(args.dataset, args.seed, args.partition, baselines=args.baselines,
+                   only=only))
     for i, c in enumerate(drawn(args.clients)):
         name = f"explore-paper-{args.dataset}-{args.partition}-c{c}-s{args.seed}.json"
         if i % parts == part and not (HERE / "clients" / name).is_file():  # resumable
