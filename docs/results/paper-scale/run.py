@@ -152,6 +152,64 @@ def from_learning(cfg: dict, folder: Path, seed: int, learns: bool = True) -> st
     return name
 
 
+class PieceError(ValueError):
+    """The pieces of a cell cannot be joined: one line naming what differs."""
+
+
+def merge(dataset: str, seed: int = 0, partition: str = "noniid",
+          folder: Path = HERE / "baselines") -> Path:
+    """Join the ``--only`` pieces of a baselines cell into the cell's file; its path.
+
+    The pieces (``folder/parts/explore-paper-<DATASET>-<PARTITION>-*-s<SEED>.json``)
+    must hold every framework of :data:`BASELINES` once, and share the config but
+    for ``frameworks`` and ``run-name``, the code :func:`fingerprint
+    <experiments.time_saved.fingerprint>` and the learned model's accuracy and loss
+    (one seeded learning, made once per piece); their storage entries must agree
+    where two pieces have one. The file is the first piece's, with every piece's
+    frameworks in :data:`BASELINES` order, the storage joined and ``parts``: each
+    piece's file, commit, command and machine.
+
+    Raises
+    ------
+    PieceError
+        No piece, a framework missing or in two pieces, or pieces that differ.
+    """
+    cell = f"paper-{dataset}-{partition}"
+    paths = sorted((folder / "parts").glob(f"explore-{cell}-*-s{seed}.json"))
+    pieces = [json.loads(p.read_text()) for p in paths]
+    held = [n for piece in pieces for n in piece["frameworks"]]
+    if sorted(held) != sorted(BASELINES):
+        raise PieceError(f"the pieces of {cell} hold {held or 'nothing'}: each of "
+                         f"{','.join(BASELINES)} must be in exactly one")
+    same = ("fingerprint", "learned_accuracy", "learned_loss", "metric", "seed")
+    for path, piece in zip(paths[1:], pieces[1:], strict=True):
+        differ = [k for k in same if piece.get(k) != pieces[0].get(k)] + sorted(
+            k for k in set(piece["config"]) | set(pieces[0]["config"])
+            if k not in ("frameworks", "run-name")
+            and piece["config"].get(k) != pieces[0]["config"].get(k))
+        if differ:
+            raise PieceError(f"{path.name} differs from {paths[0].name} in {differ}")
+    storage: dict = {}
+    for path, piece in zip(paths, pieces, strict=True):
+        for key, value in (piece.get("storage") or {}).items():
+            if value is not None and storage.get(key) not in (None, value):
+                raise PieceError(f"{path.name}'s storage {key!r} differs from another "
+                                 "piece's")
+            storage[key] = value if value is not None else storage.get(key)
+    frameworks = {n: f for piece in pieces for n, f in piece["frameworks"].items()}
+    result = {**pieces[0], "cell": cell, "storage": storage,
+              "command": " ; ".join(p["command"] for p in pieces),
+              "config": {**pieces[0]["config"], "frameworks": ",".join(BASELINES),
+                         "run-name": f"baselines-s{seed}"},
+              "frameworks": {n: frameworks[n] for n in BASELINES},
+              "parts": [{"file": f"parts/{path.name}", "commit": p["commit"],
+                         "command": p["command"], "machine": p["machine"]}
+                        for path, p in zip(paths, pieces, strict=True)]}
+    out = folder / f"explore-{cell}-s{seed}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    return out
+
+
 def drawn(k: int, clients: int = 100) -> list[int]:
     """The first ``k`` clients of the order ``random.Random(52)`` draws."""
     import random
@@ -172,6 +230,8 @@ if __name__ == "__main__":
                         help="FR, FE, RR, FRec and SE on the cell (issue 52, item 4)")
     parser.add_argument("--only", default="", metavar="NAMES",
                         help="with --baselines: only these of FR,FE,RR,FRec,SE (a piece)")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --baselines: join the --only pieces into its file")
     parser.add_argument("--part", default="0/1", metavar="I/N",
                         help="with --clients: the drawn clients i with i mod N = I, so N "
                              "processes share them (part 0 learns, the others wait)")
@@ -184,7 +244,14 @@ if __name__ == "__main__":
     if only and (not args.baselines or not set(only) <= set(BASELINES)):
         parser.error(f"--only {args.only!r} needs --baselines and names among "
                      f"{','.join(BASELINES)}")
-    if not args.clients:
+    if args.merge:
+        if not args.baselines or only or args.clients:
+            parser.error("--merge goes with --baselines alone (no --only, no --clients)")
+        try:
+            print(merge(args.dataset, args.seed, args.partition))
+        except PieceError as err:
+            sys.exit(f"run.py: {err}")
+    elif not args.clients:
         print(main(args.dataset, args.seed, args.partition, baselines=args.baselines,
                    only=only))
     for i, c in enumerate(drawn(args.clients)):
