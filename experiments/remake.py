@@ -16,7 +16,8 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
   (``remodel --folder``), which marks a framework whose schedule depends on the
   updates' values *stale* (SE-R, FRec) until the run itself is repeated;
 - ``sweep``: the time-saved sweeps (``docs/results/time-saved/``;
-  :mod:`experiments.time_saved`, 25-45 min a dataset on one core);
+  :mod:`experiments.time_saved`, 4-8 min a dataset on one core beside two other
+  jobs, since every client's run copies one learning; 25-45 min before);
 - ``verification``: the runs of "Forgetting verified"
   (``docs/results/verification/{verify,verify-clean,memorize}-seed*.json``;
   ``run_inprocess.py``, 3-15 min a run on one core), then its tables

@@ -6,7 +6,9 @@ For each client c of the paper suite's non-IID single-request cell of ``DATASET`
 (presets/paper.toml: C = 100, S = 4, 20 clients a round, L = 10, G = 30, seed 0;
 SE as it ships), one cost-only run (:mod:`experiments.costing`: the real
 ServerApp and strategies, clients that report what training would but do not
-train) forgets c with SE and gives SE's modelled seconds. FR and SISA, whose
+train) forgets c with SE and gives SE's modelled seconds; every such run starts
+from a copy of one cost-only learning (:func:`learn_once`), as a run of its own
+would have learned it. FR and SISA, whose
 time hardly depends on which client asks, run for ``N`` clients drawn by
 ``random.Random(52)`` before any run (default 3); SE's saving for client c is
 ``1 - SE(c) / mean FR``. Modelled seconds use the run's device profile
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,17 +54,46 @@ def cell_config(dataset: str) -> dict:
             "data-dir": str(ROOT.parent / "shared" / "data")}
 
 
-def modelled(cfg: dict, client: int, frameworks: str) -> dict:
-    """Cost-only run forgetting ``client``: ``{framework: (seconds, replayed)}``."""
-    from experiments.costing import cost_only_summary
+def modelled(cfg: dict, client: int, frameworks: str, learned: Path | None = None
+             ) -> dict:
+    """Cost-only run forgetting ``client``: ``{framework: (seconds, replayed)}``.
 
-    with tempfile.TemporaryDirectory(prefix="se-cost.") as folder:
-        summary = cost_only_summary({**cfg, "frameworks": frameworks,
-                                     "forget-clients": str(client)}, Path(folder))
+    ``learned``: a cost-only learning of ``cfg`` (:func:`learn_once`) the run starts
+    from (:func:`experiments.learned.copy_learned`: the history and models its own
+    learning would give, seeded), instead of learning again.
+    """
+    from experiments.costing import cost_only_summary
+    from experiments.learned import copy_learned
+
+    run = {**cfg, "frameworks": frameworks, "forget-clients": str(client),
+           "run-name": "cost-only", "mia": False}
+    if learned is None:
+        with tempfile.TemporaryDirectory(prefix="se-cost.") as folder:
+            summary = cost_only_summary(run, Path(folder))
+    else:  # beside the learning: the copy keeps its results-dir
+        run["run-name"] = f"cost-only-c{client}"
+        target = copy_learned(learned, {**run, "results-dir": str(learned.parent)})
+        try:
+            summary = cost_only_summary(run, learned.parent)
+        finally:
+            shutil.rmtree(target)
     return {name: {"modelled_wall_s": fw["modelled_wall_s"],
                    "client_epochs": fw["client_epochs"],
                    "rounds_replayed": fw.get("rounds_replayed")}
             for name, fw in summary["frameworks"].items()}
+
+
+def learn_once(cfg: dict, folder: Path) -> Path:
+    """The cost-only learning of ``cfg`` in ``folder``, which every client's run copies.
+
+    Learning does not depend on who asks (:mod:`experiments.learned`), and was
+    about 60% of a client's cost-only run (MNIST, 9 of 14 s).
+    """
+    from experiments.costing import cost_only_summary
+    from experiments.learned import learning_config
+
+    cost_only_summary({**learning_config(cfg), "run-name": "learned"}, folder)
+    return folder / "learned"
 
 
 SHAPING = ("server_app/rounds", "server_app/config/profile.py",
@@ -175,19 +207,21 @@ def main(dataset: str, references: int = 3) -> Path:
                                                                    references)),
               "reference": done.get("reference", {}), "se": done.get("se", {})}
     OUT.mkdir(parents=True, exist_ok=True)
-    for c in result["reference_clients"]:
-        if str(c) not in result["reference"]:
-            result["reference"][str(c)] = modelled(
-                cfg, c, f"{methods.reference()},{methods.shard_reference()}")
-            path.write_text(json.dumps(result, indent=1) + "\n")
-    # a seeded order, fixed before any run: a sweep cut short is a random sample
-    for c in random.Random(52).sample(range(clients), clients):
-        if str(c) not in result["se"]:
-            result["se"][str(c)] = modelled(cfg, c, SE)[SE]
-            result["summary"] = summarize(result)
-            path.write_text(json.dumps(result, indent=1) + "\n")
-            seconds = result["se"][str(c)]["modelled_wall_s"]
-            print(f"{dataset} client {c}: SE {seconds:.2f} s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="se-learned.") as scratch:
+        learned = learn_once(cfg, Path(scratch))
+        for c in result["reference_clients"]:
+            if str(c) not in result["reference"]:
+                result["reference"][str(c)] = modelled(
+                    cfg, c, f"{methods.reference()},{methods.shard_reference()}", learned)
+                path.write_text(json.dumps(result, indent=1) + "\n")
+        # a seeded order, fixed before any run: a sweep cut short is a random sample
+        for c in random.Random(52).sample(range(clients), clients):
+            if str(c) not in result["se"]:
+                result["se"][str(c)] = modelled(cfg, c, SE, learned)[SE]
+                result["summary"] = summarize(result)
+                path.write_text(json.dumps(result, indent=1) + "\n")
+                seconds = result["se"][str(c)]["modelled_wall_s"]
+                print(f"{dataset} client {c}: SE {seconds:.2f} s", flush=True)
     result["summary"] = summarize(result)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
