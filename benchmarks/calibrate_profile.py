@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     calibration = {
         "machine": machine(), "command": shlex.join(["python", *sys.argv]),
         "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__, "threads": 1, "batch_size": args.batch_size,
         "timed_batches": args.batches, "warmup_batches": args.warmup,
         "repeats": REPEATS, "server_repeats": SERVER_REPEATS,

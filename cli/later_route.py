@@ -18,10 +18,9 @@ import json
 import os
 import re
 import sqlite3
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-
-import tomllib
 
 from server_app.config import ConfigError
 from server_app.rounds.engine import DEPLOYMENT, SIMULATION

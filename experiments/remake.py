@@ -17,7 +17,8 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
   updates' values *stale* (SE-R, FRec) until the run itself is repeated;
 - ``sweep``: the time-saved sweeps (``docs/results/time-saved/``;
   :mod:`experiments.time_saved`, 4-8 min a dataset on one core beside two other
-  jobs, since every client's run copies one learning; 25-45 min before);
+  jobs (``benchmarks/sweep_bench.py``), since every client's run copies one
+  learning; 25-45 min before);
 - ``verification``: the runs of "Forgetting verified"
   (``docs/results/verification/{verify,verify-clean,memorize}-seed*.json``;
   ``run_inprocess.py``, 3-15 min a run on one core), then its tables
@@ -29,7 +30,8 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
 before runs recorded it, where the audits' code at the file's commit is
 today's (:func:`stamp_audits`); the others stay stale.
 
-With ``--run`` it remakes the first three kinds in that order, one command at a
+With ``--run`` it remakes the first four kinds in that order (then the
+verification tables), one command at a
 time (each resumable: a killed sweep goes on where it stopped), and prints the
 command for the default run; ``--jobs N`` runs N of the commands at once, longest
 first, each on one thread (``OMP_NUM_THREADS=1`` unless set), then the tables

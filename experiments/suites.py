@@ -34,11 +34,11 @@ suite has nothing to do with presets/quick.toml.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-import tomllib
 from flwr.common.config import flatten_dict
 
 from cli import config as cli_config

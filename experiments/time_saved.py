@@ -56,7 +56,10 @@ def cell_config(dataset: str) -> dict:
 
 def modelled(cfg: dict, client: int, frameworks: str, learned: Path | None = None
              ) -> dict:
-    """Cost-only run forgetting ``client``: ``{framework: (seconds, replayed)}``.
+    """Cost-only run forgetting ``client``: per framework, its modelled seconds.
+
+    A dict per framework of ``frameworks``: ``modelled_wall_s`` (seconds),
+    ``client_epochs`` and ``rounds_replayed``.
 
     ``learned``: a cost-only learning of ``cfg`` (:func:`learn_once`) the run starts
     from (:func:`experiments.learned.copy_learned`: the history and models its own
@@ -139,7 +142,6 @@ def code_of(path: Path) -> str:
         The file does not parse.
     """
     import ast
-
     import tomllib
 
     text = path.read_text()

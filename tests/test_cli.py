@@ -13,10 +13,10 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 from process_tree import GROUP_CHILD, running
 
 from cli import config

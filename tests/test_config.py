@@ -4,9 +4,9 @@ from server_app.config import ConfigError, RunConfig
 
 
 def test_defaults_are_valid_and_match_pyproject():
+    import tomllib
     from pathlib import Path
 
-    import tomllib
     from flwr.common.config import flatten_dict
 
     defaults = flatten_dict(tomllib.loads(Path("pyproject.toml").read_text())["tool"][

@@ -7,13 +7,13 @@ config, because the cost model reads sizes, not weights.
 """
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from experiments.costing import app as cost_app
 from experiments.grid import run_in_process
+
+pytestmark = pytest.mark.inprocess
 
 FRAMEWORKS = ("FR", "SISA", "SE", "SE-R", "FE", "RR", "FRec")
 
@@ -42,7 +42,7 @@ def test_a_cost_only_run_models_the_seconds_of_the_real_run(tmp_path, shared_dat
 
 
 def test_a_sweep_client_from_the_one_learning_models_what_its_own_learning_would(
-        shared_data):
+        tmp_path, shared_data):
     """experiments.time_saved learns once and copies the learning into each client's
     run: the seconds, client-epochs and rounds replayed are those of a run that
     learned by itself, for every client (one who took part early or late)."""
@@ -52,10 +52,9 @@ def test_a_sweep_client_from_the_one_learning_models_what_its_own_learning_would
               "clients-per-round": 4, "num-rounds": 4, "local-epochs": 2,
               "client-samples": 64, "test-samples": 100, "batch-size": 16,
               "retrain-ratio": 2.0, "data-dir": str(shared_data)}
-    with tempfile.TemporaryDirectory() as scratch:
-        learned = time_saved.learn_once(config, Path(scratch))
-        for client in (1, 6):
-            alone = time_saved.modelled(config, client, "SE,FR")
-            copied = time_saved.modelled(config, client, "SE,FR", learned)
-            assert alone == copied and alone["SE"]["modelled_wall_s"] > 0, client
-        assert sorted(p.name for p in Path(scratch).iterdir()) == ["learned"]
+    learned = time_saved.learn_once(config, tmp_path)
+    for client in (1, 6):
+        alone = time_saved.modelled(config, client, "SE,FR")
+        copied = time_saved.modelled(config, client, "SE,FR", learned)
+        assert alone == copied and alone["SE"]["modelled_wall_s"] > 0, client
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learned"]  # copies removed

@@ -339,3 +339,16 @@ def test_the_time_saved_table_is_what_its_files_make_with_todays_code():
         "docs/RESULTS.md lacks time_saved.shortfall() in its section and its goals"
     for line in time_saved.table().splitlines():
         assert " ".join(line.split()) in text, f"docs/RESULTS.md lacks {line!r}"
+
+
+def test_the_config_page_lists_every_run_config_key():
+    """README: docs/CONFIG.md "has all of them": every key of pyproject's
+    [tool.flwr.app.config] has a row (a row may name several keys)."""
+    import re
+
+    from cli.config import defaults
+
+    first_column = re.findall(r"^\| (`[^|]+`) \|", (ROOT / "docs/CONFIG.md").read_text(),
+                              re.M)
+    listed = {k for cell in first_column for k in re.findall(r"`([a-z0-9.-]+)`", cell)}
+    assert sorted(set(defaults()) - listed) == []

@@ -10,10 +10,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from experiments import collect, compare, report, suites
 from experiments.engines import run_config_toml

@@ -20,7 +20,7 @@ PACKAGES = ("server_app", "client_app", "task", "history", "strategies", "coding
             "audits", "runstore", "experiments", "cli")
 MAX_FUNCTION_LINES = 60
 # The ServerApp's wings (sub-packages of server_app/) and the wings each may import:
-# config < rounds < evaluation < run < unlearning < admission < stages; the modules at
+# config < rounds < evaluation < unlearning < admission < run < stages; the modules at
 # the top of server_app/ (app, preflight, ...) may import every wing, no wing them.
 WING_IMPORTS = {
     "config": set(),

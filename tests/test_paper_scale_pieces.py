@@ -20,6 +20,7 @@ def _piece(folder: Path, names: tuple[str, ...], **over) -> None:
              "command": f"run.py cifar10 0 --baselines --only {','.join(names)}",
              "variants": {}, "config": config, "learned_accuracy": 0.5,
              "learned_loss": 1.5, "metric": "accuracy",
+             "baseline_learned_accuracy": 0.45 if {"FE", "FRec"} & set(names) else None,
              "storage": {"model_bytes": 8, "FE": {"server_bytes": 3} if "FE" in names
                          else None},
              "frameworks": {n: {"accuracy": 0.1 * (i + 1)} for i, n in enumerate(names)}}
@@ -50,10 +51,15 @@ def test_pieces_that_cover_the_baselines_join_into_the_cells_file(tmp_path):
     ({"learned_accuracy": 0.6}, "learned_accuracy"),                # another learning
     ({"fingerprint": "f2"}, "fingerprint"),                         # other code
     ({"num-rounds": 20}, "num-rounds"),                             # other settings
+    ({"baseline_learned_accuracy": 0.4}, "unsharded learnings differ"),
 ])
 def test_pieces_that_do_not_make_one_cell_are_refused(tmp_path, second, why):
     _piece(tmp_path, ("FE", "FRec"))
     names = second.pop("names", ("FR", "RR", "SE"))
+    if "baseline_learned_accuracy" in second:  # FRec's own piece, another learning
+        names = ("FR", "RR", "FRec", "SE")
+        _piece(tmp_path, ("FE",))
+        (tmp_path / "parts/explore-paper-cifar10-noniid-FE-FRec-s0.json").unlink()
     _piece(tmp_path, names, **second)
     with pytest.raises(paper_scale.PieceError, match=why):
         paper_scale.merge("cifar10", folder=tmp_path)

@@ -140,9 +140,8 @@ def test_baseline_shard_emptied_is_refused_only_when_a_baseline_runs():
 
 
 def test_coded_shakespeare_at_30_bits_is_refused_with_the_largest_allowed():
-    from pathlib import Path
-
     import tomllib
+    from pathlib import Path
 
     preset = tomllib.loads(Path("presets/shakespeare.toml").read_text())
     assert initial_magnitude("shakespeare", 65, 0) == 1.0  # LayerNorm weights

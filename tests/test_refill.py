@@ -239,9 +239,8 @@ def test_staged_run_present_at_maps_rounds_to_their_stage():
 
 
 def test_paper_preset_keeps_the_papers_replay_and_the_default_refills():
-    from pathlib import Path
-
     import tomllib
+    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     paper = tomllib.loads((root / "presets" / "paper.toml").read_text())

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from server_app.config import RunConfig
 from server_app.rounds.federation import assign_shards

@@ -163,8 +163,9 @@ def merge(dataset: str, seed: int = 0, partition: str = "noniid",
     The pieces (``folder/parts/explore-paper-<DATASET>-<PARTITION>-*-s<SEED>.json``)
     must hold every framework of :data:`BASELINES` once, and share the config but
     for ``frameworks`` and ``run-name``, the code :func:`fingerprint
-    <experiments.time_saved.fingerprint>` and the learned model's accuracy and loss
-    (one seeded learning, made once per piece); their storage entries must agree
+    <experiments.time_saved.fingerprint>`, the learned model's accuracy and loss
+    (one seeded learning, made once per piece) and, where pieces recorded one, the
+    unsharded federation's learned accuracy; their storage entries must agree
     where two pieces have one. The file is the first piece's, with every piece's
     frameworks in :data:`BASELINES` order, the storage joined and ``parts``: each
     piece's file, commit, command and machine.
@@ -182,6 +183,11 @@ def merge(dataset: str, seed: int = 0, partition: str = "noniid",
         raise PieceError(f"the pieces of {cell} hold {held or 'nothing'}: each of "
                          f"{','.join(BASELINES)} must be in exactly one")
     same = ("fingerprint", "learned_accuracy", "learned_loss", "metric", "seed")
+    unsharded = [(p, piece["baseline_learned_accuracy"]) for p, piece
+                 in zip(paths, pieces, strict=True)
+                 if piece.get("baseline_learned_accuracy") is not None]
+    if len({a for _, a in unsharded}) > 1:  # FE's and FRec's federation, learned twice
+        raise PieceError(f"the pieces' unsharded learnings differ: {unsharded}")
     for path, piece in zip(paths[1:], pieces[1:], strict=True):
         differ = [k for k in same if piece.get(k) != pieces[0].get(k)] + sorted(
             k for k in set(piece["config"]) | set(pieces[0]["config"])
@@ -241,9 +247,9 @@ if __name__ == "__main__":
         parser.error(f"--part {args.part!r} must be I/N with 0 <= I < N, e.g. 1/2")
     part, parts = int(part), int(parts)
     only = tuple(n for n in args.only.split(",") if n)
-    if only and (not args.baselines or not set(only) <= set(BASELINES)):
-        parser.error(f"--only {args.only!r} needs --baselines and names among "
-                     f"{','.join(BASELINES)}")
+    if only and (not args.baselines or args.clients or not set(only) <= set(BASELINES)):
+        parser.error(f"--only {args.only!r} needs --baselines (no --clients) and names "
+                     f"among {','.join(BASELINES)}")
     if args.merge:
         if not args.baselines or only or args.clients:
             parser.error("--merge goes with --baselines alone (no --only, no --clients)")

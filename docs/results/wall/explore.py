@@ -146,6 +146,9 @@ def record(cell: str, cfg: dict, names: list[str], command: str,
                              "recovery": VARIANTS[n][2]} for n in variants},
             "config": cfg, "learned_accuracy": summary["learning"].get("accuracy"),
             "learned_loss": summary["learning"].get("loss"),
+            # FE's / FRec's unsharded federation, where one learned beside the shards
+            "baseline_learned_accuracy": (summary.get("baseline_learning") or {}).get(
+                "accuracy"),
             "storage": summary.get("storage"),
             "metric": (summary.get("task") or {}).get("metric", "accuracy"),
             "frameworks": {n: {k: f.get(k) for k in KEYS}
