@@ -16,8 +16,8 @@ today's differs. This lists, per kind, the files whose fingerprint is not today'
   (``remodel --folder``), which marks a framework whose schedule depends on the
   updates' values *stale* (SE-R, FRec) until the run itself is repeated;
 - ``sweep``: the time-saved sweeps (``docs/results/time-saved/``;
-  :mod:`experiments.time_saved`, 4-8 min a dataset on one core beside two other
-  jobs (``benchmarks/sweep_bench.py``), since every client's run copies one
+  :mod:`experiments.time_saved`, 2.5-5 min a dataset on one core beside one other
+  job (``benchmarks/sweep_bench.py``), since every client's run copies one
   learning; 25-45 min before);
 - ``verification``: the runs of "Forgetting verified"
   (``docs/results/verification/{verify,verify-clean,memorize}-seed*.json``;

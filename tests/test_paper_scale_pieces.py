@@ -22,7 +22,7 @@ def _piece(folder: Path, names: tuple[str, ...], **over) -> None:
              "learned_loss": 1.5, "metric": "accuracy",
              "baseline_learned_accuracy": 0.45 if {"FE", "FRec"} & set(names) else None,
              "storage": {"model_bytes": 8, "FE": {"server_bytes": 3} if "FE" in names
-                         else None},
+                         else {"server_bytes": None, "source": "not run"}},
              "frameworks": {n: {"accuracy": 0.1 * (i + 1)} for i, n in enumerate(names)}}
     for key, value in over.items():
         (piece["config"] if key in config else piece)[key] = value
@@ -51,6 +51,7 @@ def test_pieces_that_cover_the_baselines_join_into_the_cells_file(tmp_path):
     ({"learned_accuracy": 0.6}, "learned_accuracy"),                # another learning
     ({"fingerprint": "f2"}, "fingerprint"),                         # other code
     ({"num-rounds": 20}, "num-rounds"),                             # other settings
+    ({"storage": {"model_bytes": 9}}, "storage 'model_bytes'"),     # another model
     ({"baseline_learned_accuracy": 0.4}, "unsharded learnings differ"),
 ])
 def test_pieces_that_do_not_make_one_cell_are_refused(tmp_path, second, why):

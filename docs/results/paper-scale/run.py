@@ -166,7 +166,8 @@ def merge(dataset: str, seed: int = 0, partition: str = "noniid",
     <experiments.time_saved.fingerprint>`, the learned model's accuracy and loss
     (one seeded learning, made once per piece) and, where pieces recorded one, the
     unsharded federation's learned accuracy; their storage entries must agree
-    where two pieces have one. The file is the first piece's, with every piece's
+    where two pieces have one (an entry of ``source`` "not run" is a store the
+    piece did not have). The file is the first piece's, with every piece's
     frameworks in :data:`BASELINES` order, the storage joined and ``parts``: each
     piece's file, commit, command and machine.
 
@@ -198,10 +199,13 @@ def merge(dataset: str, seed: int = 0, partition: str = "noniid",
     storage: dict = {}
     for path, piece in zip(paths, pieces, strict=True):
         for key, value in (piece.get("storage") or {}).items():
-            if value is not None and storage.get(key) not in (None, value):
+            if _empty(value):  # a store this piece did not have (FE's, without FE)
+                storage.setdefault(key, value)
+            elif not _empty(storage.get(key)) and storage[key] != value:
                 raise PieceError(f"{path.name}'s storage {key!r} differs from another "
                                  "piece's")
-            storage[key] = value if value is not None else storage.get(key)
+            else:
+                storage[key] = value
     frameworks = {n: f for piece in pieces for n, f in piece["frameworks"].items()}
     result = {**pieces[0], "cell": cell, "storage": storage,
               "command": " ; ".join(p["command"] for p in pieces),
@@ -214,6 +218,11 @@ def merge(dataset: str, seed: int = 0, partition: str = "noniid",
     out = folder / f"explore-{cell}-s{seed}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     return out
+
+
+def _empty(value) -> bool:
+    """A storage entry of a store the run did not have: None, or no bytes in it."""
+    return value is None or (isinstance(value, dict) and value.get("source") == "not run")
 
 
 def drawn(k: int, clients: int = 100) -> list[int]:
