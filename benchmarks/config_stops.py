@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python benchmarks/config_stops.py [--list]
 
 Runs one small seeded run in process (:func:`experiments.grid.run_in_process`:
-MNIST, 8 clients, 2 shards, 2 rounds of 1 local epoch, SE and FR forgetting
+the default dataset, 8 clients, 2 shards, 2 rounds of 1 local epoch, SE and FR forgetting
 client 1, no audit) under :func:`sys.setprofile`, and records every call of a
 project function (a file of this checkout outside ``tests/``) with an argument
 that carries the run's settings:
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RUN = {"dataset": "mnist", "num-clients": 8, "num-shards": 2, "clients-per-round": 4,
+RUN = {"num-clients": 8, "num-shards": 2, "clients-per-round": 4,
        "num-rounds": 2, "local-epochs": 1, "client-samples": 32, "test-samples": 64,
        "batch-size": 16, "mia": False, "frameworks": "SE,FR", "forget-clients": "1",
        "run-name": "stops"}
