@@ -54,32 +54,31 @@ def cell_config(dataset: str) -> dict:
             "data-dir": str(ROOT.parent / "shared" / "data")}
 
 
-def modelled(cfg: dict, client: int, frameworks: str, learned: Path | None = None
-             ) -> dict:
-    """Cost-only run forgetting ``client``: per framework, its modelled seconds.
+def modelled(cfg: dict, client: int, frameworks: str, learned: Path) -> dict:
+    """Cost-only run forgetting ``client``, from the learning ``learned``: :func:`costs`.
 
-    A dict per framework of ``frameworks``: ``modelled_wall_s`` (seconds),
-    ``client_epochs`` and ``rounds_replayed``.
-
-    ``learned``: a cost-only learning of ``cfg`` (:func:`learn_once`) the run starts
-    from (:func:`experiments.learned.copy_learned`: the history and models its own
-    learning would give, seeded), instead of learning again.
+    ``learned``: the cost-only learning of ``cfg`` (:func:`learn_once`); the run
+    starts from a copy of it (:func:`experiments.learned.copy_learned`: the
+    history and models its own learning would give, seeded), made beside it (the
+    copy keeps its ``results-dir``) and removed after.
     """
     from experiments.costing import cost_only_summary
     from experiments.learned import copy_learned
 
     run = {**cfg, "frameworks": frameworks, "forget-clients": str(client),
-           "run-name": "cost-only", "mia": False}
-    if learned is None:
-        with tempfile.TemporaryDirectory(prefix="se-cost.") as folder:
-            summary = cost_only_summary(run, Path(folder))
-    else:  # beside the learning: the copy keeps its results-dir
-        run["run-name"] = f"cost-only-c{client}"
-        target = copy_learned(learned, {**run, "results-dir": str(learned.parent)})
-        try:
-            summary = cost_only_summary(run, learned.parent)
-        finally:
-            shutil.rmtree(target)
+           "run-name": f"cost-only-c{client}", "mia": False}
+    target = copy_learned(learned, {**run, "results-dir": str(learned.parent)})
+    try:
+        return costs(cost_only_summary(run, learned.parent))
+    finally:
+        shutil.rmtree(target)
+
+
+def costs(summary: dict) -> dict:
+    """What a sweep keeps of a run's ``summary``, per framework.
+
+    ``{name: {"modelled_wall_s": seconds, "client_epochs", "rounds_replayed"}}``.
+    """
     return {name: {"modelled_wall_s": fw["modelled_wall_s"],
                    "client_epochs": fw["client_epochs"],
                    "rounds_replayed": fw.get("rounds_replayed")}

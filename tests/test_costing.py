@@ -52,9 +52,14 @@ def test_a_sweep_client_from_the_one_learning_models_what_its_own_learning_would
               "clients-per-round": 4, "num-rounds": 4, "local-epochs": 2,
               "client-samples": 64, "test-samples": 100, "batch-size": 16,
               "retrain-ratio": 2.0, "data-dir": str(shared_data)}
-    learned = time_saved.learn_once(config, tmp_path)
+    from experiments.costing import cost_only_summary
+
+    learned = time_saved.learn_once(config, tmp_path / "sweep")
     for client in (1, 6):
-        alone = time_saved.modelled(config, client, "SE,FR")
+        alone = time_saved.costs(cost_only_summary(
+            {**config, "frameworks": "SE,FR", "forget-clients": str(client)},
+            tmp_path / f"alone-{client}"))
         copied = time_saved.modelled(config, client, "SE,FR", learned)
         assert alone == copied and alone["SE"]["modelled_wall_s"] > 0, client
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["learned"]  # copies removed
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["learned"]  # copies
+    # removed
