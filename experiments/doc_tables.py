@@ -24,6 +24,7 @@ from experiments.pareto import (
     figures,
     load,
     metric,
+    outdated,
     table,
     times,
 )
@@ -178,7 +179,7 @@ def paper_scale_tables(runs: list[dict]) -> str:
             "of one client), the shipped defaults beside the paper's SE, one seed. "
             + _baselines_note(runs)
             + (f" Not run yet at this scale: {', '.join(missing)}." if missing else "")
-            + " Command: "
+            + " SE-R as shipped is in the forgotten-clients tables. Command: "
             "`docs/results/paper-scale/run.sh` (files `docs/results/paper-scale/`).", ""]
     return "\n".join(head) + "\n" + summary_tables(runs, _claim_lines)
 
@@ -448,7 +449,9 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
     as mean ± sample standard deviation (:data:`SPREAD`) over the seeds;
     modelled wall time and client-epochs over FR's (the per-seed ratios'
     mean ± spread); client rounds (mean); server storage of its history
-    in MB. The caption gives the cell, its scale, the seeds and the commits;
+    in MB. A framework :func:`~experiments.pareto.outdated` in any seed is left
+    out, a line under the table naming it. The caption gives the cell, its scale,
+    the seeds and the commits;
     ``notes(dataset, runs)``, where given, the lines that follow each table;
     ``suffix`` follows the dataset in each table's heading.
     """
@@ -462,6 +465,8 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
         cfg, seeds = mine[0]["config"], sorted(r["seed"] for r in mine)
         names = [n for n in methods.names() if n in mine[0]["frameworks"]]
         names += [n for n in mine[0]["frameworks"] if n not in names]
+        old = [n for n in names if any(outdated(r, n) for r in mine)]
+        names = [n for n in names if n not in old]
         out += [f"#### {dataset}{suffix}", "",
                 f"Cell `{mine[0]['cell']}`: {cfg['partition']}, {cfg['num-clients']} "
                 f"clients, {cfg['num-shards']} shards, {cfg['clients-per-round']} a round, "
@@ -489,8 +494,19 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
                 f"| {mean(f['client_rounds'] for f in fw):.1f} "
                 f"| {'' if storage is None else f'{storage / 1e6:.1f}'} |")
         out.append("")
+        out += _left_out(old)
         out += notes(dataset, mine) if notes else []
     return "\n".join(out)
+
+
+def _left_out(names: list[str]) -> list[str]:
+    """The line that names the frameworks a table leaves out (:func:`outdated`)."""
+    if not names:
+        return []
+    return [f"Not shown: {', '.join(names)}. A cost-only run of today's code trains "
+            "another schedule (the code changed it since, or the method picks its rounds "
+            "from the updates' values) and the files predate the code fingerprint, so "
+            "nothing shows these numbers are today's method's.", ""]
 
 
 def _machines(runs: list[dict]) -> str:
@@ -563,7 +579,7 @@ def headline_table(runs: list[dict]) -> str:
 
     ref, exact = methods.reference(), methods.shard_reference()
     names = [n for n in methods.names()
-             if all(n in r["frameworks"] for r in runs)
+             if all(n in r["frameworks"] and not outdated(r, n) for r in runs)
              and not methods.has(n, "on_baseline") and not methods.has(n, "exact")]
     head = ["dataset, scale: metric (runs)", ref, exact,
             *(f"{n} (wall / {ref})" for n in names)]

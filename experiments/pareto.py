@@ -99,6 +99,19 @@ def remade(data: dict, path: Path) -> None:
                      "fingerprint": model["fingerprint"]}
 
 
+def outdated(data: dict, name: str) -> bool:
+    """Whether ``name``'s numbers in ``data`` are not today's method's.
+
+    True where its cost-only remake trains another schedule (``stale``,
+    :func:`remade`) and the file records no fingerprint of the code that ran it
+    (it predates :data:`experiments.time_saved.SHAPING` fingerprints): nothing
+    shows its accuracy was made by today's method, and its schedule says it was
+    not. A stale framework in a fingerprinted file (FedRecover's schedule, which
+    a cost-only client cannot follow) is today's and stays.
+    """
+    return bool(data["frameworks"][name].get("stale")) and not data.get("fingerprint")
+
+
 TIMES = ("Wall / FR: the cost model's times, where `modelled/` remade the file "
          "(`python -m experiments.remodel`), else the file's own, measured on a shared "
          "machine before the cost model; *stale*: the cost-only run did not train the "

@@ -406,3 +406,26 @@ def test_the_fingerprint_reads_code_not_comments_or_docstrings(tmp_path):
     assert fingerprint(root) == before
     loop.write_text(text.replace(" = 0\n", " = 1\n", 1))
     assert " = 0\n" in text and fingerprint(root) != before
+
+
+def test_a_framework_with_another_schedule_in_a_file_without_a_fingerprint_is_left_out(
+        tmp_path):
+    """Issue 52, item 6: SE-R's accuracy in a file made before code fingerprints,
+    whose cost-only remake trains another schedule, is not today's SE-R's: the
+    summary leaves its row out and says so; in a fingerprinted file it stays."""
+    same = {"modelled_wall_s": 7.5, "wall_breakdown": {}, "same_schedule": True}
+    changed = {"modelled_wall_s": 2.0, "wall_breakdown": {}, "same_schedule": False}
+    [run] = _cell(tmp_path, {"FR": 60.0, "SISA": 15.0, "SE": 10.0, "SE-R": 8.0},
+                  {"FR": same, "SISA": same, "SE": same, "SE-R": changed})
+    run = {**run, "commit": "abc1234", "machine": {}, "learned_accuracy": 0.9,
+           "config": {**run["config"], "partition": "noniid", "num-clients": 4,
+                      "num-shards": 2, "clients-per-round": 2, "num-rounds": 3,
+                      "local-epochs": 1}}
+    assert pareto.outdated(run, "SE-R") and not pareto.outdated(run, "SE")
+    text = doc_tables.summary_tables([run])
+    assert "| SE-R |" not in text and "| SE |" in text
+    assert "Not shown: SE-R." in text
+    assert "SE-R" not in doc_tables.headline_table([run])
+    fingerprinted = {**run, "fingerprint": "f" * 64}
+    assert not pareto.outdated(fingerprinted, "SE-R")
+    assert "| SE-R |" in doc_tables.summary_tables([fingerprinted])
