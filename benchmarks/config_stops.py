@@ -11,14 +11,13 @@ project function (a file of this checkout outside ``tests/``) with an argument
 that carries the run's settings:
 
 - the whole config: a :class:`~server_app.config.RunConfig`, a
-  :class:`~server_app.run.context.RunContext` (it holds one), Flower's
+  :class:`~server_app.run.context.RunContext` or an unlearning
+  :class:`~server_app.unlearning.frameworks.Stage` (each holds one), Flower's
   ``Context`` or the flat run-config mapping (a ``Mapping`` with the keys
   :data:`FLAT`);
 - a part of it: a settings section (:class:`task.section.Section`: the data,
-  training, unlearning, storage, ... sections and a method's own settings),
-  :class:`~server_app.unlearning.frameworks.UnlearningSettings`, a
-  :class:`~server_app.unlearning.frameworks.Stage` or the frozen
-  :class:`~server_app.run.plan.RunPlan`.
+  training, unlearning, storage, ... sections and a method's own settings) or
+  the frozen :class:`~server_app.run.plan.RunPlan`.
 
 Prints the *stops* (distinct functions reached with the whole config; with a
 part of it), the files they are in, and the deepest *chain*: the most frames
@@ -55,10 +54,10 @@ def _kinds():
     from server_app.config import RunConfig
     from server_app.run.context import RunContext
     from server_app.run.plan import RunPlan
-    from server_app.unlearning.frameworks import Stage, UnlearningSettings
+    from server_app.unlearning.frameworks import Stage
     from task.section import Section
 
-    return (RunConfig, RunContext, Context), (Section, UnlearningSettings, Stage, RunPlan)
+    return (RunConfig, RunContext, Context, Stage), (Section, RunPlan)
 
 
 def _carries(value, whole, part) -> str | None:

@@ -42,7 +42,7 @@ from server_app.config import ConfigError, RunConfig
 from server_app.rounds.federation import Federation
 from server_app.rounds.loop import RoundLoop
 from server_app.unlearning.driver import run_unlearning
-from server_app.unlearning.frameworks import Stage, UnlearningSettings
+from server_app.unlearning.frameworks import Stage
 from strategies.sharded import to_record
 
 STEP = quantization_step(24)
@@ -220,7 +220,7 @@ def unlearn(runs, **history_kwargs):
     models = [to_record(learned.shard_model(s, 2)) for s in range(2)]  # W_s^G
     before = [m.copy() for m in models]
     history = coded_history(run, **history_kwargs)
-    stage = Stage(UnlearningSettings.from_config(cfg), Federation(node_of, shards),
+    stage = Stage(cfg, Federation(node_of, shards),
                   Federation(node_of, [list(range(8))]),
                   history, None, models, initial_model(cfg, 10),
                   train_config(cfg, run["summary"]["data_dir"]))

@@ -46,13 +46,13 @@ class AllShards(UnlearningMethod):
 
     @classmethod
     def build(cls, request):
-        stage, settings = request.stage, request.stage.settings
+        stage, training = request.stage, request.stage.cfg.training
         shards = range(len(stage.sharded.shards))
         strategy = ShardRetrain(request.forget, stage.sharded.shards,
                                 stage.sharded.node_of, shards,
-                                clients_per_round=settings.clients_per_round,
-                                num_rounds=request.settings.rounds or settings.num_rounds,
-                                seed=settings.seed)
+                                clients_per_round=training.clients_per_round,
+                                num_rounds=request.settings.rounds or training.num_rounds,
+                                seed=request.stage.cfg.seed)
         return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
                          list(shards))
 '''

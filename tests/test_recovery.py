@@ -203,7 +203,6 @@ def test_se_r_in_a_later_request_starts_before_every_forgotten_clients_first_rou
     from server_app.rounds.federation import Federation
     from server_app.unlearning.frameworks import (
         Stage,
-        UnlearningSettings,
         build_framework,
         rebuild_shard_model,
     )
@@ -223,7 +222,7 @@ def test_se_r_in_a_later_request_starts_before_every_forgotten_clients_first_rou
         {**TINY, "num-rounds": 3, "data-dir": str(shared_data)}))
     federation = Federation({p: 1000 + p for p in range(8)}, shards)
     models = [to_record(store.shard_model(i, 3)) for i in range(len(shards))]
-    stage = Stage(UnlearningSettings.from_config(cfg), federation, federation, store,
+    stage = Stage(cfg, federation, federation, store,
                   None, models, models[0], ConfigRecord({}))
     framework = build_framework("SE-R", stage, {early, late}, batch=[late])
     start = rebuild_shard_model(store, s, 0)  # W^0: before the early client's round 1

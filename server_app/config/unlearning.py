@@ -178,6 +178,11 @@ class UnlearningConfig(Section):
         return [f.strip() for f in self.frameworks.split(",") if f.strip()]
 
     @property
+    def request_count(self) -> int:
+        """K, the run's requests: 1 with ``forget-clients``, else ``num-requests``."""
+        return 1 if self.forget_clients else self.num_requests
+
+    @property
     def framework_list(self) -> list[str]:
         """The frameworks' names, in the given order ([] for 'none').
 

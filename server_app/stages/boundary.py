@@ -36,7 +36,7 @@ from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import run_unlearning
 from server_app.unlearning.erasure import Erasure
-from server_app.unlearning.frameworks import Stage, UnlearningSettings
+from server_app.unlearning.frameworks import Stage
 
 KEPT_AT_BOUNDARY = ("a staged run erases nothing at a stage boundary (not built yet); "
                     "SE never reads these updates again, and a later request to the "
@@ -192,7 +192,7 @@ def forget_with_se(run: RunState, clients: list[int], erasure: Erasure | None = 
 def se_stage(run: RunState) -> Stage:
     """What the unlearning driver needs of the run now (no FedEraser store)."""
     ctx = run.ctx
-    return Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
+    return Stage(ctx.cfg, run.federation, run.baseline,
                  run.store, None, run.models, ctx.initial_model(), ctx.train_config(),
                  present=run.present_at)
 

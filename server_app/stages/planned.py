@@ -25,7 +25,7 @@ from server_app.stages.learn import learn_federation
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult, run_unlearning
 from server_app.unlearning.erasure import planned_erasure
-from server_app.unlearning.frameworks import Stage, UnlearningSettings
+from server_app.unlearning.frameworks import Stage
 
 
 def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
@@ -41,7 +41,7 @@ def handle_planned(run: RunState, learning: LearningSummary, summary: RunSummary
     if ctx.cfg.unlearning.with_fields(on_baseline=True, reads_history=True):
         summary.baseline_learning, baseline_models, run.baseline_store = \
             learn_federation(ctx, run.baseline, "baseline")
-    stage = Stage(UnlearningSettings.from_config(ctx.cfg), run.federation, run.baseline,
+    stage = Stage(ctx.cfg, run.federation, run.baseline,
                   run.store, run.baseline_store, run.models, ctx.initial_model(),
                   ctx.train_config(), learning.loss, present=run.present_at)
     results = unlearn_once(ctx, stage)
@@ -71,7 +71,7 @@ def unlearn_once(ctx: RunContext, stage: Stage) -> dict[str, FrameworkResult]:
                                    f"started: {'; '.join(problems[:5])}")
     catalog, results = ctx.catalog, {}
     catalog.set_request_state("in_progress")
-    for name in stage.settings.frameworks:
+    for name in stage.cfg.unlearning.framework_list:
         summary = catalog.done_as(f"unlearn:{name}", FrameworkSummary)
         if summary is not None:
             ctx.log(f"resumed: {name} already done")

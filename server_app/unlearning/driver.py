@@ -90,7 +90,7 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
     request alone, from the stored history); concurrent mode handles the union
     once. ``evaluate`` scores shard models (``accuracy``, ``loss``,
     ``shard_accuracy``); ``frameworks`` defaults to the run's
-    (:attr:`UnlearningSettings.frameworks`). An ``erasure`` (records or labels,
+    (:attr:`UnlearningConfig.framework_list`). An ``erasure`` (records or labels,
     :mod:`server_app.unlearning.erasure`) is the one request: it forgets no
     client, the clients it changes train on what they keep. One that erases
     nothing new (``fresh`` empty: a later client request after records
@@ -98,19 +98,20 @@ def run_unlearning(loop: RoundLoop, stage: Stage, requests: Sequence[Sequence[in
     """
     if erasure and erasure.erasing:
         batches = [[]]
-    elif stage.settings.request_mode == "concurrent":
+    elif stage.cfg.unlearning.request_mode == "concurrent":
         batches = [sorted({p for r in requests for p in r})]
     else:
         batches = [list(r) for r in requests]
     return {name: _run_framework(name, loop, stage, batches, evaluate,
                                  set(already_forgotten), log_fn, erasure or None)
-            for name in (stage.settings.frameworks if frameworks is None else frameworks)}
+            for name in (stage.cfg.unlearning.framework_list if frameworks is None
+                         else frameworks)}
 
 
 def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[int]],
                    evaluate, forget: set[int], log_fn,
                    erasure: Erasure | None = None) -> FrameworkResult:
-    described = method_info(name, stage.settings.methods)
+    described = method_info(name, stage.cfg.unlearning.plugin_methods)
     loop = erasing_loop(loop, erasure)  # each message names what its client lost
     per_request: list[RequestCost] = []
     total = loop.meter()
@@ -136,7 +137,7 @@ def _run_framework(name: str, loop: RoundLoop, stage: Stage, batches: list[list[
         cost = _request_cost(k, batch, framework, stats, stage, described)
         cost.to_target = watch.result() if watch else None
         per_request.append(cost)
-        _log_sampling(framework, stage.settings.clients_per_round, label, log_fn)
+        _log_sampling(framework, stage.cfg.training.clients_per_round, label, log_fn)
         accumulate(total, stats)
         what = erasure.describe() if erasure and not batch else f"clients {sorted(batch)}"
         log_fn(f"{label} ({what}): {stats.compute_s:.1f} s compute, "
@@ -328,15 +329,15 @@ def wall_breakdown(stats: CostMeter) -> dict:
 
 def _expected(stage: Stage, per_request: Sequence[RequestCost]) -> dict:
     """Measured SE totals beside the paper's expectations (Sec. 4.2)."""
-    settings = stage.settings
+    unlearning = stage.cfg.unlearning
     done = [r for r in per_request if not r.noop]
     costs = [c for r in done for c in r.shard_compute_s.values()]
     shard_cost = sum(costs) / len(costs) if costs else 0.0
-    k, num_shards = settings.num_requests, len(stage.sharded.shards)
+    k, num_shards = unlearning.request_count, len(stage.sharded.shards)
     return {
-        "mode": settings.request_mode, "num_requests": k,
+        "mode": unlearning.request_mode, "num_requests": k,
         "mean_shard_cost_s": shard_cost,
         "measured_total_s": sum(sum(r.shard_compute_s.values()) for r in done),
-        "expected_total_s": expected_cost(settings.request_mode, k, num_shards,
+        "expected_total_s": expected_cost(unlearning.request_mode, k, num_shards,
                                           shard_cost),
     }

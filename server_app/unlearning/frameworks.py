@@ -12,7 +12,7 @@ baselines, how many clients it samples per round. The method's class builds it
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from flwr.app import ArrayRecord, ConfigRecord
 
@@ -30,76 +30,15 @@ from strategies.sharded import ShardedStrategy
 REBUILDABLE = ("FedAvg", "FedProx")
 
 
-@dataclass(frozen=True, kw_only=True)
-class UnlearningSettings:
-    """The run settings the unlearning stage reads (from :class:`RunConfig`).
-
-    Attributes
-    ----------
-    retrain_epochs : float
-        L / r, local epochs of a calibration round (seconds of compute follow).
-    calibration_interval : int
-        FedEraser's interval: every n-th stored round is replayed.
-    clients_per_round, num_rounds : int
-        FR / RR: the learning budget they retrain with.
-    shard_strategy : str
-        FR / RR: the stock strategy of their shards.
-    strategy_options : dict
-        Its server settings (:attr:`RunConfig.shard_strategy_options`).
-    seed : int
-        Seeds FR / RR sampling.
-    request_mode : str
-        ``sequential`` or ``concurrent``.
-    num_requests : int
-        K, for the paper's expected cost (1 with ``forget-clients``).
-    frameworks : tuple[str, ...]
-        The frameworks to run, in order (run-config ``frameworks``; a method of
-        one's own by its class name).
-    methods : dict[str, str]
-        Name -> ``package.module:Class`` of each method of one's own.
-    method_settings : dict[str, MethodSettings]
-        Each built-in's own settings, by name (:attr:`RunConfig.methods`).
-    local_epochs : float, optional
-        L, the local epochs of an exact round (None: ``retrain_epochs``).
-    """
-
-    retrain_epochs: float
-    calibration_interval: int
-    clients_per_round: int
-    num_rounds: int
-    shard_strategy: str
-    strategy_options: dict
-    seed: int
-    request_mode: str
-    num_requests: int
-    frameworks: tuple[str, ...] = ()
-    methods: dict = field(default_factory=dict)
-    method_settings: dict = field(default_factory=dict)
-    local_epochs: float | None = None
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig) -> UnlearningSettings:
-        """The fields of ``cfg`` that unlearning uses."""
-        training, unlearning = cfg.training, cfg.unlearning
-        return cls(retrain_epochs=cfg.retrain_epochs,
-                   calibration_interval=unlearning.calibration_interval,
-                   clients_per_round=training.clients_per_round,
-                   num_rounds=training.num_rounds,
-                   shard_strategy=training.shard_strategy,
-                   strategy_options=dict(training.shard_strategy_options),
-                   seed=cfg.seed, request_mode=unlearning.request_mode,
-                   num_requests=1 if unlearning.forget_clients else unlearning.num_requests,
-                   frameworks=tuple(unlearning.framework_list),
-                   methods=dict(unlearning.plugin_methods),
-                   method_settings=dict(cfg.methods),
-                   local_epochs=training.local_epochs)
-
-
 @dataclass
 class Stage:
-    """What the unlearning stage needs from learning."""
+    """What the unlearning stage needs from learning.
 
-    settings: UnlearningSettings
+    ``cfg`` is the run's config: the methods read their settings from it
+    (``cfg.training``, ``cfg.unlearning``, ``cfg.methods``, ``cfg.seed``).
+    """
+
+    cfg: RunConfig
     sharded: Federation
     baseline: Federation
     sharded_store: TrainingHistory
@@ -221,12 +160,12 @@ def build_framework(name: str, stage: Stage, forget: set[int],
         history, ...).
     """
     try:
-        described = method_info(name, stage.settings.methods)
+        described = method_info(name, stage.cfg.unlearning.plugin_methods)
     except KeyError as err:
         raise ValueError(err.args[0]) from None
     if changed and not described.erases_records:  # the config check refuses it first
         raise ValueError(f"{name} cannot erase records while their clients stay")
-    own = stage.settings.method_settings.get(name) or described.Settings()
+    own = stage.cfg.methods.get(name) or described.Settings()
     request = Request(described, own, stage, forget, batch, current, frozenset(changed),
                       frozenset(changed if erasing is None else erasing))
     return build_plugin(request) if described.plugin else described.build(request)
@@ -255,13 +194,13 @@ def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:
 
 def build_plugin(call: Request) -> Framework:
     """A method of one's own on SE's shards (:mod:`server_app.unlearning.methods`)."""
-    stage, settings, federation = call.stage, call.stage.settings, call.stage.sharded
+    stage, cfg, federation = call.stage, call.stage.cfg, call.stage.sharded
     request = UnlearningRequest(
         frozenset(call.forget), tuple(sorted(call.batch or call.forget)),
         federation.shards, federation.node_of, stage.sharded_store,
         list(call.current or stage.sharded_models), stage.initial, stage.train_config,
-        settings.retrain_epochs, settings.num_rounds, settings.clients_per_round,
-        settings.seed)
+        cfg.retrain_epochs, cfg.training.num_rounds, cfg.training.clients_per_round,
+        cfg.seed)
     strategy = build_method(call.method.plugin, request)
     initial = list(getattr(strategy, "initial_models", None) or request.models)
     impacted = list(getattr(strategy, "impacted", None) or range(len(request.shards)))

@@ -78,14 +78,12 @@ def build(cls, call):
 
     builder, fields, recovery = VARIANTS[cls.name]
     base = import_object(builder, "frameworks", builtin=True)
-    settings = call.stage.settings
-    own = settings.method_settings.get(base.name) or base.Settings()
+    cfg = call.stage.cfg
+    own = cfg.methods.get(base.name) or base.Settings()
     mine = {f.name for f in dataclasses.fields(own)}
     changed = {**fields, **recovery}
     run = {k: v for k, v in changed.items() if k not in mine}
-    if "retrain_ratio" in run:  # r: calibrated rounds train L / r epochs
-        run["retrain_epochs"] = settings.local_epochs / run.pop("retrain_ratio")
-    stage = dataclasses.replace(call.stage, settings=dataclasses.replace(settings, **run))
+    stage = dataclasses.replace(call.stage, cfg=cfg.replace(**run) if run else cfg)
     own = dataclasses.replace(own, **{k: v for k, v in changed.items() if k in mine})
     return base.build(dataclasses.replace(call, stage=stage, settings=own))
 

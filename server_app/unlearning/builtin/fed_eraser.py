@@ -47,10 +47,10 @@ def _build(call: Request) -> Framework:
     stage = call.stage
     if stage.baseline_store is None:
         raise ValueError(f"{call.method.name} needs the baseline federation's history")
-    settings = stage.settings
+    cfg = stage.cfg
     strategy = FedEraser(stage.baseline_store, call.forget, stage.baseline.shards,
-                         stage.baseline.node_of, settings.retrain_epochs,
-                         ReplaySchedule(settings.calibration_interval,
+                         stage.baseline.node_of, cfg.retrain_epochs,
+                         ReplaySchedule(cfg.unlearning.calibration_interval,
                                         from_first_participation=False))  # round 1 on
     initial = [to_record(stage.baseline_store.shard_model(s, 0))
                for s in range(len(stage.baseline.shards))]

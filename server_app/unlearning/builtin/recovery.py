@@ -163,10 +163,10 @@ def recover(call: Request) -> Framework:
         whose rounds cannot be rebuilt from the record.
     """
     name, stage, forget = call.method.name, call.stage, call.forget
-    settings = stage.settings
-    if settings.shard_strategy not in REBUILDABLE:
+    cfg, base = stage.cfg, stage.cfg.training.shard_strategy
+    if base not in REBUILDABLE:
         raise ValueError(f"{name} rebuilds the original models from the stored record: "
-                         f"shard-strategy {settings.shard_strategy!r} cannot be rebuilt "
+                         f"shard-strategy {base!r} cannot be rebuilt "
                          f"(one of {', '.join(REBUILDABLE)})")
     sharded = not call.method.on_baseline
     store = stage.sharded_store if sharded else stage.baseline_store
@@ -185,7 +185,7 @@ def recover(call: Request) -> Framework:
                              starts, impacted, ReplaySchedule(
                                  from_first_participation=sharded,
                                  refill=sharded and call.settings.refill,
-                                 refill_seed=settings.seed, present=stage.present,
+                                 refill_seed=cfg.seed, present=stage.present,
                                  **schedule))
     models = (call.current or stage.sharded_models) if sharded else [  # learned, rebuilt
         rebuild_shard_model(store, s, max(store.rounds(s), default=0))

@@ -39,12 +39,12 @@ class RapidRetrainMethod(FedRetrainMethod):
 
 
 def _retrain(cls: type[FedRetrain], call: Request) -> Framework:
-    stage, settings = call.stage, call.stage.settings
+    stage, training = call.stage, call.stage.cfg.training
     strategy = cls(
         call.forget, stage.baseline.shards, stage.baseline.node_of,
-        settings.clients_per_round, settings.num_rounds, settings.shard_strategy,
-        settings.seed, **settings.strategy_options)
+        training.clients_per_round, training.num_rounds, training.shard_strategy,
+        stage.cfg.seed, **training.shard_strategy_options)
     shards = len(stage.baseline.shards)
-    return Framework(strategy, [stage.initial] * shards, settings.num_rounds,
+    return Framework(strategy, [stage.initial] * shards, training.num_rounds,
                      list(range(shards)), strategy.clients_per_round,
                      list(strategy.sampled))

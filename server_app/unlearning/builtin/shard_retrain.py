@@ -87,17 +87,17 @@ class ShardRetrainMethod(UnlearningMethod):
 
 
 def _build(call: Request) -> Framework:
-    stage, settings = call.stage, call.stage.settings
+    stage, training = call.stage, call.stage.cfg.training
     federation, store = stage.sharded, stage.sharded_store
     clients = call.clients
     held = {federation.shard_of[p] for p in clients}
     impacted = sorted(s for s in held
                       if first_participation(store, s, clients) is not None)
     strategy = ShardRetrain(call.forget, federation.shards, federation.node_of, impacted,
-                            clients_per_round=settings.clients_per_round,
-                            num_rounds=settings.num_rounds,
-                            base_strategy=settings.shard_strategy, seed=settings.seed,
-                            **settings.strategy_options)
+                            clients_per_round=training.clients_per_round,
+                            num_rounds=training.num_rounds,
+                            base_strategy=training.shard_strategy, seed=stage.cfg.seed,
+                            **training.shard_strategy_options)
     models = list(call.current or stage.sharded_models)
     initial = [stage.initial if s in impacted else model for s, model in enumerate(models)]
     return Framework(strategy, initial, strategy.num_rounds, impacted,

@@ -82,26 +82,26 @@ def replay(call: Request) -> Framework:
     Shards where none of the request's clients ever trained keep their models.
     """
     stage, forget, own = call.stage, call.forget, call.settings
-    settings, shard_of, store = stage.settings, stage.sharded.shard_of, stage.sharded_store
+    cfg, shard_of, store = stage.cfg, stage.sharded.shard_of, stage.sharded_store
     clients = call.clients  # a changed client (records erased) stays and retrains
     held = {shard_of[p] for p in clients}
     trained = {s for s in held if first_participation(store, s, clients) is not None}
 
     def make(late: bool) -> ShardingEraser:
-        schedule = ReplaySchedule(settings.calibration_interval,
+        schedule = ReplaySchedule(cfg.unlearning.calibration_interval,
                                   from_first_participation=late,
                                   final=own.calibration_final,
-                                  exact_epochs=settings.local_epochs,
-                                  refill=own.replay_refill, refill_seed=settings.seed,
+                                  exact_epochs=cfg.training.local_epochs,
+                                  refill=own.replay_refill, refill_seed=cfg.seed,
                                   present=stage.present)
         return ShardingEraser(store, forget, stage.sharded.shards, stage.sharded.node_of,
-                              settings.retrain_epochs, schedule, impacted=trained,
+                              cfg.retrain_epochs, schedule, impacted=trained,
                               changed=call.changed)
 
     strategy = make(True)
     starts, sources = {}, {}
     for s, g0 in strategy.start_rounds().items():
-        starts[s], sources[s] = start_model(store, s, g0, settings.shard_strategy)
+        starts[s], sources[s] = start_model(store, s, g0, cfg.training.shard_strategy)
     if any(model is None for model in starts.values()):  # cannot start late
         strategy = make(False)
         starts = {s: store.shard_model(s, 0) for s in strategy.impacted}
