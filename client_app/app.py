@@ -39,11 +39,9 @@ does not fit is a one-line error reply (code :data:`DATA_REFUSED`), not a crash.
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 from flwr.app import (
-    ArrayRecord,
     ConfigRecord,
     Context,
     Error,
@@ -63,11 +61,11 @@ from task.client_folder import (
 )
 from task.config import TaskConfig, run_config_of, task_spec
 from task.device import resolve_device
+from task.local_training import train_reply
 from task.node_cache import cached_client_data
 from task.records import LABELS_KEY, RECORDS_KEY, keep_mask
 from task.registry import task_of
 from task.text_backdoor import TextBackdoor, implant
-from task.train import fisher_preconditioner
 from task.training_settings import TrainingSettings, data_dir_of
 
 app = ClientApp()
@@ -172,25 +170,8 @@ def _train(message: Message, context: Context, phase: str) -> Message:
     except ClientDataError as err:
         return _refused(message, err)
     x, y = _erase(x, y, message.content["config"])
-    seed = settings.local_seed(phase, partition_id(context))
-    transform, t0 = None, time.perf_counter()
-    if settings.precondition == "fisher":  # RapidRetrain
-        transform = fisher_preconditioner(
-            model, x, y, samples=settings.fisher_samples,
-            damping=settings.fisher_damping, seed=seed, device=device)
-    fisher_seconds = time.perf_counter() - t0
-    result = settings.train(task, model, x, y, seed=seed, device=device,
-                            grad_transform=transform)
-    metrics = MetricRecord({
-        "num-examples": len(x),
-        "train-loss": result.loss,
-        # the Fisher estimate is part of RapidRetrain's training cost
-        "train-seconds": result.seconds + fisher_seconds,
-        "local-epochs": result.epochs,
-    })
-    content = RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                          "metrics": metrics})
-    return Message(content=content, reply_to=message)
+    return train_reply(message, x, y, model, task, device,
+                       partition_id=partition_id(context), phase=phase)
 
 
 @app.query("discover")
