@@ -104,9 +104,11 @@ SHAPING = ("server_app/rounds", "server_app/config/profile.py",
 """The code that shapes a sweep's numbers (the cost model, the round loop, the
 methods and their strategies, the cost-only client): its :func:`fingerprint`."""
 
-AUDITING = ("audits", "server_app/evaluation")
+AUDITING = ("audits", "server_app/evaluation", "server_app/stages/audit.py",
+            "server_app/stages/references.py")
 """The code that shapes the audits' numbers beside :data:`SHAPING` (membership
-inference, LiRA, U-LiRA and its references, the backdoor check): with it,
+inference, LiRA, U-LiRA and its references, the backdoor check, what the
+ServerApp hands them): with it,
 :func:`audit_fingerprint`, which a run that reports an audit records too."""
 
 

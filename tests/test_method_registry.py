@@ -208,45 +208,75 @@ def test_the_default_run_compares_se_with_fr_and_the_exact_shard_reference():
 
 
 REFERENCED = '''
-from server_app.config.methods import UnlearningMethod
+from dataclasses import dataclass
+
+from server_app.config.methods import MethodSettings, UnlearningMethod
+from server_app.unlearning.builtin.shard_retrain import ShardRetrain
+from server_app.unlearning.frameworks import Framework
 
 
-def keep_learned(task, parts, rounds, forgotten, seed, from_first):
-    return None  # the learned reference stands: nothing is forgotten
+class FineTune(UnlearningMethod):
+    name = "FineTune"
+    summary = "the request's shards fine-tuned on their retained clients"
 
-
-class KeepLearned(UnlearningMethod):
-    name = "KeepLearned"
-    summary = "the learned models kept: a leak U-LiRA must see"
+    @dataclass(frozen=True)
+    class Settings(MethodSettings):
+        rounds: int = 1
 
     @classmethod
-    def reference(cls, cfg):
-        return keep_learned
+    def build(cls, request):
+        stage, training = request.stage, request.stage.cfg.training
+        held = sorted({stage.sharded.shard_of[p] for p in request.clients})
+        strategy = ShardRetrain(request.forget, stage.sharded.shards,
+                                stage.sharded.node_of, held,
+                                clients_per_round=training.clients_per_round,
+                                num_rounds=request.settings.rounds,
+                                seed=stage.cfg.seed)
+        models = list(request.current or stage.sharded_models)
+        return Framework(strategy, models, strategy.num_rounds, held)
 '''
 
 
-def test_a_method_module_brings_its_own_u_lira_reference(tmp_path, monkeypatch):
-    """One module and one ``register`` line: the U-LiRA audit references the method
-    with the unlearning its class gives (``reference``), on SE's shards, and the
-    config check counts it among the referenced methods."""
-    from server_app.config.audit import ulira_methods
-    from server_app.evaluation.reference_unlearning import rules
+@pytest.mark.slow
+def test_a_method_with_one_setting_is_referenced_by_u_lira_with_its_own_strategy(
+        tmp_path, monkeypatch):
+    """Issue 53: one module and one ``register`` line. The method is not exact, so
+    the U-LiRA audit references it (the config check counts it), and its
+    references unlearn with the strategy it builds for a real request, for the
+    rounds its own setting (``method.finetune.rounds``) asks, the forgotten
+    client asked nothing: no reference code of its own."""
+    import torch
 
-    (tmp_path / "keep_learned_method.py").write_text(REFERENCED)
+    from experiments.grid import set_task_identity
+    from server_app.config.audit import ulira_methods
+    from server_app.stages.references import learn_reference, recipe
+
+    (tmp_path / "fine_tune_method.py").write_text(REFERENCED)
     monkeypatch.syspath_prepend(str(tmp_path))
-    methods.register("KeepLearned", "keep_learned_method:KeepLearned")
+    methods.register("FineTune", "fine_tune_method:FineTune")
     try:
-        cfg = RunConfig.from_run_config(fused_run_config(
-            {**TINY, "frameworks": "SE,KeepLearned", "mia": True, "mia-shadows": 1,
-             "mia-unlearn-references": 6}))
-        rule = rules(cfg)["KeepLearned"]
-        assert rule.shape == "shard" and rule.from_first
-        assert rule.unlearn(None, [], [], {0}, 0, True) is None
-        assert "KeepLearned" in ulira_methods() and "FR" not in ulira_methods()
-        assert methods.registered("KeepLearned").referenced
-        assert not methods.registered("FR").referenced
+        cfg = RunConfig.from_run_config({**fused_run_config(
+            {**TINY, "frameworks": "SE,FineTune", "mia": True, "mia-shadows": 1,
+             "mia-unlearn-references": 6, "num-rounds": 1}),
+            "method.finetune.rounds": 3})  # a built-in's key: the server reads it
+        assert "FineTune" in ulira_methods() and "FR" not in ulira_methods()
+        assert methods.registered("FineTune").referenced
+        rule = recipe(cfg).rules["FineTune"]
+        assert rule.shape == "shard"
+        set_task_identity()
+        torch.manual_seed(0)
+        parts = [(torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,)))
+                 for _ in range(3)]
+        task = type("T", (), {"num_classes": 10})()
+        final, learned = learn_reference(cfg, task, parts, seed=2, per_round=3)
+        before = len(learned.grid.sent)
+        gone = rule.unlearn(task, parts, learned, {0}, 2, rule.from_first)
+        asked = learned.grid.sent[before:]
+        assert len(asked) == 3 * 2  # 3 rounds of the 2 retained clients
+        assert 1 not in {node for node, _ in asked}
+        assert any(not (gone[k] == final[k]).all() for k in final)
     finally:
-        methods.unregister("KeepLearned")
+        methods.unregister("FineTune")
 
 
 def test_a_config_recorded_before_the_namespaced_keys_reads_in_todays_keys():

@@ -28,12 +28,11 @@ from server_app.evaluation.reference_unlearning import (
     learn_with_history,
     learning_seed,
     local_update,
-    recipe,
     recover,
-    rules,
     se_unlearn,
 )
 from server_app.stages.audit import audited_run
+from server_app.stages.references import recipe
 from strategies.calibration import calibrate, refill_slots, weighted_step
 from task.config import fused_run_config
 from tests.conftest import TINY
@@ -249,7 +248,9 @@ def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec(
     # FE / FRec on a baseline federation of 2 shards: one of those, 2 a round
     fed = reference_shapes(run, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
     assert fed["federation"] == ReferenceShape(4, 3, 2, 10, 5)
-    assert set(ulira_methods()) == set(rules(cfg))
+    every = RunConfig.from_run_config(fused_run_config(
+        {**TINY, "frameworks": "SE,FR,FE,RR,SISA,SE-R,FRec"}))
+    assert set(ulira_methods()) == set(recipe(every).rules)
 
 
 def _with_references(cfg: RunConfig):
@@ -305,9 +306,6 @@ def test_reference_clients_hold_their_targets_filled_up_from_the_shadow_pool():
     {"mia-unlearn-references": 4, "mia-shadows": 2},
     {"mia-unlearn-references": 6},
     {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR"},
-    {"mia-unlearn-references": 6, "mia-shadows": 2, "calibration-interval": 2},
-    {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FE,FR",
-     "calibration-interval": 2},
     {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "FR,RR"},
 ])
 def test_bad_unlearn_reference_settings_are_refused(overrides):
@@ -315,8 +313,12 @@ def test_bad_unlearn_reference_settings_are_refused(overrides):
         RunConfig.from_run_config(fused_run_config(overrides))
 
 
-def test_recovery_alone_takes_any_calibration_interval():
+@pytest.mark.parametrize("frameworks", ["SE-R,FR", "SE,FR", "FE,FR"])
+def test_u_lira_takes_any_calibration_interval(frameworks):
+    """The references replay with the method's own strategy
+    (:mod:`server_app.stages.references`), FedEraser's interval included."""
     cfg = RunConfig.from_run_config(fused_run_config(
-        {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": "SE-R,FR",
+        {"mia-unlearn-references": 6, "mia-shadows": 2, "frameworks": frameworks,
          "calibration-interval": 2}))
     assert cfg.audit.mia_unlearn_references == 6
+    assert set(recipe(cfg).frameworks) == set(frameworks.split(",")) - {"FR"}

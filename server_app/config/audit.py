@@ -27,9 +27,10 @@ def check_against(audit: AuditConfig, unlearning: UnlearningConfig) -> None:
     """Raise :class:`task.values.ConfigError`: U-LiRA's methods, the backdoor's request.
 
     After :meth:`AuditConfig.validate`: ``mia-unlearn-references`` needs
-    ``mia-shadows`` >= 1, a method U-LiRA references and, with a calibrated one,
-    ``calibration-interval = 1``; a backdoor needs ``forget-clients`` (or, the
-    image trigger, ``forget-records``) to name the poisoned clients.
+    ``mia-shadows`` >= 1 and a method U-LiRA references (any calibration
+    interval: the references replay with the method's own strategy); a backdoor
+    needs ``forget-clients`` (or, the image trigger, ``forget-records``) to name
+    the poisoned clients.
     """
     k = audit.mia_unlearn_references
     if k:
@@ -39,11 +40,6 @@ def check_against(audit: AuditConfig, unlearning: UnlearningConfig) -> None:
                       "0 unless mia-shadows >= 1 and frameworks has one of "
                       f"{', '.join(ulira_methods())} (the others retrain: exact by "
                       "construction)")
-        calibrated = [m.name for m in referenced if m.calibrated]
-        if calibrated and unlearning.calibration_interval != 1:
-            raise bad("mia-unlearn-references", k,
-                      "0 unless calibration-interval = 1 when frameworks has "
-                      f"{' or '.join(calibrated)} (the references replay every round)")
     if not audit.backdoor:
         return
     key, value = (("backdoor-trigger", audit.backdoor_trigger) if audit.backdoor_trigger

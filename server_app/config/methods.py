@@ -140,8 +140,10 @@ class UnlearningMethod:
         Runs on the baseline federation (its original is ``baseline_learning``);
         set from ``federation``.
     referenced : bool
-        U-LiRA references it (its class defines :meth:`reference`); set on
-        subclassing.
+        U-LiRA references it: its references unlearn with the method's own
+        strategy (:mod:`server_app.stages.references`). Default: not ``exact``
+        (an exact method's model never depends on the forgotten samples, so its
+        game is chance); a class may set it.
 
     Raises
     ------
@@ -182,20 +184,7 @@ class UnlearningMethod:
             raise ValueError(f"method {cls.name!r}: staged {cls.staged!r} is not "
                              f"one of {', '.join(map(repr, STAGED_ROLES))}")
         cls.on_baseline = cls.federation == "baseline"
-        cls.referenced = cls.reference.__func__ is not UnlearningMethod.reference.__func__
-
-    @classmethod
-    def reference(cls, cfg: Any) -> Any:
-        """How U-LiRA's references unlearn like this method; None: not referenced.
-
-        Returns ``unlearn(task, parts, rounds, forgotten, seed, from_first) ->
-        state or None`` (:data:`audits.run.Unlearn`) for the run ``cfg`` (a
-        :class:`server_app.config.RunConfig`; its :meth:`method_settings` are this
-        method's). The built-ins' replay it on the reference's history with the
-        functions of :mod:`server_app.evaluation.reference_unlearning`. The base
-        has none: the audit then reports the method without a U-LiRA score.
-        """
-        return None
+        cls.referenced = cls.__dict__.get("referenced", not cls.exact)
 
     @classmethod
     def build(cls, request: Any) -> Any:

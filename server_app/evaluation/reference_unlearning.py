@@ -1,4 +1,9 @@
-"""References learned and unlearned in process, as the run learns and unlearns.
+"""Superseded: U-LiRA's references are :mod:`server_app.stages.references`'s.
+
+Kept only while the built-ins' former ``reference()`` hooks import it; both go
+with the next remake of the results their modules shape (issue 53).
+
+References learned and unlearned in process, as the run learns and unlearns.
 
 For U-LiRA (:mod:`audits.ulira_audit`): a reference federation (or
 shard) of given clients is learned with FedAvg and the run's local training (the
@@ -12,14 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 import numpy as np
 import torch
 
-from audits.run import ReferenceRecipe, Rule
 from audits.ulira_audit import Arrays, Part
-from server_app.config import RunConfig, methods
+from server_app.config import RunConfig
 from server_app.config.methods import MethodSettings
 from strategies.calibration import (
     calibrate,
@@ -277,35 +280,3 @@ def recover(cfg: RunConfig, own: MethodSettings, task, parts: Sequence[Part],
         new = replay.finish(k, exact, {c: len(parts[c][1]) for c in exact})
         state = state if new is None else new
     return state
-
-
-def rules(cfg: RunConfig) -> dict[str, Rule]:
-    """Every registered method with a U-LiRA reference (its ``reference``), its rule.
-
-    A method on SE's shards is referenced by shard-shaped references that replay
-    from the forgotten clients' first round; a baseline one by federation-shaped
-    references that replay from round 1 (:mod:`server_app.config.methods`).
-    """
-    known = {m: m.reference(cfg) for m in methods.builtins()}
-    return {m.name: Rule("federation" if m.on_baseline else "shard", unlearn,
-                         not m.on_baseline)
-            for m, unlearn in known.items() if unlearn is not None}
-
-
-def recipe(cfg: RunConfig) -> ReferenceRecipe:
-    """How U-LiRA's references learn and unlearn as the run ``cfg`` does."""
-    known = rules(cfg)
-    training, unlearning = cfg.training, cfg.unlearning
-    refills = "".join(f"; {m.name} refills forgotten slots (L epochs)"
-                      for m in unlearning.method_infos
-                      if m.refill_key and cfg.as_dict().get(m.refill_key))
-    final = cfg.method_settings(methods.proposed()).calibration_final
-    text = (f"FedAvg, {training.num_rounds} rounds x {training.local_epochs} local "
-            f"epochs; SE / FE replay L / r = "
-            f"{training.local_epochs / unlearning.retrain_ratio:g} epochs (SE's last "
-            f"{final} round(s) L epochs, uncalibrated); SE-R / "
-            "FRec recovery with their own method.* settings" + refills)
-    return ReferenceRecipe(
-        learn=partial(learn_with_history, cfg), rules=known,
-        frameworks=tuple(n for n in unlearning.framework_list if n in known),
-        exact=tuple(unlearning.with_fields(exact=True)), text=text)

@@ -17,7 +17,7 @@ from audits.run import AuditedRun
 from runstore.summary import RunSummary
 from server_app.config import RunConfig
 from server_app.config.tasks import load_run_data
-from server_app.evaluation import reference_unlearning
+from server_app.stages import references
 from server_app.stages.state import RunState
 from server_app.unlearning.driver import FrameworkResult
 
@@ -64,14 +64,13 @@ def audit(run: RunState, summary: RunSummary, baseline_models,
 def audited_run(cfg: RunConfig) -> AuditedRun:
     """What the audits know of the run ``cfg`` (:mod:`audits.run`)."""
     training = cfg.training
-    references = (reference_unlearning.recipe(cfg)
-                  if cfg.audit.mia_unlearn_references else None)
+    recipe = references.recipe(cfg) if cfg.audit.mia_unlearn_references else None
     return AuditedRun(task=cfg.task(), data=cfg.data, seed=cfg.seed,
                       device=training.device, local=training.local_settings(cfg.seed),
                       clients_per_round=training.clients_per_round,
                       num_shards=training.num_shards, num_rounds=training.num_rounds,
                       local_epochs=training.local_epochs, audit=cfg.audit,
-                      references=references)
+                      references=recipe)
 
 
 def _membership(run: RunState, summary: RunSummary, rounds: dict, unlearned: dict

@@ -109,7 +109,12 @@ class ShardRecoveryMethod(UnlearningMethod):
 
     @classmethod
     def reference(cls, cfg: RunConfig) -> Unlearn:
-        """U-LiRA's references unlearn with ``reference_unlearning.recover``."""
+        """Unused: U-LiRA's references unlearn with the method's own strategy.
+
+        :mod:`server_app.stages.references` builds them; this hook and
+        ``reference_unlearning.recover`` go with the next remake of the
+        results this module shapes (issue 53).
+        """
         from server_app.evaluation.reference_unlearning import recover as unlearn
 
         return partial(unlearn, cfg, cfg.method_settings(cls.name))
@@ -135,7 +140,12 @@ class FedRecoverMethod(UnlearningMethod):
 
     @classmethod
     def reference(cls, cfg: RunConfig) -> Unlearn:
-        """U-LiRA's references unlearn with ``reference_unlearning.recover``."""
+        """Unused: U-LiRA's references unlearn with the method's own strategy.
+
+        :mod:`server_app.stages.references` builds them; this hook and
+        ``reference_unlearning.recover`` go with the next remake of the
+        results this module shapes (issue 53).
+        """
         from server_app.evaluation.reference_unlearning import recover as unlearn
 
         return partial(unlearn, cfg, cfg.method_settings(cls.name))

@@ -61,7 +61,12 @@ class ShardingEraserMethod(UnlearningMethod):
 
     @classmethod
     def reference(cls, cfg: RunConfig) -> Unlearn:
-        """U-LiRA's references unlearn with ``reference_unlearning.se_unlearn``."""
+        """Unused: U-LiRA's references unlearn with the method's own strategy.
+
+        :mod:`server_app.stages.references` builds them; this hook and
+        ``reference_unlearning.se_unlearn`` go with the next remake of the
+        results this module shapes (issue 53).
+        """
         from server_app.evaluation.reference_unlearning import se_unlearn as unlearn
 
         return partial(unlearn, cfg, cfg.method_settings(cls.name))
