@@ -18,11 +18,11 @@ from task.interface import Task
 from task.training_settings import TrainingSettings
 
 Learn = Callable[..., tuple]
-"""``learn(task, parts, seed, per_round) -> (final, rounds)``: a reference's learning
-with its stored history (the ServerApp's
-:func:`server_app.evaluation.reference_unlearning.learn_with_history`)."""
+"""``learn(task, parts, seed, per_round) -> (final, learned)``: a reference's learning;
+``learned`` is what its unlearning starts from (the ServerApp's
+``server_app.stages.references.learn_reference``: its history store)."""
 Unlearn = Callable[..., object]
-"""``unlearn(task, parts, rounds, forgotten, seed, from_first) -> state or None``: a
+"""``unlearn(task, parts, learned, forgotten, seed, from_first) -> state or None``: a
 method's unlearning of a reference (None: the learned model stands)."""
 
 

@@ -13,16 +13,10 @@ as the run learns and then unlearns from each with the run's own rules:
   = 1 the whole federation, ``clients-per-round`` a round), f = the most
   forgotten clients holding targets in one of its shards.
 
-The unlearning rules: SE (FE) calibrated retraining, paper eq. 2-3, FedEraser's
-rule (:mod:`strategies.calibration`), from the forgotten clients' first round
-(FE: from round 1), retained clients retraining L / r epochs with their stored
-norms kept, SE's last ``calibration-final`` rounds L epochs uncalibrated, and
-with ``replay-refill`` SE's forgotten slots refilled (SE-R's with
-``recovery-refill``); SE-R
-(FRec) server-side recovery, :class:`strategies.recovery_replay.RecoveryReplay`
-with the run's ``recovery-*`` settings, exact rounds trained with the learning
-round's seed, from the forgotten clients' first round (FRec: from round 1)
-(:mod:`server_app.evaluation.reference_unlearning`). FR and RR retrain from
+The unlearning: each method's own Flower strategy with the run's settings, as
+a real request builds it, on the reference's stored history (the recipe the
+ServerApp hands over, :class:`audits.run.ReferenceRecipe`: SE's and FE's
+calibrated replay, SE-R's and FRec's server-side recovery). FR and RR retrain from
 the initial model on the retained clients only: their model is a function of the
 retained data and the seeds, so the game is at chance by construction and is not
 run (``verification.mia.ulira.exact_by_construction``).

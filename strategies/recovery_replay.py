@@ -26,8 +26,7 @@ preset the estimate measured no closer than U itself
 (``docs/results/recovery/estimator.py``).
 
 :class:`RecoveryReplay` is this algorithm on one shard; :mod:`strategies.recovery`
-runs it as Flower strategies (SE-R and FRec), and the U-LiRA references
-(:mod:`server_app.evaluation.reference_unlearning`) with local training.
+runs it as Flower strategies (SE-R and FRec), which U-LiRA's references run too.
 """
 
 from __future__ import annotations
@@ -104,8 +103,7 @@ class RecoveryReplay:
 
     Use: per server round k, :meth:`begin` (W'^(k-1) in, the retained participants
     to train out), then :meth:`finish` with their updates. :class:`RecoveredShard`
-    drives it with Flower messages; the U-LiRA audit's references
-    (:func:`server_app.evaluation.reference_unlearning.recover`) with local training.
+    drives it with Flower messages.
     """
 
     def __init__(self, history: HistoryReader, shard: int, forget: Iterable[int],

@@ -167,3 +167,22 @@ def test_the_audit_trains_its_references_with_the_recipe_unchanged():
     assert refs.learned.shape == refs.unlearned["SE"].shape == (6, 20)
     assert all(np.isfinite(phi).all() for phi in (refs.learned, *refs.unlearned.values()))
     assert not np.array_equal(refs.unlearned["SE"], refs.learned)
+
+
+@pytest.mark.slow
+def test_se_on_a_one_round_reference_is_the_preparation_step():
+    """G = 1: SE's W' = W^0 + the retained participants' stored updates, weighted by
+    their samples (paper eq. 2), from the stored record, asking no client."""
+    from strategies.calibration import weighted_step
+
+    cfg, task, parts = _tiny(num_rounds=1)
+    final, learned = learn_reference(cfg, task, parts, seed=3, per_round=3)
+    store = learned.stage.sharded_store
+    assert sorted(p for p, _ in store.participants(0, 1)) == [0, 1, 2]
+    before = len(learned.grid.sent)
+    gone = unlearn_reference("SE", learned, {0})
+    want = weighted_step(store.shard_model(0, 0), [store.update(0, 1, 1),
+                                                   store.update(0, 1, 2)], [8, 8])
+    assert all(np.allclose(gone[k], want[k], atol=1e-6) for k in want)
+    assert not _same(gone, final)
+    assert len(learned.grid.sent) == before

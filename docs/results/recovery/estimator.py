@@ -5,7 +5,7 @@ Usage: ``.venv/bin/python docs/results/recovery/estimator.py SEED`` writes
 
 One shard of ``presets/paper.toml`` with ``partition = "noniid"`` (25 of the
 preset's 100 MNIST clients, 5 a round, 30 rounds x 10 local epochs) is learned in
-process with its history (:func:`learn_with_history`); then the first participant
+process with its history (:func:`in_process.learn_with_history`); then the first participant
 of round 1 is forgotten and :class:`strategies.recovery_replay.RecoveryReplay` recovers
 the shard with SE-R's default keys, as the run does. In every round each retained
 participant is *also* trained from the recovered model W'^(k-1) (its true
@@ -33,7 +33,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(HERE)]
 
 SHARD_CLIENTS, PER_ROUND = 25, 5
 
@@ -77,7 +77,7 @@ def _row(k: int, exact: bool, asked: int, estimates: dict, truth: dict,
 
 def measure(seed: int) -> dict:
     """Learn the shard, recover it without its first participant, measure the estimates."""
-    from server_app.evaluation.reference_unlearning import (
+    from in_process import (
         ReferenceHistory,
         learn_with_history,
         learning_seed,

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING
-
 from server_app.config.methods import UnlearningMethod
 from server_app.unlearning.frameworks import Framework, Request
 from strategies.sharded import to_record
 from strategies.unlearning import FedEraser, ReplaySchedule
-
-if TYPE_CHECKING:
-    from audits.run import Unlearn
-    from server_app.config import RunConfig
 
 
 class FedEraserMethod(UnlearningMethod):
@@ -23,18 +16,6 @@ class FedEraserMethod(UnlearningMethod):
     calibrated = interval_label = paper_baseline = True
     colour = "#2ca02c"
     summary = "FedEraser (Liu et al. 2021): calibrated replay from round 1"
-
-    @classmethod
-    def reference(cls, cfg: RunConfig) -> Unlearn:
-        """Unused: U-LiRA's references unlearn with the method's own strategy.
-
-        :mod:`server_app.stages.references` builds them; this hook and
-        ``reference_unlearning.se_unlearn`` go with the next remake of the
-        results this module shapes (issue 53).
-        """
-        from server_app.evaluation.reference_unlearning import se_unlearn as unlearn
-
-        return partial(unlearn, cfg, cfg.method_settings(cls.name))
 
     @classmethod
     def build(cls, request: Request) -> Framework:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord
 
@@ -19,10 +17,6 @@ from strategies.recovery import ShardRecovery
 from strategies.replay import ReplaySchedule
 from strategies.sharded import to_record
 from strategies.unlearning import first_participation
-
-if TYPE_CHECKING:
-    from audits.run import Unlearn
-    from server_app.config import RunConfig
 
 ESTIMATES = ("stored", "lbfgs")
 """SE-R's estimates of the retained participants' updates (``method.se-r.estimates``)."""
@@ -108,18 +102,6 @@ class ShardRecoveryMethod(UnlearningMethod):
                 **schedule, "warmup": 0, "correction": 0}
 
     @classmethod
-    def reference(cls, cfg: RunConfig) -> Unlearn:
-        """Unused: U-LiRA's references unlearn with the method's own strategy.
-
-        :mod:`server_app.stages.references` builds them; this hook and
-        ``reference_unlearning.recover`` go with the next remake of the
-        results this module shapes (issue 53).
-        """
-        from server_app.evaluation.reference_unlearning import recover as unlearn
-
-        return partial(unlearn, cfg, cfg.method_settings(cls.name))
-
-    @classmethod
     def build(cls, request: Request) -> Framework:
         """The recovery of the impacted shards (:func:`recover`)."""
         return recover(request)
@@ -137,18 +119,6 @@ class FedRecoverMethod(UnlearningMethod):
     @dataclass(frozen=True)
     class Settings(RecoverySettings):
         """FRec's own settings (``method.frec.*``): FedRecover's schedule."""
-
-    @classmethod
-    def reference(cls, cfg: RunConfig) -> Unlearn:
-        """Unused: U-LiRA's references unlearn with the method's own strategy.
-
-        :mod:`server_app.stages.references` builds them; this hook and
-        ``reference_unlearning.recover`` go with the next remake of the
-        results this module shapes (issue 53).
-        """
-        from server_app.evaluation.reference_unlearning import recover as unlearn
-
-        return partial(unlearn, cfg, cfg.method_settings(cls.name))
 
     @classmethod
     def build(cls, request: Request) -> Framework:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING
 
 from history import StoreError, TrainingHistory
 from server_app.config.methods import MethodSettings, UnlearningMethod
@@ -16,10 +14,6 @@ from server_app.unlearning.frameworks import (
 )
 from strategies.sharded import to_record
 from strategies.unlearning import ReplaySchedule, ShardingEraser, first_participation
-
-if TYPE_CHECKING:
-    from audits.run import Unlearn
-    from server_app.config import RunConfig
 
 
 class ShardingEraserMethod(UnlearningMethod):
@@ -58,18 +52,6 @@ class ShardingEraserMethod(UnlearningMethod):
             """``calibration-final`` in 0..100000."""
             if not 0 <= self.calibration_final <= 100_000:
                 raise self.refuse("calibration_final", "an integer in [0, 100000]")
-
-    @classmethod
-    def reference(cls, cfg: RunConfig) -> Unlearn:
-        """Unused: U-LiRA's references unlearn with the method's own strategy.
-
-        :mod:`server_app.stages.references` builds them; this hook and
-        ``reference_unlearning.se_unlearn`` go with the next remake of the
-        results this module shapes (issue 53).
-        """
-        from server_app.evaluation.reference_unlearning import se_unlearn as unlearn
-
-        return partial(unlearn, cfg, cfg.method_settings(cls.name))
 
     @classmethod
     def build(cls, request: Request) -> Framework:
