@@ -105,10 +105,12 @@ SHAPING = ("server_app/rounds", "server_app/config/profile.py",
 methods and their strategies, the cost-only client): its :func:`fingerprint`."""
 
 AUDITING = ("audits", "server_app/evaluation", "server_app/stages/audit.py",
-            "server_app/stages/references.py")
+            "server_app/stages/references.py", "server_app/stages/learn.py",
+            "task/local_training.py")
 """The code that shapes the audits' numbers beside :data:`SHAPING` (membership
-inference, LiRA, U-LiRA and its references, the backdoor check, what the
-ServerApp hands them): with it,
+inference, LiRA, U-LiRA and its references (learned with the run's shard strategy
+and the clients' training reply), the backdoor check, what the ServerApp hands
+them): with it,
 :func:`audit_fingerprint`, which a run that reports an audit records too."""
 
 

@@ -145,7 +145,7 @@ def lira(runs: list[dict]) -> list[str]:
     for name, blocks in _models(runs):
         out.append(f"| {name} | " + " | ".join(_read(blocks, k) for k in keys) + " |")
     out += ["", "U-LiRA: each approximate framework's own references, unlearned with "
-            "its own rule (FR and RR retrain without the forgotten clients: exact by "
+            "its own strategy (FR and RR retrain without the forgotten clients: exact by "
             "construction, not referenced); the game on the references, and the run's "
             "own model against the game's never-seen negatives.", "",
             "| model | game AUC | game TPR at 1% FPR | run's model AUC | run's model "

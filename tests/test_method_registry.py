@@ -260,7 +260,7 @@ def test_a_method_with_one_setting_is_referenced_by_u_lira_with_its_own_strategy
              "mia-unlearn-references": 6, "num-rounds": 1}),
             "method.finetune.rounds": 3})  # a built-in's key: the server reads it
         assert "FineTune" in ulira_methods() and "FR" not in ulira_methods()
-        assert methods.registered("FineTune").referenced
+        assert methods.registered("FineTune").is_referenced()
         rule = recipe(cfg).rules["FineTune"]
         assert rule.shape == "shard"
         set_task_identity()

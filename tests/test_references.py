@@ -70,8 +70,14 @@ def test_a_reference_learns_through_the_round_loop_into_its_own_history():
 def test_a_method_unlearns_a_reference_with_its_own_strategy(name):
     """The forgotten client gets no message; the model changes; a client that never
     trained leaves the model as learned (None); seeded."""
+    from server_app.unlearning.frameworks import build_framework
+    from strategies.recovery import ShardRecovery
+    from strategies.unlearning import ShardingEraser
+
     cfg, task, parts = _tiny(num_rounds=2, frameworks=f"{name},FR")
     final, learned = learn_reference(cfg, task, parts, seed=3, per_round=2)
+    built = build_framework(name, learned.stage, {0}).strategy
+    assert isinstance(built, {"SE": ShardingEraser, "SE-R": ShardRecovery}[name])
     trained = sorted({p for g in (1, 2) for p, _ in learned.stage.sharded_store
                       .participants(0, g)})
     forgotten = trained[0]
@@ -117,6 +123,25 @@ def test_the_recipe_references_every_framework_that_is_not_exact():
     assert set(made.exact) == {"FR", "RR", "SISA"}
 
 
+def test_a_method_that_opts_out_is_not_referenced_nor_its_subclasses(monkeypatch):
+    from server_app.config import methods
+    from server_app.config.methods import UnlearningMethod
+
+    class OptOut(UnlearningMethod):
+        name = "OptOut"
+        referenced = False
+
+    class Child(OptOut):
+        name = "Child"
+
+    assert not OptOut.is_referenced() and not Child.is_referenced()
+    cfg, _, _ = _tiny(num_rounds=1)
+    cfg = cfg.replace(frameworks="SE,FR")
+    monkeypatch.setattr(type(cfg.unlearning), "method_infos",
+                        property(lambda self: [methods.registered("SE"), OptOut]))
+    assert recipe(cfg).frameworks == ("SE",)
+
+
 def test_a_reference_client_answers_only_training_messages():
     cfg, task, parts = _tiny(num_rounds=1)
     grid = ReferenceGrid(cfg.task(), parts, 10)
@@ -133,11 +158,28 @@ def test_a_reference_client_answers_only_training_messages():
 def test_a_references_history_folder_is_removed_once_it_is_freed():
     cfg, task, parts = _tiny(num_rounds=1)
     _, learned = learn_reference(cfg, task, parts, seed=3, per_round=1)
-    folder = learned.stage.sharded_store.root
-    assert folder.exists()
+    folder = learned.stage.sharded_store.root.parent  # the reference's own folder
+    assert folder.name.startswith("se-reference.") and folder.exists()
     del learned
     gc.collect()
     assert not folder.exists()
+
+
+def test_a_reference_whose_learning_fails_leaves_no_folder(monkeypatch, tmp_path):
+    import tempfile
+
+    from server_app.stages import references
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cfg, task, parts = _tiny(num_rounds=1)
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("learning failed")
+
+    monkeypatch.setattr(references, "run_learning", fail)
+    with pytest.raises(RuntimeError, match="learning failed"):
+        learn_reference(cfg, task, parts, seed=3, per_round=1)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

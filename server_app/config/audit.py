@@ -20,7 +20,7 @@ def ulira_methods() -> list[str]:
     The approximate ones: a method that retrains is exact by construction, so its
     game is chance.
     """
-    return [m.name for m in registry.builtins() if m.referenced]
+    return [m.name for m in registry.builtins() if m.is_referenced()]
 
 
 def check_against(audit: AuditConfig, unlearning: UnlearningConfig) -> None:
@@ -34,7 +34,7 @@ def check_against(audit: AuditConfig, unlearning: UnlearningConfig) -> None:
     """
     k = audit.mia_unlearn_references
     if k:
-        referenced = [m for m in unlearning.method_infos if m.referenced]
+        referenced = [m for m in unlearning.method_infos if m.is_referenced()]
         if not audit.mia_shadows or not referenced:
             raise bad("mia-unlearn-references", k,
                       "0 unless mia-shadows >= 1 and frameworks has one of "

@@ -95,8 +95,7 @@ class UnlearningMethod:
         noted before the run.
     calibrated : bool
         Replays stored rounds with FedEraser's calibration interval (paper
-        eq. 2-3): the U-LiRA references, which replay every round, need
-        ``calibration-interval = 1``.
+        eq. 2-3).
     replay_report : bool
         Reports SE's replay accounting: rounds replayed, the paper's expected
         cost (Sec. 4.2), the impacted shards in the experiment rows; when every
@@ -139,11 +138,13 @@ class UnlearningMethod:
     on_baseline : bool
         Runs on the baseline federation (its original is ``baseline_learning``);
         set from ``federation``.
-    referenced : bool
-        U-LiRA references it: its references unlearn with the method's own
-        strategy (:mod:`server_app.stages.references`). Default: not ``exact``
-        (an exact method's model never depends on the forgotten samples, so its
-        game is chance); a class may set it.
+    referenced : bool or None
+        Whether U-LiRA references it, its references unlearning with the
+        method's own strategy (:mod:`server_app.stages.references`); None (the
+        default): when it is not ``exact`` (an exact method's model never
+        depends on the forgotten samples, so its game is chance). Read it with
+        :meth:`is_referenced`; a class sets it to opt out (or in), and its
+        subclasses inherit that.
 
     Raises
     ------
@@ -167,7 +168,7 @@ class UnlearningMethod:
     summary: ClassVar[str] = ""
     plugin: ClassVar[str] = ""
     on_baseline: ClassVar[bool] = False
-    referenced: ClassVar[bool] = False
+    referenced: ClassVar[bool | None] = None
     Settings: ClassVar[type[MethodSettings]] = MethodSettings
     key: ClassVar[str] = ""
     renamed: ClassVar[dict[str, str]] = {}
@@ -184,7 +185,11 @@ class UnlearningMethod:
             raise ValueError(f"method {cls.name!r}: staged {cls.staged!r} is not "
                              f"one of {', '.join(map(repr, STAGED_ROLES))}")
         cls.on_baseline = cls.federation == "baseline"
-        cls.referenced = cls.__dict__.get("referenced", not cls.exact)
+
+    @classmethod
+    def is_referenced(cls) -> bool:
+        """Whether U-LiRA references the method (:attr:`referenced`)."""
+        return not cls.exact if cls.referenced is None else cls.referenced
 
     @classmethod
     def build(cls, request: Any) -> Any:
@@ -270,8 +275,9 @@ def canonical(token: str) -> str | None:
 def plugin_info(name: str, spec: str) -> type[UnlearningMethod]:
     """The description of a user's ``package.module:Class`` method named ``name``.
 
-    It runs on SE's shards, reads SE's stored history and is approximate; stages,
-    later requests and the U-LiRA references do not take it.
+    It runs on SE's shards, reads SE's stored history and is approximate (so
+    U-LiRA references it with its own strategy); stages and later requests do
+    not take it.
     """
     return type(name, (UnlearningMethod,), {
         "name": name, "plugin": spec, "summary": f"a method of one's own ({spec})"})

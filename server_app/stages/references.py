@@ -169,8 +169,11 @@ def learn_reference(cfg: RunConfig, task_data, parts: Sequence[Part], seed: int,
     G rounds of the run's shard strategy over ``parts``' clients, ``per_round`` a
     round (at most ``len(parts)``), each client training with the run's local
     settings (:func:`train_config`, seeded by ``seed``) from W^0, the task's
-    model initialised under ``torch.manual_seed(seed)``. The history lives in a
-    temporary folder, removed when the returned reference is freed.
+    model initialised under ``torch.manual_seed(seed)``. The stored shard models
+    are pruned as the run prunes its own (with ``storage = "coded"``: W^0 and
+    the last only); the updates are kept unquantised. The history lives in a
+    temporary folder, removed when the returned reference is freed (or when
+    learning fails).
 
     Parameters
     ----------
@@ -206,9 +209,18 @@ def learn_reference(cfg: RunConfig, task_data, parts: Sequence[Part], seed: int,
     config = train_config(ref, "")
     strategy = stage_strategy(ref, federation.shards, list(federation.node_of),
                               federation.node_of)
-    result = run_learning(loop, strategy, federation, [initial],
-                          RoundPlan(ref.training.num_rounds, config, "reference"), store)
-    store.mark_complete()
+    try:
+        result = run_learning(loop, strategy, federation, [initial], RoundPlan(
+            ref.training.num_rounds, config, "reference"), store)
+        # the models a replay may start from, as the run keeps them: a coded
+        # history keeps W^0 and the last model only (its updates are not
+        # quantised here)
+        store.prune_models(None if cfg.storage.coded
+                           else cfg.unlearning.calibration_interval)
+        store.mark_complete()
+    except BaseException:
+        _remove(store, folder)
+        raise
     learned = LearnedReference(
         Stage(ref, federation, federation, store, store, result.models, initial, config),
         loop)
@@ -236,8 +248,8 @@ def unlearn_reference(name: str, learned: LearnedReference, forgotten: Iterable[
     -------
     dict or None
         The unlearned model (parameter name -> ndarray); None when the method
-        runs no round (no forgotten client ever trained: the learned model
-        stands).
+        runs no round and starts from the learned model (no forgotten client
+        ever trained: the learned model stands).
 
     Raises
     ------
@@ -245,8 +257,11 @@ def unlearn_reference(name: str, learned: LearnedReference, forgotten: Iterable[
         ``name`` is no framework, or its builder refuses the reference.
     """
     framework = build_framework(name, learned.stage, set(forgotten))
-    if framework.num_rounds == 0:
-        return None
+    if framework.num_rounds == 0:  # its start model stands: the learned one, or not
+        start = _arrays(framework.initial[0])
+        learned_model = _arrays(learned.stage.sharded_models[0])
+        same = all(np.array_equal(start[k], learned_model[k]) for k in learned_model)
+        return None if same else start
     models, _ = learned.loop.run(framework.strategy, framework.initial, RoundPlan(
         framework.num_rounds, learned.stage.train_config, f"reference {name}"))
     return _arrays(models[0])
@@ -255,7 +270,9 @@ def unlearn_reference(name: str, learned: LearnedReference, forgotten: Iterable[
 def recipe(cfg: RunConfig) -> ReferenceRecipe:
     """How U-LiRA's references learn and unlearn as the run ``cfg`` does.
 
-    Every framework of the run that is not exact gets a rule: a method on SE's
+    Every framework of the run that U-LiRA references
+    (:meth:`~server_app.config.methods.UnlearningMethod.is_referenced`: by
+    default each that is not exact) gets a rule: a method on SE's
     shards is referenced by shard-shaped references, one on the baseline
     federation by federation-shaped ones; each unlearns with its own strategy
     (:func:`unlearn_reference`).
@@ -263,7 +280,7 @@ def recipe(cfg: RunConfig) -> ReferenceRecipe:
     unlearning = cfg.unlearning
     rules = {m.name: Rule("federation" if m.on_baseline else "shard",
                           _unlearner(m.name), not m.on_baseline)
-             for m in unlearning.method_infos if not m.exact}
+             for m in unlearning.method_infos if m.is_referenced()}
     training = cfg.training
     text = (f"{training.shard_strategy}, {training.num_rounds} rounds x "
             f"{training.local_epochs} local epochs, the run's clients' training; "
