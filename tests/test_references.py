@@ -228,3 +228,47 @@ def test_se_on_a_one_round_reference_is_the_preparation_step():
     assert all(np.allclose(gone[k], want[k], atol=1e-6) for k in want)
     assert not _same(gone, final)
     assert len(learned.grid.sent) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "overrides"), [
+    ("FRec", {}),
+    ("SE", {"calibration-interval": 2}),
+    ("SE", {"shard-strategy": "FedProx"}),
+    ("SE-R", {"shard-strategy": "FedProx"}),
+])
+def test_references_follow_the_runs_own_settings(name, overrides):
+    """FRec (on the federation shape), SE with FedEraser's interval, a FedProx shard:
+    each reference unlearns with the run's strategy and settings, the forgotten
+    client asked nothing."""
+    cfg, task, parts = _tiny(num_rounds=3, frameworks=f"{name},FR", **overrides)
+    final, learned = learn_reference(cfg, task, parts, seed=7, per_round=2)
+    trained = {p for g in (1, 2, 3) for p, _ in
+               learned.stage.sharded_store.participants(0, g)}
+    forgotten = min(trained)
+    before = len(learned.grid.sent)
+    gone = unlearn_reference(name, learned, {forgotten})
+    assert gone is not None and not _same(gone, final)
+    assert forgotten + 1 not in {node for node, _ in learned.grid.sent[before:]}
+    assert all(np.isfinite(v).all() for v in gone.values()
+               if np.issubdtype(v.dtype, np.floating))
+
+
+@pytest.mark.slow
+def test_a_method_that_runs_no_round_from_another_model_is_scored_on_that_model(
+        monkeypatch):
+    """None means "the learned model stands"; a method whose framework starts
+    elsewhere and runs no round is scored on where it starts."""
+    from server_app.stages import references
+    from server_app.unlearning.frameworks import Framework
+
+    cfg, task, parts = _tiny(num_rounds=1)
+    final, learned = learn_reference(cfg, task, parts, seed=3, per_round=1)
+    start = learned.stage.initial  # W^0, not the learned model
+    monkeypatch.setattr(references, "build_framework", lambda *a, **k: Framework(
+        None, [start], 0, [0]))
+    gone = unlearn_reference("SE", learned, {0})
+    assert gone is not None and _same(gone, {k: v.numpy() for k, v in start.items()})
+    monkeypatch.setattr(references, "build_framework", lambda *a, **k: Framework(
+        None, list(learned.stage.sharded_models), 0, []))
+    assert unlearn_reference("SE", learned, {0}) is None
