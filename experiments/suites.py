@@ -465,9 +465,16 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
     results.csv, the tables and the figures beside SE and the baselines; its name
     gains ``-with-<Class or name>...`` (a run without them is never reused for it).
     A method the run already has is not added twice.
+
+    Raises
+    ------
+    ValueError
+        One line: a method the run config's ``frameworks`` check refuses (an
+        unknown name, a malformed ``package.module:Class``), before any run.
     """
     if not methods:
         return list(specs)
+    _check_methods(methods)
     tail = "-with-" + "-".join(m.rpartition(":")[2].rpartition(".")[2] for m in methods)
     out = []
     for spec in specs:
@@ -481,6 +488,18 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
         config = {**spec.config, "frameworks": ",".join([*names, *extra])}
         out.append(replace(spec, name=spec.name + tail, config=config))
     return out
+
+
+def _check_methods(methods: tuple[str, ...]) -> None:
+    """Raise ValueError (one line) where ``frameworks`` = SE plus ``methods`` is refused."""
+    from server_app.config import ConfigError, RunConfig
+
+    frameworks = ",".join([registry.proposed(), *methods])
+    try:
+        RunConfig.from_run_config(fused_run_config({"frameworks": frameworks}))
+    except ConfigError as err:
+        line = str(err).splitlines()[0]
+        raise ValueError(f"--methods {','.join(methods)!r}: {line}") from None
 
 
 def select(specs: list[RunSpec], only: tuple[str, ...]) -> list[RunSpec]:

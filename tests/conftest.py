@@ -65,6 +65,7 @@ def shared_unit(module: str) -> str | None:
     return module if 'scope="module"' in text else None
 
 
+@pytest.hookimpl(optionalhook=True)  # -p no:xdist: the hook's spec is not there
 def pytest_xdist_make_scheduler(config, log):
     """One test at a time to the worker that frees first; tests sharing fixtures together.
 

@@ -49,6 +49,18 @@ def test_built_in_frameworks_join_the_suite_beside_se():
             assert after == before
 
 
+def test_an_unknown_method_is_refused_before_any_run(capsys):
+    """A misspelled ``--methods`` is one line and exit 2, not a suite of failed runs."""
+    from experiments.run import main
+
+    with pytest.raises(ValueError, match=r"--methods 'FX': run-config 'frameworks' ="):
+        suites.with_methods(suites.plan("single", "quick"), ("FX",))
+    with pytest.raises(SystemExit) as stop:
+        main(["single", "--methods", "FX", "--out", "/nonexistent/never-made"])
+    assert stop.value.code == 2
+    assert "--methods 'FX'" in capsys.readouterr().err
+
+
 def test_every_suite_config_is_valid():
     for suite in suites.SUITES:
         specs = suites.plan("all", suite)

@@ -52,7 +52,9 @@ class AllShards(UnlearningMethod):
                                 stage.sharded.node_of, shards,
                                 clients_per_round=training.clients_per_round,
                                 num_rounds=request.settings.rounds or training.num_rounds,
-                                seed=request.stage.cfg.seed)
+                                base_strategy=training.shard_strategy,
+                                seed=request.stage.cfg.seed,
+                                **training.shard_strategy_options)
         return Framework(strategy, [stage.initial] * len(shards), strategy.num_rounds,
                          list(shards))
 '''
