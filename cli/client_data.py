@@ -11,15 +11,17 @@ when a run reads it), so a SuperNode started with ``--node-config
 would have cut, and reads nothing else. For demos and tests: a real client's
 folder holds its own data, written with :func:`task.client_folder.write_client_folder`.
 
-Bad input (a run-config value, missing data, an infeasible partition, an ``--out``
-that is a file or already holds a client's folder) is one line on stderr, exit
-status 2, nothing written.
+Run-config keys given that are not the task's are named on stderr (a run checks
+them). Bad input (a value of the task's keys, missing data, an infeasible
+partition, an ``--out`` that is a file or already holds a client's folder) is one
+line on stderr, exit status 2, nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from cli import config
@@ -65,7 +67,12 @@ def main(argv: list[str], prog: str = "python -m cli client-data") -> int:
         raise ConfigError("--out DIR is required: the folder the client-<p> folders "
                           "go to")
     out = Path(args.out).expanduser()
-    cfg = task_settings(config.resolve(args.preset, args.run_config).config)
+    merged = config.resolve(args.preset, args.run_config)
+    cfg = task_settings(merged.config)
+    unread = [key for key in merged.overrides if key not in TaskConfig.keys()]
+    if unread:  # given, e.g. the run's whole config, but neither read nor checked here
+        print(f"{prog}: not read here, checked when a run starts: {', '.join(unread)}",
+              file=sys.stderr)
     _check_out(out, cfg.num_clients)
     data = _load(cfg)
     for p in range(cfg.num_clients):

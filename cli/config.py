@@ -89,8 +89,11 @@ def preset_path(name: str) -> Path:
     return path
 
 
-def parse_item(item: str) -> dict:
+def parse_item(item: str, base: Mapping | None = None) -> dict:
     """One ``--run-config`` value: ``"k=v k2=v2"`` or the path of a TOML file.
+
+    ``base`` (the defaults) gives a value that is not TOML an example of its
+    key's type.
 
     Raises
     ------
@@ -111,14 +114,25 @@ def parse_item(item: str) -> dict:
                           "key=value pairs, e.g. \"num-rounds=5 dataset='fmnist'\"")
     values: dict = {}
     for key, raw in _PAIR.findall(item):
+        if base is not None and key not in base:  # the key first, then its value
+            raise ConfigError(_unknown(key, base))
         try:
             values.update(parse_config_args([f"{key}={raw}"]))
         except Exception:  # noqa: BLE001 - click.ClickException, ValueError: not TOML
-            raise ConfigError(
-                f"run-config '{key}' = {raw} is not a TOML value: a number, true, "
-                f"false or a quoted string, e.g. {key}='{raw.strip(chr(39) + chr(34))}'"
-            ) from None
+            raise ConfigError(_not_toml(key, raw, (base or {}).get(key))) from None
     return values
+
+
+def _not_toml(key: str, raw: str, default: object) -> str:
+    """The refusal of ``raw``, with an example of the type ``key``'s default has."""
+    if default is None or isinstance(default, str):
+        example = f"a quoted string, e.g. {key}='{raw.strip(chr(39) + chr(34))}'"
+    elif isinstance(default, bool):
+        example = f"true or false, e.g. {key}={toml_value(default)}"
+    else:
+        kind = "an integer" if isinstance(default, int) else "a number"
+        example = f"{kind}, e.g. {key}={toml_value(default)} (the default)"
+    return f"run-config '{key}' = {raw} is not a TOML value: '{key}' takes {example}"
 
 
 def merge(base: Mapping, layers: Iterable[Mapping | str]) -> Merged:
@@ -143,7 +157,7 @@ def merge(base: Mapping, layers: Iterable[Mapping | str]) -> Merged:
     """
     overrides: dict = {}
     for layer in layers:
-        values = parse_item(layer) if isinstance(layer, str) else dict(layer)
+        values = parse_item(layer, base) if isinstance(layer, str) else dict(layer)
         for key in values:
             if key not in base:
                 raise ConfigError(_unknown(key, base))

@@ -52,7 +52,7 @@ from cli.deploy_parts import (
 from cli.env import VERBOSE_HELP, free_ports, show_flower_lines
 from cli.procs import Children
 from cli.simulation import absolute_paths, checked_run, summary_path
-from cli.terminal import TerminalFilter, help_text
+from cli.terminal import Parser, TerminalFilter, help_text
 from server_app.config import ConfigError
 
 ISOLATIONS = ("process", "subprocess")
@@ -63,8 +63,8 @@ not 1.10x, in 4 + 6 runs of benchmarks/deploy_bench.py (docs/results/deploy)."""
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """The ``deploy`` command's arguments."""
-    ap = argparse.ArgumentParser(prog=prog, description=help_text(__doc__),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(prog=prog, description=help_text(__doc__),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("nodes", nargs="?", type=_positive, default=8, metavar="N",
                     help="SuperNodes (= num-clients; default 8)")
     ap.add_argument("--preset", default=None, help="presets/NAME.toml")

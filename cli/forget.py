@@ -35,6 +35,7 @@ from cli.later import carry_out, check_later
 from cli.later_route import ENGINES, HERE, route
 from cli.receipts import receipt_detail, receipt_line
 from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
+from cli.terminal import Parser
 from history.catalog import StoreError
 from runstore.catalog import RunLog, RunLogError
 from runstore.folder import ModelsFileError
@@ -249,7 +250,7 @@ def _later_refusal(folder: Path, settings: dict, latest: ModelVersion,
 
 def _forget_parser(prog: str) -> argparse.ArgumentParser:
     """The ``forget`` command's options."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog, description="Ask a run to forget clients: a staged run at its "
         "next stage boundary, a finished run at once (a new model version).")
     parser.add_argument("--run", required=True, help="the run's run-name")
@@ -421,9 +422,9 @@ def main_receipts(argv: list[str], prog: str) -> int:
     Exit status 1 when ``--detail`` finds a digest that does not verify (as
     ``models``), else 0.
     """
-    parser = argparse.ArgumentParser(prog=prog, description="List a run's receipts "
-                                     "(requests of a staged run, requests to a "
-                                     "finished run) and its waiting requests.")
+    parser = Parser(prog=prog, description="List a run's receipts "
+                    "(requests of a staged run, requests to a "
+                    "finished run) and its waiting requests.")
     parser.add_argument("--run", required=True, help="the run's run-name")
     parser.add_argument("--results-dir", default=None)
     parser.add_argument("--detail", action="store_true", help="under each receipt its "

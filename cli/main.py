@@ -7,6 +7,7 @@ the app as a user does and import this package, never the other way round.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sqlite3
 import sys
@@ -22,9 +23,9 @@ usage: {prog} [run] [--preset NAME] [--run-config "k=v ..."]... [--verbose]
        {prog} deploy [N] [--preset NAME] [--run-config "k=v ..."]... [--keep] [--hosts]
               [--isolation process|subprocess] [--clientapp-slots K] [--node-poll S]
               [--verbose]
-       {prog} forget --run NAME (--clients 3,17 [--record-only] | --pending)
-              [--lost-nodes IDS] [--federation NAME | --engine simulation]
-              [--results-dir DIR]
+       {prog} forget --run NAME (--clients 3,17 [--records IDS | --records-file PATH]
+              | --labels 7 | --pending) [--record-only] [--lost-nodes IDS]
+              [--federation NAME | --engine simulation] [--results-dir DIR]
        {prog} receipts --run NAME [--detail | --json] [--results-dir DIR]
        {prog} models --run NAME [--results-dir DIR]
        {prog} export --run NAME [--version N] --out FILE.safetensors|FILE.pt
@@ -36,10 +37,11 @@ run          learn and unlearn in Flower's simulation engine, one SuperNode per
 test         the test suite (pytest; --fast: the fast tier, between edits)
 deploy       real SuperLink + N SuperNodes (default 8) on 127.0.0.1 (--hosts:
              separate network hosts with TLS and node keys; root)
-forget       ask a run to forget clients: a live staged run at its next stage
-             boundary; a finished run at once, from its stored history, as a new
-             model version (--record-only: later, with --pending), on the engine
-             the run ran on (a deployed run: its own federation's SuperNodes)
+forget       ask a run to forget clients (or one client's records, or classes): a
+             live staged run at its next stage boundary; a finished run at once,
+             from its stored history, as a new model version (--record-only:
+             later, with --pending), on the engine the run ran on (a deployed
+             run: its own federation's SuperNodes)
 receipts     list a run's receipts (its planned requests, each request of a staged
              run or to a finished run: versions, shards, rounds, models digests,
              what was erased, the audit's figures) and waiting requests
@@ -80,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
               "`./simulate.sh experiments ...` or `python -m experiments.run ...`",
               file=sys.stderr)
         return 2
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        print(f"{prog}: {_unknown(argv[0])}", file=sys.stderr)
+        return 2
     command, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in COMMANDS \
         else ("run", argv)
     back_to_caller(stays=command == "test")
@@ -97,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: {err if isinstance(err, ConfigError) else expected(err)[1]}",
               file=sys.stderr)
         return 2 if disk is None else 5
+
+
+def _unknown(word: str) -> str:
+    """The refusal of ``word`` as a command (``run`` takes no bare word)."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return (f"no command {word!r}: {hint}the commands are {', '.join(COMMANDS)} "
+            "(run, the default, takes options only)")
 
 
 def _test_workers(args: list[str]) -> list[str]:

@@ -21,13 +21,13 @@ line, ``export`` refuses a version that does not verify.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
 from pathlib import Path
 
 from cli.runs import open_inbox, run_folder
+from cli.terminal import Parser
 from history.files import atomic_write, readable_mode
 from runstore.folder import ModelsFileError
 from runstore.versions import ModelVersion, verify_version
@@ -61,7 +61,7 @@ def main_models(argv: list[str], prog: str) -> int:
     ConfigError
         No such run, or one without model versions (one line).
     """
-    ap = argparse.ArgumentParser(prog=prog, description="List a run's model versions.")
+    ap = Parser(prog=prog, description="List a run's model versions.")
     ap.add_argument("--run", required=True, help="the run's run-name")
     ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
@@ -93,8 +93,8 @@ def _check(folder: Path, version: ModelVersion) -> str | None:
 
 def main_export(argv: list[str], prog: str) -> int:
     """The ``export`` command; exit status 0 (written) or 2 (nothing written)."""
-    ap = argparse.ArgumentParser(prog=prog, description="Write a model version for "
-                                 "serving (.safetensors, or .pt / .pth for torch).")
+    ap = Parser(prog=prog, description="Write a model version for "
+                "serving (.safetensors, or .pt / .pth for torch).")
     ap.add_argument("--run", required=True, help="the run's run-name")
     ap.add_argument("--version", type=int, default=None, help="N of vN (default: latest)")
     ap.add_argument("--out", required=True, help="FILE.safetensors, FILE.pt or FILE.pth")

@@ -158,8 +158,19 @@ def no_signal_line(summary: RunSummary) -> str:
                 if "auc_low" in audit else "")
     return (f"MIA: {NO_SIGNAL} (original model's AUC {audit['auc']:.3f}{interval}, "
             "not above 0.5): the audit cannot show forgetting here; scores in "
-            "summary.json (mia_*). With signal: --preset memorize (or --preset verify, "
-            "a backdoor check)")
+            f"summary.json (mia_*). {signal_hint(summary)}")
+
+
+def signal_hint(summary: RunSummary) -> str:
+    """What to run for an audit with signal: the memorize preset, unless this run had it."""
+    from cli.config import preset_values
+
+    config = summary.config or {}
+    if all(config.get(key) == value for key, value in preset_values("memorize").items()
+           if isinstance(value, int | float)):  # bool too: its settings, not its requests
+        return ("This run has the memorize preset's settings already: more local "
+                "epochs or fewer samples per client give the audit more to find")
+    return "With signal: --preset memorize (or --preset verify, a backdoor check)"
 
 
 #: The LiRA table's columns: summary key (without ``mia_``) and heading.
@@ -208,7 +219,7 @@ def lira_table(summary: RunSummary) -> str:
                    f"{_with_interval(audit, 'lira_auc')} not above 0.5, TPR@1%FPR "
                    f"{_with_interval(audit, 'lira_tpr_at_1fpr')} not above 0.01): it "
                    "cannot show forgetting here; scores in summary.json (mia_lira_*). "
-                   "With signal: --preset memorize")
+                   + signal_hint(summary))
         return "\n".join(out)
     out += [f"  {line}" for line in lira.get("unread", [])]
     out += [f"  {name}: each forgotten client's p-value against the pseudo-clients: "

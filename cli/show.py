@@ -10,11 +10,10 @@ Reads only.
 
 from __future__ import annotations
 
-import argparse
-
 from cli import config
 from cli.later_route import recorded_engine
 from cli.runs import SUMMARY, open_inbox, run_folder
+from cli.terminal import Parser
 from server_app.config import ConfigError
 from task.config import default_run_config
 
@@ -27,8 +26,8 @@ def main_show(argv: list[str], prog: str) -> int:
     ConfigError
         No such run, or its catalog does not read (one line).
     """
-    parser = argparse.ArgumentParser(prog=prog, description="A run's status, stored "
-                                     "settings and result tables.")
+    parser = Parser(prog=prog, description="A run's status, stored "
+                    "settings and result tables.")
     parser.add_argument("--run", required=True, help="the run's run-name")
     parser.add_argument("--results-dir", default=None)
     parser.add_argument("--all", action="store_true", help="every stored setting, not "

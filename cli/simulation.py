@@ -23,7 +23,7 @@ from cli import config
 from cli.env import VERBOSE_HELP, free_ports, show_flower_lines
 from cli.procs import Children, run_processes, tag_run, tee
 from cli.progress import output_sink
-from cli.terminal import SUMMARY, TerminalFilter, help_text
+from cli.terminal import SUMMARY, Parser, TerminalFilter, help_text
 from runstore.folder import COMMAND_LOGS
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import check_stored, validate_run_config
@@ -39,7 +39,7 @@ RAY_ENV = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """The ``run`` command's arguments."""
-    ap = argparse.ArgumentParser(prog=prog, description=help_text(__doc__.split("\n\n")[0]))
+    ap = Parser(prog=prog, description=help_text(__doc__.split("\n\n")[0]))
     ap.add_argument("--preset", default=None,
                     help="presets/NAME.toml: run-config values over the defaults")
     ap.add_argument("--run-config", "-c", action="append", default=[],

@@ -21,8 +21,9 @@ Warnings with a cause we can remove are removed there, not here: Flower's
 
 from __future__ import annotations
 
+import argparse
 import re
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from cli.progress import ANSI
 from server_app.failures import MARK
@@ -56,6 +57,19 @@ _EMPTY_LOG_LINE = re.compile(r"^[A-Z]+\s*:\s*$")
 
 
 _ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, refusing in one line: ``prog: message (...)``, exit status 2.
+
+    argparse prints its whole usage block before the error; a command's bad
+    argument is one line on stderr like a bad run config (``--help`` shows the
+    usage).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` and where the options are listed on one line; exit 2."""
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
 
 
 def help_text(doc: str) -> str:

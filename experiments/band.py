@@ -15,7 +15,6 @@ prints the table (markdown) and, with ``--json``, writes the rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -24,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cli.terminal import Parser
 from server_app.config import methods
 
 MARGINS = {
@@ -205,8 +205,8 @@ def markdown(rows: Sequence[dict]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring); exit 2 on bad input."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.band",
-                                     description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m experiments.band",
+                    description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the rows here")
     parser.add_argument("summaries", nargs="+", type=Path)
     args = parser.parse_args(argv)

@@ -49,6 +49,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cli.terminal import Parser
 from experiments.time_saved import (
     AUDITING,
     OUT,
@@ -224,9 +225,8 @@ def main(run: bool = False, jobs: int = 1) -> int:
 
 
 if __name__ == "__main__":
-    import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", action="store_true", help="remake what is stale")
     parser.add_argument("--jobs", type=int, default=1,
                         help="with --run: commands at once, each on one thread")

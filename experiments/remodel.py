@@ -30,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cli.terminal import Parser
 from experiments.pareto import MODELLED, PAPER_SCALE
 from experiments.time_saved import fingerprint, fingerprint_at
 
@@ -130,9 +131,8 @@ def stamp(paths: list[Path]) -> list[Path]:
 
 
 if __name__ == "__main__":
-    import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="file names in FOLDER (default: all)")
     parser.add_argument("--folder", type=Path, default=PAPER_SCALE)
     parser.add_argument("--stamp", action="store_true",

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from cli.env import back_to_caller, setup_env
 from cli.procs import exit_on_signals
+from cli.terminal import Parser
 from experiments import suites
 from experiments.engines import QuietFlower, dataset_available, default_data_dir, run_one
 from experiments.progress import Progress
@@ -318,7 +319,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     """The ``experiments`` command line."""
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog=("./simulate.sh experiments" if os.environ.get("SE_CLI_PROG")
               else "python -m experiments.run"),
         description=__doc__,

@@ -23,7 +23,6 @@ the reference runs, and the mean, sample SD (n - 1), min and max of the saving.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import shutil
@@ -33,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from cli.terminal import Parser
 from experiments.doc_tables import paper_claim
 from experiments.suites import paper_cell
 from server_app.config import methods
@@ -290,7 +290,7 @@ def shortfall(folder: Path = OUT) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", nargs="?")
     parser.add_argument("--reference", type=int, default=3)
     parser.add_argument("--table", action="store_true",

@@ -59,6 +59,11 @@ def test_a_toml_file_is_one_layer(tmp_path):
 @pytest.mark.parametrize("item, names", [
     ("num-round=3", ["'num-round'", "num-rounds"]),     # unknown key, closest named
     ("dataset=fmnist", ["'dataset'", "fmnist", "quoted"]),  # a string without quotes
+    # a value that is not TOML: the example has its key's type, not quotes
+    ("num-rounds=five", ["'num-rounds'", "five", "an integer", "num-rounds=10"]),
+    ("lr=fast", ["'lr'", "a number", "lr=0.05"]),
+    ("mia=yes", ["'mia'", "true or false"]),
+    ("num-rond=x", ["'num-rond'", "not known", "num-rounds"]),  # the key first
     ("num-rounds 3", ["'num-rounds 3'", "key=value"]),  # no pair at all
     ("/nonexistent/x.toml", ["/nonexistent/x.toml"]),
 ])
@@ -436,3 +441,26 @@ def test_experiments_are_not_a_command_of_the_cli(capsys):
     assert main(["experiments", "pareto"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "python -m experiments.run" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["forgt", "--run", "x"], ["no command 'forgt'", "did you mean forget?",
+                               "client-data"]),
+    (["--foo"], ["unrecognized arguments: --foo", "--help"]),
+    (["forget", "--run"], ["argument --run: expected one argument",
+                           "forget --help"]),
+    (["models"], ["the following arguments are required: --run"]),
+])
+def test_a_bad_command_line_is_one_line_and_exit_2(argv, words, capsys):
+    """A mistyped command is named with the closest one; argparse's refusals are
+    one line (no usage block) pointing at ``--help``."""
+    from cli.main import main
+
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    for word in words:
+        assert word in err, err

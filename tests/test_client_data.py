@@ -372,9 +372,12 @@ def test_the_command_writes_one_folder_per_client(tmp_path, shared_data):
     from task.registry import load_data, task_of
 
     proc = _command(["--out", "clients", "--run-config",
-                     "dataset='fmnist' num-clients=3 partition='dirichlet' seed=4"],
-                    tmp_path, shared_data)
+                     "dataset='fmnist' num-clients=3 partition='dirichlet' seed=4 "
+                     "mia-unlearn-references=5"], tmp_path, shared_data)
     assert proc.returncode == 0, proc.stderr
+    # a key of the run's, not the task's: named as not checked here, not passed over
+    assert proc.stderr.strip() == ("./simulate.sh client-data: not read here, checked "
+                                   "when a run starts: mia-unlearn-references")
     assert len(proc.stdout.splitlines()) == 3
     out = tmp_path / "clients"
     assert sorted(p.name for p in out.iterdir()) == ["client-0", "client-1", "client-2"]

@@ -98,6 +98,18 @@ def test_lira_without_signal_says_so_instead_of_its_scores():
     assert "p-value" not in text
 
 
+def test_a_run_with_the_memorize_settings_is_not_told_to_use_them():
+    from cli.config import preset_values
+    from cli.report import signal_hint
+
+    summary = _summary(_lira([0.46, 0.55], [0.0, 0.03], False))
+    summary.config = {"num-rounds": 3}
+    assert "--preset memorize" in signal_hint(summary)
+    summary.config = {**preset_values("memorize"), "forget-clients": "2"}
+    hint = signal_hint(summary)
+    assert "--preset memorize" not in hint and "settings already" in hint
+
+
 def test_lira_with_signal_shows_its_scores():
     from audits.audit import lira_signal
     from cli.report import lira_table

@@ -98,8 +98,9 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
                                   options["server_momentum"])}
     task = cfg.task()
     data = task.provenance_of(ctx.data_dir, test_only=cfg.data.client_data)
-    ctx.log(f"data: {data['format']}; sha256 {data['sha256'][:16]} over "
-            f"{len(data['files'])} file(s) in {ctx.data_dir}")
+    ctx.log(f"data: {data['format']}; " + (
+        f"sha256 {data['sha256'][:16]} over {len(data['files'])} file(s) in "
+        f"{ctx.data_dir}" if data["files"] else f"no file hashed, in {ctx.data_dir}"))
     notes = list(ctx.plan.notes)
     if cfg.stages.staged and cfg.audit.mia:
         notes.append("mia = true: the membership-inference audit does not run in a "
