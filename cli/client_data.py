@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from cli import config
+from cli.terminal import Parser
 from server_app.config import ConfigError
 from task.client_folder import ClientDataError, Manifest, write_client_folder
 from task.config import TaskConfig, task_spec
@@ -39,16 +40,12 @@ def folder_name(partition_id: int) -> str:
 
 def parser(prog: str) -> argparse.ArgumentParser:
     """The ``client-data`` command's arguments."""
-    ap = argparse.ArgumentParser(prog=prog, description="Write DIR/client-<p>/ (each "
-                                 "client's own training data, records.npz + "
-                                 "manifest.json) for a run's partition.")
+    ap = Parser(prog=prog, description="Write DIR/client-<p>/ (each "
+                "client's own training data, records.npz + "
+                "manifest.json) for a run's partition.")
     ap.add_argument("--out", default=None, metavar="DIR",
                     help="where the client-<p> folders go (created; none may exist)")
-    ap.add_argument("--preset", default=None,
-                    help="presets/NAME.toml: run-config values over the defaults")
-    ap.add_argument("--run-config", "-c", action="append", default=[],
-                    metavar='"k=v ..."|FILE.toml',
-                    help="run-config values (repeatable; later wins)")
+    ap.add_config_options()
     return ap
 
 

@@ -43,6 +43,7 @@ from cli.deploy_parts import (
     SuperNodeOptions,
     connection_entry,
     follow_run,
+    say,
     stage_app,
     start_executors,
     start_superlink,
@@ -67,9 +68,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("nodes", nargs="?", type=_positive, default=8, metavar="N",
                     help="SuperNodes (= num-clients; default 8)")
-    ap.add_argument("--preset", default=None, help="presets/NAME.toml")
-    ap.add_argument("--run-config", "-c", action="append", default=[],
-                    metavar='"k=v ..."|FILE.toml', help="repeatable; later wins")
+    ap.add_config_options()
     ap.add_argument("--keep", action="store_true", help="keep the run folder")
     ap.add_argument("--hosts", action="store_true",
                     help="separate network hosts (one namespace each, needs root): "
@@ -110,7 +109,7 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
                      "clients-per-round": min(4, shards * (nodes // shards))}]
     preset_values = config.parse_item(str(config.preset_path(preset))) if preset else {}
     if preset_values.get("num-clients", nodes) != nodes:
-        _say(f"preset sets num-clients={preset_values['num-clients']}; using "
+        say(f"preset sets num-clients={preset_values['num-clients']}; using "
              f"num-clients={nodes} (one per SuperNode)")
     layers.append(preset_values)
     explicit: set[str] = set()
@@ -189,14 +188,14 @@ def _shrink(cfg: dict, nodes: int, explicit: set[str]) -> dict:
     shards, cpr = cfg["num-shards"], cfg["clients-per-round"]
     most = _most_shards(nodes)
     if "num-shards" not in explicit and isinstance(shards, int) and shards > most:
-        _say(f"num-shards {shards} -> {most} (N = {nodes}: a shard of two clients "
+        say(f"num-shards {shards} -> {most} (N = {nodes}: a shard of two clients "
              "can serve an unlearning request)")
         fit["num-shards"] = shards = most
     if "clients-per-round" not in explicit and isinstance(shards, int) and shards >= 1 \
             and isinstance(cpr, int):
         new = max(shards, min(cpr, shards * (nodes // shards)) // shards * shards)
         if new != cpr:
-            _say(f"clients-per-round {cpr} -> {new} ({shards} shards of "
+            say(f"clients-per-round {cpr} -> {new} ({shards} shards of "
                  f"{nodes // shards} clients)")
             fit["clients-per-round"] = new
     return fit
@@ -228,7 +227,7 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
         raise ConfigError("no flower-superlink on PATH: run ./simulate.sh once to "
                           "create .venv")
 
-    _say("run config: " + config.describe(merged.overrides))
+    say("run config: " + config.describe(merged.overrides))
     run_dir = _run_dir()
     ok = False
     terminal = TerminalFilter()
@@ -242,7 +241,7 @@ def main(argv: list[str], prog: str = "python -m cli deploy") -> int:
         if ok and not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
-            _say(f"run folder kept: {run_dir} (logs/)")
+            say(f"run folder kept: {run_dir} (logs/)")
     if not ok and terminal.failure is not None:  # the ServerApp's one line, its status
         print(f"the run failed: {terminal.failure[1]} (see {run_dir / 'logs'})",
               file=sys.stderr)
@@ -285,7 +284,7 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
             if isolation == "process":
                 procs += start_executors(children, run_dir, ports[1:], slots)
         except DeployError as err:
-            _say(str(err))
+            say(str(err))
             return None
         with connection_entry(Path(os.environ["FLWR_HOME"]), f"se-deploy-{ports[0]}",
                               link) as name:
@@ -295,12 +294,12 @@ def _deploy(run_dir: Path, nodes: int, start: float, isolation: str = "process",
                        RunWatch(start, timeout_s, procs), terminal=terminal)
     summary = summary_path(log)
     if summary is None:
-        _say(f"the run failed: no summary.json was written (see {log})")
+        say(f"the run failed: no summary.json was written (see {log})")
         expired = sum(p.read_text(errors="replace").count(
             "task-token authentication failed")
             for p in (run_dir / "logs").glob("supernode-*.log"))
         if expired:
-            _say(f"{expired} ClientApp calls were refused with an expired task token: "
+            say(f"{expired} ClientApp calls were refused with an expired task token: "
                  "ClientApp processes took longer than Flower's 30 s start window "
                  "(an overloaded machine? try fewer SuperNodes)")
     return summary
@@ -320,19 +319,19 @@ def _deploy_hosts(run_dir: Path, nodes: int, start: float, isolation: str = "pro
             fed = Federation(run_dir, nodes, children, slots=slots,
                              options=SuperNodeOptions(isolation, node_poll_s, nice))
         except NetnsError as err:
-            _say(f"--hosts: {err}")
+            say(f"--hosts: {err}")
             return None
         with fed:
             try:
                 fed.start()
             except DeployError as err:
-                _say(str(err))
+                say(str(err))
                 return None
             summary = fed.run(run_dir / "run-config.toml", log,
                               max(1.0, timeout_s - (time.monotonic() - start))
                               if timeout_s else 0.0, terminal)
     if summary is None:
-        _say(f"the run failed: no summary.json was written (see {log})")
+        say(f"the run failed: no summary.json was written (see {log})")
     return summary
 
 
@@ -384,7 +383,3 @@ def _cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _say(text: str) -> None:
-    print(f"deploy: {text}", file=sys.stderr, flush=True)

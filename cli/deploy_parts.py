@@ -157,7 +157,7 @@ def start_superlink(children: Children, run_dir: Path, port: int,
              "--port", str(port), *state, "--disable-runtime-dependency-installation"],
             env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=niced(nice))
-    _say(f"SuperLink pid {proc.pid} on {place.host}:{port}; run folder {run_dir}")
+    say(f"SuperLink pid {proc.pid} on {place.host}:{port}; run folder {run_dir}")
     wait_for_port(port, proc, 60.0, "SuperLink", run_dir, place)
     return proc
 
@@ -199,7 +199,7 @@ def start_supernodes(children: Children, run_dir: Path, link: str,
                 env=env, cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=niced(options.nice if isolation == "process" else 0)))
-    _say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
+    say(f"{len(procs)} SuperNodes ({isolation} isolation, pulls every "
          f"{min(node_poll_s, 3.0):g} s when idle), pids "
          f"{' '.join(str(p.pid) for p in procs)}, ports {' '.join(map(str, ports))}")
     return procs
@@ -230,7 +230,7 @@ def start_executors(children: Children, run_dir: Path, ports: Sequence[int],
                  "--runtime-api-address", f"{place.host}:{port}", *limit],
                 env=_thread_env(), cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL))
-    _say(f"{len(procs)} warm ClientApp executors "
+    say(f"{len(procs)} warm ClientApp executors "
          f"({f'at most {slots} ClientApps at once' if slots else 'no limit'}), pids "
          f"{' '.join(str(p.pid) for p in procs)}")
     return procs
@@ -276,7 +276,7 @@ def wait_for_nodes(procs: Sequence[subprocess.Popen], ports: Sequence[int],
     finally:
         if progress is not None:
             progress.stop()
-    _say(f"{len(ports)} SuperNodes listening after {time.monotonic() - start:.1f} s")
+    say(f"{len(ports)} SuperNodes listening after {time.monotonic() - start:.1f} s")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, seconds: float, name: str,
@@ -381,7 +381,7 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
     that runs ``flwr`` on the host it submits from (e.g. ``ip netns exec NS``).
     """
     argv = ["flwr", "run", str(app), name, "--stream", "--run-config", str(run_config)]
-    _say(f"flwr run {app} {name} --stream (log: {log})")
+    say(f"flwr run {app} {name} --stream (log: {log})")
     terminal = terminal or TerminalFilter()
     with open(log, "ab") as sink, output_sink() as out:
         terminal.out = out
@@ -400,9 +400,9 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
             started = RUN_STARTED.search(text)
             if b"summary: /" in text or proc.returncode >= 0 or not started or attempt == 3:
                 if proc.returncode:
-                    _say(f"flwr exited with status {proc.returncode}")
+                    say(f"flwr exited with status {proc.returncode}")
                 return proc.returncode
-            _say(f"the log stream was killed (signal {-proc.returncode}); following run "
+            say(f"the log stream was killed (signal {-proc.returncode}); following run "
                  f"{started.group(1).decode()} again")
             argv = ["flwr", "log", started.group(1).decode(), name, "--stream"]
 
@@ -410,14 +410,15 @@ def follow_run(children: Children, app: Path, name: str, run_config: Path, log: 
 def _stop_reason(watch: RunWatch, logs: Path) -> str | None:
     for proc in watch.watched:
         if proc.poll() is not None:
-            _say(f"process {proc.pid} (SuperLink or SuperNode) died; stopping "
+            say(f"process {proc.pid} (SuperLink or SuperNode) died; stopping "
                  f"(see {logs})")
             return "died"
     if watch.timeout_s > 0 and time.monotonic() - watch.start >= watch.timeout_s:
-        _say(f"no result after SE_DEPLOY_TIMEOUT={watch.timeout_s:.0f} s; stopping")
+        say(f"no result after SE_DEPLOY_TIMEOUT={watch.timeout_s:.0f} s; stopping")
         return "timeout"
     return None
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """One ``deploy:`` line on stderr (the command's progress and notes)."""
     print(f"deploy: {text}", file=sys.stderr, flush=True)

@@ -253,7 +253,7 @@ def _forget_parser(prog: str) -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog, description="Ask a run to forget clients: a staged run at its "
         "next stage boundary, a finished run at once (a new model version).")
-    parser.add_argument("--run", required=True, help="the run's run-name")
+    parser.add_run_options()
     parser.add_argument("--clients", default=None, help="partition ids, e.g. 3,17")
     parser.add_argument("--records", default=None, metavar="IDS",
                         help="finished run: erase only these records of the one "
@@ -264,7 +264,6 @@ def _forget_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--records-file", default=None, metavar="PATH",
                         help="as --records, the ids read from a file (commas, spaces "
                         "or newlines between them)")
-    parser.add_argument("--results-dir", default=None)
     parser.add_argument("--record-only", action="store_true",
                         help="finished run: record the request for a later batch")
     parser.add_argument("--pending", action="store_true",
@@ -425,8 +424,7 @@ def main_receipts(argv: list[str], prog: str) -> int:
     parser = Parser(prog=prog, description="List a run's receipts "
                     "(requests of a staged run, requests to a "
                     "finished run) and its waiting requests.")
-    parser.add_argument("--run", required=True, help="the run's run-name")
-    parser.add_argument("--results-dir", default=None)
+    parser.add_run_options()
     parser.add_argument("--detail", action="store_true", help="under each receipt its "
                         "evidence: digests, what was erased or kept, the audit's figures")
     parser.add_argument("--json", action="store_true", help="print the receipts as one "

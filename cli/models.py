@@ -62,8 +62,7 @@ def main_models(argv: list[str], prog: str) -> int:
         No such run, or one without model versions (one line).
     """
     ap = Parser(prog=prog, description="List a run's model versions.")
-    ap.add_argument("--run", required=True, help="the run's run-name")
-    ap.add_argument("--results-dir", default=None)
+    ap.add_run_options()
     args = ap.parse_args(argv)
     folder, bad = run_folder(args.run, args.results_dir), []
     for v in _versions(folder):
@@ -95,10 +94,9 @@ def main_export(argv: list[str], prog: str) -> int:
     """The ``export`` command; exit status 0 (written) or 2 (nothing written)."""
     ap = Parser(prog=prog, description="Write a model version for "
                 "serving (.safetensors, or .pt / .pth for torch).")
-    ap.add_argument("--run", required=True, help="the run's run-name")
+    ap.add_run_options()
     ap.add_argument("--version", type=int, default=None, help="N of vN (default: latest)")
     ap.add_argument("--out", required=True, help="FILE.safetensors, FILE.pt or FILE.pth")
-    ap.add_argument("--results-dir", default=None)
     args = ap.parse_args(argv)
     out = Path(args.out)
     if out.suffix not in (".safetensors", ".pt", ".pth"):

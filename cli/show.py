@@ -28,8 +28,7 @@ def main_show(argv: list[str], prog: str) -> int:
     """
     parser = Parser(prog=prog, description="A run's status, stored "
                     "settings and result tables.")
-    parser.add_argument("--run", required=True, help="the run's run-name")
-    parser.add_argument("--results-dir", default=None)
+    parser.add_run_options()
     parser.add_argument("--all", action="store_true", help="every stored setting, not "
                         "only those that differ from the defaults")
     args = parser.parse_args(argv)

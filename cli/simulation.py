@@ -40,12 +40,7 @@ RAY_ENV = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
 def parser(prog: str) -> argparse.ArgumentParser:
     """The ``run`` command's arguments."""
     ap = Parser(prog=prog, description=help_text(__doc__.split("\n\n")[0]))
-    ap.add_argument("--preset", default=None,
-                    help="presets/NAME.toml: run-config values over the defaults")
-    ap.add_argument("--run-config", "-c", action="append", default=[],
-                    metavar='"k=v ..."|FILE.toml',
-                    help="run-config values (repeatable; later wins over earlier "
-                    "and over the preset)")
+    ap.add_config_options()
     ap.add_argument("--supernodes", type=int, default=None,
                     help="SuperNodes to simulate (default: num-clients)")
     ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)

@@ -67,6 +67,22 @@ class Parser(argparse.ArgumentParser):
     usage).
     """
 
+    def add_config_options(self) -> None:
+        """``--preset`` and ``--run-config`` (repeatable), as the run commands take them."""
+        self.add_argument("--preset", default=None,
+                          help="presets/NAME.toml: run-config values over the defaults")
+        self.add_argument("--run-config", "-c", action="append", default=[],
+                          metavar='"k=v ..."|FILE.toml',
+                          help="run-config values (repeatable; later wins over earlier "
+                          "and over the preset)")
+
+    def add_run_options(self) -> None:
+        """``--run NAME`` (required) and ``--results-dir``: a stored run's commands."""
+        self.add_argument("--run", required=True, help="the run's run-name")
+        self.add_argument("--results-dir", default=None,
+                          help="the folder the run's folder is in (default: "
+                          "$SE_RESULTS_DIR, else ~/.cache/sharding-eraser/results)")
+
     def error(self, message: str) -> NoReturn:
         """Print ``message`` and where the options are listed on one line; exit 2."""
         self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")

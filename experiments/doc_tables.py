@@ -479,8 +479,8 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
                 "|---|---|---|---|---|---|"]
         learned = [r[f"learned_{key}"] * scale for r in mine]
         digits = 2 if key == "accuracy" else 4
-        out.append(f"| original (before forgetting) | {_spread(learned, digits)} "
-                   "| | | | |")
+        out.append("| original (before forgetting) | "
+                   f"{spread_text(learned, digits=digits)} | | | | |")
         for name in names:
             have = [r for r in mine if name in r["frameworks"]]
             fw = [r["frameworks"][name] for r in have]
@@ -488,7 +488,7 @@ def summary_tables(runs: list[dict], notes=None, suffix: str = "") -> str:
             values = [f[key] * scale for f in fw]
             storage = fw[0].get("server_storage_bytes")
             out.append(
-                f"| {_label(name, have[0])} | {_spread(values, digits)} "
+                f"| {_label(name, have[0])} | {spread_text(values, digits=digits)} "
                 f"| {_ratio(fw, frs, 'modelled_wall_s')} "
                 f"| {_ratio(fw, frs, 'client_epochs')} "
                 f"| {mean(f['client_rounds'] for f in fw):.1f} "
@@ -516,13 +516,16 @@ def _machines(runs: list[dict]) -> str:
     return f"machine {', '.join(seen)}"
 
 
-def _spread(values: list[float], digits: int) -> str:
-    """Mean ± sample standard deviation (n - 1, :data:`SPREAD`); one value alone."""
+def spread_text(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
+    """Mean ± sample standard deviation (n - 1, :data:`SPREAD`) of ``values`` x ``scale``.
+
+    One value alone is printed alone.
+    """
     from statistics import mean, stdev
 
     if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{mean(values):.{digits}f} ± {stdev(values):.{digits}f}"
+        return f"{values[0] * scale:.{digits}f}"
+    return f"{mean(values) * scale:.{digits}f} ± {stdev(values) * scale:.{digits}f}"
 
 
 def _datasets(runs: list[dict]) -> list[str]:
@@ -547,7 +550,7 @@ def _ratio(fw: list[dict], frs: list[dict], key: str) -> str:
     pairs = [(f.get(key), r.get(key)) for f, r in zip(fw, frs, strict=True)]
     if any(a is None or not b for a, b in pairs):
         return ""
-    return _spread([a / b for a, b in pairs], 2)  # the ratio's spread over the seeds
+    return spread_text([a / b for a, b in pairs], digits=2)  # the ratio's spread
 
 
 def _label(name: str, run: dict) -> str:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean
 
+from experiments.doc_tables import replace_block, spread_text
 from server_app.config import methods
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +39,6 @@ accuracy)."""
 
 def _load(pattern: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(HERE.glob(pattern))]
-
-
-def spread_text(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
-    """Mean ± sample standard deviation (n - 1; :data:`experiments.doc_tables.SPREAD`)."""
-    if len(values) == 1:
-        return f"{values[0] * scale:.{digits}f}"
-    return f"{mean(values) * scale:.{digits}f} ± {stdev(values) * scale:.{digits}f}"
 
 
 def verify_table(records: list[dict], full: list[dict]) -> list[str]:
@@ -176,8 +170,6 @@ def block() -> str:
 
 def write(page: Path = RESULTS) -> None:
     """Put :func:`block` between :data:`BEGIN` and :data:`END` in ``page``."""
-    from experiments.doc_tables import replace_block
-
     replace_block(page, BEGIN, END, block())
 
 

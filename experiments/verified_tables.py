@@ -20,7 +20,8 @@ from pathlib import Path
 from statistics import mean
 
 from experiments import band
-from experiments.erasure_tables import spread_text, wall_ratio
+from experiments.doc_tables import replace_block, spread_text
+from experiments.erasure_tables import wall_ratio
 from server_app.config import methods
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,8 +197,6 @@ def block() -> str:
 
 def write(page: Path = RESULTS) -> None:
     """Put :func:`block` between :data:`BEGIN` and :data:`END` in ``page``."""
-    from experiments.doc_tables import replace_block
-
     replace_block(page, BEGIN, END, block())
 
 
