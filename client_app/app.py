@@ -212,31 +212,25 @@ def _own_records(folder: str, message: Message, context: Context) -> int:
 @app.query("store_slice")
 def store_slice(message: Message, context: Context) -> Message:
     """Keep a coded slice of the training history; reply with an ack."""
-    try:
-        return Message(content=slices.store(message.content, context),
-                       reply_to=message)
-    except slices.SliceFormatError as err:
-        return Message(error=Error(code=slices.REFUSED, reason=str(err)),
-                       reply_to=message)
+    return _slice_reply(slices.store, message, context)
 
 
 @app.query("fetch_slices")
 def fetch_slices(message: Message, context: Context) -> Message:
     """Hand this client's slices to a request proving the shard's key, else refuse."""
-    try:
-        return Message(content=slices.fetch(message.content, context),
-                       reply_to=message)
-    except (slices.SliceAccessError, slices.SliceFormatError) as err:
-        return Message(error=Error(code=slices.REFUSED, reason=str(err)),
-                       reply_to=message)
+    return _slice_reply(slices.fetch, message, context)
 
 
 @app.query("replace_slice_part")
 def replace_slice_part(message: Message, context: Context) -> Message:
     """Replace one shard's part of a stored slice, for a request proving that key."""
+    return _slice_reply(slices.replace, message, context)
+
+
+def _slice_reply(handle, message: Message, context: Context) -> Message:
+    """``handle``'s content as the reply; a malformed or unproven request refused."""
     try:
-        return Message(content=slices.replace(message.content, context),
-                       reply_to=message)
+        return Message(content=handle(message.content, context), reply_to=message)
     except (slices.SliceAccessError, slices.SliceFormatError) as err:
         return Message(error=Error(code=slices.REFUSED, reason=str(err)),
                        reply_to=message)
