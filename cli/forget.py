@@ -1,13 +1,12 @@
-"""``forget`` and ``receipts``: requests to forget clients, and what was done.
+"""``forget``: requests to forget clients (or records, or classes) of a run.
 
 ``forget --run NAME --clients 3,17`` records one request (the clients' partition
 ids) in the run's catalog (:class:`runstore.inbox.RequestInbox`) and prints
 its id. A staged run that is still going takes it at its next stage boundary; a
 finished run takes it at once (:mod:`cli.later`: the engine restarts on the run's
 stored history and writes a new model version), or with ``--record-only`` later,
-with ``forget --run NAME --pending``. ``receipts --run NAME`` lists the receipts
-and the requests still waiting (``--detail``: the evidence under each, ``--json``: the
-receipts as JSON). The run folder is found as :mod:`cli.runs` says.
+with ``forget --run NAME --pending``; ``receipts`` (:mod:`cli.receipts`) lists
+what was done. The run folder is found as :mod:`cli.runs` says.
 Nothing is recorded when the run does not exist, is a one-stage run still going,
 or when a client is unknown, already forgotten or already named by a request; when
 a records or class request names ids its owner does not hold, labels that are not
@@ -21,8 +20,8 @@ it was moved, its summary.json or a model version does not match its record, or
 its lost slices leave a round undecodable: one line on stderr, exit status 2.
 A request that fails later for a reason a retry cannot fix is marked ``failed``
 with its reason (``receipts`` lists it); one the ServerApp still refuses (recorded
-meanwhile by another command) makes the command exit 2; ``receipts --detail``
-recomputes the digests it prints. Exit statuses: docs/FAULTS.md, "Exit statuses".
+meanwhile by another command) makes the command exit 2. Exit statuses:
+docs/FAULTS.md, "Exit statuses".
 """
 
 from __future__ import annotations
@@ -33,17 +32,14 @@ from pathlib import Path
 
 from cli.later import carry_out, check_later
 from cli.later_route import ENGINES, HERE, route
-from cli.receipts import receipt_detail, receipt_line
 from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
 from cli.terminal import Parser
 from history.catalog import StoreError
 from runstore.catalog import RunLog, RunLogError
-from runstore.folder import ModelsFileError
 from runstore.inbox import InboxError, RequestInbox
-from runstore.receipts import differing_files, list_receipts, missing_files
 from runstore.summary import StageSummary
-from runstore.versions import ModelVersion, verify_version
-from server_app.admission import asked, later_refusal, run_shards
+from runstore.versions import ModelVersion
+from server_app.admission import later_refusal, run_shards
 from server_app.config import ConfigError, RunConfig
 
 
@@ -374,100 +370,3 @@ def _ids_file(path: str) -> str:
     except ValueError as err:
         raise ConfigError(f"--records-file {path!r}: {err}") from None
     return ids
-
-
-def _verify_receipt(folder: Path, receipt: dict, versions: dict,
-                    checked: dict) -> str:
-    """``digests verified`` or the mismatch: the receipt's digests recomputed.
-
-    Each model version the receipt names must be recorded with the receipt's
-    models digest (and file digest), and its file's arrays must still hash to
-    it (:func:`runstore.versions.verify_version`, once per version).
-    """
-    named = receipt.get("version") or {}
-    digests = receipt.get("models_sha256") or {}
-    problems = []
-    for when in ("before", "after"):
-        number, want = named.get(when), (digests.get(when) or {}).get("models")
-        if number is None or not want:
-            continue
-        version = versions.get(number)
-        if version is None:
-            problems.append(f"v{number} ({when}) is not recorded")
-            continue
-        if version.digests.get("models") != want:
-            problems.append(f"models sha256 {when} is not v{number}'s recorded one")
-        if number not in checked:
-            try:
-                verify_version(folder, version)
-                checked[number] = None
-            except ModelsFileError as err:
-                checked[number] = str(err).split(";")[0]
-        if checked[number]:
-            problems.append(checked[number])
-    file_digest = named.get("after_file_sha256")
-    after = versions.get(named.get("after"))
-    if file_digest and after is not None and after.file_sha256 != file_digest:
-        problems.append(f"after_file_sha256 is not v{after.version}'s recorded file")
-    if not (digests.get("before") or digests.get("after")):
-        return "digests: none in this receipt"
-    return "NOT VERIFIED: " + "; ".join(problems) if problems else \
-        "digests verified (recomputed from the stored model versions)"
-
-
-def main_receipts(argv: list[str], prog: str) -> int:
-    """The ``receipts`` command: one line per receipt, then requests still waiting.
-
-    Exit status 1 when ``--detail`` finds a digest that does not verify (as
-    ``models``), else 0.
-    """
-    parser = Parser(prog=prog, description="List a run's receipts "
-                    "(requests of a staged run, requests to a "
-                    "finished run) and its waiting requests.")
-    parser.add_run_options()
-    parser.add_argument("--detail", action="store_true", help="under each receipt its "
-                        "evidence: digests, what was erased or kept, the audit's figures")
-    parser.add_argument("--json", action="store_true", help="print the receipts as one "
-                        "JSON list and nothing else")
-    args = parser.parse_args(argv)
-    folder = run_folder(args.run, args.results_dir)
-    with open_inbox(folder) as inbox:  # the catalog's receipts are the record
-        kept = inbox.receipts()
-        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
-        versions = {v.version: v for v in inbox.versions()}
-    try:
-        receipts = list_receipts(folder, kept)
-    except ValueError as err:  # a damaged receipt file: one line naming it
-        raise ConfigError(str(err)) from None
-    missing = missing_files(folder, kept)  # written again where it can be
-    edited = differing_files(folder, kept)  # the catalog's copy is shown, not the file
-    if args.json:
-        print(json.dumps(receipts, indent=2))
-        return 0
-    checked: dict[int, str | None] = {}
-    mismatch = False
-    for receipt in receipts:
-        print(receipt_line(receipt))
-        if receipt["request_id"] in missing:
-            print(f"    its file is missing ({missing[receipt['request_id']]}); the "
-                  f"receipt is kept in {folder / 'run.sqlite'}")
-        if receipt["request_id"] in edited:
-            mismatch = True
-            print(f"    NOT VERIFIED: its file {folder / 'receipts'}/"
-                  f"{receipt['request_id']}.json differs from the receipt kept in "
-                  f"{folder / 'run.sqlite'} (shown here); restore the file")
-        if args.detail:
-            verdict = _verify_receipt(folder, receipt, versions, checked)
-            mismatch |= verdict.startswith("NOT VERIFIED")
-            print("\n".join([*receipt_detail(receipt), "    " + verdict]))
-    late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
-        folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
-    for request in waiting:
-        who = (asked(request).describe() if request.erasure
-               else f"clients {request.clients}")
-        print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  {who}  "
-              f"({late})")
-    if not receipts and not waiting:
-        print(f"run {args.run}: no request yet")
-    print(f"receipts: {folder / 'receipts'}")
-    return 1 if mismatch else 0  # as `models`: a digest that does not verify

@@ -136,11 +136,14 @@ def _dispatch(command: str, rest: list[str], prog: str) -> int:
         from cli import deploy
 
         return deploy.main(rest, prog)
-    if command in ("forget", "receipts"):
-        from cli import forget
+    if command == "forget":
+        from cli.forget import main_forget
 
-        return (forget.main_forget if command == "forget" else forget.main_receipts)(
-            rest, prog)
+        return main_forget(rest, prog)
+    if command == "receipts":
+        from cli.receipts import main_receipts
+
+        return main_receipts(rest, prog)
     if command == "show":
         from cli.show import main_show
 

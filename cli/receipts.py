@@ -1,13 +1,31 @@
-"""How the ``receipts`` command prints a receipt (:mod:`runstore.receipts` keeps them).
+"""``receipts``: what was done for a run's requests (:mod:`runstore.receipts` keeps them).
 
-One line per receipt (:func:`receipt_line`) and, with ``--detail``, the evidence
-under it (:func:`receipt_detail`), in the words of the method the app exists for
-(:func:`server_app.config.methods.proposed`).
+``receipts --run NAME`` lists the receipts and the requests still waiting: one
+line per receipt (:func:`receipt_line`) and, with ``--detail``, the evidence under
+it (:func:`receipt_detail`) with its digests recomputed from the stored model
+versions; ``--json``: the receipts as JSON. In the words of the method the app
+exists for (:func:`server_app.config.methods.proposed`). Exit status 1 when a
+digest or a receipt file does not verify (as ``models``), else 0.
 """
 
 from __future__ import annotations
 
-from runstore.receipts import MODEL_KEYS, erasure_counts
+import json
+from pathlib import Path
+
+from cli.runs import SUMMARY, open_inbox, run_folder
+from cli.terminal import Parser
+from runstore.folder import ModelsFileError
+from runstore.receipts import (
+    MODEL_KEYS,
+    differing_files,
+    erasure_counts,
+    list_receipts,
+    missing_files,
+)
+from runstore.versions import verify_version
+from server_app.admission import asked
+from server_app.config import ConfigError
 from server_app.config.methods import proposed
 
 
@@ -113,3 +131,100 @@ def _digests(receipt: dict) -> str:
     if not (before.get("models") and after.get("models")):
         return ""
     return f"  models sha256 {before['models']} -> {after['models']}"
+
+
+def _verify_receipt(folder: Path, receipt: dict, versions: dict,
+                    checked: dict) -> str:
+    """``digests verified`` or the mismatch: the receipt's digests recomputed.
+
+    Each model version the receipt names must be recorded with the receipt's
+    models digest (and file digest), and its file's arrays must still hash to
+    it (:func:`runstore.versions.verify_version`, once per version).
+    """
+    named = receipt.get("version") or {}
+    digests = receipt.get("models_sha256") or {}
+    problems = []
+    for when in ("before", "after"):
+        number, want = named.get(when), (digests.get(when) or {}).get("models")
+        if number is None or not want:
+            continue
+        version = versions.get(number)
+        if version is None:
+            problems.append(f"v{number} ({when}) is not recorded")
+            continue
+        if version.digests.get("models") != want:
+            problems.append(f"models sha256 {when} is not v{number}'s recorded one")
+        if number not in checked:
+            try:
+                verify_version(folder, version)
+                checked[number] = None
+            except ModelsFileError as err:
+                checked[number] = str(err).split(";")[0]
+        if checked[number]:
+            problems.append(checked[number])
+    file_digest = named.get("after_file_sha256")
+    after = versions.get(named.get("after"))
+    if file_digest and after is not None and after.file_sha256 != file_digest:
+        problems.append(f"after_file_sha256 is not v{after.version}'s recorded file")
+    if not (digests.get("before") or digests.get("after")):
+        return "digests: none in this receipt"
+    return "NOT VERIFIED: " + "; ".join(problems) if problems else \
+        "digests verified (recomputed from the stored model versions)"
+
+
+def main_receipts(argv: list[str], prog: str) -> int:
+    """The ``receipts`` command: one line per receipt, then requests still waiting.
+
+    Exit status 1 when ``--detail`` finds a digest that does not verify (as
+    ``models``), else 0.
+    """
+    parser = Parser(prog=prog, description="List a run's receipts "
+                    "(requests of a staged run, requests to a "
+                    "finished run) and its waiting requests.")
+    parser.add_run_options()
+    parser.add_argument("--detail", action="store_true", help="under each receipt its "
+                        "evidence: digests, what was erased or kept, the audit's figures")
+    parser.add_argument("--json", action="store_true", help="print the receipts as one "
+                        "JSON list and nothing else")
+    args = parser.parse_args(argv)
+    folder = run_folder(args.run, args.results_dir)
+    with open_inbox(folder) as inbox:  # the catalog's receipts are the record
+        kept = inbox.receipts()
+        waiting = [r for r in inbox.all() if r.state in ("pending", "claimed")]
+        versions = {v.version: v for v in inbox.versions()}
+    try:
+        receipts = list_receipts(folder, kept)
+    except ValueError as err:  # a damaged receipt file: one line naming it
+        raise ConfigError(str(err)) from None
+    missing = missing_files(folder, kept)  # written again where it can be
+    edited = differing_files(folder, kept)  # the catalog's copy is shown, not the file
+    if args.json:
+        print(json.dumps(receipts, indent=2))
+        return 0
+    checked: dict[int, str | None] = {}
+    mismatch = False
+    for receipt in receipts:
+        print(receipt_line(receipt))
+        if receipt["request_id"] in missing:
+            print(f"    its file is missing ({missing[receipt['request_id']]}); the "
+                  f"receipt is kept in {folder / 'run.sqlite'}")
+        if receipt["request_id"] in edited:
+            mismatch = True
+            print(f"    NOT VERIFIED: its file {folder / 'receipts'}/"
+                  f"{receipt['request_id']}.json differs from the receipt kept in "
+                  f"{folder / 'run.sqlite'} (shown here); restore the file")
+        if args.detail:
+            verdict = _verify_receipt(folder, receipt, versions, checked)
+            mismatch |= verdict.startswith("NOT VERIFIED")
+            print("\n".join([*receipt_detail(receipt), "    " + verdict]))
+    late = (f"recorded; `forget --run {args.run} --pending` carries it out" if (
+        folder / SUMMARY).exists() else "not done yet: at the next stage boundary")
+    for request in waiting:
+        who = (asked(request).describe() if request.erasure
+               else f"clients {request.clients}")
+        print(f"{request.id}  {request.state:<8} stage {request.stage or '-'}  {who}  "
+              f"({late})")
+    if not receipts and not waiting:
+        print(f"run {args.run}: no request yet")
+    print(f"receipts: {folder / 'receipts'}")
+    return 1 if mismatch else 0  # as `models`: a digest that does not verify

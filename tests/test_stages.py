@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from cli.forget import main_receipts, submit
+from cli.forget import submit
+from cli.receipts import main_receipts
 from history import HistoryStore
 from history.files import read_arrays
 from runstore.inbox import RequestInbox
