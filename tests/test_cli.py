@@ -22,6 +22,7 @@ from process_tree import GROUP_CHILD, running
 from cli import config
 from cli.deploy import deploy_config
 from cli.deploy_parts import niced, start_superlink
+from cli.main import COMMANDS
 from cli.procs import Children, marked_processes
 from runstore.catalog import RunLog
 from runstore.folder import RunFolder
@@ -464,3 +465,17 @@ def test_a_bad_command_line_is_one_line_and_exit_2(argv, words, capsys):
     assert status == 2 and err.count("\n") == 1, err
     for word in words:
         assert word in err, err
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "test"])
+def test_every_command_refuses_an_unknown_option_in_one_line(command, capsys):
+    """The kind, not one case: each command's parser is :class:`cli.terminal.Parser`."""
+    from cli.main import main
+
+    try:
+        status = main([command, "--no-such-option"])
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1, err
+    assert "--help` lists the options" in err, err  # a missing --run may come first
