@@ -260,3 +260,59 @@ def test_fe_keeps_federasers_rule_whatever_the_refill_keys(run_server):
     # a refilled FE would train substitutes: more client-epochs, another model
     assert (on["accuracy"], on["loss"], on["client_epochs"]) == (
         off["accuracy"], off["loss"], off["client_epochs"])
+
+
+# ---- a client drawn into an earlier retraining is forgotten from that shard ------------
+class _Learned(_Rounds):
+    """Shard 0 = clients 0-4 and shard 1 = clients 5-9; in learning clients 0-2 and 5-7
+    trained in both rounds, 3, 4, 8 and 9 never did."""
+
+    def participants(self, shard, rnd):
+        return [(p + 5 * shard, 10) for p in (0, 1, 2)]
+
+    def shard_model(self, shard, rnd):
+        return {"w": np.zeros(3, np.float32)}
+
+
+def _series_stage(refill: bool = True):
+    from flwr.app import ConfigRecord
+
+    from server_app.config import RunConfig
+    from server_app.rounds.federation import Federation
+    from server_app.unlearning.frameworks import Stage
+    from strategies.sharded import to_record
+    from task.config import fused_run_config
+    from tests.conftest import TINY
+
+    cfg = RunConfig.from_run_config(fused_run_config({
+        **TINY, "num-clients": 10, "num-shards": 2, "clients-per-round": 6,
+        "num-rounds": 2, "method.se.replay-refill": refill,
+        "method.se-r.refill": refill}))
+    federation = Federation({p: 100 + p for p in range(10)},
+                            [list(range(5)), list(range(5, 10))])
+    models = [to_record(_Learned().shard_model(s, 2)) for s in (0, 1)]
+    return Stage(cfg, federation, federation, _Learned(), None, models, models[0],
+                 ConfigRecord({}))
+
+
+@pytest.mark.parametrize("name, redrawn", [
+    ("SE", True), ("SE-R", True), ("SISA", True),  # slots refilled / clients resampled
+    ("SE", False), ("SE-R", False),  # the paper's replay: only the stored participants
+])
+def test_a_client_an_earlier_request_drew_into_a_shard_is_forgotten_there(name, redrawn):
+    """Found by a hostile review: request 1 forgets client 0 and SE's replay of shard 0
+    gives its slots to clients that never trained (3 or 4); a later request for such a
+    client kept shard 0 as it was, still holding what that client taught it."""
+    from server_app.unlearning.frameworks import build_framework
+
+    stage = _series_stage(refill=redrawn)
+    first = build_framework(name, stage, {0}, batch=[0])
+    assert first.impacted == [0]
+    if name == "SE" and redrawn:  # the slots of client 0 went to 3 or 4
+        replay = first.strategy.shard_strategies[0]
+        drawn = {p for r in replay.plan for p in replay.substitutes.get(r, ())}
+        assert drawn and drawn <= {3, 4}, replay.substitutes
+    later = build_framework(name, stage, {0, 4}, batch=[4])
+    assert later.impacted == ([0] if redrawn or name == "SISA" else [])
+    untouched = build_framework(name, stage, {0, 9}, batch=[9])  # shard 1: never redone
+    assert untouched.impacted == []

@@ -226,3 +226,16 @@ def test_unlearning_rounds_without_accepted_replies_are_warnings(run_server):
                      r"the shard was aggregated", w) for w in se["warnings"])
     assert se["requests"][0]["warnings"] == se["warnings"]
     assert summary["warnings"] == se["warnings"]
+
+
+def test_a_stage_whose_accepted_updates_change_nothing_says_so():
+    """A learning rate too small for float32 (``lr = 1e-300``): replies were accepted,
+    so the error must not say none was (found by a hostile review)."""
+    from server_app.rounds.learning import stalled_message
+    from server_app.rounds.screening import FaultLog
+
+    line = stalled_message("sharded", 2, FaultLog(), accepted=16)
+    assert "the 16 accepted client updates left every model as it was" in line
+    assert "no client reply was accepted" not in line
+    assert "no client reply was accepted (0 rejected" in stalled_message(
+        "sharded", 2, FaultLog())

@@ -231,8 +231,8 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
     Raises
     ------
     LearningStalledError
-        No shard model changed in any round (every reply rejected or missing);
-        the store is left incomplete.
+        No shard model changed in any round (every reply rejected or missing,
+        or the accepted updates changed no weight); the store is left incomplete.
     """
     label, num_rounds, first_round = plan.label, plan.num_rounds, continuation.first
     resumed, checkpoint = continuation.resumed, continuation.checkpoint
@@ -255,7 +255,8 @@ def run_learning(loop: RoundLoop, strategy: ShardedStrategy, federation: Federat
                                            first_round=start, observers=observers,
                                            max_update=store.max_update)
     if not any(progress.moved):
-        raise LearningStalledError(stalled_message(label, num_rounds, loop.faults))
+        raise LearningStalledError(stalled_message(label, num_rounds, loop.faults,
+                                                   result.costs.accepted))
     for shard in (s for s, m in enumerate(progress.moved) if not m):
         result.warnings.append(f"{label}: shard {shard}'s model never changed in "
                                f"{num_rounds} round(s); it is the initial model")
@@ -284,16 +285,24 @@ def moved(before: ArrayRecord, after: ArrayRecord) -> bool:
     return any(not np.array_equal(after[k].numpy(), before[k].numpy()) for k in after)
 
 
-def stalled_message(label: str, num_rounds: int, faults: FaultLog) -> str:
-    """The one-line error of a learning stage that moved no shard model."""
+def stalled_message(label: str, num_rounds: int, faults: FaultLog, accepted: int = 0
+                    ) -> str:
+    """The one-line error of a learning stage that moved no shard model.
+
+    ``accepted``: client replies the stage accepted (none: each was rejected or
+    missing; some: their updates changed no weight).
+    """
     mine = [f for f in faults.entries if f["stage"] == label]
     dropouts = sum(f["kind"] == "dropout" for f in mine)
     first = next((f for f in mine if f["kind"] != "dropout"), None)
     example = (f"; first rejection: round {first['round']}, partition "
                f"{first['partition']}: {first['reason']}" if first else "")
-    return (f"{label} learning moved no shard model in {num_rounds} round(s): no "
-            f"client reply was accepted ({len(mine) - dropouts} rejected, {dropouts} "
-            f"without answer{example}); stopped instead of reporting untrained models")
+    why = (f"no client reply was accepted ({len(mine) - dropouts} rejected, {dropouts} "
+           f"without answer{example})" if not accepted else f"the {accepted} accepted "
+           "client updates left every model as it was (a learning rate too small to "
+           "change its float32 weights?)")
+    return (f"{label} learning moved no shard model in {num_rounds} round(s): {why}; "
+            "stopped instead of reporting untrained models")
 
 
 def _fmt(value) -> str:

@@ -22,7 +22,7 @@ from server_app.config.methods import MethodSettings, UnlearningMethod
 from server_app.config.methods import info as method_info
 from server_app.rounds.federation import Federation
 from server_app.unlearning.methods import UnlearningRequest, build_method
-from strategies.calibration import weighted_step
+from strategies.calibration import first_participation, weighted_step
 from strategies.sharded import ShardedStrategy
 
 # shard strategies whose round is W^g = W^(g-1) + sum n_m U_m^g / sum n_m, so a
@@ -128,6 +128,11 @@ class Request:
     erasing: frozenset[int] = frozenset()
 
     @property
+    def earlier(self) -> set[int]:
+        """Clients forgotten or changed by the series' earlier requests."""
+        return (set(self.forget) | set(self.changed)) - self.clients
+
+    @property
     def clients(self) -> set[int]:
         """The clients whose shards the request sends back.
 
@@ -169,6 +174,44 @@ def build_framework(name: str, stage: Stage, forget: set[int],
     request = Request(described, own, stage, forget, batch, current, frozenset(changed),
                       frozenset(changed if erasing is None else erasing))
     return build_plugin(request) if described.plugin else described.build(request)
+
+
+def retrained_shards(store: TrainingHistory, shard_of: dict[int, int], clients: set[int],
+                     earlier: set[int], redrawn: bool) -> tuple[list[int], list[int]]:
+    """The shards whose current models hold data of ``clients``; those that do not.
+
+    A shard holds a client's data when the client trained there in learning (the
+    stored record, :func:`strategies.calibration.first_participation`); and, when
+    a method retrains with clients drawn afresh (SE's and SE-R's refilled slots,
+    SISA's sampling from W^0: ``redrawn``), also when an earlier request of the
+    series retrained the shard: one of ``earlier`` (clients forgotten or changed
+    before this request) trained there, and any member of the shard may have
+    been drawn into that retraining. Such a shard is retrained again, with every
+    client forgotten so far left out, rather than kept with the data of a
+    client now forgotten.
+
+    Parameters
+    ----------
+    store : TrainingHistory
+        The learning record of the shards.
+    shard_of : dict of int to int
+        Partition id -> shard.
+    clients : set of int
+        This request's clients.
+    earlier : set of int
+        Clients forgotten or whose records were erased by earlier requests.
+    redrawn : bool
+        The method's retraining draws clients who may not have trained there.
+
+    Returns
+    -------
+    (list of int, list of int)
+        The shards to retrain and the request's shards left as they are, sorted.
+    """
+    held = {shard_of[p] for p in clients}
+    retrained = {s for s in held if first_participation(store, s, clients) is not None
+                 or (redrawn and first_participation(store, s, earlier) is not None)}
+    return sorted(retrained), sorted(held - retrained)
 
 
 def rebuild_shard_model(store: TrainingHistory, shard: int, rnd: int) -> dict:

@@ -12,6 +12,7 @@ from server_app.unlearning.frameworks import (
     Framework,
     Request,
     rebuild_shard_model,
+    retrained_shards,
 )
 from strategies.recovery import ShardRecovery
 from strategies.replay import ReplaySchedule
@@ -154,8 +155,10 @@ def recover(call: Request) -> Framework:
         raise ValueError(f"{name} needs the baseline federation's history")
     federation = stage.sharded if sharded else stage.baseline
     clients = set(call.batch or forget) if sharded else set(forget)
-    held = {federation.shard_of[p] for p in clients}
-    impacted = sorted(s for s in held if first_participation(store, s, clients) is not None)
+    # with refill, an earlier replay may have drawn one of them into a shard
+    impacted, unchanged = retrained_shards(store, federation.shard_of, clients,
+                                           set(forget) - clients,
+                                           sharded and call.settings.refill)
     # the replay starts where any client forgotten so far first trained (the
     # recovery's own plan), so an earlier request's client is left out again
     schedule = call.settings.schedule()
@@ -173,5 +176,5 @@ def recover(call: Request) -> Framework:
     initial = [to_record(starts[s]) if s in starts else
                (m if isinstance(m, ArrayRecord) else to_record(m))
                for s, m in enumerate(models)]
-    replay = {"shards": strategy.replay_report(), "unchanged": sorted(held - set(impacted))}
+    replay = {"shards": strategy.replay_report(), "unchanged": unchanged}
     return Framework(strategy, initial, strategy.num_rounds, impacted, replay=replay)

@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from server_app.config.methods import UnlearningMethod
-from server_app.unlearning.frameworks import Framework, Request
+from server_app.unlearning.frameworks import Framework, Request, retrained_shards
 from strategies.factory import make_stock_strategy
 from strategies.replay import FrozenShard
 from strategies.sharded import ShardedStrategy
-from strategies.unlearning import first_participation
 
 
 class ShardRetrain(ShardedStrategy):
@@ -82,17 +81,16 @@ class ShardRetrainMethod(UnlearningMethod):
 
     @classmethod
     def build(cls, request: Request) -> Framework:
-        """Retrain each shard where a client of the request trained, from W^0."""
+        """Retrain each shard holding data of the request's clients, from W^0."""
         return _build(request)
 
 
 def _build(call: Request) -> Framework:
     stage, training = call.stage, call.stage.cfg.training
     federation, store = stage.sharded, stage.sharded_store
-    clients = call.clients
-    held = {federation.shard_of[p] for p in clients}
-    impacted = sorted(s for s in held
-                      if first_participation(store, s, clients) is not None)
+    # an earlier request's retraining may have sampled a client learning never did
+    impacted, unchanged = retrained_shards(store, federation.shard_of, call.clients,
+                                           call.earlier, redrawn=True)
     strategy = ShardRetrain(call.forget, federation.shards, federation.node_of, impacted,
                             clients_per_round=training.clients_per_round,
                             num_rounds=training.num_rounds,
@@ -101,4 +99,4 @@ def _build(call: Request) -> Framework:
     models = list(call.current or stage.sharded_models)
     initial = [stage.initial if s in impacted else model for s, model in enumerate(models)]
     return Framework(strategy, initial, strategy.num_rounds, impacted,
-                     unchanged=sorted(held - set(impacted)))
+                     unchanged=unchanged)

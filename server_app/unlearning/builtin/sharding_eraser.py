@@ -11,9 +11,10 @@ from server_app.unlearning.frameworks import (
     Framework,
     Request,
     rebuild_shard_model,
+    retrained_shards,
 )
 from strategies.sharded import to_record
-from strategies.unlearning import ReplaySchedule, ShardingEraser, first_participation
+from strategies.unlearning import ReplaySchedule, ShardingEraser
 
 
 class ShardingEraserMethod(UnlearningMethod):
@@ -66,13 +67,15 @@ def replay(call: Request) -> Framework:
     shard starts from the stored W^(g0-1) (coded storage keeps only W^0: rebuilt
     from the decoded record when the shard strategy is a weighted mean of the
     updates, :data:`REBUILDABLE`; otherwise the replay starts at round 1).
-    Shards where none of the request's clients ever trained keep their models.
+    Shards that hold no data of the request's clients keep their models
+    (:func:`retrained_shards`: with refill, a shard an earlier request replayed
+    may hold a client drawn into a refilled slot).
     """
     stage, forget, own = call.stage, call.forget, call.settings
     cfg, shard_of, store = stage.cfg, stage.sharded.shard_of, stage.sharded_store
-    clients = call.clients  # a changed client (records erased) stays and retrains
-    held = {shard_of[p] for p in clients}
-    trained = {s for s in held if first_participation(store, s, clients) is not None}
+    # a changed client (records erased) stays and retrains
+    trained, unchanged = retrained_shards(store, shard_of, call.clients, call.earlier,
+                                          own.replay_refill)
 
     def make(late: bool) -> ShardingEraser:
         schedule = ReplaySchedule(cfg.unlearning.calibration_interval,
@@ -95,7 +98,7 @@ def replay(call: Request) -> Framework:
         sources = dict.fromkeys(starts, "stored W^0 (replay from round 1)")
     initial = [to_record(starts[s]) if s in starts else model
                for s, model in enumerate(call.current or stage.sharded_models)]
-    replay = {"shards": strategy.replay_report(), "unchanged": sorted(held - trained),
+    replay = {"shards": strategy.replay_report(), "unchanged": unchanged,
               "start_models": sources}
     return Framework(strategy, initial, strategy.num_rounds, list(strategy.impacted),
                      replay=replay)
