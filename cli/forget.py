@@ -33,6 +33,7 @@ from pathlib import Path
 from cli.later import carry_out, check_later
 from cli.later_route import ENGINES, HERE, route
 from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
+from cli.show import unfinished
 from cli.terminal import Parser
 from history.catalog import StoreError
 from runstore.catalog import RunLog, RunLogError
@@ -340,8 +341,9 @@ def main_forget(argv: list[str], prog: str) -> int:
         if not finished:  # it finished while the request was recorded
             made = check_later(folder, None)
     elif not (folder / SUMMARY).exists():
-        raise ConfigError(f"--run {args.run!r} has not finished: --pending is for "
-                          "finished runs")
+        with open_inbox(folder) as inbox:
+            versions = len(inbox.versions())
+        raise ConfigError(f"--pending is for finished runs: {unfinished(folder, versions)}")
     return carry_out(folder, prog, made, where)
 
 

@@ -75,7 +75,8 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
         be imported or built, a moved run folder, a missing data folder); the
         run's stored state fails :func:`server_app.stored.check_finished_run`
         (its summary.json, its model versions' files and digests, its history);
-        a missing node folder not named in ``lost``; ``lost`` is empty, names a
+        a missing node folder not named in ``lost``; ``lost`` for a run that is not
+        coded (it keeps no node folders), empty, or naming a
         client whose node folder is there, or a path that is not a folder (one
         line).
     """
@@ -83,6 +84,10 @@ def check_later(folder: Path, lost: str | None = None) -> list[Path]:
         settings = inbox.settings()
     check_finished_run(RunConfig.from_run_config(settings), settings, folder)
     cfg = later_config(folder, settings)  # then what the engine is given
+    if lost is not None and not cfg.storage.coded:
+        raise ConfigError(f"--lost-nodes {lost!r}: run {folder.name} has storage = "
+                          f"{cfg.storage.mode!r}, which keeps no node folders (only "
+                          "a coded run's clients hold slices)")
     missing = missing_node_folders(cfg, folder)
     ids = [] if lost is None else parse_clients(lost, cfg.data.num_clients,
                                                 "--lost-nodes")

@@ -42,7 +42,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap = Parser(prog=prog, description=help_text(__doc__.split("\n\n")[0]))
     ap.add_config_options()
     ap.add_argument("--supernodes", type=int, default=None,
-                    help="SuperNodes to simulate (default: num-clients)")
+                    help="SuperNodes to simulate, at least num-clients (default: "
+                    "num-clients; those beyond it are left out of the run)")
     ap.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     return ap
 
@@ -60,11 +61,27 @@ def main(argv: list[str], prog: str = "python -m cli run") -> int:
     merged = run_folder_paths(absolute_paths(config.resolve(args.preset,
                                                             args.run_config)))
     merged, cfg, folder = checked_run(merged)
+    supernodes = _supernodes(args.supernodes, cfg.data.num_clients)
     terminal = TerminalFilter()
-    log_path, status = launch(merged.overrides, args.supernodes or cfg.data.num_clients,
+    log_path, status = launch(merged.overrides, supernodes,
                               folder / COMMAND_LOGS, terminal,
                               gpus=cfg.training.client_gpus)
     return _finish(log_path, status, terminal)
+
+
+def _supernodes(given: int | None, num_clients: int) -> int:
+    """``--supernodes``, at least ``num-clients`` (ConfigError before any engine).
+
+    Fewer SuperNodes than clients leave partitions without a node: discovery
+    would wait out its timeout and fail inside the engine.
+    """
+    if given is None:
+        return num_clients
+    if given < num_clients:
+        raise ConfigError(f"--supernodes {given} is not allowed: at least num-clients "
+                          f"= {num_clients} (one SuperNode per client; more are left "
+                          "out of the run)")
+    return given
 
 
 def launch(overrides: dict, supernodes: int, log_dir: Path,
@@ -162,6 +179,10 @@ def checked_run(merged: config.Merged) -> tuple[config.Merged, RunConfig, Path]:
     ConfigError
         One line naming what stops the run (exit status 2).
     """
+    if merged.config.get("later-requests"):  # the forget command's own key
+        raise ConfigError("run-config 'later-requests' = true is not allowed here: "
+                          "`forget --run NAME --pending` sets it to carry out a "
+                          "finished run's recorded requests")
     later = str(merged.config.get("forget-run") or "")
     if later:  # a finished run's requests: not a run of this command's
         raise ConfigError(

@@ -9,8 +9,9 @@ line, hide what follows it, and exit with N. Other exceptions are bugs: one
 marked line too (status 1, the exception's type), their traceback in the log.
 
 Exit statuses (docs/FAULTS.md): 1 a setting or the run folder refused here
-(after the engine started: 2 is for refusals before anything starts), a run
-that learned or unlearned nothing or diverged (:class:`RunStoppedError`), or a bug; 3 a
+(after the engine started: 2 is for refusals before anything starts), nodes
+that do not form the run's federation (a discovery error), a run that learned or
+unlearned nothing or diverged (:class:`RunStoppedError`), or a bug; 3 a
 stored history or models file that cannot be used (repair it), 5 the disk is
 full or read-only (free space; nothing is half written: files are written
 atomically and the catalog in transactions).
@@ -28,11 +29,14 @@ from history import CodedHistoryError, HoldersUnreachableError, StoreError
 from runstore.catalog import RunLogError, SettingsMismatchError
 from runstore.folder import ModelsFileError
 from server_app.config import ConfigError
+from server_app.rounds.federation import DiscoveryError
 from server_app.rounds.stopped import RunStoppedError
 
 MARK = re.compile(r"ServerApp stopped \(exit (\d+)\): (.*)")
 """The marked line: its exit status and its one line."""
 DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_DISCOVERY_HINT = (" (discovery waits round-timeout seconds for every node's answer: "
+                   "are the SuperNodes up, one per partition id?)")
 
 
 def disk_error(err: BaseException) -> BaseException | None:
@@ -59,6 +63,8 @@ def expected(err: BaseException) -> tuple[int, str] | None:
         return 1, _first(err)  # 1, not 2: the engine had started
     if isinstance(err, HoldersUnreachableError):  # holders that may answer later
         return 1, _first(err)
+    if isinstance(err, DiscoveryError):  # the nodes do not form the run's federation
+        return 1, _first(err) + _DISCOVERY_HINT
     if isinstance(err, (CodedHistoryError, StoreError, ModelsFileError, RunLogError)):
         return 3, _first(err)
     return None

@@ -479,3 +479,24 @@ def test_every_command_refuses_an_unknown_option_in_one_line(command, capsys):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1, err
     assert "--help` lists the options" in err, err  # a missing --run may come first
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--supernodes", "-1"], "--supernodes -1 is not allowed: at least num-clients = 8"),
+    (["--supernodes", "0"], "--supernodes 0 is not allowed"),
+    (["--supernodes", "7"], "--supernodes 7 is not allowed"),
+    (["--run-config", "later-requests=true"], "'later-requests' = true is not allowed"),
+])
+def test_what_the_engine_cannot_use_is_refused_before_it_starts(args, words, tmp_path,
+                                                               monkeypatch, capsys):
+    """Fewer SuperNodes than clients (discovery would time out in the engine) and the
+    forget command's own key: one line, exit 2, no engine, no run folder."""
+    from cli import simulation
+    from cli.main import main
+
+    monkeypatch.setattr(simulation, "launch", lambda *a, **k: pytest.fail("launched"))
+    status = main(["--run-config", f"num-clients=8 num-shards=2 clients-per-round=4 "
+                   f"results-dir='{tmp_path}'", *args])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+    assert not any(tmp_path.iterdir())

@@ -148,7 +148,10 @@ def test_show_prints_a_runs_status_engine_settings_and_tables(run, capsys):  # n
     assert "dataset mnist" in out  # the result tables
     (run / "summary.json").unlink()  # not finished (yet): exit 1, no tables
     assert cli_main(["show", *_where(run)]) == 1
-    assert "not finished" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "not finished" in out and err.count("\n") == 1  # and why, on stderr
+    assert "has no summary.json and no process works on it (1 model version(s)" in err
+    assert "or its summary.json was removed (restore it)" in err
 
 
 @pytest.mark.inprocess

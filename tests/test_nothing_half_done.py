@@ -137,6 +137,13 @@ def test_a_plugin_task_that_no_longer_imports_records_nothing(run, tmp_path, cap
     _refused(run, tmp_path, capsys, "gone_plugin_module")
 
 
+def test_lost_nodes_of_a_run_that_keeps_none_are_refused(run, tmp_path, capsys):
+    """An uncoded run has no node folders: the refusal says so, not that the named
+    folders "are there (or were never written)" (found by a hostile review)."""
+    _refused(run, tmp_path, capsys, "--lost-nodes '1'", "storage = 'uncoded'",
+             "keeps no node folders", argv=("--clients", "3", "--lost-nodes", "1"))
+
+
 def test_a_moved_run_folder_records_nothing(run, tmp_path, capsys):
     moved = tmp_path / "elsewhere" / NAME
     moved.parent.mkdir()

@@ -244,6 +244,11 @@ def test_every_expected_failure_has_its_one_line_and_status():
                 UnlearningDivergedError("SE request 0: NaN in shard 1"),
                 SettingsMismatchError("r holds a run with other settings (['lr'])")):
         assert expected(err) == (1, str(err)), err
+    from server_app.rounds.federation import DiscoveryError
+
+    status, line = expected(DiscoveryError("0 of 8 clients answered discovery"))
+    assert status == 1 and line.startswith("0 of 8 clients answered discovery (")
+    assert "round-timeout" in line  # a federation that is not there is not a bug
     try:  # a full disk wrapped in another error is still the disk's status
         try:
             raise sqlite3.OperationalError("database or disk is full")
