@@ -168,7 +168,7 @@ def merge(base: Mapping, layers: Iterable[Mapping | str]) -> Merged:
 def resolve(preset: str | None, items: Iterable[Mapping | str] = (),
             base: Mapping | None = None) -> Merged:
     """Defaults < ``presets/<preset>.toml`` < ``items``; see :func:`merge`."""
-    layers: list[Mapping | str] = [str(preset_path(preset))] if preset else []
+    layers: list[Mapping | str] = [] if preset is None else [str(preset_path(preset))]
     return merge(defaults() if base is None else base, [*layers, *items])
 
 

@@ -107,7 +107,8 @@ def deploy_config(nodes: int, preset: str | None, items: list[str]) -> config.Me
     shards = min(2, _most_shards(nodes))
     layers: list = [{"num-clients": nodes, "num-shards": shards,
                      "clients-per-round": min(4, shards * (nodes // shards))}]
-    preset_values = config.parse_item(str(config.preset_path(preset))) if preset else {}
+    preset_values = {} if preset is None else config.parse_item(
+        str(config.preset_path(preset)))
     if preset_values.get("num-clients", nodes) != nodes:
         say(f"preset sets num-clients={preset_values['num-clients']}; using "
              f"num-clients={nodes} (one per SuperNode)")

@@ -87,6 +87,24 @@ def _available(experiment: str, suite: str, datasets: tuple[str, ...] | None,
     return [s for s in specs if s.config["dataset"] not in skipped], skipped
 
 
+def _nothing_to_run(experiment: str, suite: str, datasets: tuple[str, ...] | None,
+                    data_dir: str, methods: tuple[str, ...], only: tuple[str, ...]
+                    ) -> None:
+    """Raise ValueError (one line) when the command would run nothing it was asked to.
+
+    A dataset named with ``--datasets`` that does not load here, or an experiment
+    with runs none of whose datasets loads (e.g. ``--data-dir`` naming no
+    datasets); a dataset missing among others is skipped and said in the report.
+    """
+    specs, skipped = _available(experiment, suite, datasets, data_dir, methods, only)
+    named = [d for d in datasets or () if d in skipped]
+    if named:
+        raise ValueError(f"--datasets {named[0]!r}: {skipped[named[0]]}")
+    if skipped and not specs:
+        reasons = "; ".join(f"{d}: {why}" for d, why in sorted(skipped.items()))
+        raise ValueError(f"no run of {experiment} can run here: {reasons}")
+
+
 def _run_sweep(sweep: StorageSweep, out: Path, results: dict) -> str:
     """Measure the storage sweep into ``results``; return the step's status."""
     from experiments import storage
@@ -396,13 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     datasets = tuple(d.strip() for d in args.datasets.split(",") if d.strip()) or None
     methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     only = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {str(out)!r} is a file, not a folder")
+    data_dir = args.data_dir or default_data_dir()
     try:  # before any run: a pattern that matches nothing is a typo
-        suites.select(suites.with_methods(
-            suites.plan(args.name, args.suite, datasets), methods), only)
+        _nothing_to_run(args.name, args.suite, datasets, data_dir, methods, only)
     except ValueError as err:
         ap.error(str(err))
-    setup = RunSetup(out, args.data_dir or default_data_dir(), args.engine,
-                     args.keep_history)
+    setup = RunSetup(out, data_dir, args.engine, args.keep_history)
     results = execute(args.name, args.suite, setup, datasets, jobs=args.jobs,
                       methods=methods, only=only)
     failed = [r["spec"]["name"] for r in results["runs"] if r["status"] == "failed"]

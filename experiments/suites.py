@@ -470,7 +470,8 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
     ------
     ValueError
         One line: a method the run config's ``frameworks`` check refuses (an
-        unknown name, a malformed ``package.module:Class``), before any run.
+        unknown name, a malformed or unimportable ``package.module:Class``),
+        before any run.
     """
     if not methods:
         return list(specs)
@@ -491,12 +492,16 @@ def with_methods(specs: list[RunSpec], methods: tuple[str, ...]) -> list[RunSpec
 
 
 def _check_methods(methods: tuple[str, ...]) -> None:
-    """Raise ValueError (one line) where ``frameworks`` = SE plus ``methods`` is refused."""
-    from server_app.config import ConfigError, RunConfig
+    """Raise ValueError (one line) where ``frameworks`` = SE plus ``methods`` is refused.
+
+    As a run's launcher checks it: a plug-in method must import and be a method.
+    """
+    from server_app.config import ConfigError
+    from server_app.preflight import validate_run_config
 
     frameworks = ",".join([registry.proposed(), *methods])
     try:
-        RunConfig.from_run_config(fused_run_config({"frameworks": frameworks}))
+        validate_run_config(fused_run_config({"frameworks": frameworks}), files=False)
     except ConfigError as err:
         line = str(err).splitlines()[0]
         raise ValueError(f"--methods {','.join(methods)!r}: {line}") from None

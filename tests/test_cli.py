@@ -80,6 +80,8 @@ def test_unreadable_run_config_is_one_line_naming_it(item, names):
 def test_unknown_preset_lists_the_presets():
     with pytest.raises(ConfigError, match="'nope'.*paper.*quick"):
         config.resolve("nope")
+    with pytest.raises(ConfigError, match="preset '' does not exist: one of .*quick"):
+        config.resolve("")  # an empty name is not "no preset"
 
 
 def test_pyproject_is_the_one_source_of_defaults():

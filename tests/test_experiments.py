@@ -61,6 +61,28 @@ def test_an_unknown_method_is_refused_before_any_run(capsys):
     assert "--methods 'FX'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--methods", "nope_module:Method"], "cannot import 'nope_module'"),
+    (["--datasets", "nope"], "--datasets 'nope': ValueError: dataset='nope'"),
+    (["--data-dir", "/nonexistent"], "no run of single can run here: mnist:"),
+    (["--out", "FILE"], "is a file, not a folder"),
+])
+def test_a_command_that_would_run_nothing_is_refused_before_writing(
+        args, words, tmp_path, capsys):
+    """Found by a hostile review: these exited 0 with "0 runs done" and a report, or
+    started every run to fail it, or ended in a traceback."""
+    from experiments.run import main
+
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / "FILE") if a == "FILE" else a for a in args]
+    out = [] if "--out" in args else ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as stop:
+        main(["single", "--suite", "tiny", *args, *out])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and words in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]  # nothing written
+
+
 def test_every_suite_config_is_valid():
     for suite in suites.SUITES:
         specs = suites.plan("all", suite)
