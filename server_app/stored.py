@@ -241,7 +241,8 @@ def _check_inbox(log: RunLog) -> None:
     Raises
     ------
     RunLogError
-        A row that does not parse.
+        A row that does not parse; a run that took requests after it finished
+        and has lost its summary.json.
     ModelsFileError
         A model version's file is missing or not the one recorded, or its
         arrays do not have the recorded models digest.
@@ -254,10 +255,17 @@ def _check_inbox(log: RunLog) -> None:
         raise RunLogError(str(err)) from None
     try:
         versions = inbox.check()
+        later = [r for r in inbox.receipts() if r.get("after_run")]
     except InboxError as err:
         raise RunLogError(f"{err}; restore or remove it") from None
     finally:
         inbox.close()
+    summary = log.path.parent / "summary.json"
+    if later and not summary.exists():  # it finished: its history is the later one
+        raise RunLogError(
+            f"{summary} is missing, but the run finished: {len(later)} request(s) "
+            f"were carried out after it (latest model version v{versions[-1].version}"
+            "); restore the file (a finished run is not learned again)")
     for version in versions:  # models/<name>.npz of each, and its arrays' digest
         verify_version(log.path.parent, version)
 

@@ -18,6 +18,7 @@ import pytest
 
 from runstore.inbox import Request, RequestInbox
 from server_app.admission import Holdings, erasure_refusal
+from server_app.config import ConfigError
 from server_app.stages.erasures import honoured_by, merged_order
 from server_app.unlearning.erasure import Erasure
 from tests.test_nothing_half_done import (  # noqa: F401  (fixtures)
@@ -185,6 +186,29 @@ def test_a_client_request_subsumes_its_pending_records_request(run, engine, caps
     assert receipts[recs]["honoured_by"]["requests"] == [client]
     assert receipts[recs]["honoured_by"]["version"] == 2
     assert f"client(s) [3] forgotten by {client} (model version v2)" in out
+
+
+@pytest.mark.inprocess
+def test_a_finished_run_that_lost_its_summary_is_not_learned_again(run, engine, capsys):  # noqa: F811
+    """Found by a hostile review: after a later request, a run whose summary.json was
+    removed was started again as a resume and stopped inside the engine (exit 3, "no
+    model of shard 1 at round 2"); its catalog says it finished: refused before."""
+    from cli.forget import submit
+    from server_app.config import RunConfig
+    from server_app.stored import check_run_folder, run_settings
+
+    submit(NAME, "3", str(run.parent))
+    status, out, err = _forget(run, capsys, "--pending")
+    assert status == 0, out + err
+    (run / "summary.json").unlink()
+    with sqlite3.connect(run / "run.sqlite") as conn:
+        (text,) = conn.execute("SELECT value FROM settings WHERE key='settings'").fetchone()
+    conn.close()
+    settings = json.loads(text)
+    cfg = RunConfig.from_run_config(settings)
+    with pytest.raises(ConfigError, match="summary.json is missing, but the run "
+                       "finished: 1 request.*v2.*restore the file"):
+        check_run_folder(cfg, run_settings(cfg, settings["data-dir"]))
 
 
 # ---- a receipt whose file cannot be written ------------------------------------------
