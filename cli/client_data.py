@@ -11,10 +11,11 @@ when a run reads it), so a SuperNode started with ``--node-config
 would have cut, and reads nothing else. For demos and tests: a real client's
 folder holds its own data, written with :func:`task.client_folder.write_client_folder`.
 
-Run-config keys given that are not the task's are named on stderr (a run checks
-them). Bad input (a value of the task's keys, missing data, an infeasible
-partition, an ``--out`` that is a file or already holds a client's folder) is one
-line on stderr, exit status 2, nothing written.
+Run-config keys given that are not the task's are named on stderr, and so is the
+refusal a run with exactly these settings would meet. Bad input (a value of the
+task's keys, missing data, an infeasible partition, an ``--out`` that is a file
+or already holds a client's folder) is one line on stderr, exit status 2, nothing
+written.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from cli import config
 from cli.terminal import Parser
-from server_app.config import ConfigError
+from server_app.config import ConfigError, RunConfig
 from task.client_folder import ClientDataError, Manifest, write_client_folder
 from task.config import TaskConfig, task_spec
 from task.data import TaskData, client_data, partitions
@@ -66,17 +67,34 @@ def main(argv: list[str], prog: str = "python -m cli client-data") -> int:
     out = Path(args.out).expanduser()
     merged = config.resolve(args.preset, args.run_config)
     cfg = task_settings(merged.config)
-    unread = [key for key in merged.overrides if key not in TaskConfig.keys()]
-    if unread:  # given, e.g. the run's whole config, but neither read nor checked here
-        print(f"{prog}: not read here, checked when a run starts: {', '.join(unread)}",
-              file=sys.stderr)
     _check_out(out, cfg.num_clients)
     data = _load(cfg)
+    note = _run_note(merged)  # after every refusal: a note, not a second line
+    if note:
+        print(f"{prog}: {note}", file=sys.stderr)
     for p in range(cfg.num_clients):
         manifest = write_one(out / folder_name(p), cfg, data, p)
         print(f"{out / folder_name(p)}: {manifest.records} records of "
               f"{manifest.task} (partition-id {p}), sha256 {manifest.sha256[:16]}")
     return 0
+
+
+def _run_note(merged: config.Merged) -> str:
+    """What the command says of the keys it does not read (the run's, not the folders').
+
+    A run with exactly the merged settings is checked too: its refusal is a note
+    (the folders depend only on the task's keys, and the run may be given more
+    settings), so a bad value given here is not passed over in silence.
+    """
+    unread = [key for key in merged.overrides if key not in TaskConfig.keys()]
+    try:
+        RunConfig.from_run_config(merged.config)
+    except ConfigError as err:
+        return (f"note: a run with exactly these settings would be refused ("
+                f"{str(err).splitlines()[0]}); the folders depend on the task's keys "
+                "only")
+    return f"not read here (a run's keys, not the folders'): {', '.join(unread)}" \
+        if unread else ""
 
 
 def task_settings(run_config: dict) -> TaskConfig:

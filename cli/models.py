@@ -21,6 +21,7 @@ line, ``export`` refuses a version that does not verify.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -35,6 +36,15 @@ from server_app.config import ConfigError
 
 FORMAT = "sharding-eraser/shard-ensemble-1"
 ENSEMBLE = "mean of the shard models' softmax outputs (SISA); one model when S = 1"
+
+
+def _version(text: str) -> int:
+    """``--version``: ``3`` or ``v3`` (as ``models`` lists them)."""
+    digits = text[1:] if text[:1] in ("v", "V") else text
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a version: N or vN with N >= "
+                                         "1, as `models` lists them (e.g. v2)")
+    return int(digits)
 
 
 def _versions(folder: Path) -> list[ModelVersion]:
@@ -95,7 +105,8 @@ def main_export(argv: list[str], prog: str) -> int:
     ap = Parser(prog=prog, description="Write a model version for "
                 "serving (.safetensors, or .pt / .pth for torch).")
     ap.add_run_options()
-    ap.add_argument("--version", type=int, default=None, help="N of vN (default: latest)")
+    ap.add_argument("--version", type=_version, default=None, metavar="N",
+                    help="the version, N or vN as `models` lists it (default: latest)")
     ap.add_argument("--out", required=True, help="FILE.safetensors, FILE.pt or FILE.pth")
     args = ap.parse_args(argv)
     out = Path(args.out)

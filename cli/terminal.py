@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from typing import BinaryIO, NoReturn
 
 from cli.progress import ANSI
@@ -64,8 +65,23 @@ class Parser(argparse.ArgumentParser):
 
     argparse prints its whole usage block before the error; a command's bad
     argument is one line on stderr like a bad run config (``--help`` shows the
-    usage).
+    usage). Option names are exact (no abbreviations: ``forget --client 3`` is
+    refused, not taken as ``--clients``, on a command that cannot be undone),
+    and an unknown option is named before a missing required one.
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's
+        """argparse's, an unknown ``--option`` refused first (by its own name)."""
+        given = sys.argv[1:] if args is None else list(args)
+        known = set(self._option_string_actions)
+        unknown = [a for a in given if a.startswith("--") and a != "--"
+                   and a.split("=", 1)[0] not in known]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_args(given, namespace)
 
     def add_config_options(self) -> None:
         """``--preset`` and ``--run-config`` (repeatable), as the run commands take them."""
@@ -80,8 +96,8 @@ class Parser(argparse.ArgumentParser):
         """``--run NAME`` (required) and ``--results-dir``: a stored run's commands."""
         self.add_argument("--run", required=True, help="the run's run-name")
         self.add_argument("--results-dir", default=None,
-                          help="the folder the run's folder is in (default: "
-                          "$SE_RESULTS_DIR, else ~/.cache/sharding-eraser/results)")
+                          help="the folder the run's folder is in (default: the "
+                          "project's results/, or $SE_RESULTS_DIR)")
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` and where the options are listed on one line; exit 2."""

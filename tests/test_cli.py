@@ -502,3 +502,29 @@ def test_what_the_engine_cannot_use_is_refused_before_it_starts(args, words, tmp
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and words in err, err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["forget", "--run", "r", "--client", "3"], "unrecognized arguments: --client"),
+    (["receipts", "--run", "r", "--det"], "unrecognized arguments: --det"),
+    (["models", "--runn", "r"], "unrecognized arguments: --runn"),  # not "--run required"
+    (["export", "--run", "r", "--version", "vv", "--out", "x.pt"],
+     "'vv' is not a version: N or vN"),
+])
+def test_option_names_are_exact_and_an_unknown_one_is_named(argv, words, capsys):
+    """Found by a newcomer: ``forget --client 3`` was taken as ``--clients`` and forgot
+    client 3 for good; ``models --runn`` said --run was missing."""
+    from cli.main import main
+
+    try:
+        status = main(argv)
+    except SystemExit as stop:
+        status = stop.code
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_export_takes_a_version_as_models_lists_it():
+    from cli.models import _version
+
+    assert _version("v3") == _version("3") == 3

@@ -375,9 +375,11 @@ def test_the_command_writes_one_folder_per_client(tmp_path, shared_data):
                      "dataset='fmnist' num-clients=3 partition='dirichlet' seed=4 "
                      "mia-unlearn-references=5"], tmp_path, shared_data)
     assert proc.returncode == 0, proc.stderr
-    # a key of the run's, not the task's: named as not checked here, not passed over
-    assert proc.stderr.strip() == ("./simulate.sh client-data: not read here, checked "
-                                   "when a run starts: mia-unlearn-references")
+    # a run with these settings would be refused: said, not passed over in silence
+    note = proc.stderr.strip()
+    assert note.startswith("./simulate.sh client-data: note: a run with exactly these "
+                           "settings would be refused (run-config '"), note
+    assert note.endswith("the folders depend on the task's keys only") and "\n" not in note
     assert len(proc.stdout.splitlines()) == 3
     out = tmp_path / "clients"
     assert sorted(p.name for p in out.iterdir()) == ["client-0", "client-1", "client-2"]
