@@ -70,6 +70,10 @@ def _evidence(receipt: dict) -> str:
         out = f"  erased {n} update{'' if n == 1 else 's'}"
         if erased.get("kept"):
             out += f" (kept {erased['kept']['updates']})"
+        baseline = receipt.get("erased_baseline")
+        if baseline:  # the baselines' history holds the clients' updates too
+            m = (baseline.get("counts") or erasure_counts(baseline))["updates"]
+            out += f" + {m} in the baselines' history"
     figures, name = receipt.get("verification") or {}, proposed()
     for key, label in (("backdoor_asr", "backdoor ASR"), ("mia_auc", "MIA AUC")):
         values = figures.get(key) or {}
@@ -102,25 +106,32 @@ def receipt_detail(receipt: dict) -> list[str]:
                       else "")
                    + (f"; trained: partitions {engine['trained']}"
                       if engine.get("trained") is not None else ""))
-    erased = receipt.get("erased")
-    if erased:
-        counts = erased.get("counts") or erasure_counts(erased)
-        out.append(f"    erased ({erased.get('store')}): "
-                   + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        if erased.get("updates"):
-            out.append("      updates " + " ".join(f"s{s}r{g}c{c}"
-                                                   for s, g, c in erased["updates"]))
-        if erased.get("files"):
-            out.append("      files " + " ".join(erased["files"]))
-        for rnd, holders in (erased.get("nodes") or {}).items():
-            out.append(f"      {rnd} parts replaced by clients {holders}")
-        if erased.get("kept"):
-            out.append(f"      kept {erased['kept']['updates']} stored updates: "
-                       f"{erased.get('note', '')}")
+    for label, erased in (("erased", receipt.get("erased")),
+                          ("erased from the baselines' history",
+                           receipt.get("erased_baseline"))):
+        out += _erased_lines(label, erased) if erased else []
     for key, values in (receipt.get("verification") or {}).items():
         if key in MODEL_KEYS:
             out.append(f"    {key}: " + ", ".join(f"{m} {v:.4f}" for m, v in
                                                   values.items()))
+    return out
+
+
+def _erased_lines(label: str, erased: dict) -> list[str]:
+    """What an erasure removed from one store (counts, updates, files) or kept."""
+    counts = erased.get("counts") or erasure_counts(erased)
+    out = [f"    {label} ({erased.get('store')}): "
+           + ", ".join(f"{k} {v}" for k, v in counts.items())]
+    if erased.get("updates"):
+        out.append("      updates " + " ".join(f"s{s}r{g}c{c}"
+                                               for s, g, c in erased["updates"]))
+    if erased.get("files"):
+        out.append("      files " + " ".join(erased["files"]))
+    for rnd, holders in (erased.get("nodes") or {}).items():
+        out.append(f"      {rnd} parts replaced by clients {holders}")
+    if erased.get("kept"):
+        out.append(f"      kept {erased['kept']['updates']} stored updates: "
+                   f"{erased.get('note', '')}")
     return out
 
 

@@ -482,3 +482,36 @@ def test_a_later_request_killed_after_its_erasure_reports_it_when_redone(
     assert redone["counts"]["updates"] > 0
     assert {k: redone[k] for k in ("updates", "shard_models", "files", "bytes")} == \
         {k: whole[k] for k in ("updates", "shard_models", "files", "bytes")}
+
+
+def test_a_later_request_erases_the_clients_updates_from_the_baselines_history_too(
+        tmp_path, make_grid, shared_data, capsys):
+    """Found by a newcomer: after ``forget --clients 3`` the receipt said "erased 2
+    updates" (SE's history) while ``history/baseline/blobs/update_s0_r*_c3.npz``, the
+    updates client 3 gave FedEraser's history, were still on disk."""
+    from cli.receipts import main_receipts
+    from history import HistoryStore
+
+    learned = _config(tmp_path, shared_data, "fe", frameworks="FE")
+    _run(make_grid, learned)
+    folder = tmp_path / "fe"
+    baseline = HistoryStore.open(folder / "history" / "baseline")
+    trained = sorted({p for s in baseline.client_shard().values() for g in
+                      baseline.rounds(s) for p, _ in baseline.participants(s, g)})
+    client = trained[0]
+    assert any((folder / "history" / "baseline" / "blobs").glob(f"update_*_c{client}.npz"))
+    rid = submit("fe", str(client), str(tmp_path))
+    _run(make_grid, {**learned, "later-requests": True})
+    receipt = json.loads((folder / "receipts" / f"{rid}.json").read_text())
+    gone = receipt["erased_baseline"]
+    assert gone["updates"] and all(c == client for _, _, c in gone["updates"])
+    assert gone["counts"]["updates"] == len(gone["updates"])
+    blobs = folder / "history" / "baseline" / "blobs"
+    assert not list(blobs.glob(f"update_*_c{client}.npz"))  # and nobody else's
+    assert any(blobs.glob("update_*.npz"))
+    capsys.readouterr()
+    assert main_receipts(["--run", "fe", "--results-dir", str(tmp_path), "--detail"],
+                         "x") == 0
+    out = capsys.readouterr().out
+    assert f"+ {len(gone['updates'])} in the baselines' history" in out
+    assert "erased from the baselines' history (uncoded): updates" in out

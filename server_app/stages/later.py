@@ -247,14 +247,16 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     out = forget_with_se(run, request.clients, erasure)
     out["version"] = {"before": latest.version, "after": latest.version + 1}
     out["models_sha256"]["before"] = latest.digests
-    if not request.erasure:
-        erased = _erase(run, request, request.clients, run.forgotten)
-    elif isinstance(run.store, HistoryStore):  # the owners' updates saw the records
-        erased = _erase(run, request, sorted(erasure.erasing),
-                        run.forgotten | erasure.changed)
+    clients, shaped = ((request.clients, run.forgotten) if not request.erasure else
+                       (sorted(erasure.erasing), run.forgotten | erasure.changed))
+    if not request.erasure or isinstance(run.store, HistoryStore):
+        erased = _erase(run, request, clients, shaped)  # records: their updates saw them
     else:
-        erased = kept_history(run.store, sorted(erasure.erasing), KEPT_CODED)
+        erased = kept_history(run.store, clients, KEPT_CODED)
     out.update(erased=erased, verification=None)
+    baseline = _erase_baseline(run, request, clients, shaped)
+    if baseline is not None:
+        out["erased_baseline"] = baseline
     if reference() in run.ctx.cfg.unlearning.framework_list:
         out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out
@@ -303,6 +305,32 @@ def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
         erased = run.store.erase(sorted(shaped), sorted(clients), plan)
     else:
         erased = erase_coded(run.store, sorted(clients))
+    return {**erased, "counts": erasure_counts(erased)}
+
+
+def _erase_baseline(run: RunState, request: Request, clients: list[int],
+                    shaped: set[int]) -> dict | None:
+    """The same clients' updates erased from the baselines' history, if the run kept one.
+
+    The baselines' store (FedEraser's and FedRecover's, ``history/baseline``, never
+    coded) holds every client's updates too; no later request reads it, so what
+    the forgotten clients gave it is erased as from SE's (the plan kept in the
+    run catalog first, as :func:`_erase`). None when the run has no such store; a
+    store that does not read back fails the request (:class:`StoreError`, final).
+    """
+    root = run.ctx.folder.history_dir("baseline")
+    if not root.exists():
+        return None
+    store = HistoryStore.open(root)
+    try:
+        key, catalog = f"erase-baseline:{request.id}", run.ctx.catalog
+        plan = catalog.in_progress(key)
+        if not isinstance(plan, dict):
+            plan = store.erasure_plan(sorted(shaped), sorted(clients))
+            catalog.progress(key, plan)
+        erased = store.erase(sorted(shaped), sorted(clients), plan)
+    finally:
+        store.close()
     return {**erased, "counts": erasure_counts(erased)}
 
 
