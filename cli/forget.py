@@ -32,8 +32,7 @@ from pathlib import Path
 
 from cli.later import carry_out, check_later
 from cli.later_route import ENGINES, HERE, route
-from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder
-from cli.show import unfinished
+from cli.runs import SUMMARY, open_inbox, parse_clients, run_folder, unfinished
 from cli.terminal import Parser
 from history.catalog import StoreError
 from runstore.catalog import RunLog, RunLogError

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from history.catalog import StoreError
 from runstore.inbox import InboxError, RequestInbox
+from runstore.lock import RunLock
 from server_app.config import ConfigError
 from server_app.config.output import OutputConfig
 from server_app.config.values import RUN_NAME
@@ -105,3 +106,13 @@ def _busy(err: Exception, path: Path) -> str:
         return (f"{path} is locked by another process (the ServerApp writing?): "
                 "nothing was recorded; try again")
     return str(err) if str(path) in str(err) else f"{path}: {err}"
+
+
+def unfinished(folder: Path, versions: int) -> str:
+    """Why a run folder has no summary.json: running, or stopped (killed or removed)."""
+    holder = RunLock.holder(folder)
+    if holder is not None:
+        return f"run {folder.name} is still running ({holder}): no {SUMMARY} yet"
+    return (f"run {folder.name} has no {SUMMARY} and no process works on it "
+            f"({versions} model version(s) recorded): it was stopped before the end "
+            f"(run it again to resume), or its {SUMMARY} was removed (restore it)")

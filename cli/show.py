@@ -11,13 +11,11 @@ Reads only.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from cli import config
 from cli.later_route import recorded_engine
-from cli.runs import SUMMARY, open_inbox, run_folder
+from cli.runs import SUMMARY, open_inbox, run_folder, unfinished
 from cli.terminal import Parser
-from runstore.lock import RunLock
 from server_app.config import ConfigError
 from task.config import default_run_config
 
@@ -68,12 +66,3 @@ def main_show(argv: list[str], prog: str) -> int:
         print(f"{prog}: {unfinished(folder, len(versions))}", file=sys.stderr)
     return 0 if finished else 1
 
-
-def unfinished(folder: Path, versions: int) -> str:
-    """Why a run folder has no summary.json: running, or stopped (killed or removed)."""
-    holder = RunLock.holder(folder)
-    if holder is not None:
-        return f"run {folder.name} is still running ({holder}): no {SUMMARY} yet"
-    return (f"run {folder.name} has no {SUMMARY} and no process works on it "
-            f"({versions} model version(s) recorded): it was stopped before the end "
-            f"(run it again to resume), or its {SUMMARY} was removed (restore it)")

@@ -297,14 +297,8 @@ def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
     (:func:`runstore.receipts.erasure_counts`).
     """
     if isinstance(run.store, HistoryStore):
-        key, catalog = f"erase:{request.id}", run.ctx.catalog
-        plan = catalog.in_progress(key)
-        if not isinstance(plan, dict):  # the first attempt: plan, keep, then delete
-            plan = run.store.erasure_plan(sorted(shaped), sorted(clients))
-            catalog.progress(key, plan)
-        erased = run.store.erase(sorted(shaped), sorted(clients), plan)
-    else:
-        erased = erase_coded(run.store, sorted(clients))
+        return _erase_uncoded(run, run.store, f"erase:{request.id}", clients, shaped)
+    erased = erase_coded(run.store, sorted(clients))
     return {**erased, "counts": erasure_counts(erased)}
 
 
@@ -315,7 +309,7 @@ def _erase_baseline(run: RunState, request: Request, clients: list[int],
     The baselines' store (FedEraser's and FedRecover's, ``history/baseline``, never
     coded) holds every client's updates too; no later request reads it, so what
     the forgotten clients gave it is erased as from SE's (the plan kept in the
-    run catalog first, as :func:`_erase`). None when the run has no such store; a
+    run catalog first, :func:`_erase_uncoded`). None when the run has no such store; a
     store that does not read back fails the request (:class:`StoreError`, final).
     """
     root = run.ctx.folder.history_dir("baseline")
@@ -323,14 +317,25 @@ def _erase_baseline(run: RunState, request: Request, clients: list[int],
         return None
     store = HistoryStore.open(root)
     try:
-        key, catalog = f"erase-baseline:{request.id}", run.ctx.catalog
-        plan = catalog.in_progress(key)
-        if not isinstance(plan, dict):
-            plan = store.erasure_plan(sorted(shaped), sorted(clients))
-            catalog.progress(key, plan)
-        erased = store.erase(sorted(shaped), sorted(clients), plan)
+        return _erase_uncoded(run, store, f"erase-baseline:{request.id}", clients,
+                              shaped)
     finally:
         store.close()
+
+
+def _erase_uncoded(run: RunState, store: HistoryStore, key: str, clients: list[int],
+                   shaped: set[int]) -> dict:
+    """:meth:`HistoryStore.erase` of ``clients``, its plan kept under ``key`` first.
+
+    The plan goes to the run catalog before anything is deleted, so a request
+    killed half-way and redone reports everything it erased.
+    """
+    catalog = run.ctx.catalog
+    plan = catalog.in_progress(key)
+    if not isinstance(plan, dict):  # the first attempt: plan, keep, then delete
+        plan = store.erasure_plan(sorted(shaped), sorted(clients))
+        catalog.progress(key, plan)
+    erased = store.erase(sorted(shaped), sorted(clients), plan)
     return {**erased, "counts": erasure_counts(erased)}
 
 
