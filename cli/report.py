@@ -22,6 +22,13 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def _count(value: object) -> object:
+    """A count that may be fractional (client-epochs): ``11``, ``12.5``, ``1,200``."""
+    if not isinstance(value, float):
+        return value
+    return f"{value:,.0f}" if value.is_integer() else f"{value:,.1f}"
+
+
 def _task(cfg: dict) -> str:
     """``dataset mnist``, or the run's task where run-config ``task`` names one."""
     return f"task {cfg['task']}" if cfg.get("task") else f"dataset {cfg['dataset']}"
@@ -137,6 +144,14 @@ FRAMEWORK_COLUMNS = [
     ("backdoor_asr", "backdoor ASR"),
     ("backdoor_asr_ensemble", "ASR ensemble"),
 ]
+
+
+#: Counts that may be fractional, shown as counts (not with 4 decimals below 100).
+COUNT_COLUMNS = ("client_epochs",)
+
+
+def _same(value: object) -> object:
+    return value
 
 
 #: The membership-inference columns: one ``MIA`` column saying "no signal" instead
@@ -268,7 +283,7 @@ def stages_table(stages: list[StageSummary]) -> str:
     """A staged run, one row per stage: clients, requests, accuracy, unlearning cost."""
     def cost(entry: StageSummary, name: str) -> object:
         spent = entry.unlearning.get(name)
-        return f"{spent['client_epochs']:.1f}" if spent else ""
+        return _count(float(spent["client_epochs"])) if spent else ""
 
     def ids(pids: list[int]) -> str:
         return ",".join(map(str, pids)) or "-"
@@ -310,7 +325,8 @@ def frameworks_table(summary: RunSummary) -> str:
     _add_retrained_shards(summary, frameworks, columns)
     if summary.original is not None:  # the learned model, before unlearning
         frameworks = {"original": summary.original.to_json(), **frameworks}
-    rows = [[name] + [r.get(k, "") for k, _ in columns] for name, r in frameworks.items()]
+    rows = [[name] + [(_count if k in COUNT_COLUMNS else _same)(r.get(k, ""))
+                      for k, _ in columns] for name, r in frameworks.items()]
     if quiet:
         columns.append(("mia", "MIA"))
         rows = [row + [NO_SIGNAL if any(k in r for k in MIA_COLUMNS) else ""]

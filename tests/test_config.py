@@ -73,6 +73,12 @@ def test_bad_values_name_key_value_and_allowed(key, value, words):
     assert f"'{key}'" in message and repr(value) in message and words in message
 
 
+def test_a_shard_of_one_client_is_said_in_the_singular():
+    with pytest.raises(ConfigError, match="4 shards has only 1 client$"):
+        RunConfig.from_run_config({"num-clients": 4, "num-shards": 4,
+                                   "clients-per-round": 8})
+
+
 def test_lists_parse():
     cfg = RunConfig.from_run_config({"frameworks": "se, fr", "forget-clients": "3,17"})
     assert cfg.unlearning.framework_list == ["SE", "FR"]

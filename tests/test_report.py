@@ -153,3 +153,16 @@ def test_the_retrained_shards_accuracy_shows_what_the_ensemble_hides():
     assert rows["SE"].split()[1] == "0.9000"  # the ensemble reads fine
     assert rows["SE"][span].strip() == "0.1000"  # its retrained shard does not
     assert rows["FR"][span].strip() == rows["original"][span].strip() == ""
+
+
+def test_client_epochs_read_as_counts_in_one_format():
+    summary = _summary({"signal": True, "auc_low": 0.51, "auc_high": 0.55})
+    summary.frameworks["SE"].client_epochs = 11.0
+    summary.frameworks["FR"].client_epochs = 12.5
+    summary.frameworks["SISA"] = FrameworkSummary(accuracy=0.8, client_epochs=1200.0)
+    lines = frameworks_table(RunSummary.from_json(summary.to_json())).splitlines()
+    header = next(line for line in lines if line.startswith("framework"))
+    col = header.index("client-epochs")
+    cells = {line.split()[0]: line[col:].split()[0] for line in lines
+             if line.startswith(" ") and line.split()[0] != "original"}
+    assert cells == {"SISA": "1,200", "SE": "11", "FR": "12.5"}

@@ -117,7 +117,8 @@ class TrainingConfig(LocalTraining):
         if self.clients_per_round // self.num_shards > smallest:
             raise bad("clients-per-round", self.clients_per_round,
                       f"at most {smallest * self.num_shards}: each of the "
-                      f"{self.num_shards} shards has only {smallest} clients")
+                      f"{self.num_shards} shards has only {smallest} "
+                      f"client{'' if smallest == 1 else 's'}")
 
     def _validate_strategy(self) -> None:
         if not self.round_timeout > 0:
