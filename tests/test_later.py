@@ -82,6 +82,38 @@ def test_a_finished_run_forgets_later_as_se_would_have(tmp_path, make_grid, shar
     assert erased["files"][0] == "update_s{}_r{}_c3.npz".format(*erased["updates"][0])
 
 
+@pytest.mark.parametrize("coded", [{}, {"storage": "coded", "blocks-per-shard": 2}])
+def test_a_planned_request_erases_as_a_later_one_and_the_next_request_agrees(
+        tmp_path, make_grid, shared_data, coded):
+    """The planned request's erasure leaves the store a later request would have.
+
+    Run a forgets client 3 as planned (its updates erased after the storage
+    report); run b learns, then forgets 3 later. A later request for a client of
+    3's shard then gives both runs the same models, bit for bit.
+    """
+    mate = next(p for pids in assign_shards(8, 2, BASE["seed"]) if 3 in pids
+                for p in pids if p != 3)
+    nodes = {"node-dirs": str(tmp_path / "{}-nodes")} if coded else {}
+    runs = {"a": {"frameworks": "SE", "forget-clients": "3"}, "b": {"frameworks": "none"}}
+    for name, settings in runs.items():
+        config = _config(tmp_path, shared_data, name, **coded, **settings,
+                         **{k: v.format(name) for k, v in nodes.items()})
+        _run(make_grid, config)
+        if name == "b":
+            submit(name, "3", str(tmp_path))
+            _run(make_grid, {**config, "later-requests": True})
+        (first,) = [json.loads(p.read_text()) for p in
+                    sorted((tmp_path / name / "receipts").glob("*.json"))]
+        assert first["erased"]["counts"]["updates"] > 0 and "kept" not in first["erased"]
+        runs[name] = (config, first["erased"])
+        submit(name, str(mate), str(tmp_path))
+        _run(make_grid, {**config, "later-requests": True})
+    assert runs["a"][1] == runs["b"][1]  # the same erasure, planned or later
+    (a, b) = (_versions(tmp_path / n)[-1] for n in "ab")
+    assert a.forgotten == b.forgotten == sorted([3, mate])
+    assert a.digests == b.digests
+
+
 def test_models_lists_versions_and_export_loads_each_in_plain_torch(
         tmp_path, make_grid, shared_data, capsys):
     import torch

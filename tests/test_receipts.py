@@ -150,9 +150,14 @@ def test_a_one_stage_run_files_a_receipt_with_the_audits_figures(run_server, tmp
         "SE": summary["frameworks"]["SE"]["backdoor_asr"],
         "FR": summary["frameworks"]["FR"]["backdoor_asr"]}
     assert figures["forgotten_rounds"] == summary["verification"]["forgotten_rounds"]
-    kept = receipt["erased"]  # a one-stage run erases nothing: its 2 rounds are kept
-    assert kept["counts"] == {"updates": 0} and kept["kept"] == {"updates": 2}
-    assert kept["store"] == storage.get("storage", "uncoded")
+    erased = receipt["erased"]  # client 3's updates of its 2 rounds, once read
+    assert erased["counts"]["updates"] == 2 and "kept" not in erased
+    assert erased["store"] == storage.get("storage", "uncoded")
+    if erased["store"] == "uncoded":
+        assert erased["counts"]["shard_models"] == 2  # W^1, W^2 of its shard
+        assert not list((folder / "history").rglob("update_*_c3.npz"))
+    else:
+        assert erased["counts"]["rounds_recoded"] == 2 and erased["counts"]["stale"] == 0
     assert set(receipt["cost"]) == {"SE", "FR"}
     assert cli_main(["receipts", "--run", "planned", "--results-dir",
                      str(tmp_path)]) == 0

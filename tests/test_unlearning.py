@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from history import StoreError
 from history.files import read_arrays
 from history.store import HistoryStore
 from server_app.config import ConfigError
@@ -40,10 +41,16 @@ def test_se_isolation_and_all_frameworks(run_server, tmp_path):
     # and the forgotten client's slots go to substitutes, who train L = 1 epoch too
     refilled = frameworks["SE"]["replay"]["refilled_slots"]
     assert frameworks["SE"]["client_epochs"] == pytest.approx(len(kept) + refilled)
+    v1 = load_models(run / "models" / "v1.npz")  # the learned models
     for s in range(len(shards)):
-        stored = learned.shard_model(s, last)
-        same = all(se[f"shard{s}/{k}"].tobytes() == v.tobytes() for k, v in stored.items())
+        same = all(se[k].tobytes() == v1[k].tobytes() for k in v1
+                   if k.startswith(f"shard{s}/"))
         assert same == (s != impacted)
+    # the stored models client 3 shaped are erased with its updates, once read
+    assert learned.shard_model(1 - impacted, last) is not None
+    with pytest.raises(StoreError, match=f"no model of shard {impacted} at round 1"):
+        learned.shard_model(impacted, 1)
+    assert learned.shard_model(impacted, 0) is not None
     # no unlearning message ever reached the forgotten client
     node3 = 1003
     unlearn_dsts = [dst for dst, kind in grid.sent if kind == "train.unlearn"]

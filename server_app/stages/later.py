@@ -35,13 +35,10 @@ from history import (
     HoldersUnreachableError,
     StoreError,
 )
-from history.coded.erasure import erase_coded
 from runstore.catalog import RunLogError
 from runstore.folder import ModelsFileError
 from runstore.inbox import Request, RequestInbox
 from runstore.receipts import (
-    erasure_counts,
-    kept_history,
     receipt_cost,
     utc,
     write_receipt,
@@ -56,15 +53,11 @@ from server_app.stages.boundary import forget_with_se, se_stage
 from server_app.stages.churn import Churn, Membership
 from server_app.stages.staged import retrain_stages
 from server_app.stages.state import RunState
+from server_app.stages.stored_updates import erase_stored
 from server_app.unlearning.driver import run_unlearning
 from server_app.unlearning.erasure import Erasure
 
 __all__ = ["FINAL", "serve_later"]
-
-KEPT_CODED = ("a records request to a coded run erases no slice yet (not built): "
-              "its owners' coded updates are kept, and no replay reads them (the "
-              "owners train afresh without the erased records in every replay)")
-"""Why a coded run's records receipt ``erased`` lists nothing (and what it keeps)."""
 
 FINAL = (CodedHistoryError, StoreError, ModelsFileError)
 """Failures of a later request that a retry cannot fix: slices damaged beyond what
@@ -240,8 +233,9 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     Every erasure done before stays in force (:mod:`server_app.stages.erasures`); a
     records request adds its own: its owners' shards are replayed with them
     training on what they keep, then their stored updates (all computed on the
-    erased records) and the shard models those shaped are erased (uncoded;
-    coded: :data:`KEPT_CODED`). No replay reads an owner's update again.
+    erased records) and the shard models those shaped are erased
+    (:func:`~server_app.stages.stored_updates.erase_stored`). No replay reads an
+    owner's update again.
     """
     erasure = erasures.for_request(run, request)
     out = forget_with_se(run, request.clients, erasure)
@@ -249,14 +243,8 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     out["models_sha256"]["before"] = latest.digests
     clients, shaped = ((request.clients, run.forgotten) if not request.erasure else
                        (sorted(erasure.erasing), run.forgotten | erasure.changed))
-    if not request.erasure or isinstance(run.store, HistoryStore):
-        erased = _erase(run, request, clients, shaped)  # records: their updates saw them
-    else:
-        erased = kept_history(run.store, clients, KEPT_CODED)
-    out.update(erased=erased, verification=None)
-    baseline = _erase_baseline(run, request, clients, shaped)
-    if baseline is not None:
-        out["erased_baseline"] = baseline
+    out.update(erase_stored(run, request, clients, shaped, bool(request.erasure)),
+               verification=None)
     if reference() in run.ctx.cfg.unlearning.framework_list:
         out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out
@@ -278,65 +266,6 @@ def _retrain(run: RunState, erasure: Erasure | None = None) -> tuple[dict, float
                         already_forgotten=sorted(run.forgotten), log_fn=ctx.log,
                         frameworks=[name], erasure=erasure)[name]
     return receipt_cost(fr.summary), fr.summary.accuracy
-
-
-def _erase(run: RunState, request: Request, clients: list[int], shaped: set[int]
-           ) -> dict:
-    """Erase ``clients``' stored updates and what they shaped, for ``request``.
-
-    ``shaped``: every client whose updates are gone so far (forgotten, or whose
-    records were erased); in the shards of ``clients``, the stored models from
-    the first round one of them trained are dropped (uncoded).
-
-    Uncoded: their update blobs and the shard models they shaped
-    (:meth:`history.HistoryStore.erase`), the plan kept in the run catalog
-    before anything is deleted, so a request killed half-way and redone reports
-    everything it erased; coded: every round they took part in is coded again
-    without them on every holder (:func:`history.coded.erasure.erase_coded`).
-    Returns what was erased, for the receipt, with its ``counts``
-    (:func:`runstore.receipts.erasure_counts`).
-    """
-    if isinstance(run.store, HistoryStore):
-        return _erase_uncoded(run, run.store, f"erase:{request.id}", clients, shaped)
-    erased = erase_coded(run.store, sorted(clients))
-    return {**erased, "counts": erasure_counts(erased)}
-
-
-def _erase_baseline(run: RunState, request: Request, clients: list[int],
-                    shaped: set[int]) -> dict | None:
-    """The same clients' updates erased from the baselines' history, if the run kept one.
-
-    The baselines' store (FedEraser's and FedRecover's, ``history/baseline``, never
-    coded) holds every client's updates too; no later request reads it, so what
-    the forgotten clients gave it is erased as from SE's (the plan kept in the
-    run catalog first, :func:`_erase_uncoded`). None when the run has no such store; a
-    store that does not read back fails the request (:class:`StoreError`, final).
-    """
-    root = run.ctx.folder.history_dir("baseline")
-    if not root.exists():
-        return None
-    store = HistoryStore.open(root)
-    try:
-        return _erase_uncoded(run, store, f"erase-baseline:{request.id}", clients,
-                              shaped)
-    finally:
-        store.close()
-
-
-def _erase_uncoded(run: RunState, store: HistoryStore, key: str, clients: list[int],
-                   shaped: set[int]) -> dict:
-    """:meth:`HistoryStore.erase` of ``clients``, its plan kept under ``key`` first.
-
-    The plan goes to the run catalog before anything is deleted, so a request
-    killed half-way and redone reports everything it erased.
-    """
-    catalog = run.ctx.catalog
-    plan = catalog.in_progress(key)
-    if not isinstance(plan, dict):  # the first attempt: plan, keep, then delete
-        plan = store.erasure_plan(sorted(shaped), sorted(clients))
-        catalog.progress(key, plan)
-    erased = store.erase(sorted(shaped), sorted(clients), plan)
-    return {**erased, "counts": erasure_counts(erased)}
 
 
 def _file(ctx: RunContext, receipt: dict) -> None:

@@ -8,7 +8,8 @@ A run with ``num-stages = 1`` is a run of one stage. Each stage t:
    into the run's one history store (:mod:`server_app.stages.learn`);
 2. its requests are handled: a one-stage run's planned requests by every
    framework, then the audit (:mod:`server_app.stages.planned`), with one receipt
-   (:mod:`server_app.stages.planned_receipt`); a staged run's
+   (:mod:`server_app.stages.planned_receipt`) filed after the storage report,
+   once its clients' stored updates are erased; a staged run's
    requests that reached the stage boundary by SE (and FR), each with a receipt
    (:mod:`server_app.stages.boundary`);
 3. a staged run keeps the stage's summary and models in the run catalog, so a
@@ -51,6 +52,7 @@ from server_app.stages.learn import (
 from server_app.stages.planned import handle_planned
 from server_app.stages.planned_receipt import file_planned_receipt
 from server_app.stages.state import RunState
+from server_app.unlearning.driver import FrameworkResult
 from server_app.unlearning.erasure import planned_erasure
 from strategies.factory import server_settings
 
@@ -61,14 +63,31 @@ def run_pipeline(ctx: RunContext) -> RunSummary:
     """Run (or resume) every stage of the run; return its summary (not yet written)."""
     run = _start(ctx)
     summary = _new_summary(ctx, run)
+    se = None
     if ctx.cfg.stages.staged:
         _run_staged(run, summary)
     else:
-        _run_one_stage(run, summary)
-    model_bytes = sum(a.numpy().nbytes for a in run.models[0].values())
-    summary.storage = storage_summary(  # after unlearning: retrievals count
-        storage_settings(ctx), run.store, run.baseline_store, model_bytes)
+        se = _run_one_stage(run, summary)
+    summary.storage = _storage(run)
+    if se is not None:  # now that nothing reads them, the planned clients' updates go
+        file_planned_receipt(run, summary, se)
     return summary
+
+
+def _storage(run: RunState) -> dict:
+    """The storage report, after unlearning (retrievals count), measured once.
+
+    Kept in the run catalog: a run killed after its planned requests erased their
+    clients' updates resumes with the report of the stores as the run used them.
+    """
+    ctx = run.ctx
+    storage = ctx.catalog.done("storage")
+    if storage is None:
+        model_bytes = sum(a.numpy().nbytes for a in run.models[0].values())
+        storage = storage_summary(storage_settings(ctx), run.store, run.baseline_store,
+                                  model_bytes)
+        ctx.catalog.finish("storage", storage)
+    return storage
 
 
 def storage_settings(ctx: RunContext) -> StorageSettings:
@@ -111,8 +130,12 @@ def _new_summary(ctx: RunContext, run: RunState) -> RunSummary:
                       cost_model=ctx.loop.costs.describe())
 
 
-def _run_one_stage(run: RunState, summary: RunSummary) -> None:
-    """Stage 1 of 1: learn SE's shards, then the planned requests by every framework."""
+def _run_one_stage(run: RunState, summary: RunSummary) -> FrameworkResult | None:
+    """Stage 1 of 1: learn SE's shards, then the planned requests by every framework.
+
+    Returns SE's result (None: no framework, or no SE), whose receipt is filed
+    after the storage report.
+    """
     ctx = run.ctx
     run.members.append(run.next_member())
     summary.learning, run.models, run.store = learn_federation(
@@ -122,7 +145,7 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
                                       "shard_accuracy": learned.shard_accuracy},
                  [], "after learning")
     if not ctx.cfg.unlearning.framework_list:
-        return
+        return None
     se = handle_planned(run, summary.learning, summary).get(proposed())
     erasure = planned_erasure(ctx.cfg)
     if se is not None and se.models:
@@ -134,7 +157,7 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> None:
                      if erasure else
                      f"after the planned requests {ctx.plan.request_lists()}",
                      name=proposed(), forgotten=forgotten)
-    file_planned_receipt(run, summary, se)
+    return se
 
 
 def keep_version(run: RunState, number: int, models, scores: dict, requests: list[str],

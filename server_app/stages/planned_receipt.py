@@ -7,10 +7,14 @@ files one receipt for the planned requests together (model version 1 -> 2), as a
 staged run or a later request files one per request: it is recorded in the run's
 inbox as request ``r0001`` (source ``planned``, stage 1, done, its receipt kept in
 ``run.sqlite`` in the same transaction) and written as ``receipts/r0001.json``, so
-``receipts --run NAME`` lists it. Beside the digests, shards, rounds and costs it
-carries the evidence: ``erased`` (a one-stage run erases nothing: what it keeps)
-and ``verification``, the audit's figures for the original and every framework
-(backdoor ASR, membership inference), None when the audit did not run.
+``receipts --run NAME`` lists it. It is filed after the storage report: by then
+no framework, audit or report reads the stores, and the planned clients' stored
+updates and the shard models they shaped are erased
+(:func:`server_app.stages.stored_updates.erase_stored`). Beside the digests,
+shards, rounds and costs it carries the evidence: ``erased`` (and
+``erased_baseline``) and ``verification``, the audit's figures for the original
+and every framework (backdoor ASR, membership inference), None when the audit did
+not run.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from __future__ import annotations
 import time
 
 from runstore.receipts import (
-    kept_history,
     receipt_cost,
     utc,
     verification_figures,
@@ -27,14 +30,9 @@ from runstore.receipts import (
 from runstore.summary import RunSummary
 from server_app.config.methods import proposed
 from server_app.stages.state import RunState
+from server_app.stages.stored_updates import erase_stored
 from server_app.unlearning.driver import FrameworkResult
 from server_app.unlearning.erasure import planned_erasure
-
-KEPT_PLANNED = ("a one-stage run erases nothing after its planned requests: the "
-                "storage report, FedEraser's own history and later requests read its "
-                "stores; SE never reads these updates again, and a later request to the "
-                "finished run erases only its own clients' updates")
-"""Why a planned receipt's ``erased`` lists nothing (and what it keeps)."""
 
 
 def file_planned_receipt(run: RunState, summary: RunSummary,
@@ -44,7 +42,7 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
     Parameters
     ----------
     run : RunState
-        The one-stage run after its planned requests and audit (its inbox,
+        The one-stage run after its planned requests, audit and storage report (its inbox,
         store, model versions 1 and 2).
     summary : RunSummary
         Its summary so far (``original``, ``frameworks``, ``verification``).
@@ -73,7 +71,7 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
                   if erasure else {}),
                "received_at": utc(request.received), "stage": 1,
                **_what_se_did(run, summary, se),
-               "erased": kept_history(run.store, clients, KEPT_PLANNED),
+               **_erase(run, request, clients, erasure),
                "verification": verification_figures(_model_scores(summary),
                                                     summary.verification),
                "status": "done", "done_at": utc(time.time())}
@@ -84,6 +82,18 @@ def file_planned_receipt(run: RunState, summary: RunSummary,
         ctx.log(f"receipt of request {request.id} not written ({err}); it is kept in "
                 f"{ctx.folder.runlog_path}")
     return receipt
+
+
+def _erase(run: RunState, request, clients: list[int], erasure) -> dict:
+    """``erased`` (and ``erased_baseline``): the planned clients' stored updates.
+
+    A records or class request erases its owners' updates (every one saw the
+    erased records) and keeps the owners in the run.
+    """
+    if erasure:
+        owners = sorted(erasure.erasing)
+        return erase_stored(run, request, owners, set(erasure.changed), records=True)
+    return erase_stored(run, request, clients, set(clients))
 
 
 def _what_se_did(run: RunState, summary: RunSummary, se: FrameworkResult) -> dict:
