@@ -196,6 +196,9 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = (),
         print(f"{prog}: node folder {path} accepted as lost (made again, empty): its "
               "slices count as erasures", file=sys.stderr)
 
+    not_run = _not_run_later(cfg)
+    if not_run:
+        print(f"{prog}: {not_run}", file=sys.stderr)
     terminal = TerminalFilter()
     if where.engine == SIMULATION:
         print(f"{prog}: carrying out {', '.join(pending)} on run {folder.name} (Flower's "
@@ -225,6 +228,25 @@ def carry_out(folder: Path, prog: str, made: Sequence[Path] = (),
               f"{log_path})", file=sys.stderr)
         return code
     return _report(folder, pending, known, (log_path, status))
+
+
+def _not_run_later(cfg: RunConfig) -> str:
+    """Which of the run's frameworks a later request leaves out, in one line ("": none).
+
+    A later request is served by SE, with FR retraining as the reference when the
+    run has it (:mod:`server_app.stages.later`); the run's other methods ran on its
+    planned requests only.
+    """
+    from server_app.config.methods import proposed, reference
+
+    serving = [proposed()] + [reference()] * (reference() in cfg.unlearning.framework_list)
+    left = [n for n in cfg.unlearning.framework_list if n not in serving]
+    if not left:
+        return ""
+    ref = f" ({reference()} as the reference)" if len(serving) > 1 else ""
+    return (f"a later request is carried out by {' and '.join(serving)}{ref}; "
+            f"{', '.join(left)} of the run's frameworks ran on its planned requests "
+            "only")
 
 
 def _report(folder: Path, ids: list[str], known: set[str],

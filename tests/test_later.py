@@ -361,6 +361,15 @@ def test_a_finished_staged_run_forgets_as_its_last_boundary_would_have(
                                            if 1 in pids]
     assert v3.forgotten == [1]
     _names_versions(receipt, v2, v3)
+    # the boundary kept client 1's stored updates; the next request erases them
+    blobs = tmp_path / "sb" / "history" / "sharded" / "blobs"
+    assert list(blobs.glob("update_*_c1.npz"))
+    rid = submit("sb", "2", str(tmp_path))
+    _run(make_grid, {**_config(tmp_path, shared_data, "sb", **STAGED),
+                     "later-requests": True})
+    erased = json.loads((tmp_path / "sb" / "receipts" / f"{rid}.json").read_text())
+    assert {c for _, _, c in erased["erased"]["updates"]} == {1, 2}
+    assert not list(blobs.glob("update_*_c1.npz"))
 
 
 def test_a_later_records_request_replays_as_a_planned_one_and_stays_in_force(
@@ -547,3 +556,19 @@ def test_a_later_request_erases_the_clients_updates_from_the_baselines_history_t
     out = capsys.readouterr().out
     assert f"+ {len(gone['updates'])} in the baselines' history" in out
     assert "erased from the baselines' history (uncoded): updates" in out
+
+
+def test_forget_says_which_of_the_runs_frameworks_a_later_request_leaves_out():
+    from cli.later import _not_run_later
+    from server_app.config import RunConfig
+
+    def line(frameworks: str) -> str:
+        return _not_run_later(RunConfig.from_run_config(
+            fused_run_config({**BASE, "frameworks": frameworks})))
+
+    assert line("SE,FR,FE,SISA") == (
+        "a later request is carried out by SE and FR (FR as the reference); FE, SISA "
+        "of the run's frameworks ran on its planned requests only")
+    assert line("SE,RR") == ("a later request is carried out by SE; RR of the run's "
+                             "frameworks ran on its planned requests only")
+    assert line("SE,FR") == line("SE") == ""

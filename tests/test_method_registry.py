@@ -289,3 +289,9 @@ def test_a_config_recorded_before_the_namespaced_keys_reads_in_todays_keys():
     old = {"recovery-memory": 3, "calibration-final": 0, "seed": 1}
     assert in_current_keys(old) == {"method.se-r.memory": 3, "method.frec.memory": 3,
                                     "method.se.calibration-final": 0, "seed": 1}
+
+
+def test_a_description_that_contradicts_itself_is_refused_when_written():
+    with pytest.raises(ValueError, match="'Exacting': exact = True and referenced = True"):
+        type("Exacting", (methods.UnlearningMethod,),
+             {"name": "Exacting", "exact": True, "referenced": True})

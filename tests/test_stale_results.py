@@ -48,10 +48,23 @@ def stale_keys(recorded: dict, preset: str | None) -> dict[str, tuple]:
             recorded.update(dict.fromkeys((k for k in new if k not in recorded), value))
     today = dict(cli_config.resolve(preset, []).config)
     missing = "<absent>"
+    unused = _settings_of_methods_not_run(recorded)
     return {k: (recorded.get(k, missing), today.get(k, missing))
             for k in sorted((set(recorded) | set(today)) - set(WHERE))
             if recorded.get(k, missing) != today.get(k, missing)
-            and not (k not in recorded and today[k] in OFF)}
+            and not (k not in recorded and (today[k] in OFF or k in unused))}
+
+
+def _settings_of_methods_not_run(recorded: dict) -> set[str]:
+    """``method.<key>.*`` keys of the built-ins not in the run's ``frameworks``.
+
+    Only its own method reads a method's setting, so one added since (a new
+    method, or a new setting of one the run did not run) cannot have shaped it.
+    """
+    from server_app.config.methods import builtins, canonical
+
+    ran = {canonical(t.strip()) for t in str(recorded.get("frameworks", "")).split(",")}
+    return {k for m in builtins() if m.name not in ran for k in m.Settings.keys()}
 
 
 @pytest.mark.parametrize("folder", sorted(CURRENT))
@@ -60,6 +73,16 @@ def test_a_current_result_ran_with_todays_settings(folder):
     stale = stale_keys(recorded, CURRENT[folder])
     assert not stale, (f"{folder}/summary.json is stale: its settings differ from "
                        f"today's (recorded, today) {stale}; remake it with its command")
+
+
+def test_a_setting_of_a_method_the_run_did_not_run_is_not_stale():
+    recorded = json.loads((ROOT / "docs/results/default-run/summary.json").read_text())
+    config = {**recorded["config"], "frameworks": "SE,FR"}
+    assert "method.se-r.refill" in config  # SE-R's: the default run did not run it
+    config.pop("method.se-r.refill")
+    config.pop("method.se.replay-refill")  # SE's, and SE ran
+    assert stale_keys(config, None) == {"method.se.replay-refill": ("<absent>", True),
+                                        "frameworks": ("SE,FR", "SE,FR,FE,RR,SISA")}
 
 
 def test_a_changed_default_is_found():

@@ -24,6 +24,7 @@ from audits.ulira_audit import (
 )
 from server_app.config import ConfigError, RunConfig
 from server_app.config.audit import ulira_methods
+from server_app.config.methods import names
 from server_app.stages.audit import audited_run
 from server_app.stages.references import recipe
 from task.config import fused_run_config
@@ -102,7 +103,7 @@ def test_reference_shapes_follow_the_run_and_the_federation_only_for_fe_or_frec(
     fed = reference_shapes(run, sets, shards, 30, 10, [[1, 3, 5, 0], [2, 4, 6, 7]])
     assert fed["federation"] == ReferenceShape(4, 3, 2, 10, 5)
     every = RunConfig.from_run_config(fused_run_config(
-        {**TINY, "frameworks": "SE,FR,FE,RR,SISA,SE-R,FRec"}))
+        {**TINY, "frameworks": ",".join(names())}))  # every registered method
     assert set(ulira_methods()) == set(recipe(every).rules)
 
 

@@ -143,13 +143,15 @@ class UnlearningMethod:
         method's own strategy (:mod:`server_app.stages.references`); None (the
         default): when it is not ``exact`` (an exact method's model never
         depends on the forgotten samples, so its game is chance). Read it with
-        :meth:`is_referenced`; a class sets it to opt out (or in), and its
-        subclasses inherit that.
+        :meth:`is_referenced`; a class sets it False to opt out, and its
+        subclasses inherit that. An ``exact`` method cannot opt in: the audit
+        reports it as exact by construction.
 
     Raises
     ------
     ValueError
-        On subclassing: ``federation`` or ``staged`` is not one of its values.
+        On subclassing: ``federation`` or ``staged`` is not one of its values,
+        or an ``exact`` method sets ``referenced = True``.
     """
 
     name: ClassVar[str] = ""
@@ -184,6 +186,11 @@ class UnlearningMethod:
         if cls.staged not in STAGED_ROLES:
             raise ValueError(f"method {cls.name!r}: staged {cls.staged!r} is not "
                              f"one of {', '.join(map(repr, STAGED_ROLES))}")
+        if cls.exact and cls.referenced:
+            raise ValueError(f"method {cls.name!r}: exact = True and referenced = True; "
+                             "an exact method's model never saw the forgotten data, "
+                             "so U-LiRA reports it as exact by construction: leave "
+                             "referenced unset")
         cls.on_baseline = cls.federation == "baseline"
 
     @classmethod

@@ -39,8 +39,8 @@ from server_app.unlearning.erasure import Erasure
 from server_app.unlearning.frameworks import Stage
 
 KEPT_AT_BOUNDARY = ("a staged run erases nothing at a stage boundary (not built yet); "
-                    "SE never reads these updates again, and a later request to the "
-                    "finished run erases only its own clients' updates")
+                    "SE never reads these updates again, and the next request to the "
+                    "finished run erases them with its own clients' updates")
 """Why a boundary receipt's ``erased`` lists nothing (and what it keeps)."""
 
 

@@ -243,8 +243,9 @@ def _forget(run: RunState, request: Request, latest: ModelVersion) -> dict:
     out["models_sha256"]["before"] = latest.digests
     clients, shaped = ((request.clients, run.forgotten) if not request.erasure else
                        (sorted(erasure.erasing), run.forgotten | erasure.changed))
-    out.update(erase_stored(run, request, clients, shaped, bool(request.erasure)),
-               verification=None)
+    earlier = run.forgotten - set(request.clients)  # a boundary kept theirs
+    out.update(erase_stored(run, request, clients, shaped, bool(request.erasure),
+                            earlier), verification=None)
     if reference() in run.ctx.cfg.unlearning.framework_list:
         out["cost"][reference()], out["accuracy"][reference()] = _retrain(run, erasure)
     return out

@@ -14,6 +14,8 @@ killed half-way and redone reports everything it erased.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from history import HistoryStore
 from history.coded.erasure import erase_coded
 from runstore.inbox import Request
@@ -29,7 +31,7 @@ KEPT_CODED = ("a records request to a coded run erases no slice yet (not built):
 
 
 def erase_stored(run: RunState, request: Request, clients: list[int], shaped: set[int],
-                 records: bool = False) -> dict:
+                 records: bool = False, earlier: Iterable[int] = ()) -> dict:
     """Erase ``clients``' stored updates and the shard models they shaped.
 
     Parameters
@@ -48,6 +50,10 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
     records : bool
         A records or class request: ``clients`` stay in the run; a coded run
         keeps their updates (:data:`KEPT_CODED`).
+    earlier : iterable of int
+        Clients forgotten before ``request`` (in ``shaped``): what either store
+        still keeps of theirs is erased too (a stage boundary keeps it, as did a
+        planned request before this rule; an update erased already is skipped).
 
     Returns
     -------
@@ -62,12 +68,16 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
     history.StoreError
         The baselines' store does not read back.
     """
+    earlier = set(earlier) - set(clients)
+    gone, shaped = sorted(set(clients) | earlier), set(shaped) | earlier
     if isinstance(run.store, HistoryStore):
-        erased = _erase_uncoded(run, run.store, f"erase:{request.id}", clients, shaped)
-    elif records:
-        erased = kept_history(run.store, clients, KEPT_CODED)
+        erased = _erase_uncoded(run, run.store, f"erase:{request.id}", gone, shaped)
+    elif records:  # the owners' coded updates stay; earlier clients' go
+        erased = {**kept_history(run.store, clients, KEPT_CODED),
+                  **(erase_coded(run.store, sorted(earlier)) if earlier else {})}
+        erased["counts"] = erasure_counts(erased)
     else:
-        erased = erase_coded(run.store, sorted(clients))
+        erased = erase_coded(run.store, gone)
         erased = {**erased, "counts": erasure_counts(erased)}
     out = {"erased": erased}
     root = run.ctx.folder.history_dir("baseline")
@@ -75,7 +85,7 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
         store = HistoryStore.open(root)
         try:
             out["erased_baseline"] = _erase_uncoded(
-                run, store, f"erase-baseline:{request.id}", clients, shaped)
+                run, store, f"erase-baseline:{request.id}", gone, shaped)
         finally:
             store.close()
     return out
