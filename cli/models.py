@@ -115,7 +115,8 @@ def main_export(argv: list[str], prog: str) -> int:
                           "or .pth")
     folder = run_folder(args.run, args.results_dir)
     _check_out(out, args.out, folder)
-    version = _pick(_versions(folder), args.version)
+    versions = _versions(folder)
+    version = _pick(versions, args.version)
     shards = _load(folder, version)  # its digests recomputed and matched first
     try:
         export(out, shards, metadata(folder, version))
@@ -128,7 +129,28 @@ def main_export(argv: list[str], prog: str) -> int:
           "exported arrays; the receipts' models_sha256)")
     print(f"file sha256 {digest} (this export's file; a receipt's after_file_sha256 "
           "is the run's stored .npz)")
+    since = superseded(versions, version)
+    if since:
+        print(f"{prog}: note: {since}", file=sys.stderr)
     return 0
+
+
+def superseded(versions: list[ModelVersion], version: ModelVersion) -> str:
+    """What requests done after ``version`` left out of it, in one line ("": none).
+
+    An older version still holds what later requests forgot or erased; serving
+    it does not honour them.
+    """
+    later = [v for v in versions if v.version > version.version]
+    requests = [r for v in later for r in v.requests]
+    if not requests:
+        return ""
+    gone = sorted(set(later[-1].forgotten) - set(version.forgotten))
+    clients = f": clients {gone} forgotten since" if gone else ""
+    named = ["the planned requests" if r == "planned" else r for r in requests]
+    return (f"v{version.version} predates {', '.join(named)} (latest "
+            f"v{later[-1].version}{clients}); it still holds what they removed, so "
+            "serving it does not honour them")
 
 
 def _check_out(out: Path, text: str, folder: Path) -> None:

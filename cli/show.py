@@ -16,6 +16,7 @@ from cli import config
 from cli.later_route import recorded_engine
 from cli.runs import SUMMARY, open_inbox, run_folder, unfinished
 from cli.terminal import Parser
+from runstore.versions import made_later
 from server_app.config import ConfigError
 from task.config import default_run_config
 
@@ -62,6 +63,13 @@ def main_show(argv: list[str], prog: str) -> int:
             print(render(RunSummary.load(folder / SUMMARY)))
         except Exception as err:  # any damage: one line (forget refuses it alike)
             raise ConfigError(f"{folder / SUMMARY} cannot be read: {err}") from None
+        later = made_later(versions)
+        if later:
+            print(f"\nThe tables describe the run as it finished; {len(later)} "
+                  f"request{'s' if len(later) != 1 else ''} carried out since "
+                  f"(latest v{later[-1].version}, clients {later[-1].forgotten} "
+                  f"forgotten) changed the models and erased stored updates: "
+                  f"`receipts --run {args.run} --detail`")
     else:  # exit 1 says the run has no results yet; say why on stderr
         print(f"{prog}: {unfinished(folder, len(versions))}", file=sys.stderr)
     return 0 if finished else 1

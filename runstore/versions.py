@@ -88,6 +88,15 @@ class ModelVersion:
         return asdict(self)
 
 
+LATER = "after request "
+"""How the note of a version a request to the finished run made begins."""
+
+
+def made_later(versions: list[ModelVersion]) -> list[ModelVersion]:
+    """The versions requests to the finished run made (summary.json predates them)."""
+    return [v for v in versions if v.note.startswith(LATER)]
+
+
 def make_version(folder, number: int, models: list, scores: dict, requests: list[str],
                  forgotten: list[int], note: str, name: str | None = None) -> ModelVersion:
     """Write ``models`` to ``models/<name>.npz`` (default ``v<number>``); its version.

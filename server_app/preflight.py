@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from coding.field import MAX_MAGNITUDE
 from server_app.config import ConfigError, RunConfig
+from server_app.config.storage import MIN_SCALE_BITS
 from server_app.config.tasks import check_model, check_task, data_folder, load_run_data
 from server_app.config.values import bad as _bad
 from server_app.run.plan import RunPlan, plan_run
@@ -221,11 +222,12 @@ def initial_magnitude(task: Task | str, num_classes: int, seed: int) -> float:
 
 
 def largest_scale_bits(magnitude: float, headroom: float = QUANT_HEADROOM) -> int:
-    """Most fractional bits b in [1, 30] with (2^30 - 1) / 2^b >= headroom x magnitude.
+    """Most fractional bits b in [16, 30] with (2^30 - 1) / 2^b >= headroom x magnitude.
 
     Returns 0 when no b fits.
     """
-    fits = [b for b in range(1, 31) if MAX_MAGNITUDE / 2**b >= headroom * magnitude]
+    fits = [b for b in range(MIN_SCALE_BITS, 31)
+            if MAX_MAGNITUDE / 2**b >= headroom * magnitude]
     return max(fits, default=0)
 
 
@@ -242,7 +244,8 @@ def check_coded_range(cfg: RunConfig, magnitude: float) -> None:
         return
     limit = MAX_MAGNITUDE / 2**cfg.storage.quant_scale_bits
     allowed = (f"at most {most} for this model" if most else
-               "no value fits this model: use storage='uncoded'")
+               f"no value in [{MIN_SCALE_BITS}, 30] fits this model: use "
+               "storage='uncoded'")
     raise _bad("quant-scale-bits", cfg.storage.quant_scale_bits,
                f"{allowed} with storage='coded': its initial weights reach "
                f"{magnitude:.4g}, and {cfg.storage.quant_scale_bits} fractional bits hold "

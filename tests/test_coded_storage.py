@@ -56,9 +56,15 @@ def _identity():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, shared_data):
-    """The ServerApp run twice on the same seeds: storage 'uncoded' and 'coded'."""
+    """The ServerApp run twice on the same seeds: storage 'uncoded' and 'coded'.
+
+    The stores stay as learning left them: the planned request's erasure of client
+    3's updates (``tests/test_later.py``, ``tests/test_receipts.py``) is held
+    back, so the tests below can decode and unlearn from every stored round.
+    """
     from client_app.app import app as client_app
     from server_app.app import main
+    from server_app.stages import planned_receipt
 
     _identity()
     root = tmp_path_factory.mktemp("coded")
@@ -67,8 +73,10 @@ def runs(tmp_path_factory, shared_data):
         config = {**CONFIG, "storage": storage, "results-dir": str(root),
                   "run-name": storage, "data-dir": str(shared_data)}
         grid = InProcessGrid(client_app, 8, config)
-        main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                           run_config=config))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(planned_receipt, "erase_stored", lambda *a, **k: {})
+            main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                               run_config=config))
         summary = json.loads((root / storage / "summary.json").read_text())
         out[storage] = {"summary": summary, "grid": grid, "path": root / storage,
                         "config": config}
@@ -497,7 +505,8 @@ def test_recorder_refuses_out_of_range_values_and_lost_rounds(tmp_path):
     ("privacy-t", -1, "an integer >= 0"),
     ("coded-loss-budget", 1.0, "a number in [0, 1)"),
     ("coded-loss-budget", float("nan"), "a finite number"),
-    ("quant-scale-bits", 31, "[1, 30]"),
+    ("quant-scale-bits", 31, "[16, 30]"),
+    ("quant-scale-bits", 15, "[16, 30]"),
 ])
 def test_bad_storage_settings_are_named(key, value, words):
     with pytest.raises(ConfigError) as err:
@@ -628,9 +637,11 @@ def test_summary_reports_a_damaged_slice_file(tmp_path, shared_data, runs):
     summary = json.loads((tmp_path / "damaged" / "summary.json").read_text())
     assert restarted == [1001]
     entries = [e for e in summary["faults"]["entries"] if e["partition"] == 1]
-    assert [(e["round"], e["kind"]) for e in entries] == [(1, "damaged-slice")]
+    # seen by SE's retrieval, and again by the planned request's erasure, which
+    # fetches the rounds client 3 took part in to code them again without it
+    assert [(e["round"], e["kind"]) for e in entries] == [(1, "damaged-slice")] * 2
     assert entries[0]["reason"].startswith("round-1.npz: not a readable .npz archive")
-    assert summary["faults"]["counts"] == {"damaged-slice": 1}
+    assert summary["faults"]["counts"] == {"damaged-slice": 2}
     retrieval = summary["frameworks"]["SE"]["requests"][0]["slice_retrieval"]
     (shard,) = retrieval["shards"]
     assert shard["damaged"] == 1 and shard["losses"][0]["partition"] == 1

@@ -185,6 +185,17 @@ def test_models_lists_versions_and_export_loads_each_in_plain_torch(
             main_export(["--run", "e", "--out", str(again), "--results-dir",
                          str(tmp_path), "--version", str(version.version)], "export")
             assert again.read_bytes() == out.read_bytes()
+    # summary.json predates v2: show says so, and export of v1 that it is superseded
+    from cli.show import main_show
+
+    capsys.readouterr()
+    assert main_show(["--run", "e", "--results-dir", str(tmp_path)], "show") == 0
+    assert ("1 request carried out since (latest v2, clients [3] forgotten)"
+            in capsys.readouterr().out)
+    main_export(["--run", "e", "--out", str(tmp_path / "v1.pt"), "--results-dir",
+                 str(tmp_path), "--version", "1"], "export")
+    assert f"export: note: v1 predates {rid} (latest v2: clients [3] forgotten since)" \
+        in capsys.readouterr().err
 
 
 def _forget_command(argv: list[str], folder, tmp_path, capsys) -> str:
@@ -572,3 +583,19 @@ def test_forget_says_which_of_the_runs_frameworks_a_later_request_leaves_out():
     assert line("SE,RR") == ("a later request is carried out by SE; RR of the run's "
                              "frameworks ran on its planned requests only")
     assert line("SE,FR") == line("SE") == ""
+
+
+def test_export_of_a_version_later_requests_superseded_says_so():
+    from cli.models import superseded
+    from runstore.versions import ModelVersion
+
+    def v(n, requests, forgotten):
+        return ModelVersion(n, 0.0, f"models/v{n}.npz", "", 2, {}, requests, forgotten)
+
+    versions = [v(1, [], []), v(2, ["planned"], [3]), v(3, ["r0002"], [3, 5])]
+    assert superseded(versions, versions[-1]) == ""
+    assert superseded(versions, versions[1]) == (
+        "v2 predates r0002 (latest v3: clients [5] forgotten since); it still holds "
+        "what they removed, so serving it does not honour them")
+    assert superseded(versions, versions[0]).startswith(
+        "v1 predates the planned requests, r0002 (latest v3: clients [3, 5] forgotten")

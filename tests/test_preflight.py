@@ -156,6 +156,8 @@ def test_coded_shakespeare_at_30_bits_is_refused_with_the_largest_allowed():
 def test_largest_scale_bits_edges():
     assert largest_scale_bits(0.0) == 30
     assert largest_scale_bits(2.0**27) == 0  # nothing fits 8 x 2^27 = 2^30
+    assert largest_scale_bits(8.0) == 23  # (2^30 - 1) / 2^23 = 128 >= 8 x 8
+    assert largest_scale_bits(2.0**11) == 0  # 16 bits hold 16384 < 8 x 2^11: none
 
 
 # ------------------------------------------------------ 10: errors a user sees

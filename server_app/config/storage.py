@@ -16,6 +16,13 @@ from task.section import Section
 STORAGE_MODES = ("uncoded", "coded")
 
 
+
+MIN_SCALE_BITS = 16
+"""The fewest fractional bits a coded history may keep: a step of 2^-16. Coarser
+steps move what a replay reads away from the uncoded history's (a tiny MNIST run,
+``docs/CONFIG.md``: a retrained shard at 0.134 with 1 bit against 0.348 uncoded,
+within 0.002 of it from 16 bits on)."""
+
 @dataclass(frozen=True)
 class StorageConfig(Section):
     """The history's storage (keys ``storage``, ``blocks-per-shard`` ...).
@@ -58,9 +65,10 @@ class StorageConfig(Section):
             raise bad("blocks-per-shard", self.blocks_per_shard,
                       "0 (chosen from num-clients) or a positive integer")
         self.check_bounds()
-        if not 1 <= self.quant_scale_bits <= 30:
+        if not MIN_SCALE_BITS <= self.quant_scale_bits <= 30:
             raise bad("quant-scale-bits", self.quant_scale_bits,
-                      "an integer in [1, 30] (fractional bits of the fixed point)")
+                      f"an integer in [{MIN_SCALE_BITS}, 30] (fractional bits of the "
+                      "fixed point; fewer round the stored updates visibly)")
         if self.privacy_t < 0:
             raise bad("privacy-t", self.privacy_t,
                       "an integer >= 0 (colluding clients that learn nothing)")

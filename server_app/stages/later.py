@@ -44,7 +44,7 @@ from runstore.receipts import (
     write_receipt,
 )
 from runstore.summary import StageSummary
-from runstore.versions import ModelVersion, make_version
+from runstore.versions import LATER, ModelVersion, make_version
 from server_app.admission import later_refusal
 from server_app.config.methods import reference
 from server_app.run.context import RunContext
@@ -201,7 +201,7 @@ def _handle(run: RunState, request: Request, latest: ModelVersion
     receipt["engine"]["trained"] = ctx.trained()
     version = make_version(ctx.folder, latest.version + 1, run.models, run.scores,
                            [request.id], sorted(run.forgotten),
-                           f"after request {request.id}")
+                           f"{LATER}{request.id}")
     receipt["version"]["after_file_sha256"] = version.file_sha256
     receipt.update(status="done", done_at=utc(time.time()))
     run.inbox.finish(request.id, "done", receipt=receipt, version=version)
