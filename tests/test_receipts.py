@@ -168,3 +168,22 @@ def test_a_one_stage_run_files_a_receipt_with_the_audits_figures(run_server, tmp
 
     with pytest.raises(ConfigError, match="already forgotten"):
         submit("planned", "3", str(tmp_path))
+
+
+def test_a_planned_erasure_that_fails_fails_no_finished_run(run_server, tmp_path,
+                                                            monkeypatch):
+    from history import CodedHistoryError
+    from server_app.stages import stored_updates
+
+    def unreachable(store, clients):
+        raise CodedHistoryError("round 1 of shard 0: 3 usable slices, k = 4 needed")
+
+    monkeypatch.setattr(stored_updates, "erase_coded", unreachable)
+    summary, _ = run_server({"forget-clients": "3", "mia": False, "frameworks": "SE",
+                             "storage": "coded", "blocks-per-shard": 2},
+                            run_name="kept")
+    assert summary["frameworks"]["SE"]["accuracy"] > 0  # the run finished
+    (receipt,) = list_receipts(tmp_path / "kept")
+    kept = receipt["erased"]
+    assert kept["counts"] == {"updates": 0} and kept["kept"]["updates"] > 0
+    assert kept["note"].startswith("not erased: CodedHistoryError: round 1 of shard 0")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import time
 
+from history import CodedHistoryError, StoreError
 from runstore.receipts import (
+    kept_history,
     receipt_cost,
     utc,
     verification_figures,
@@ -88,12 +90,22 @@ def _erase(run: RunState, request, clients: list[int], erasure) -> dict:
     """``erased`` (and ``erased_baseline``): the planned clients' stored updates.
 
     A records or class request erases its owners' updates (every one saw the
-    erased records) and keeps the owners in the run.
+    erased records) and keeps the owners in the run. An erasure that fails (a
+    coded round that does not decode, holders that do not answer, a store that
+    does not read back) fails no finished run: the receipt says what is kept and
+    why, and the next request to the run erases it (:func:`erase_stored`'s
+    ``earlier``).
     """
-    if erasure:
-        owners = sorted(erasure.erasing)
-        return erase_stored(run, request, owners, set(erasure.changed), records=True)
-    return erase_stored(run, request, clients, set(clients))
+    owners = sorted(erasure.erasing) if erasure else clients
+    try:
+        if erasure:
+            return erase_stored(run, request, owners, set(erasure.changed), records=True)
+        return erase_stored(run, request, clients, set(clients))
+    except (CodedHistoryError, StoreError) as err:
+        why = (f"not erased: {type(err).__name__}: {str(err)[:300]}; the next request "
+               "to the finished run erases them")
+        run.ctx.log(f"planned request {request.id}: stored updates {why}")
+        return {"erased": kept_history(run.store, owners, why)}
 
 
 def _what_se_did(run: RunState, summary: RunSummary, se: FrameworkResult) -> dict:
