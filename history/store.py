@@ -199,7 +199,8 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
             freed += self._drop_model(shard, later)
         return freed
 
-    def erasure_plan(self, forgotten: list[int], clients: list[int]) -> dict:
+    def erasure_plan(self, forgotten: list[int], clients: list[int],
+                     keep_round: int | None = None) -> dict:
         """What :meth:`erase` of ``clients`` removes, without removing anything.
 
         Each stored update of ``clients`` (``[shard, round, client]``), and in each
@@ -207,7 +208,8 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
         round a client of ``forgotten`` (every client whose updates are gone so
         far, ``clients`` among them) trained there: those models carry its
         updates, and no replay can start from them. Shards of other clients are
-        left to their own requests.
+        left to their own requests. ``keep_round``: the models of that round stay
+        (a one-stage run's learned models, which its model version 1 holds too).
 
         Returns
         -------
@@ -227,7 +229,7 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
             first = min(r for s, r, p, _ in rows if s == shard and p in gone)
             models += [[shard, rnd] for (rnd,) in self._conn.execute(
                 "SELECT round FROM shard_models WHERE shard=? AND round>=? ORDER BY "
-                "round", (shard, first)).fetchall()]
+                "round", (shard, first)).fetchall() if rnd != keep_round]
         files += [f"model_s{s}_r{r}.npz" for s, r in models]
         size = sum(self._blob_bytes(name) for name in files)
         return {"store": "uncoded", "updates": updates, "shard_models": models,

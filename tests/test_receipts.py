@@ -154,7 +154,7 @@ def test_a_one_stage_run_files_a_receipt_with_the_audits_figures(run_server, tmp
     assert erased["counts"]["updates"] == 2 and "kept" not in erased
     assert erased["store"] == storage.get("storage", "uncoded")
     if erased["store"] == "uncoded":
-        assert erased["counts"]["shard_models"] == 2  # W^1, W^2 of its shard
+        assert erased["counts"]["shard_models"] == 1  # W^1; W^2, learned, is v1's
         assert not list((folder / "history").rglob("update_*_c3.npz"))
     else:
         assert erased["counts"]["rounds_recoded"] == 2 and erased["counts"]["stale"] == 0
@@ -187,3 +187,31 @@ def test_a_planned_erasure_that_fails_fails_no_finished_run(run_server, tmp_path
     kept = receipt["erased"]
     assert kept["counts"] == {"updates": 0} and kept["kept"]["updates"] > 0
     assert kept["note"].startswith("not erased: CodedHistoryError: round 1 of shard 0")
+
+
+def test_a_run_killed_after_its_planned_erasure_resumes_to_the_same_files(
+        run_server, tmp_path, monkeypatch):
+    """Killed once the planned clients' updates are erased, before the receipt is
+    filed: the resumed run reports the storage it measured before the erasure and
+    files the receipt of the erasure it planned."""
+    from server_app.stages import planned_receipt
+
+    config = {"forget-clients": "3", "mia": False, "frameworks": "SE,FE"}
+    whole, _ = run_server(config, run_name="whole")
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(planned_receipt, "verification_figures", killed)
+        with pytest.raises(Killed):
+            run_server(config, run_name="killed")
+    assert not list((tmp_path / "killed" / "history").rglob("update_*_c3.npz"))
+    resumed, _ = run_server(config, run_name="killed")
+    assert resumed["storage"] == whole["storage"]
+    (a,), (b,) = (list_receipts(tmp_path / n) for n in ("whole", "killed"))
+    assert a["erased"] == b["erased"] and a["erased_baseline"] == b["erased_baseline"]
+    assert b["erased"]["counts"]["updates"] > 0

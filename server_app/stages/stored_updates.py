@@ -31,7 +31,8 @@ KEPT_CODED = ("a records request to a coded run erases no slice yet (not built):
 
 
 def erase_stored(run: RunState, request: Request, clients: list[int], shaped: set[int],
-                 records: bool = False, earlier: Iterable[int] = ()) -> dict:
+                 records: bool = False, earlier: Iterable[int] = (),
+                 keep_round: int | None = None) -> dict:
     """Erase ``clients``' stored updates and the shard models they shaped.
 
     Parameters
@@ -54,6 +55,9 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
         Clients forgotten before ``request`` (in ``shaped``): what either store
         still keeps of theirs is erased too (a stage boundary keeps it, as did a
         planned request before this rule; an update erased already is skipped).
+    keep_round : int, optional
+        Uncoded stores keep their models of this round
+        (:meth:`history.HistoryStore.erasure_plan`).
 
     Returns
     -------
@@ -71,7 +75,8 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
     earlier = set(earlier) - set(clients)
     gone, shaped = sorted(set(clients) | earlier), set(shaped) | earlier
     if isinstance(run.store, HistoryStore):
-        erased = _erase_uncoded(run, run.store, f"erase:{request.id}", gone, shaped)
+        erased = _erase_uncoded(run, run.store, f"erase:{request.id}", gone, shaped,
+                                keep_round)
     elif records:  # the owners' coded updates stay; earlier clients' go
         erased = {**kept_history(run.store, clients, KEPT_CODED),
                   **(erase_coded(run.store, sorted(earlier)) if earlier else {})}
@@ -85,19 +90,19 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
         store = HistoryStore.open(root)
         try:
             out["erased_baseline"] = _erase_uncoded(
-                run, store, f"erase-baseline:{request.id}", gone, shaped)
+                run, store, f"erase-baseline:{request.id}", gone, shaped, keep_round)
         finally:
             store.close()
     return out
 
 
 def _erase_uncoded(run: RunState, store: HistoryStore, key: str, clients: list[int],
-                   shaped: set[int]) -> dict:
+                   shaped: set[int], keep_round: int | None = None) -> dict:
     """:meth:`HistoryStore.erase` of ``clients``, its plan kept under ``key`` first."""
     catalog = run.ctx.catalog
     plan = catalog.in_progress(key)
     if not isinstance(plan, dict):  # the first attempt: plan, keep, then delete
-        plan = store.erasure_plan(sorted(shaped), sorted(clients))
+        plan = store.erasure_plan(sorted(shaped), sorted(clients), keep_round)
         catalog.progress(key, plan)
     erased = store.erase(sorted(shaped), sorted(clients), plan)
     return {**erased, "counts": erasure_counts(erased)}
