@@ -18,7 +18,7 @@ import torch
 from flwr.app import Context, RecordDict
 
 from coding import dequantize, quantization_step, quantize
-from history import CodedHistory, CodedRecorder
+from history import CodedHistory, CodedRecorder, StoreError
 from history.files import read_arrays
 from server_app.config import ConfigError, RunConfig
 from server_app.preflight import validate_run_config
@@ -122,6 +122,10 @@ def test_resnet20_runs_through_coded_storage_and_calibration(tmp_path, shared_da
         _check_decoded(history.shard_model(shard, 0), w0)
         for rnd in history.rounds(shard):
             for pid, _ in history.participants(shard, rnd):
+                if pid == 3:  # forgotten: its updates were erased once read
+                    with pytest.raises(StoreError, match="client 3 in shard"):
+                        history.update(shard, rnd, pid)
+                    continue
                 update = history.update(shard, rnd, pid)
                 counters = [k for k in update if k.endswith("num_batches_tracked")]
                 assert len(counters) == 19  # one per BatchNorm layer

@@ -153,7 +153,7 @@ def test_se_skips_rounds_before_the_first_participation_and_never_trained(
         run_server, tmp_path):
     """Forgetting a never-sampled client changes nothing; one first sampled in
     round 2 replays round 2 only, from the stored W^1, by preparation."""
-    summary, _ = run_server({"forget-clients": "3", "frameworks": "SE", "mia": False},
+    summary, _ = run_server({"frameworks": "none", "mia": False},  # learning only
                             run_name="probe")
     store = HistoryStore.open(tmp_path / "probe" / "history" / "sharded")
     first = _participation(store, summary["shards"])

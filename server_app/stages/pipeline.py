@@ -68,17 +68,17 @@ def run_pipeline(ctx: RunContext) -> RunSummary:
         _run_staged(run, summary)
     else:
         se = _run_one_stage(run, summary)
-    summary.storage = _storage(run)
+    summary.storage = _storage(run, keep=se is not None)
     if se is not None:  # now that nothing reads them, the planned clients' updates go
         file_planned_receipt(run, summary, se)
     return summary
 
 
-def _storage(run: RunState) -> dict:
+def _storage(run: RunState, keep: bool) -> dict:
     """The storage report, after unlearning (retrievals count), measured once.
 
-    Kept in the run catalog: a run killed after its planned requests erased their
-    clients' updates resumes with the report of the stores as the run used them.
+    ``keep``: kept in the run catalog, as a planned request's erasure follows: a
+    run killed after it resumes with the report of the stores as the run used them.
     """
     ctx = run.ctx
     storage = ctx.catalog.done("storage")
@@ -86,7 +86,8 @@ def _storage(run: RunState) -> dict:
         model_bytes = sum(a.numpy().nbytes for a in run.models[0].values())
         storage = storage_summary(storage_settings(ctx), run.store, run.baseline_store,
                                   model_bytes)
-        ctx.catalog.finish("storage", storage)
+        if keep:
+            ctx.catalog.finish("storage", storage)
     return storage
 
 
