@@ -235,18 +235,25 @@ def _not_run_later(cfg: RunConfig) -> str:
 
     A later request is served by SE, with FR retraining as the reference when the
     run has it (:mod:`server_app.stages.later`); the run's other methods ran on its
-    planned requests only.
+    planned requests only. A run without SE filed no planned receipt: its model
+    versions (SE's shards) still hold the clients its baselines forgot.
     """
     from server_app.config.methods import proposed, reference
 
-    serving = [proposed()] + [reference()] * (reference() in cfg.unlearning.framework_list)
-    left = [n for n in cfg.unlearning.framework_list if n not in serving]
-    if not left:
-        return ""
-    ref = f" ({reference()} as the reference)" if len(serving) > 1 else ""
-    return (f"a later request is carried out by {' and '.join(serving)}{ref}; "
-            f"{', '.join(left)} of the run's frameworks ran on its planned requests "
-            "only")
+    names = cfg.unlearning.framework_list
+    serving = [proposed()] + [reference()] * (reference() in names)
+    left = [n for n in names if n not in serving]
+    out = []
+    if left:
+        ref = f" ({reference()} as the reference)" if len(serving) > 1 else ""
+        out.append(f"a later request is carried out by {' and '.join(serving)}{ref}; "
+                   f"{', '.join(left)} of the run's frameworks ran on its planned "
+                   "requests only")
+    if names and proposed() not in names:  # the baselines forgot on their own models
+        out.append(f"the run's frameworks leave out {proposed()}, so its planned "
+                   "requests changed none of its model versions: the clients they "
+                   "named are still in its models and stores until a request names them")
+    return "; ".join(out)
 
 
 def _report(folder: Path, ids: list[str], known: set[str],

@@ -68,6 +68,10 @@ def _evidence(receipt: dict) -> str:
         counts = erased.get("counts") or erasure_counts(erased)
         n = counts["updates"]
         out = f"  erased {n} update{'' if n == 1 else 's'}"
+        earlier = set(erased.get("earlier_clients") or ())
+        if earlier:
+            theirs = sum(c in earlier for _, _, c in erased.get("updates", []))
+            out += f" ({theirs} of clients forgotten before: {sorted(earlier)})"
         if erased.get("kept"):
             out += f" (kept {erased['kept']['updates']})"
         baseline = receipt.get("erased_baseline")
@@ -132,6 +136,10 @@ def _erased_lines(label: str, erased: dict) -> list[str]:
     if erased.get("kept"):
         out.append(f"      kept {erased['kept']['updates']} stored updates: "
                    f"{erased.get('note', '')}")
+    if erased.get("kept_models"):
+        out.append("      kept shard models " + " ".join(
+            f"s{s}r{g}" for s, g in erased["kept_models"]) + " (learned: model "
+            "version 1 holds them too; the next request erases them)")
     return out
 
 

@@ -209,7 +209,8 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
         far, ``clients`` among them) trained there: those models carry its
         updates, and no replay can start from them. Shards of other clients are
         left to their own requests. ``keep_round``: the models of that round stay
-        (a one-stage run's learned models, which its model version 1 holds too).
+        (a one-stage run's learned models, which its model version 1 holds too),
+        listed under ``kept_models``.
 
         Returns
         -------
@@ -224,16 +225,19 @@ class HistoryStore(ParticipationCatalog, TrainingHistory, RoundRecorder):
             "partition_id").fetchall()
         updates = [[s, r, p] for s, r, p, blob in rows if p in mine and blob]
         files = [blob for _, _, p, blob in rows if p in mine and blob]
-        models = []
+        shaped = []
         for shard in sorted({s for s, _, p, _ in rows if p in mine}):
             first = min(r for s, r, p, _ in rows if s == shard and p in gone)
-            models += [[shard, rnd] for (rnd,) in self._conn.execute(
+            shaped += [[shard, rnd] for (rnd,) in self._conn.execute(
                 "SELECT round FROM shard_models WHERE shard=? AND round>=? ORDER BY "
-                "round", (shard, first)).fetchall() if rnd != keep_round]
+                "round", (shard, first)).fetchall()]
+        models = [m for m in shaped if m[1] != keep_round]
         files += [f"model_s{s}_r{r}.npz" for s, r in models]
         size = sum(self._blob_bytes(name) for name in files)
-        return {"store": "uncoded", "updates": updates, "shard_models": models,
+        plan = {"store": "uncoded", "updates": updates, "shard_models": models,
                 "files": files, "bytes": size}
+        kept = [m for m in shaped if m[1] == keep_round]
+        return {**plan, "kept_models": kept} if kept else plan
 
     def erase(self, forgotten: list[int], clients: list[int],
               plan: dict | None = None) -> dict:

@@ -112,6 +112,7 @@ def test_a_planned_request_erases_as_a_later_one_and_the_next_request_agrees(
     if not coded:  # the planned erasure keeps the learned W^G, which v1 holds too
         learned = [m for m in later["shard_models"] if m[1] == BASE["num-rounds"]]
         assert learned and all(m not in planned["shard_models"] for m in learned)
+        assert planned.pop("kept_models") == learned  # and the receipt says so
         later = {**later, "shard_models": [m for m in later["shard_models"]
                                            if m not in learned]}
         later["files"] = [f for f in later["files"]
@@ -390,7 +391,12 @@ def test_a_finished_staged_run_forgets_as_its_last_boundary_would_have(
                      "later-requests": True})
     erased = json.loads((tmp_path / "sb" / "receipts" / f"{rid}.json").read_text())
     assert {c for _, _, c in erased["erased"]["updates"]} == {1, 2}
+    assert erased["erased"]["earlier_clients"] == [1]
     assert not list(blobs.glob("update_*_c1.npz"))
+    from cli.receipts import receipt_line
+
+    theirs = sum(c == 1 for _, _, c in erased["erased"]["updates"])
+    assert f"({theirs} of clients forgotten before: [1])" in receipt_line(erased)
 
 
 def test_a_later_records_request_replays_as_a_planned_one_and_stays_in_force(
@@ -593,6 +599,12 @@ def test_forget_says_which_of_the_runs_frameworks_a_later_request_leaves_out():
     assert line("SE,RR") == ("a later request is carried out by SE; RR of the run's "
                              "frameworks ran on its planned requests only")
     assert line("SE,FR") == line("SE") == ""
+    assert line("FE,FR") == (
+        "a later request is carried out by SE and FR (FR as the reference); FE of the "
+        "run's frameworks ran on its planned requests only; the run's frameworks leave "
+        "out SE, so its planned requests changed none of its model versions: the "
+        "clients they named are still in its models and stores until a request names "
+        "them")
 
 
 def test_export_of_a_version_later_requests_superseded_says_so():

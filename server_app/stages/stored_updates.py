@@ -64,8 +64,9 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
     dict
         The receipt's ``erased`` (:meth:`history.HistoryStore.erase` or
         :func:`history.coded.erasure.erase_coded`, with ``counts``:
-        :func:`runstore.receipts.erasure_counts`) and, when the run kept a
-        baselines' history, ``erased_baseline`` likewise.
+        :func:`runstore.receipts.erasure_counts`; ``earlier_clients``: the
+        ``earlier`` clients, whose updates it lists too) and, when the run kept
+        a baselines' history, ``erased_baseline`` likewise.
 
     Raises
     ------
@@ -84,6 +85,8 @@ def erase_stored(run: RunState, request: Request, clients: list[int], shaped: se
     else:
         erased = erase_coded(run.store, gone)
         erased = {**erased, "counts": erasure_counts(erased)}
+    if earlier:  # whose updates these are besides the request's own
+        erased["earlier_clients"] = sorted(earlier)
     out = {"erased": erased}
     root = run.ctx.folder.history_dir("baseline")
     if root.exists():
