@@ -31,7 +31,7 @@ from cli.runs import open_inbox, run_folder
 from cli.terminal import Parser
 from history.files import atomic_write, readable_mode
 from runstore.folder import ModelsFileError
-from runstore.versions import ModelVersion, verify_version
+from runstore.versions import PLANNED, ModelVersion, verify_version
 from server_app.config import ConfigError
 
 FORMAT = "sharding-eraser/shard-ensemble-1"
@@ -147,7 +147,7 @@ def superseded(versions: list[ModelVersion], version: ModelVersion) -> str:
         return ""
     gone = sorted(set(later[-1].forgotten) - set(version.forgotten))
     clients = f": clients {gone} forgotten since" if gone else ""
-    named = ["the planned requests" if r == "planned" else r for r in requests]
+    named = ["the planned requests" if r == PLANNED else r for r in requests]
     return (f"v{version.version} predates {', '.join(named)} (latest "
             f"v{later[-1].version}{clients}); it still holds what they removed, so "
             "serving it does not honour them")

@@ -150,10 +150,6 @@ FRAMEWORK_COLUMNS = [
 COUNT_COLUMNS = ("client_epochs",)
 
 
-def _same(value: object) -> object:
-    return value
-
-
 #: The membership-inference columns: one ``MIA`` column saying "no signal" instead
 #: when the audit has none (:func:`audits.audit.with_signal`).
 MIA_COLUMNS = ("mia_f1", "mia_auc", "mia_tpr_at_1fpr")
@@ -325,7 +321,7 @@ def frameworks_table(summary: RunSummary) -> str:
     _add_retrained_shards(summary, frameworks, columns)
     if summary.original is not None:  # the learned model, before unlearning
         frameworks = {"original": summary.original.to_json(), **frameworks}
-    rows = [[name] + [(_count if k in COUNT_COLUMNS else _same)(r.get(k, ""))
+    rows = [[name] + [_count(r.get(k, "")) if k in COUNT_COLUMNS else r.get(k, "")
                       for k, _ in columns] for name, r in frameworks.items()]
     if quiet:
         columns.append(("mia", "MIA"))

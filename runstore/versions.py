@@ -91,6 +91,9 @@ class ModelVersion:
 LATER = "after request "
 """How the note of a version a request to the finished run made begins."""
 
+PLANNED = "planned"
+"""The request id a one-stage run's version 2 names: its planned requests."""
+
 
 def made_later(versions: list[ModelVersion]) -> list[ModelVersion]:
     """The versions requests to the finished run made (summary.json predates them)."""

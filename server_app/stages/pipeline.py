@@ -36,7 +36,7 @@ from runstore.summary import (
     StageSummary,
     UnlearningPlan,
 )
-from runstore.versions import make_version
+from runstore.versions import PLANNED, make_version
 from server_app.config.methods import proposed, reference
 from server_app.run.context import RunContext
 from server_app.stages import erasures
@@ -154,7 +154,7 @@ def _run_one_stage(run: RunState, summary: RunSummary) -> FrameworkResult | None
         keep_version(run, 2, se.models, {"accuracy": se.summary.accuracy,
                                          "loss": se.summary.loss,
                                          "shard_accuracy": se.summary.shard_accuracy},
-                     ["planned"], f"after the planned request: {erasure.describe()}"
+                     [PLANNED], f"after the planned request: {erasure.describe()}"
                      if erasure else
                      f"after the planned requests {ctx.plan.request_lists()}",
                      name=proposed(), forgotten=forgotten)

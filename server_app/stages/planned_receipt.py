@@ -92,22 +92,22 @@ def _erase(run: RunState, request, clients: list[int], erasure) -> dict:
     A records or class request erases its owners' updates (every one saw the
     erased records) and keeps the owners in the run. The learned models of the
     last round stay in the stores: model version 1 holds the same arrays, and a
-    run killed before its receipt is filed resumes from them. An erasure that fails (a
-    coded round that does not decode, holders that do not answer, a store that
-    does not read back) fails no finished run: the receipt says what is kept and
-    why, and the next request to the run erases it (:func:`erase_stored`'s
-    ``earlier``).
+    run killed before its receipt is filed resumes from them. An erasure that
+    fails (a coded round that does not decode, holders that do not answer, a
+    store that does not read back) fails no finished run: the receipt says what
+    is kept and why; a forgotten client's, the next request to the run erases
+    (:func:`erase_stored`'s ``earlier``).
     """
-    owners = sorted(erasure.erasing) if erasure else clients
+    owners, shaped = ((sorted(erasure.erasing), set(erasure.changed)) if erasure else
+                      (clients, set(clients)))
     learned = run.ctx.cfg.training.num_rounds  # v1's models: a resume reads them
     try:
-        if erasure:
-            return erase_stored(run, request, owners, set(erasure.changed), records=True,
-                                keep_round=learned)
-        return erase_stored(run, request, clients, set(clients), keep_round=learned)
+        return erase_stored(run, request, owners, shaped, records=bool(erasure),
+                            keep_round=learned)
     except (CodedHistoryError, StoreError) as err:
-        why = (f"not erased: {type(err).__name__}: {str(err)[:300]}; the next request "
-               "to the finished run erases them")
+        then = ("they stay with their owners" if erasure else
+                "the next request to the finished run erases them")
+        why = f"not erased: {type(err).__name__}: {str(err)[:300]}; {then}"
         run.ctx.log(f"planned request {request.id}: stored updates {why}")
         return {"erased": kept_history(run.store, owners, why)}
 
